@@ -1,0 +1,126 @@
+"""The shared-memory layout of a run, in one place.
+
+The runner allocates every tensor once, before any process starts; children receive them at spawn
+(torch passes the file descriptor, and the segment is unlinked from /dev/shm right after it is created,
+so nothing outlives the run even on SIGKILL). Queues then carry only indices into these tensors.
+
+Trajectory slots (S = num_slots, T = rollout). A slot holds one agent's T consecutive steps for one
+policy. The rollout worker owns a slot while it fills it, the learner while it reads it; the free and
+full index queues hand slots back and forth.
+    traj_obs            [S, T+1, *obs]  observation before step t; row T is the bootstrap observation
+    traj_rnn_states     [S, T, H]       recurrent state the acting policy had before step t
+    traj_actions        [S, T, *act]    action taken at step t
+    traj_action_logp    [S, T]          log mu(a_t | x_t) of the acting policy
+    traj_values         [S, T]          V(x_t) of the acting policy (for value clipping)
+    traj_rewards        [S, T]          the env's own reward (the learner scales and clips)
+    traj_dones          [S, T]          the episode ended with step t (terminated or truncated)
+    traj_valid          [S, T]          step t holds a real sample (False for padding after a policy switch)
+    traj_policy_version [S, T]          version of the weights that chose a_t (policy lag = learner's - this)
+
+Agents (A = num_workers * num_envs_per_worker * agents_per_env): what a policy worker must know to
+serve an agent's request, written by its rollout worker before the request is sent.
+    agent_slot      [A]     slot the agent is filling
+    agent_step      [A]     step t within that slot
+    agent_policy    [A]     policy acting for the agent this episode
+    agent_rnn_state [A, H]  recurrent state before the next step (zeroed at episode starts)
+
+Weights, per policy P, published by the learner and read by the policy workers (a seqlock: the
+counter is odd while the learner writes; a reader that saw it change retries later).
+    policy_weights     [P, N]  parameters and buffers, flattened (model.state_tensors order)
+    policy_weights_seq [P]
+    policy_version     [P]     learner's train step of the published weights
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from asyncrl.config import Config
+from asyncrl.model import state_tensors
+
+AGENTS_PER_ENV = 1  # multi-agent envs (self-play) will raise this; every index already accounts for it
+
+
+def torch_dtype(np_dtype) -> torch.dtype:
+    return torch.uint8 if np.dtype(np_dtype) == np.uint8 else torch.float32
+
+
+def slots_per_batch(cfg: Config) -> int:
+    return cfg.batch_size // cfg.rollout
+
+
+def num_agents(cfg: Config) -> int:
+    return cfg.num_workers * cfg.num_envs_per_worker * AGENTS_PER_ENV
+
+
+def num_slots(cfg: Config) -> int:
+    """Each agent fills one slot; every policy's learner may hold one batch and have one more waiting."""
+    return num_agents(cfg) + 2 * cfg.num_policies * slots_per_batch(cfg)
+
+
+def split_agents(cfg: Config, worker: int, split: int) -> np.ndarray:
+    """Global agent indices of one env group of one rollout worker (contiguous by construction)."""
+    envs_per_split = cfg.envs_per_split * AGENTS_PER_ENV
+    start = (worker * cfg.num_envs_per_worker * AGENTS_PER_ENV) + split * envs_per_split
+    return np.arange(start, start + envs_per_split)
+
+
+class SharedBuffers:
+    def __init__(self, cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Space, rnn_state_size: int,
+                 num_weights: int):
+        S, T, A, P, H = num_slots(cfg), cfg.rollout, num_agents(cfg), cfg.num_policies, rnn_state_size
+        discrete = isinstance(action_space, gym.spaces.Discrete)
+        act_shape, act_dtype = ((), torch.int64) if discrete else (action_space.shape, torch.float32)
+
+        def shared(shape, dtype):
+            return torch.zeros(shape, dtype=dtype).share_memory_()
+
+        self.traj_obs = shared((S, T + 1, *obs_space.shape), torch_dtype(obs_space.dtype))
+        self.traj_rnn_states = shared((S, T, H), torch.float32)
+        self.traj_actions = shared((S, T, *act_shape), act_dtype)
+        self.traj_action_logp = shared((S, T), torch.float32)
+        self.traj_values = shared((S, T), torch.float32)
+        self.traj_rewards = shared((S, T), torch.float32)
+        self.traj_dones = shared((S, T), torch.bool)
+        self.traj_valid = shared((S, T), torch.bool)
+        self.traj_policy_version = shared((S, T), torch.int64)
+
+        self.agent_slot = shared((A,), torch.int64)
+        self.agent_step = shared((A,), torch.int64)
+        self.agent_policy = shared((A,), torch.int64)
+        self.agent_rnn_state = shared((A, H), torch.float32)
+
+        self.policy_weights = shared((P, num_weights), torch.float32)
+        self.policy_weights_seq = shared((P,), torch.int64)
+        self.policy_version = shared((P,), torch.int64)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in vars(self).values())
+
+    # --- weights: learner -> policy workers
+    def publish_weights(self, policy_id: int, model: nn.Module, version: int) -> None:
+        flat = torch.cat([t.detach().reshape(-1).float().cpu() for t in state_tensors(model)])
+        self.policy_weights_seq[policy_id] += 1  # odd: write in progress
+        self.policy_weights[policy_id].copy_(flat)
+        self.policy_version[policy_id] = version
+        self.policy_weights_seq[policy_id] += 1
+
+    def read_weights(self, policy_id: int, model: nn.Module, known_version: int) -> int:
+        """Load the newest published weights into `model` if newer than `known_version`; returns the
+        version the model now has."""
+        seq = int(self.policy_weights_seq[policy_id])
+        version = int(self.policy_version[policy_id])
+        if seq % 2 == 1 or seq == 0 or version == known_version:
+            return known_version
+        flat = self.policy_weights[policy_id].clone()
+        if int(self.policy_weights_seq[policy_id]) != seq:  # the learner wrote meanwhile: torn copy
+            return known_version
+        offset = 0
+        with torch.no_grad():
+            for t in state_tensors(model):
+                t.copy_(flat[offset:offset + t.numel()].view_as(t))
+                offset += t.numel()
+        return version

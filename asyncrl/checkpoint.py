@@ -1,0 +1,59 @@
+"""Checkpoints: one folder per policy, files named by train step, written atomically (temp file, then rename)."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import torch
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded; the message names the file and what is wrong."""
+
+
+def checkpoint_dir(experiment_dir: str, policy_id: int) -> str:
+    return os.path.join(experiment_dir, f"checkpoint_p{policy_id}")
+
+
+def list_checkpoints(directory: str) -> list[str]:
+    """Oldest first (the train step is zero-padded in the name)."""
+    return sorted(glob.glob(os.path.join(directory, "checkpoint_*.pth")))
+
+
+def save_checkpoint(directory: str, state: dict, keep: int) -> str:
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"checkpoint_{state['train_step']:010d}_{state['env_steps']}.pth")
+    tmp = path + ".tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)  # atomic: a reader sees the old file set or the new one, never half a file
+    for old in list_checkpoints(directory)[:-keep]:
+        os.remove(old)
+    return path
+
+
+def load_checkpoint(path: str) -> dict:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for a damaged file; all mean the same to the user
+        raise CheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                              f"delete it to fall back to an older one, or use --restart_behavior restart") from None
+    for key in ("model", "optimizer", "train_step", "env_steps"):
+        if not isinstance(state, dict) or key not in state:
+            raise CheckpointError(f"checkpoint {path} has no {key!r}; it was not written by asyncrl")
+    return state
+
+
+def check_compatible(path: str, saved_model: dict, model: torch.nn.Module) -> None:
+    """Every tensor of the model must be in the checkpoint with the same shape."""
+    current = model.state_dict()
+    for name, tensor in current.items():
+        if name not in saved_model:
+            raise CheckpointError(f"checkpoint {path} lacks tensor {name!r}; it was saved with another model config")
+        if tuple(saved_model[name].shape) != tuple(tensor.shape):
+            raise CheckpointError(f"checkpoint {path}: tensor {name!r} has shape {tuple(saved_model[name].shape)}, "
+                                  f"the model expects {tuple(tensor.shape)}; it was saved with another model config")
+    extra = sorted(set(saved_model) - set(current))
+    if extra:
+        raise CheckpointError(f"checkpoint {path} has tensors the model lacks ({', '.join(extra[:3])}); "
+                              f"it was saved with another model config")

@@ -1,0 +1,196 @@
+"""The one typed config of a run: every field has a help line, cross-field checks live in `validate`.
+
+Flags are generated from the dataclass, so `--num_workers 4` sets `Config.num_workers`. Names follow
+Sample Factory's where the concept is the same. Booleans take `True`/`False` like Sample Factory's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+class ConfigError(ValueError):
+    """A user error: the CLI prints it as one line and exits with code 2, before any process starts."""
+
+
+def _f(default, help_text, choices=None):
+    """A field with its help line. A list or dict default is copied per instance."""
+    metadata = {"help": help_text, "choices": choices}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass
+class Config:
+    # --- what to run and where
+    env: Optional[str] = _f(None, "Environment name: a registered asyncrl env (see `asyncrl envs`) or any gymnasium id.")
+    experiment: str = _f("default_experiment", "Experiment name; files go to <train_dir>/<experiment>/.")
+    train_dir: str = _f("train_dir", "Root folder for experiments.")
+    restart_behavior: str = _f("resume", "resume: continue from the last checkpoint of this experiment; restart: delete it and start over.", choices=["resume", "restart"])
+    seed: Optional[int] = _f(None, "Base random seed; each env gets a distinct seed from (seed, worker, env). None: random.")
+    device: str = _f("auto", "Device of the policy workers and learners: auto (cuda if available), cpu, cuda or cuda:N.")
+    serial_mode: bool = _f(False, "Run every component in the main process, in turn (for debugging and tests).")
+    torch_threads: int = _f(1, "torch threads per process (rollout/policy workers, learners); 1 avoids oversubscribing cores.")
+
+    # --- sampling
+    num_workers: int = _f(2, "Rollout worker processes.")
+    num_envs_per_worker: int = _f(4, "Envs per rollout worker, split into --worker_num_splits groups stepped alternately.")
+    worker_num_splits: int = _f(2, "Env groups per rollout worker (2 = double-buffered sampling).")
+    num_policies: int = _f(1, "Policies trained at once; each episode is assigned to one of them.")
+    policy_workers_per_policy: int = _f(1, "Inference processes per policy.")
+    rollout: int = _f(32, "Length of a trajectory slot: env steps per agent sent to the learner at once.")
+    max_policy_lag: int = _f(100, "Samples more than this many policy versions older than the learner are masked from the loss.")
+    env_options: dict = _f({}, "Extra keyword options for the env's constructor, as JSON (e.g. '{\"frameskip\": 2}').")
+
+    # --- learning
+    batch_size: int = _f(1024, "Samples (env steps of one agent) per learner update.")
+    num_batches_per_epoch: int = _f(1, "Minibatches per --batch_size samples; each is one optimizer step.")
+    num_epochs: int = _f(1, "Passes over each batch.")
+    learning_rate: float = _f(1e-4, "Adam learning rate.")
+    lr_schedule: str = _f("constant", "constant, or linear_decay to 0 over --train_for_env_steps.", choices=["constant", "linear_decay"])
+    adam_eps: float = _f(1e-6, "Adam epsilon.")
+    adam_beta1: float = _f(0.9, "Adam beta1.")
+    adam_beta2: float = _f(0.999, "Adam beta2.")
+    max_grad_norm: float = _f(4.0, "Gradient norm clipping; 0 disables.")
+    gamma: float = _f(0.99, "Discount factor.")
+    with_vtrace: bool = _f(True, "V-trace off-policy correction (APPO); False uses GAE targets and advantages.")
+    vtrace_rho: float = _f(1.0, "V-trace rho-bar: clip of the importance weight in the value targets.")
+    vtrace_c: float = _f(1.0, "V-trace c-bar: clip of the trace-cutting coefficients.")
+    vtrace_pg_rho: float = _f(1.0, "Clip of the importance weight in the V-trace policy-gradient advantage.")
+    gae_lambda: float = _f(0.95, "GAE lambda (used with --with_vtrace False).")
+    ppo_clip_ratio: float = _f(0.1, "PPO clip: ratio is kept in [1/(1+c), 1+c].")
+    ppo_clip_value: float = _f(1.0, "Value clip around the acting policy's value estimate; 0 disables.")
+    value_loss_coeff: float = _f(0.5, "Weight of the value loss.")
+    exploration_loss_coeff: float = _f(0.003, "Weight of the entropy bonus.")
+    normalize_advantage: bool = _f(True, "Normalize advantages per minibatch.")
+    normalize_input: bool = _f(False, "Normalize vector observations with running mean/std (learned by the learner).")
+    reward_scale: float = _f(1.0, "Rewards are multiplied by this before learning (reported returns stay the env's own).")
+    reward_clip: float = _f(1000.0, "Scaled rewards are clipped to [-c, c].")
+
+    # --- model
+    encoder: str = _f("auto", "auto (conv for images, mlp for vectors), conv or mlp.", choices=["auto", "conv", "mlp"])
+    encoder_mlp_layers: list = _f([512, 512], "Hidden sizes of the MLP encoder, e.g. '[512, 512]'.")
+    use_rnn: bool = _f(True, "Recurrent core after the encoder.")
+    rnn_type: str = _f("gru", "gru or lstm.", choices=["gru", "lstm"])
+    rnn_size: int = _f(512, "Hidden size of the recurrent core.")
+    recurrence: int = _f(-1, "BPTT length in steps; must divide --rollout. -1: --rollout with an RNN, 1 without.")
+
+    # --- when to stop, what to save
+    train_for_env_steps: int = _f(10_000_000_000, "Stop when every policy has this many env frames (frameskip included).")
+    train_for_seconds: float = _f(10_000_000_000, "Stop after this many seconds of this launch.")
+    save_every_sec: float = _f(120, "Checkpoint interval in seconds.")
+    keep_checkpoints: int = _f(2, "Checkpoints kept per policy (the newest).")
+    experiment_summaries_interval: float = _f(5, "Seconds between progress lines, TensorBoard points and stats.jsonl rows.")
+    stats_avg: int = _f(100, "Episodes in the moving average of reported episode stats.")
+
+    # ------------------------------------------------------------------
+    @property
+    def experiment_dir(self) -> str:
+        return os.path.join(self.train_dir, self.experiment)
+
+    @property
+    def bptt_len(self) -> int:
+        if self.recurrence == -1:
+            return self.rollout if self.use_rnn else 1
+        return self.recurrence
+
+    @property
+    def envs_per_split(self) -> int:
+        return self.num_envs_per_worker // self.worker_num_splits
+
+    def validate(self) -> None:
+        """All cross-field checks, in one place. Raises ConfigError with a message that says how to fix it."""
+        if not self.env:
+            raise ConfigError("--env is required (e.g. --env CartPole-v1; `asyncrl envs` lists the registered ones)")
+        positive = ["num_workers", "num_envs_per_worker", "worker_num_splits", "num_policies", "policy_workers_per_policy",
+                    "rollout", "batch_size", "num_batches_per_epoch", "num_epochs", "rnn_size", "torch_threads",
+                    "keep_checkpoints", "stats_avg", "max_policy_lag"]
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"--{name} must be positive, got {getattr(self, name)}")
+        for name in ["learning_rate", "train_for_env_steps", "train_for_seconds", "save_every_sec",
+                     "experiment_summaries_interval", "reward_scale"]:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"--{name} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.gamma <= 1:
+            raise ConfigError(f"--gamma must be in [0, 1], got {self.gamma}")
+        if self.num_envs_per_worker % self.worker_num_splits:
+            raise ConfigError(f"--num_envs_per_worker ({self.num_envs_per_worker}) must be divisible by "
+                              f"--worker_num_splits ({self.worker_num_splits})")
+        if self.recurrence != -1 and (self.recurrence <= 0 or self.rollout % self.recurrence):
+            raise ConfigError(f"--recurrence ({self.recurrence}) must divide --rollout ({self.rollout}), or be -1")
+        if not self.use_rnn and self.recurrence not in (-1, 1):
+            raise ConfigError(f"--recurrence {self.recurrence} needs --use_rnn True (without an RNN it must be 1 or -1)")
+        if self.batch_size % self.rollout:
+            raise ConfigError(f"--batch_size ({self.batch_size}) must be a multiple of --rollout ({self.rollout})")
+        slots_per_minibatch, rem = divmod(self.batch_size // self.rollout, self.num_batches_per_epoch)
+        if rem or slots_per_minibatch == 0:
+            raise ConfigError(f"--batch_size/--rollout ({self.batch_size // self.rollout} trajectories) must be a multiple "
+                              f"of --num_batches_per_epoch ({self.num_batches_per_epoch})")
+        if any(not isinstance(n, int) or n <= 0 for n in self.encoder_mlp_layers):
+            raise ConfigError(f"--encoder_mlp_layers must be a list of positive ints, got {self.encoder_mlp_layers}")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise ConfigError(f"--device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def default_value(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected True or False, got {text!r}")
+
+
+def _parse_json(kind):
+    def parse(text: str):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            raise argparse.ArgumentTypeError(f"expected JSON, got {text!r}") from None
+        if not isinstance(value, kind):
+            raise argparse.ArgumentTypeError(f"expected a JSON {kind.__name__}, got {text!r}")
+        return value
+    return parse
+
+
+def _optional_int(text: str) -> Optional[int]:
+    return None if text.lower() == "none" else int(text)
+
+
+_PARSERS = {"bool": _parse_bool, "int": int, "float": float, "str": str, "list": _parse_json(list),
+            "dict": _parse_json(dict), "Optional[int]": _optional_int, "Optional[str]": str}
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per Config field. Defaults are suppressed so we can tell which flags the user gave."""
+    for f in dataclasses.fields(Config):
+        default = default_value(f)
+        parser.add_argument(f"--{f.name}", type=_PARSERS[f.type], default=argparse.SUPPRESS,
+                            choices=f.metadata.get("choices"), metavar=f.type.upper().replace("OPTIONAL[", "").rstrip("]"),
+                            help=f"{f.metadata['help']} (default: {default})")
+
+
+def build_config(given: dict, env_defaults: dict, saved: Optional[dict] = None) -> Config:
+    """Precedence, lowest first: dataclass defaults, the env's own defaults, a resumed run's saved config,
+    then the flags the user gave on this command line."""
+    values = {f.name: default_value(f) for f in dataclasses.fields(Config)}
+    values.update(env_defaults)
+    if saved:
+        known = {f.name for f in dataclasses.fields(Config)}
+        values.update({k: v for k, v in saved.items() if k in known})
+    values.update(given)
+    return Config(**values)

@@ -1,0 +1,169 @@
+"""Learner: one per policy. Assembles batches from finished trajectory slots, takes APPO steps, and
+publishes the new weights to shared memory, where the policy workers pick them up before their next batch."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from asyncrl import losses
+from asyncrl.buffers import SharedBuffers, slots_per_batch
+from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint, save_checkpoint
+from asyncrl.config import Config
+from asyncrl.model import build_model
+from asyncrl.queues import Empty, Queues
+from asyncrl.vtrace import from_importance_weights
+
+MAX_NAN_UPDATES_IN_A_ROW = 10
+
+
+class Learner:
+    def __init__(self, policy_id: int, cfg: Config, buffers: SharedBuffers, queues: Queues,
+                 obs_space, action_space, device: torch.device, frameskip: int):
+        self.policy_id, self.cfg, self.buffers, self.device, self.frameskip = policy_id, cfg, buffers, device, frameskip
+        self.full_slots, self.free_slots, self.reports = queues.full_slots[policy_id], queues.free_slots, queues.reports
+        self.model = build_model(obs_space, action_space, cfg).to(device).train()
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
+                                          betas=(cfg.adam_beta1, cfg.adam_beta2))
+        self.checkpoint_dir = checkpoint_dir(cfg.experiment_dir, policy_id)
+        self.train_step = 0  # also the policy version: one per batch
+        self.env_steps = 0   # frames (frameskip included) of the samples this learner received
+        self.nan_updates, self.nan_updates_in_a_row = 0, 0
+        self.pending_slots: list[int] = []
+        self.last_checkpoint = time.monotonic()
+        self._load_latest_checkpoint()
+        buffers.publish_weights(policy_id, self.model, self.train_step)
+        self.reports.put(("learner", policy_id, {"train_step": self.train_step, "env_steps": self.env_steps}))
+
+    # --- lifecycle
+    def poll(self, timeout: float) -> bool:
+        needed = slots_per_batch(self.cfg) - len(self.pending_slots)
+        try:
+            self.pending_slots += self.full_slots.get_many(block=timeout > 0, timeout=timeout,
+                                                           max_messages_to_get=needed)
+        except Empty:
+            pass
+        if len(self.pending_slots) < slots_per_batch(self.cfg):
+            return False
+        slots, self.pending_slots = torch.tensor(self.pending_slots), []
+        batch = self._gather(slots)
+        self.free_slots.put_many(slots.tolist())
+        stats = self._train(batch)
+        self.buffers.publish_weights(self.policy_id, self.model, self.train_step)
+        self.reports.put(("learner", self.policy_id, stats))
+        if time.monotonic() - self.last_checkpoint >= self.cfg.save_every_sec:
+            self.save()
+        return True
+
+    def stop(self) -> None:
+        self.save()
+
+    def save(self) -> str:
+        self.last_checkpoint = time.monotonic()
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "train_step": self.train_step, "env_steps": self.env_steps, "policy_id": self.policy_id,
+                 "nan_updates": self.nan_updates}
+        return save_checkpoint(self.checkpoint_dir, state, self.cfg.keep_checkpoints)
+
+    def _load_latest_checkpoint(self) -> None:
+        paths = list_checkpoints(self.checkpoint_dir)
+        if not paths:
+            return
+        state = load_checkpoint(paths[-1])
+        check_compatible(paths[-1], state["model"], self.model)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.train_step, self.env_steps = int(state["train_step"]), int(state["env_steps"])
+        self.nan_updates = int(state.get("nan_updates", 0))
+
+    # --- one batch
+    def _gather(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Copy the slots out of shared memory (so they can be recycled at once), time-major [T, B, ...]."""
+        b, bptt = self.buffers, self.cfg.bptt_len
+        batch = {
+            "obs": b.traj_obs[slots], "actions": b.traj_actions[slots], "behavior_logp": b.traj_action_logp[slots],
+            "behavior_values": b.traj_values[slots], "rewards": b.traj_rewards[slots], "dones": b.traj_dones[slots],
+            "valid": b.traj_valid[slots], "policy_version": b.traj_policy_version[slots],
+            "chunk_states": b.traj_rnn_states[slots, ::bptt],
+        }
+        return {k: v.transpose(0, 1).to(self.device, non_blocking=True) for k, v in batch.items()}
+
+    def _train(self, batch: dict[str, torch.Tensor]) -> dict:
+        cfg = self.cfg
+        lag = self.train_step - batch["policy_version"]
+        valid = batch["valid"]
+        batch["mask"] = valid & (lag <= cfg.max_policy_lag)
+        self.env_steps += int(valid.sum()) * self.frameskip
+        if self.model.normalizer is not None:
+            self.model.normalizer.update(batch["obs"][:-1][valid])
+        lr = self._learning_rate()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+        stats: dict[str, float] = {}
+        num_trajectories = valid.shape[1]
+        for _ in range(cfg.num_epochs):
+            for minibatch in torch.randperm(num_trajectories).chunk(cfg.num_batches_per_epoch):
+                stats = self._optimizer_step({k: v[:, minibatch] for k, v in batch.items()})
+        self.train_step += 1
+        valid_lag = lag[valid].float()
+        stats.update(train_step=self.train_step, env_steps=self.env_steps, lr=lr, nan_updates=self.nan_updates,
+                     policy_lag_min=float(valid_lag.min()), policy_lag_mean=float(valid_lag.mean()),
+                     policy_lag_max=float(valid_lag.max()), masked_fraction=1.0 - float(batch["mask"].sum()) / max(1, int(valid.sum())))
+        return stats
+
+    def _optimizer_step(self, mb: dict[str, torch.Tensor]) -> dict:
+        loss, stats = self._loss(mb)
+        if not torch.isfinite(loss):
+            return self._skip_update(stats)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                   self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf"))
+        if not torch.isfinite(grad_norm):
+            return self._skip_update(stats)
+        self.optimizer.step()
+        self.nan_updates_in_a_row = 0
+        stats["grad_norm"] = float(grad_norm)
+        return stats
+
+    def _skip_update(self, stats: dict) -> dict:
+        self.nan_updates += 1
+        self.nan_updates_in_a_row += 1
+        if self.nan_updates_in_a_row >= MAX_NAN_UPDATES_IN_A_ROW:
+            raise FloatingPointError(f"policy {self.policy_id}: {self.nan_updates_in_a_row} updates in a row had a "
+                                     f"non-finite loss or gradient; try a lower --learning_rate or --reward_scale")
+        return stats
+
+    def _loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        cfg, mask, valid = self.cfg, mb["mask"], mb["valid"]
+        action_params, values = self.model.forward_sequence(mb["obs"], mb["chunk_states"], mb["dones"], cfg.bptt_len)
+        dist = self.model.distribution(action_params[:-1])
+        logp = dist.log_prob(mb["actions"])
+        # padding steps hold stale actions and log-probs: give them ratio 1 so nothing overflows
+        log_ratio = torch.where(valid, logp - mb["behavior_logp"], torch.zeros_like(logp))
+        rewards = (mb["rewards"] * cfg.reward_scale).clamp(-cfg.reward_clip, cfg.reward_clip)
+        discounts = cfg.gamma * (~mb["dones"]).float()
+        values_now, bootstrap = values[:-1].detach(), values[-1].detach()
+        if cfg.with_vtrace:
+            vt = from_importance_weights(log_ratio.detach(), discounts, rewards, values_now, bootstrap,
+                                         cfg.vtrace_rho, cfg.vtrace_pg_rho, cfg.vtrace_c)
+            advantages, targets = vt.pg_advantages, vt.vs
+        else:
+            advantages, targets = losses.gae(rewards, values_now, bootstrap, discounts, cfg.gae_lambda)
+        if cfg.normalize_advantage:
+            advantages = losses.normalize(advantages, mask)
+
+        policy_loss = losses.ppo_policy_loss(torch.exp(log_ratio), advantages, cfg.ppo_clip_ratio, mask)
+        value_loss = losses.value_loss(values[:-1], targets, mb["behavior_values"], cfg.ppo_clip_value, mask)
+        entropy = losses.masked_mean(dist.entropy(), mask)
+        loss = policy_loss + cfg.value_loss_coeff * value_loss - cfg.exploration_loss_coeff * entropy
+        stats = {"loss": loss.item(), "policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
+                 "entropy": entropy.item(), "value": losses.masked_mean(values_now, mask).item()}
+        return loss, stats
+
+    def _learning_rate(self) -> float:
+        if self.cfg.lr_schedule == "linear_decay":
+            return self.cfg.learning_rate * max(0.0, 1.0 - self.env_steps / self.cfg.train_for_env_steps)
+        return self.cfg.learning_rate

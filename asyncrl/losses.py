@@ -1,0 +1,48 @@
+"""APPO's loss terms as small pure functions on time-major [T, B] tensors; `mask` marks the samples that count."""
+
+from __future__ import annotations
+
+import torch
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the entries where mask is True; masked entries never contribute, even if inf or NaN."""
+    return torch.where(mask, x, torch.zeros_like(x)).sum() / mask.sum().clamp(min=1)
+
+
+@torch.no_grad()
+def gae(rewards, values, bootstrap_value, discounts, gae_lambda):
+    """Generalized advantage estimation (Schulman et al. 2016, eq. 16):
+    A_t = sum_l (prod_{i<l} gamma_{t+i} lambda) delta_{t+l},  delta_t = r_t + gamma_t V(x_{t+1}) - V(x_t),
+    with gamma_t = 0 where the episode ended at t. Returns (advantages, value targets = A + V)."""
+    values_next = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
+    deltas = rewards + discounts * values_next - values
+    advantages = torch.zeros_like(values)
+    acc = torch.zeros_like(bootstrap_value)
+    for t in reversed(range(values.shape[0])):
+        acc = deltas[t] + discounts[t] * gae_lambda * acc
+        advantages[t] = acc
+    return advantages, advantages + values
+
+
+def normalize(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    mean = masked_mean(advantages, mask)
+    std = masked_mean((advantages - mean) ** 2, mask).sqrt()
+    return (advantages - mean) / (std + 1e-8)
+
+
+def ppo_policy_loss(ratio, advantages, clip_ratio, mask):
+    """PPO's clipped surrogate (Schulman et al. 2017, eq. 7), negated for minimization. The ratio is kept in
+    [1/(1+c), 1+c] (Sample Factory's symmetric-in-log clip) rather than [1-c, 1+c]."""
+    clipped = ratio.clamp(1.0 / (1.0 + clip_ratio), 1.0 + clip_ratio)
+    return -masked_mean(torch.min(ratio * advantages, clipped * advantages), mask)
+
+
+def value_loss(values, targets, old_values, clip_value, mask):
+    """0.5 (V - target)^2; with clip_value > 0, PPO's pessimistic max over the value clipped around the
+    acting policy's estimate."""
+    loss = (values - targets) ** 2
+    if clip_value > 0:
+        clipped = old_values + (values - old_values).clamp(-clip_value, clip_value)
+        loss = torch.max(loss, (clipped - targets) ** 2)
+    return 0.5 * masked_mean(loss, mask)

@@ -1,0 +1,168 @@
+"""Actor-critic: observation normalizer -> encoder (conv or MLP) -> optional GRU/LSTM core -> heads.
+
+The same module serves the policy workers (`forward_step`: one step for a batch of agents) and the
+learner (`forward_sequence`: whole trajectories, with truncated BPTT and state resets at episode starts).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+from torch import nn
+from torch.distributions import Categorical, Independent, Normal
+
+from asyncrl.config import Config
+
+
+class RunningNorm(nn.Module):
+    """Running mean/variance of vector observations (parallel-variance update of Chan et al.), kept in
+    buffers so the learner's statistics travel to the policy workers with the weights."""
+
+    def __init__(self, shape, clip: float = 5.0):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(shape))
+        self.register_buffer("var", torch.ones(shape))
+        self.register_buffer("count", torch.tensor(1e-4))
+        self.clip = clip
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1, *self.mean.shape).float()
+        batch_mean, batch_var, n = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+        delta, total = batch_mean - self.mean, self.count + n
+        self.mean += delta * n / total
+        self.var.copy_((self.var * self.count + batch_var * n + delta ** 2 * self.count * n / total) / total)
+        self.count.copy_(total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-self.clip, self.clip)
+
+
+def conv_encoder(obs_shape) -> tuple[nn.Module, int]:
+    """Sample Factory's `convnet_simple`: three convs and a 512-unit fully connected layer, ELU."""
+    channels = obs_shape[0]
+    convs = nn.Sequential(
+        nn.Conv2d(channels, 32, 8, stride=4), nn.ELU(),
+        nn.Conv2d(32, 64, 4, stride=2), nn.ELU(),
+        nn.Conv2d(64, 128, 3, stride=2), nn.ELU(),
+        nn.Flatten(),
+    )
+    with torch.no_grad():
+        flat = convs(torch.zeros(1, *obs_shape)).shape[1]
+    return nn.Sequential(convs, nn.Linear(flat, 512), nn.ELU()), 512
+
+
+def mlp_encoder(in_size: int, layers: list[int]) -> tuple[nn.Module, int]:
+    modules, size = [], in_size
+    for hidden in layers:
+        modules += [nn.Linear(size, hidden), nn.Tanh()]
+        size = hidden
+    return nn.Sequential(*modules), size
+
+
+class ActorCritic(nn.Module):
+    def __init__(self, obs_space: gym.spaces.Box, action_space: gym.Space, cfg: Config):
+        super().__init__()
+        self.is_image = len(obs_space.shape) == 3
+        use_conv = cfg.encoder == "conv" or (cfg.encoder == "auto" and self.is_image)
+        if use_conv and not self.is_image:
+            raise ValueError(f"--encoder conv needs image observations, got shape {obs_space.shape}")
+        self.normalizer = RunningNorm(obs_space.shape) if cfg.normalize_input and not self.is_image else None
+        if use_conv:
+            self.encoder, size = conv_encoder(obs_space.shape)
+        else:
+            self.encoder, size = mlp_encoder(int(torch.tensor(obs_space.shape).prod()), cfg.encoder_mlp_layers)
+
+        self.rnn_type = cfg.rnn_type if cfg.use_rnn else None
+        self.rnn_size = cfg.rnn_size
+        if self.rnn_type == "gru":
+            self.core = nn.GRUCell(size, cfg.rnn_size)
+        elif self.rnn_type == "lstm":
+            self.core = nn.LSTMCell(size, cfg.rnn_size)
+        size = cfg.rnn_size if self.rnn_type else size
+
+        self.value_head = nn.Linear(size, 1)
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if self.discrete:
+            self.action_head = nn.Linear(size, int(action_space.n))
+        else:
+            self.action_head = nn.Linear(size, action_space.shape[0])
+            self.action_log_std = nn.Parameter(torch.zeros(action_space.shape[0]))
+        nn.init.orthogonal_(self.action_head.weight, gain=0.01)  # near-uniform initial policy
+        nn.init.zeros_(self.action_head.bias)
+
+    @property
+    def rnn_state_size(self) -> int:
+        """Floats per agent of recurrent state (LSTM: h and c side by side); 0 without a core."""
+        return {"gru": self.rnn_size, "lstm": 2 * self.rnn_size}.get(self.rnn_type, 0)
+
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.is_image:
+            obs = obs.float() / 255.0
+        else:
+            obs = obs.float()
+            if self.normalizer is not None:
+                obs = self.normalizer(obs)
+            obs = obs.flatten(1)
+        return self.encoder(obs)
+
+    def _core_step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One recurrent step; returns (output, new flat state)."""
+        if self.rnn_type == "gru":
+            h = self.core(x, state)
+            return h, h
+        h, c = self.core(x, (state[:, :self.rnn_size], state[:, self.rnn_size:]))
+        return h, torch.cat([h, c], dim=1)
+
+    def heads(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(action distribution parameters, value)."""
+        return self.action_head(features), self.value_head(features).squeeze(-1)
+
+    def distribution(self, action_params: torch.Tensor):
+        if self.discrete:
+            return Categorical(logits=action_params)
+        return Independent(Normal(action_params, self.action_log_std.exp().expand_as(action_params)), 1)
+
+    def forward_step(self, obs: torch.Tensor, rnn_state: torch.Tensor):
+        """Inference for a batch of agents, one step each: (action params, value, new rnn state)."""
+        x = self.encode(obs)
+        if self.rnn_type:
+            x, rnn_state = self._core_step(x, rnn_state)
+        action_params, value = self.heads(x)
+        return action_params, value, rnn_state
+
+    def forward_sequence(self, obs: torch.Tensor, chunk_states: torch.Tensor, dones: torch.Tensor, bptt: int):
+        """Time-major trajectories for the learner.
+
+        obs: [T+1, B, ...] (the last row is the bootstrap observation); dones: [T, B];
+        chunk_states: [T // bptt, B, H], the state the acting policy had at the start of each BPTT chunk.
+        Gradients flow through the core within a chunk; each chunk starts from its stored state
+        (truncated BPTT), and the state is zeroed after an episode ended.
+        Returns (action params [T+1, B, ...], values [T+1, B]).
+        """
+        steps, batch = obs.shape[:2]
+        x = self.encode(obs.reshape(steps * batch, *obs.shape[2:])).view(steps, batch, -1)
+        if self.rnn_type:
+            rollout, outputs, state = steps - 1, [], None
+            for t in range(steps):
+                if t < rollout and t % bptt == 0:
+                    state = chunk_states[t // bptt]
+                else:
+                    state = state * (~dones[t - 1]).unsqueeze(1)
+                out, state = self._core_step(x[t], state)
+                outputs.append(out)
+            x = torch.stack(outputs)
+        return self.heads(x)
+
+
+def build_model(obs_space, action_space, cfg: Config) -> ActorCritic:
+    return ActorCritic(obs_space, action_space, cfg)
+
+
+def state_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """Everything the policy workers need to act like the learner: parameters, then buffers (normalizer)."""
+    return list(model.parameters()) + list(model.buffers())
+
+
+def num_state_floats(model: nn.Module) -> int:
+    return sum(t.numel() for t in state_tensors(model))

@@ -1,0 +1,66 @@
+"""Policy worker: batches every pending action request of one policy into one forward pass.
+
+A request names an env group (worker, split); the agents, their slots and steps are read from the
+shared agent tables, observations and recurrent states from the shared trajectory slots. Actions,
+log-probs, values, the weights' version and the new recurrent states are written back in place.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from asyncrl.buffers import SharedBuffers, split_agents
+from asyncrl.config import Config
+from asyncrl.model import build_model
+from asyncrl.queues import Empty, Queues
+
+MAX_REQUESTS_PER_BATCH = 4096
+
+
+class PolicyWorker:
+    def __init__(self, policy_id: int, cfg: Config, buffers: SharedBuffers, queues: Queues,
+                 obs_space, action_space, device: torch.device):
+        self.policy_id, self.cfg, self.buffers, self.device = policy_id, cfg, buffers, device
+        self.requests = queues.policy_requests[policy_id]
+        self.actions_ready = queues.actions_ready
+        self.model = build_model(obs_space, action_space, cfg).to(device).eval()
+        self.version = -1  # weights not loaded yet
+        self.split_agents = {(w, s): torch.from_numpy(split_agents(cfg, w, s))
+                             for w in range(cfg.num_workers) for s in range(cfg.worker_num_splits)}
+
+    def poll(self, timeout: float) -> bool:
+        if self.version < 0:  # act only with the learner's weights, never with a random init of our own
+            self.version = self.buffers.read_weights(self.policy_id, self.model, self.version)
+            if self.version < 0:
+                time.sleep(timeout)
+                return False
+        try:
+            requests = self.requests.get_many(block=timeout > 0, timeout=timeout,
+                                              max_messages_to_get=MAX_REQUESTS_PER_BATCH)
+        except Empty:
+            return False
+        self.version = self.buffers.read_weights(self.policy_id, self.model, self.version)
+        agents = torch.cat([self.split_agents[r] for r in requests])
+        agents = agents[self.buffers.agent_policy[agents] == self.policy_id]
+        self._act(agents)
+        for worker, split in requests:
+            self.actions_ready[worker].put((split, self.policy_id))
+        return True
+
+    @torch.no_grad()
+    def _act(self, agents: torch.Tensor) -> None:
+        b = self.buffers
+        slots, steps = b.agent_slot[agents], b.agent_step[agents]
+        obs = b.traj_obs[slots, steps].to(self.device, non_blocking=True)
+        rnn_state = b.agent_rnn_state[agents]
+        action_params, values, new_rnn_state = self.model.forward_step(obs, rnn_state.to(self.device))
+        dist = self.model.distribution(action_params)
+        actions = dist.sample()
+        b.traj_actions[slots, steps] = actions.cpu()
+        b.traj_action_logp[slots, steps] = dist.log_prob(actions).cpu()
+        b.traj_values[slots, steps] = values.cpu()
+        b.traj_policy_version[slots, steps] = self.version
+        b.traj_rnn_states[slots, steps] = rnn_state
+        b.agent_rnn_state[agents] = new_rnn_state.cpu()

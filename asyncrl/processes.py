@@ -1,0 +1,74 @@
+"""What every child process does the same way: name itself, pin its threads, die with its parent, and
+run its component's poll loop until the run stops."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import traceback
+
+import torch
+import torch.multiprocessing as mp
+
+POLL_TIMEOUT_S = 0.1
+
+# spawn, not fork: forking a parent whose torch/OpenMP thread pools already ran can deadlock the child
+mp_context = mp.get_context("spawn")
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies, so a killed runner leaves no orphans."""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def set_process_title(title: str) -> None:
+    try:
+        import setproctitle
+        setproctitle.setproctitle(title)
+    except ImportError:  # optional: the run works without it, `ps` just shows python
+        pass
+
+
+def child_main(title: str, make_component, stop_event, torch_threads: int, parent_pid: int) -> None:
+    """Entry point of every child: build the component in the child (its envs and model live here),
+    then poll it until the runner sets `stop_event`. The runner handles Ctrl-C; children ignore it.
+    A component has poll(timeout), and optionally start(), stop() (after a normal stop) and close() (always)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        return
+    set_process_title(title)
+    torch.set_num_threads(torch_threads)
+    from asyncrl.rollout_worker import StopRequested
+
+    component, failed = None, False
+    try:
+        component = make_component()
+        if hasattr(component, "start"):
+            component.start()
+        while not stop_event.is_set():
+            component.poll(POLL_TIMEOUT_S)
+        if hasattr(component, "stop"):
+            component.stop()  # a normal stop only: a failed learner must not overwrite its last good checkpoint
+    except StopRequested:
+        pass
+    except Exception:
+        sys.stderr.write(f"{title} failed:\n{traceback.format_exc()}")
+        sys.stderr.flush()
+        failed = True
+    finally:
+        if component is not None and hasattr(component, "close"):
+            component.close()
+    if failed:
+        os._exit(1)  # skip interpreter teardown: queues and tensors are the runner's to release
+
+
+def start_child(title: str, make_component, stop_event, torch_threads: int):
+    process = mp_context.Process(target=child_main, name=title, daemon=True,
+                                 args=(title, make_component, stop_event, torch_threads, os.getpid()))
+    process.start()
+    return process

@@ -1,0 +1,35 @@
+"""The run's faster-fifo queues. Every message is a small tuple of ints (or, on the report queue, a small
+dict of numbers): the data itself stays in the shared tensors of `buffers.py`.
+
+    free_slots          -> rollout workers      slot index ready to be filled
+    full_slots[p]       -> learner p            slot index of a finished trajectory of policy p
+    policy_requests[p]  -> policy workers of p  (worker, split): that env group waits for actions
+    actions_ready[w]    -> rollout worker w     (split, policy): actions for that group are written
+    reports             -> runner               ("episodes" | "learner" | ..., payload) statistics
+"""
+
+from __future__ import annotations
+
+import queue
+
+from faster_fifo import Queue
+
+from asyncrl.config import Config
+
+Empty = queue.Empty
+Full = queue.Full
+
+_BYTES = 1 << 20  # 1 MiB per queue holds tens of thousands of index messages
+
+
+class Queues:
+    def __init__(self, cfg: Config, num_slots: int):
+        self.free_slots = Queue(max_size_bytes=max(_BYTES, 64 * num_slots))
+        self.full_slots = [Queue(max_size_bytes=max(_BYTES, 64 * num_slots)) for _ in range(cfg.num_policies)]
+        self.policy_requests = [Queue(max_size_bytes=_BYTES) for _ in range(cfg.num_policies)]
+        self.actions_ready = [Queue(max_size_bytes=_BYTES) for _ in range(cfg.num_workers)]
+        self.reports = Queue(max_size_bytes=16 * _BYTES)
+        self.free_slots.put_many(list(range(num_slots)))
+
+    def all(self) -> list[Queue]:
+        return [self.free_slots, *self.full_slots, *self.policy_requests, *self.actions_ready, self.reports]

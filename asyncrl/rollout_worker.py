@@ -1,0 +1,183 @@
+"""Rollout worker: steps its envs, writes what they return into shared trajectory slots, asks for actions.
+
+Its envs are split into `worker_num_splits` groups. A group's step writes observations, rewards and
+dones into shared memory and sends one (worker, split) request per policy; while the policy workers
+compute that group's actions, the worker steps the other group (double-buffered sampling).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+import gymnasium as gym
+import numpy as np
+
+from asyncrl.buffers import AGENTS_PER_ENV, SharedBuffers, split_agents
+from asyncrl.config import Config
+from asyncrl.queues import Empty, Queues
+from envs import make_env
+
+REPORT_INTERVAL_S = 1.0
+
+
+class StopRequested(Exception):
+    """The run is stopping while this worker waited for a free slot."""
+
+
+def env_seed(base_seed: int, worker: int, env: int) -> int:
+    """A distinct, reproducible seed per env from (seed, worker index, env index)."""
+    return int(np.random.SeedSequence([base_seed, worker, env]).generate_state(1)[0])
+
+
+class RolloutWorker:
+    def __init__(self, worker_idx: int, cfg: Config, buffers: SharedBuffers, queues: Queues, stop_event,
+                 serial: bool = False):
+        self.worker_idx, self.cfg, self.stop_event, self.serial = worker_idx, cfg, stop_event, serial
+        self.queues = queues
+        self.actions_ready = queues.actions_ready[worker_idx]
+        base_seed = cfg.seed if cfg.seed is not None else secrets.randbits(31)
+        self.rng = np.random.default_rng([base_seed, worker_idx])  # policy assignment
+
+        self.envs = [make_env(cfg.env, **cfg.env_options) for _ in range(cfg.num_envs_per_worker)]
+        self.env_seeds = [env_seed(base_seed, worker_idx, i) for i in range(cfg.num_envs_per_worker)]
+        self.action_space = self.envs[0].action_space
+        k = cfg.envs_per_split
+        self.split_envs = [self.envs[s * k:(s + 1) * k] for s in range(cfg.worker_num_splits)]
+        self.split_agent_ids = [split_agents(cfg, worker_idx, s) for s in range(cfg.worker_num_splits)]
+        self.pending_responses = np.zeros(cfg.worker_num_splits, np.int64)
+
+        # numpy views of the shared tensors: indexing them costs far less than indexing torch tensors
+        self.traj_obs = buffers.traj_obs.numpy()
+        self.traj_actions = buffers.traj_actions.numpy()
+        self.traj_rewards = buffers.traj_rewards.numpy()
+        self.traj_dones = buffers.traj_dones.numpy()
+        self.traj_valid = buffers.traj_valid.numpy()
+        self.agent_slot = buffers.agent_slot.numpy()
+        self.agent_step = buffers.agent_step.numpy()
+        self.agent_policy = buffers.agent_policy.numpy()
+        self.agent_rnn_state = buffers.agent_rnn_state.numpy()
+
+        num_local_agents = cfg.num_envs_per_worker * AGENTS_PER_ENV
+        self.episode_return = np.zeros(num_local_agents)  # the env's own reward, unscaled
+        self.episode_length = np.zeros(num_local_agents, np.int64)
+        self.finished_episodes: list[tuple[int, float, int]] = []  # (policy, return, length)
+        self.last_report = time.monotonic()
+
+    # --- lifecycle
+    def start(self) -> None:
+        """Reset every env, give each agent a slot and a policy, and request the first actions."""
+        for split, (envs, agents) in enumerate(zip(self.split_envs, self.split_agent_ids)):
+            for env, agent, seed in zip(envs, agents, self.env_seeds[split * len(envs):]):
+                obs, _ = env.reset(seed=seed)
+                self.agent_policy[agent] = self.rng.integers(self.cfg.num_policies)
+                self.agent_rnn_state[agent] = 0
+                self._begin_slot(agent, obs)
+            self._request_actions(split)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+    def poll(self, timeout: float) -> bool:
+        """Step every env group whose actions are all ready. Returns whether anything happened."""
+        try:
+            messages = self.actions_ready.get_many(block=timeout > 0, timeout=timeout)
+        except Empty:
+            messages = []
+        for split, _policy in messages:
+            self.pending_responses[split] -= 1
+            if self.pending_responses[split] == 0:
+                self._step_split(split)
+        self._maybe_report()
+        return bool(messages)
+
+    # --- the hot path
+    def _step_split(self, split: int) -> None:
+        agents, envs = self.split_agent_ids[split], self.split_envs[split]
+        slots, steps = self.agent_slot[agents], self.agent_step[agents]
+        actions = self.traj_actions[slots, steps]
+        local = agents - agents[0] + split * len(envs)  # index into this worker's per-agent arrays
+        dones = np.zeros(len(envs), bool)
+        for i, env in enumerate(envs):
+            obs, reward, terminated, truncated, _info = env.step(self._env_action(actions[i]))
+            self.traj_rewards[slots[i], steps[i]] = reward
+            self.episode_return[local[i]] += reward
+            self.episode_length[local[i]] += 1
+            if terminated or truncated:
+                dones[i] = True
+                self._end_episode(agents[i], local[i])
+                obs, _ = env.reset()
+            self.traj_obs[slots[i], steps[i] + 1] = obs
+
+        self.traj_dones[slots, steps] = dones
+        self.agent_rnn_state[agents[dones]] = 0
+        steps += 1
+        self.agent_step[agents] = steps
+        for i in np.flatnonzero((steps == self.cfg.rollout) | dones):
+            self._after_step(agents[i], dones[i])
+        self._request_actions(split)
+
+    def _env_action(self, action):
+        if isinstance(self.action_space, gym.spaces.Discrete):
+            return int(action)
+        return np.clip(action, self.action_space.low, self.action_space.high)
+
+    def _after_step(self, agent: int, done: bool) -> None:
+        """Send a full slot to the learner; at an episode end, maybe switch the agent to another policy
+        (a slot holds one policy's samples, so a switch closes the current slot early)."""
+        step = self.agent_step[agent]
+        new_policy = self.rng.integers(self.cfg.num_policies) if done and self.cfg.num_policies > 1 else None
+        if step == self.cfg.rollout or (new_policy is not None and new_policy != self.agent_policy[agent] and step > 0):
+            self._finish_slot(agent, step)
+        if new_policy is not None:
+            self.agent_policy[agent] = new_policy
+
+    def _finish_slot(self, agent: int, end_step: int) -> None:
+        slot = self.agent_slot[agent]
+        if end_step < self.cfg.rollout:  # padding: not a sample, and no value flows back through it
+            self.traj_valid[slot, end_step:] = False
+            self.traj_dones[slot, end_step:] = True
+            self.traj_rewards[slot, end_step:] = 0
+        next_obs = self.traj_obs[slot, end_step]
+        self._begin_slot(agent, next_obs)  # copy the bootstrap obs before the learner may recycle the slot
+        self.queues.full_slots[self.agent_policy[agent]].put(int(slot))
+
+    def _begin_slot(self, agent: int, first_obs: np.ndarray) -> None:
+        slot = self._acquire_free_slot()
+        self.traj_obs[slot, 0] = first_obs
+        self.traj_valid[slot] = True
+        self.agent_slot[agent] = slot
+        self.agent_step[agent] = 0
+
+    def _acquire_free_slot(self) -> int:
+        while True:
+            try:
+                return self.queues.free_slots.get(timeout=0.1)
+            except Empty:
+                if self.stop_event.is_set():
+                    raise StopRequested() from None
+                if self.serial:
+                    raise RuntimeError("no free trajectory slot in serial mode; slots are sized so this cannot happen")
+
+    def _request_actions(self, split: int) -> None:
+        policies = np.unique(self.agent_policy[self.split_agent_ids[split]])
+        self.pending_responses[split] = len(policies)
+        for p in policies:
+            self.queues.policy_requests[p].put((self.worker_idx, split))
+
+    # --- statistics
+    def _end_episode(self, agent: int, local: int) -> None:
+        policy = int(self.agent_policy[agent])
+        self.finished_episodes.append((policy, float(self.episode_return[local]), int(self.episode_length[local])))
+        self.episode_return[local] = 0
+        self.episode_length[local] = 0
+
+    def _maybe_report(self) -> None:
+        now = time.monotonic()
+        if now - self.last_report < REPORT_INTERVAL_S:
+            return
+        self.last_report = now
+        if self.finished_episodes:
+            self.queues.reports.put(("episodes", self.finished_episodes))
+            self.finished_episodes = []

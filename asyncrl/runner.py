@@ -1,0 +1,195 @@
+"""Runner (the main process): checks everything that can be checked before a process starts, allocates
+the shared buffers and queues, starts the learners, policy workers and rollout workers, reports
+progress, and stops them all: at the step or time limit, on Ctrl-C/SIGTERM, or when one of them fails."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import time
+from functools import partial
+
+import torch
+
+from asyncrl.buffers import SharedBuffers, num_slots
+from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint
+from asyncrl.config import Config, ConfigError
+from asyncrl.learner import Learner
+from asyncrl.model import build_model, num_state_floats
+from asyncrl.policy_worker import PolicyWorker
+from asyncrl.processes import mp_context, start_child
+from asyncrl.queues import Empty, Queues
+from asyncrl.rollout_worker import RolloutWorker
+from asyncrl.stats import StatsWriter
+from envs import env_frameskip, make_env
+
+SHUTDOWN_TIMEOUT_S = 10.0
+
+
+class ChildFailed(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass
+class EnvInfo:
+    obs_space: object
+    action_space: object
+    frameskip: int
+
+
+def resolve_device(cfg: Config) -> torch.device:
+    if cfg.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device {cfg.device} but torch sees no CUDA GPU; use --device cpu (or auto)")
+    return torch.device(cfg.device)
+
+
+def probe_env(cfg: Config) -> EnvInfo:
+    """Make one env in the main process to learn the spaces that size the shared buffers."""
+    env = make_env(cfg.env, **cfg.env_options)
+    try:
+        return EnvInfo(env.observation_space, env.action_space, env_frameskip(env))
+    finally:
+        env.close()
+
+
+def prepare_experiment_dir(cfg: Config) -> None:
+    if cfg.restart_behavior == "restart" and os.path.isdir(cfg.experiment_dir):
+        shutil.rmtree(cfg.experiment_dir)
+    try:
+        os.makedirs(cfg.experiment_dir, exist_ok=True)
+        with open(os.path.join(cfg.experiment_dir, "config.json"), "w") as f:
+            json.dump(cfg.to_json(), f, indent=2)
+    except OSError as e:
+        raise ConfigError(f"cannot write to --train_dir {cfg.train_dir!r} ({e.strerror}); choose a writable folder") from None
+
+
+def check_checkpoints(cfg: Config, model: torch.nn.Module) -> None:
+    """Fail before any process starts if the checkpoint a learner would resume from cannot be used."""
+    for policy_id in range(cfg.num_policies):
+        paths = list_checkpoints(checkpoint_dir(cfg.experiment_dir, policy_id))
+        if paths:
+            check_compatible(paths[-1], load_checkpoint(paths[-1])["model"], model)
+
+
+class Runner:
+    def __init__(self, cfg: Config, env: EnvInfo, device: torch.device):
+        self.cfg, self.env, self.device = cfg, env, device
+        model = build_model(env.obs_space, env.action_space, cfg)
+        self.buffers = SharedBuffers(cfg, env.obs_space, env.action_space, model.rnn_state_size, num_state_floats(model))
+        self.queues = Queues(cfg, num_slots(cfg))
+        self.stop_event = mp_context.Event()
+        self.stats = StatsWriter(cfg.experiment_dir, cfg.num_policies, cfg.stats_avg)
+        self.processes: dict = {}      # title -> process (multi-process mode)
+        self.components: list = []     # the same components, in this process (serial mode)
+
+    def _component_factories(self) -> list[tuple[str, partial]]:
+        """Learners first (they publish the initial weights), then policy workers, then rollout workers."""
+        cfg, b, q, env = self.cfg, self.buffers, self.queues, self.env
+        factories = [(f"asyncrl-learner-{p}", partial(Learner, p, cfg, b, q, env.obs_space, env.action_space,
+                                                      self.device, env.frameskip)) for p in range(cfg.num_policies)]
+        factories += [(f"asyncrl-policy-{p}-{i}" if cfg.policy_workers_per_policy > 1 else f"asyncrl-policy-{p}",
+                       partial(PolicyWorker, p, cfg, b, q, env.obs_space, env.action_space, self.device))
+                      for p in range(cfg.num_policies) for i in range(cfg.policy_workers_per_policy)]
+        factories += [(f"asyncrl-rollout-{w}", partial(RolloutWorker, w, cfg, b, q, self.stop_event, cfg.serial_mode))
+                      for w in range(cfg.num_workers)]
+        return factories
+
+    def _start(self) -> None:
+        for title, factory in self._component_factories():
+            if self.cfg.serial_mode:
+                component = factory()
+                if hasattr(component, "start"):
+                    component.start()
+                self.components.append(component)
+            else:
+                self.processes[title] = start_child(title, factory, self.stop_event, self.cfg.torch_threads)
+
+    def run(self) -> int:
+        """Train until a limit is reached or the user stops the run. Returns the process exit status."""
+        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        status = 0
+        try:
+            self._start()
+            last_summary = time.monotonic()
+            while not self._limit_reached():
+                self._drain_reports(timeout=0.0 if self.cfg.serial_mode else 0.05)
+                for component in self.components:
+                    component.poll(0.0)
+                self._check_children()
+                if time.monotonic() - last_summary >= self.cfg.experiment_summaries_interval:
+                    last_summary = time.monotonic()
+                    self.stats.summarize(self._seconds_left())
+        except KeyboardInterrupt:
+            print("asyncrl: stopping, saving a checkpoint (Ctrl-C again to force)", flush=True)
+        except ChildFailed as e:
+            print(f"asyncrl: error: {e}", flush=True)
+            status = 1
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C kills at once; children die with us
+            self._shutdown()
+            self._drain_reports(timeout=0.0)
+            self.stats.summarize()
+            self.stats.close()
+        return status
+
+    def _limit_reached(self) -> bool:
+        if self.stats.elapsed() >= self.cfg.train_for_seconds:
+            return True
+        return all(p.env_steps >= self.cfg.train_for_env_steps for p in self.stats.policies)
+
+    def _seconds_left(self) -> float:
+        left = self.cfg.train_for_seconds - self.stats.elapsed()
+        elapsed = max(1e-6, self.stats.elapsed())
+        for p in self.stats.policies:
+            rate = (p.env_steps - (p.last_summary_env_steps or 0)) / elapsed  # rough: this launch's average
+            if rate > 0:
+                left = min(left, max(0.0, self.cfg.train_for_env_steps - p.env_steps) / rate)
+        return max(0.0, left)
+
+    def _drain_reports(self, timeout: float) -> None:
+        try:
+            messages = self.queues.reports.get_many(block=timeout > 0, timeout=timeout)
+        except Empty:
+            return
+        for message in messages:
+            self.stats.handle(message)
+
+    def _check_children(self) -> None:
+        for title, process in self.processes.items():
+            if process.exitcode is not None:
+                raise ChildFailed(f"{title} exited with code {process.exitcode} (its traceback is above)")
+
+    def _shutdown(self) -> None:
+        self.stop_event.set()
+        for component in self.components:
+            if hasattr(component, "stop"):
+                component.stop()
+            if hasattr(component, "close"):
+                component.close()
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
+        for process in self.processes.values():
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+        for process in self.processes.values():
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=1.0)
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt()
+
+
+def train(cfg: Config) -> int:
+    """Validate, prepare and run. Raises ConfigError/EnvError/CheckpointError before any process starts."""
+    cfg.validate()
+    device = resolve_device(cfg)
+    env = probe_env(cfg)
+    model = build_model(env.obs_space, env.action_space, cfg)
+    prepare_experiment_dir(cfg)
+    check_checkpoints(cfg, model)
+    return Runner(cfg, env, device).run()

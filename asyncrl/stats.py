@@ -1,0 +1,103 @@
+"""Run statistics: per-policy episode windows and learner numbers, written every summary interval to the
+terminal, TensorBoard (tensorboardX) and `stats.jsonl`."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+
+import numpy as np
+
+
+class PolicyStats:
+    def __init__(self, policy_id: int, window: int):
+        self.policy_id = policy_id
+        self.episode_returns: deque[float] = deque(maxlen=window)
+        self.episode_lengths: deque[int] = deque(maxlen=window)
+        self.episodes_total = 0
+        self.learner: dict = {}
+        self.env_steps = 0
+        self.last_summary_env_steps: int | None = None  # set by the learner's first report (resumed runs start > 0)
+
+    def add_episode(self, episode_return: float, length: int) -> None:
+        self.episode_returns.append(episode_return)
+        self.episode_lengths.append(length)
+        self.episodes_total += 1
+
+    def add_learner_report(self, stats: dict) -> None:
+        self.learner = stats
+        self.env_steps = int(stats["env_steps"])
+        if self.last_summary_env_steps is None:
+            self.last_summary_env_steps = self.env_steps
+
+    def reward_mean(self) -> float | None:
+        return float(np.mean(self.episode_returns)) if self.episode_returns else None
+
+
+class StatsWriter:
+    """Turns PolicyStats into a progress line, TensorBoard scalars and stats.jsonl rows."""
+
+    def __init__(self, experiment_dir: str, num_policies: int, window: int):
+        from tensorboardX import SummaryWriter
+
+        self.policies = [PolicyStats(p, window) for p in range(num_policies)]
+        self.tb = [SummaryWriter(os.path.join(experiment_dir, "tb", f"policy_{p}")) for p in range(num_policies)]
+        self.jsonl = open(os.path.join(experiment_dir, "stats.jsonl"), "a")
+        self.start_time = time.monotonic()
+        self.last_summary_time = self.start_time
+
+    def handle(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == "episodes":
+            for policy_id, episode_return, length in message[1]:
+                self.policies[policy_id].add_episode(episode_return, length)
+        elif kind == "learner":
+            self.policies[message[1]].add_learner_report(message[2])
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start_time
+
+    def summarize(self, seconds_left: float | None = None) -> list[dict]:
+        now = time.monotonic()
+        interval = max(1e-6, now - self.last_summary_time)
+        self.last_summary_time = now
+        rows = []
+        for p, tb in zip(self.policies, self.tb):
+            previous = p.last_summary_env_steps if p.last_summary_env_steps is not None else p.env_steps
+            row = {"time_s": round(now - self.start_time, 3), "policy_id": p.policy_id, "env_steps": p.env_steps,
+                   "fps": (p.env_steps - previous) / interval, "episode_reward_mean": p.reward_mean(),
+                   "episode_len_mean": float(np.mean(p.episode_lengths)) if p.episode_lengths else None,
+                   "episodes": p.episodes_total, "policy_lag_mean": p.learner.get("policy_lag_mean"),
+                   "train_step": p.learner.get("train_step", 0)}
+            row.update({k: v for k, v in p.learner.items() if k not in row})
+            p.last_summary_env_steps = p.env_steps
+            rows.append(row)
+            self.jsonl.write(json.dumps(row) + "\n")
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and key not in ("policy_id", "env_steps"):
+                    tb.add_scalar(key, value, p.env_steps)
+        self.jsonl.flush()
+        print(progress_line(rows, seconds_left), flush=True)
+        return rows
+
+    def close(self) -> None:
+        for tb in self.tb:
+            tb.close()
+        self.jsonl.close()
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def progress_line(rows: list[dict], seconds_left: float | None) -> str:
+    parts = []
+    for r in rows:
+        parts.append(f"p{r['policy_id']}: {r['env_steps']:,} steps {r['fps']:,.0f} fps "
+                     f"reward {_fmt(r['episode_reward_mean'], '.2f')} lag {_fmt(r['policy_lag_mean'], '.1f')} "
+                     f"train_step {r['train_step']}")
+    if seconds_left is not None:
+        parts.append(f"left {int(seconds_left) // 60}m{int(seconds_left) % 60:02d}s")
+    return f"[{rows[0]['time_s']:7.1f}s] " + " | ".join(parts)

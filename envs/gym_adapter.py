@@ -1,0 +1,53 @@
+"""Any gymnasium id as an asyncrl env: image observations become CHW uint8 once, here, not in the model."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+
+class ChannelsFirst(gym.ObservationWrapper):
+    """HWC image observations -> CHW (a transposed view made contiguous once per step)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        space = env.observation_space
+        low = np.transpose(space.low, (2, 0, 1))
+        high = np.transpose(space.high, (2, 0, 1))
+        self.observation_space = gym.spaces.Box(low, high, dtype=np.uint8)
+
+    def observation(self, observation):
+        return np.ascontiguousarray(np.transpose(observation, (2, 0, 1)))
+
+
+def is_image_space(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8
+
+
+def check_spaces(name: str, env: gym.Env) -> None:
+    from envs import EnvError
+    obs, act = env.observation_space, env.action_space
+    if not isinstance(obs, gym.spaces.Box):
+        raise EnvError(f"env {name!r}: observation space {obs} is not supported yet (Box observations only)")
+    if not isinstance(act, (gym.spaces.Discrete, gym.spaces.Box)) or (isinstance(act, gym.spaces.Box) and len(act.shape) != 1):
+        raise EnvError(f"env {name!r}: action space {act} is not supported yet (Discrete or 1-D Box only)")
+
+
+def make_gym_env(gym_id: str, **options) -> gym.Env:
+    env = gym.make(gym_id, **options)
+    check_spaces(gym_id, env)
+    if is_image_space(env.observation_space) and env.observation_space.shape[-1] in (1, 3, 4):
+        env = ChannelsFirst(env)
+    return env
+
+
+# Vector-observation gymnasium envs (classic control, Box2D, MuJoCo) train best with a small MLP and no RNN.
+VECTOR_ENV_DEFAULTS = {"use_rnn": False, "encoder_mlp_layers": [64, 64]}
+
+
+def gym_entry(gym_id: str):
+    from envs import EnvEntry
+    probe = make_gym_env(gym_id)  # the observation space decides the defaults; gymnasium envs are cheap to make
+    defaults = {} if is_image_space(probe.observation_space) else dict(VECTOR_ENV_DEFAULTS)
+    probe.close()
+    return EnvEntry(lambda **options: make_gym_env(gym_id, **options), f"gymnasium {gym_id}", defaults)

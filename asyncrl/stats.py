@@ -65,7 +65,9 @@ class StatsWriter:
         self.last_summary_time = now
         rows = []
         for p, tb in zip(self.policies, self.tb):
-            previous = p.last_summary_env_steps if p.last_summary_env_steps is not None else p.env_steps
+            if p.last_summary_env_steps is None:
+                continue  # its learner has not started yet: a resumed run's counters are not known
+            previous = p.last_summary_env_steps
             row = {"time_s": round(now - self.start_time, 3), "policy_id": p.policy_id, "env_steps": p.env_steps,
                    "fps": (p.env_steps - previous) / interval, "episode_reward_mean": p.reward_mean(),
                    "episode_len_mean": float(np.mean(p.episode_lengths)) if p.episode_lengths else None,
@@ -79,7 +81,8 @@ class StatsWriter:
                 if isinstance(value, (int, float)) and key not in ("policy_id", "env_steps"):
                     tb.add_scalar(key, value, p.env_steps)
         self.jsonl.flush()
-        print(progress_line(rows, seconds_left), flush=True)
+        if rows:
+            print(progress_line(rows, seconds_left), flush=True)
         return rows
 
     def close(self) -> None:

@@ -41,13 +41,18 @@ def make_gym_env(gym_id: str, **options) -> gym.Env:
     return env
 
 
-# Vector-observation gymnasium envs (classic control, Box2D, MuJoCo) train best with a small MLP and no RNN.
-VECTOR_ENV_DEFAULTS = {"use_rnn": False, "encoder_mlp_layers": [64, 64]}
+# Vector-observation gymnasium envs (classic control, Box2D, MuJoCo): a small MLP, no RNN, many cheap envs
+# per worker, and several PPO epochs per batch, since samples are cheap but learning from them is not.
+VECTOR_ENV_DEFAULTS = {"use_rnn": False, "encoder_mlp_layers": [64, 64], "num_envs_per_worker": 16,
+                       "learning_rate": 1e-3, "num_epochs": 4, "num_batches_per_epoch": 4}
+# Per-id additions: returns in the hundreds want scaled rewards for the value head to keep up.
+GYM_ID_DEFAULTS = {"CartPole-v1": {"reward_scale": 0.1}, "CartPole-v0": {"reward_scale": 0.1}}
 
 
 def gym_entry(gym_id: str):
     from envs import EnvEntry
     probe = make_gym_env(gym_id)  # the observation space decides the defaults; gymnasium envs are cheap to make
     defaults = {} if is_image_space(probe.observation_space) else dict(VECTOR_ENV_DEFAULTS)
+    defaults.update(GYM_ID_DEFAULTS.get(gym_id, {}))
     probe.close()
     return EnvEntry(lambda **options: make_gym_env(gym_id, **options), f"gymnasium {gym_id}", defaults)

@@ -1,0 +1,126 @@
+"""End-to-end runs of `asyncrl train` with real processes, shared memory and queues."""
+
+import glob
+import os
+import time
+
+import pytest
+
+from helpers import engine_processes, read_stats, run_cli, shm_entries
+
+
+@pytest.fixture
+def clean_machine():
+    """Fails the test if the run leaves a process or a /dev/shm entry behind."""
+    before_procs = {p.pid for p in engine_processes()}
+    before_shm = shm_entries()
+    yield
+    deadline = time.time() + 5
+    while time.time() < deadline and {p.pid for p in engine_processes()} - before_procs:
+        time.sleep(0.2)
+    assert not {p.pid for p in engine_processes()} - before_procs, "a child process outlived the run"
+    assert not shm_entries() - before_shm, "a shared-memory segment outlived the run"
+
+
+def test_multiprocess_cartpole_learns(tmp_path, clean_machine):
+    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "mp", "--num_workers", 2,
+                "--num_envs_per_worker", 4, "--policy_workers_per_policy", 1, "--train_for_env_steps", 150_000,
+                "--experiment_summaries_interval", 1, "--seed", 0)
+    assert r.returncode == 0, r.stdout + r.stderr
+    exp = tmp_path / "mp"
+    rows = read_stats(exp)
+    assert rows[-1]["env_steps"] >= 150_000
+    assert rows[-1]["episode_reward_mean"] > 100, f"no learning progress: {rows[-1]}"  # random play scores ~22
+    assert rows[-1]["train_step"] > 0 and rows[-1]["policy_lag_mean"] is not None
+    assert {"time_s", "env_steps", "fps", "policy_id", "episode_reward_mean", "policy_lag_mean", "train_step"} <= set(rows[-1])
+    assert (exp / "config.json").exists()
+    assert glob.glob(str(exp / "tb" / "policy_0" / "events.out.tfevents.*"))
+    assert glob.glob(str(exp / "checkpoint_p0" / "checkpoint_*.pth"))
+    assert "fps" in r.stdout and "reward" in r.stdout
+
+
+def test_serial_mode_learns(tmp_path, clean_machine):
+    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "serial", "--serial_mode", "True",
+                "--train_for_env_steps", 100_000, "--seed", 0)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = read_stats(tmp_path / "serial")
+    assert rows[-1]["env_steps"] >= 100_000 and rows[-1]["episode_reward_mean"] > 60, rows[-1]
+
+
+def test_two_policies_both_train(tmp_path, clean_machine):
+    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "two", "--num_policies", 2,
+                "--train_for_env_steps", 30_000, "--experiment_summaries_interval", 1)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = read_stats(tmp_path / "two")
+    last = {row["policy_id"]: row for row in rows}
+    assert set(last) == {0, 1}
+    for row in last.values():
+        assert row["env_steps"] >= 30_000 and row["train_step"] > 0 and row["episode_reward_mean"] is not None
+    assert glob.glob(str(tmp_path / "two" / "checkpoint_p1" / "checkpoint_*.pth"))
+
+
+def test_resume_continues_env_steps(tmp_path, clean_machine):
+    common = ["train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "res", "--experiment_summaries_interval", 1]
+    assert run_cli(*common, "--train_for_env_steps", 20_000).returncode == 0
+    first_end = read_stats(tmp_path / "res")[-1]
+    r = run_cli(*common, "--train_for_env_steps", 40_000)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = read_stats(tmp_path / "res")
+    second = rows[rows.index(first_end) + 1:]
+    assert all(row["env_steps"] >= first_end["env_steps"] for row in second)
+    assert second[-1]["env_steps"] >= 40_000
+    assert second[-1]["train_step"] > first_end["train_step"]
+
+
+def test_restart_behavior_restart_starts_over(tmp_path):
+    common = ["train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "rs", "--train_for_env_steps", 10_000]
+    assert run_cli(*common).returncode == 0
+    assert run_cli(*common, "--restart_behavior", "restart").returncode == 0
+    rows = read_stats(tmp_path / "rs")
+    assert rows[-1]["env_steps"] < 20_000 and len([r for r in rows if r["env_steps"] >= 10_000]) <= 2
+
+
+def test_train_for_seconds_stops_the_run(tmp_path, clean_machine):
+    start = time.time()
+    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "secs", "--train_for_seconds", 6,
+                "--experiment_summaries_interval", 1)
+    wall = time.time() - start
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = read_stats(tmp_path / "secs")
+    assert 6 <= rows[-1]["time_s"] < 9, rows[-1]
+    assert wall < 40
+
+
+def test_doom_basic_runs_headless(tmp_path, clean_machine):
+    r = run_cli("train", "--env", "doom_basic", "--train_dir", tmp_path, "--experiment", "doom", "--num_workers", 2,
+                "--num_envs_per_worker", 2, "--rnn_size", 64, "--batch_size", 256, "--train_for_env_steps", 12_000,
+                "--experiment_summaries_interval", 1)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = read_stats(tmp_path / "doom")
+    assert rows[-1]["env_steps"] >= 12_000 and rows[-1]["train_step"] > 0
+    assert rows[-1]["episode_reward_mean"] is not None
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--env", "CartPol-v1"], "did you mean: CartPole-v1"),
+    (["--env", "CartPole-v1", "--num_workers", "0"], "--num_workers must be positive"),
+    (["--env", "CartPole-v1", "--num_envs_per_worker", "5", "--worker_num_splits", "2"], "divisible"),
+    (["--env", "CartPole-v1", "--batch_size", "100", "--rollout", "32"], "multiple of --rollout"),
+    (["--env", "CartPole-v1", "--use_rnn", "True", "--recurrence", "5"], "must divide --rollout"),
+    (["--env", "CartPole-v1", "--no_such_flag", "1"], "unrecognized arguments"),
+    (["--env", "CartPole-v1", "--use_rnn", "maybe"], "expected True or False"),
+    (["--env", "CartPole-v1", "--device", "cuda"], "no CUDA GPU"),
+    ([], "--env is required"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+    r = run_cli("train", "--train_dir", tmp_path, *args, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "default_experiment" / "stats.jsonl").exists()
+
+
+def test_envs_lists_registered_envs():
+    r = run_cli("envs", timeout=60)
+    assert r.returncode == 0 and "doom_basic" in r.stdout and "CartPole-v1" in r.stdout

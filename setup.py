@@ -4,7 +4,7 @@ setup(
     name="asyncrl",
     version="0.1.0",
     description="Asynchronous APPO reinforcement learning at high throughput, in the style of Sample Factory",
-    packages=["asyncrl", "envs", "experiments"],
+    packages=["asyncrl", "envs"],
     python_requires=">=3.10",
     install_requires=[
         # a range, not a pin: an installed torch (CPU or CUDA build) is accepted as it is

@@ -1,7 +1,8 @@
 """VizDoom scenarios shipped with the `vizdoom` package, headless, as gymnasium envs.
 
-The engine renders straight into CHW uint8 (screen format CRCGCB) at 160x120, so the env does no
-per-step transpose or resize. Each agent step repeats the action `frameskip` times inside the engine
+The engine renders straight into CHW uint8 (screen format CRCGCB) at 256x144, and the env returns
+every second row and column: a 128x72 observation (Sample Factory's model input size, without its
+aspect distortion) as a strided view, which costs nothing until it is copied into shared memory. Each agent step repeats the action `frameskip` times inside the engine
 (`make_action(action, frameskip)`), which returns the summed reward, as Sample Factory does.
 """
 
@@ -51,7 +52,7 @@ class DoomEnv(gym.Env):
         self.game.set_window_visible(False)
         self.game.set_sound_enabled(False)
         self.game.set_mode(vzd.Mode.PLAYER)
-        self.game.set_screen_resolution(vzd.ScreenResolution.RES_160X120)
+        self.game.set_screen_resolution(vzd.ScreenResolution.RES_256X144)
         self.game.set_screen_format(vzd.ScreenFormat.CRCGCB)
         if seed is not None:
             self.game.set_seed(seed)
@@ -60,13 +61,13 @@ class DoomEnv(gym.Env):
         num_buttons = self.game.get_available_buttons_size()
         self._actions = np.eye(num_buttons + 1, num_buttons, k=-1).tolist()  # row 0 = no-op, row i = button i-1
         self.action_space = gym.spaces.Discrete(len(self._actions))
-        self.observation_space = gym.spaces.Box(0, 255, (3, 120, 160), dtype=np.uint8)
+        self.observation_space = gym.spaces.Box(0, 255, (3, 72, 128), dtype=np.uint8)
         self._last_obs = np.zeros(self.observation_space.shape, np.uint8)
 
     def _observe(self) -> np.ndarray:
         state = self.game.get_state()
         if state is not None:  # None after the episode ended: repeat the last frame
-            self._last_obs = state.screen_buffer
+            self._last_obs = state.screen_buffer[:, ::2, ::2]
         return self._last_obs
 
     def reset(self, *, seed=None, options=None):

@@ -1,0 +1,64 @@
+"""Shared by the benchmark scripts: launch `asyncrl train` and timestamp each stats row as it appears."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import psutil
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO, "benchmarks", "results")
+
+
+def machine() -> str:
+    try:
+        import torch
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    except ImportError:
+        gpu = "unknown GPU"
+    return f"{psutil.cpu_count()} cores ({platform.processor() or platform.machine()}), " \
+           f"{psutil.virtual_memory().total / 2**30:.0f} GiB, {gpu}"
+
+
+def train_and_watch(train_args: list[str], experiment_dir: str, timeout_s: float) -> list[dict]:
+    """Run `asyncrl train ARGS`; returns its stats rows, each with `wall_s`: seconds since launch when the
+    row appeared (so start-up time counts, as it does for a user)."""
+    stats_path = os.path.join(experiment_dir, "stats.jsonl")
+    launch = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "asyncrl", "train", *train_args], cwd=REPO)
+    rows: list[dict] = []
+    offset = 0
+    while True:
+        done = proc.poll() is not None
+        if os.path.exists(stats_path):
+            with open(stats_path) as f:
+                f.seek(offset)
+                for line in f.readlines():
+                    if line.endswith("\n"):
+                        row = json.loads(line)
+                        row["wall_s"] = round(time.monotonic() - launch, 2)
+                        rows.append(row)
+                offset = f.tell()
+        if done:
+            break
+        if time.monotonic() - launch > timeout_s:
+            proc.kill()
+            raise RuntimeError(f"asyncrl train did not finish in {timeout_s} s")
+        time.sleep(0.2)
+    if proc.returncode != 0:
+        raise RuntimeError(f"asyncrl train exited with {proc.returncode}")
+    return rows
+
+
+def write_result(name: str, result: dict, markdown: str) -> None:
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    with open(os.path.join(RESULTS, f"{name}.md"), "w") as f:
+        f.write(markdown)
+    print(markdown)

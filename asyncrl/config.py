@@ -69,7 +69,7 @@ class Config:
     value_loss_coeff: float = _f(0.5, "Weight of the value loss.")
     exploration_loss_coeff: float = _f(0.003, "Weight of the entropy bonus.")
     normalize_advantage: bool = _f(True, "Normalize advantages per minibatch.")
-    normalize_input: bool = _f(False, "Normalize vector observations with running mean/std (learned by the learner).")
+    normalize_input: bool = _f(False, "Normalize observations with a running per-element mean/std (learned by the learner).")
     reward_scale: float = _f(1.0, "Rewards are multiplied by this before learning (reported returns stay the env's own).")
     reward_clip: float = _f(1000.0, "Scaled rewards are clipped to [-c, c].")
 

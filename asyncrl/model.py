@@ -15,7 +15,7 @@ from asyncrl.config import Config
 
 
 class RunningNorm(nn.Module):
-    """Running mean/variance of vector observations (parallel-variance update of Chan et al.), kept in
+    """Running per-element mean/variance of observations (parallel-variance update of Chan et al.), kept in
     buffers so the learner's statistics travel to the policy workers with the weights."""
 
     def __init__(self, shape, clip: float = 5.0):
@@ -67,7 +67,7 @@ class ActorCritic(nn.Module):
         use_conv = cfg.encoder == "conv" or (cfg.encoder == "auto" and self.is_image)
         if use_conv and not self.is_image:
             raise ValueError(f"--encoder conv needs image observations, got shape {obs_space.shape}")
-        self.normalizer = RunningNorm(obs_space.shape) if cfg.normalize_input and not self.is_image else None
+        self.normalizer = RunningNorm(obs_space.shape) if cfg.normalize_input else None
         if use_conv:
             self.encoder, size = conv_encoder(obs_space.shape)
         else:
@@ -88,7 +88,20 @@ class ActorCritic(nn.Module):
         else:
             self.action_head = nn.Linear(size, action_space.shape[0])
             self.action_log_std = nn.Parameter(torch.zeros(action_space.shape[0]))
-        nn.init.orthogonal_(self.action_head.weight, gain=0.01)  # near-uniform initial policy
+        self._initialize()
+
+    def _initialize(self) -> None:
+        """Orthogonal init (as in PPO implementations since Baselines): gain sqrt(2) keeps activations from
+        shrinking through the encoder (torch's default init lets a conv stack's features fade, and the
+        policy then barely sees the observation); 0.01 on the action head starts from a near-uniform policy."""
+        for module in [*self.encoder.modules(), self.value_head]:
+            if isinstance(module, (nn.Linear, nn.Conv2d)):
+                nn.init.orthogonal_(module.weight, gain=1.0 if module is self.value_head else 2 ** 0.5)
+                nn.init.zeros_(module.bias)
+        if self.rnn_type:
+            for name, param in self.core.named_parameters():
+                (nn.init.orthogonal_ if "weight" in name else nn.init.zeros_)(param)
+        nn.init.orthogonal_(self.action_head.weight, gain=0.01)
         nn.init.zeros_(self.action_head.bias)
 
     @property
@@ -97,14 +110,12 @@ class ActorCritic(nn.Module):
         return {"gru": self.rnn_size, "lstm": 2 * self.rnn_size}.get(self.rnn_type, 0)
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.is_image:
-            obs = obs.float() / 255.0
-        else:
-            obs = obs.float()
-            if self.normalizer is not None:
-                obs = self.normalizer(obs)
-            obs = obs.flatten(1)
-        return self.encoder(obs)
+        obs = obs.float()
+        if self.normalizer is not None:
+            obs = self.normalizer(obs)
+        elif self.is_image:
+            obs = obs / 255.0
+        return self.encoder(obs if self.is_image else obs.flatten(1))
 
     def _core_step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One recurrent step; returns (output, new flat state)."""

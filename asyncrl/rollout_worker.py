@@ -31,9 +31,8 @@ def env_seed(base_seed: int, worker: int, env: int) -> int:
 
 
 class RolloutWorker:
-    def __init__(self, worker_idx: int, cfg: Config, buffers: SharedBuffers, queues: Queues, stop_event,
-                 serial: bool = False):
-        self.worker_idx, self.cfg, self.stop_event, self.serial = worker_idx, cfg, stop_event, serial
+    def __init__(self, worker_idx: int, cfg: Config, buffers: SharedBuffers, queues: Queues, stop_event):
+        self.worker_idx, self.cfg, self.stop_event = worker_idx, cfg, stop_event
         self.queues = queues
         self.actions_ready = queues.actions_ready[worker_idx]
         base_seed = cfg.seed if cfg.seed is not None else secrets.randbits(31)
@@ -45,6 +44,7 @@ class RolloutWorker:
         k = cfg.envs_per_split
         self.split_envs = [self.envs[s * k:(s + 1) * k] for s in range(cfg.worker_num_splits)]
         self.split_agent_ids = [split_agents(cfg, worker_idx, s) for s in range(cfg.worker_num_splits)]
+        self.split_local_ids = [ids - ids[0] + s * len(ids) for s, ids in enumerate(self.split_agent_ids)]
         self.pending_responses = np.zeros(cfg.worker_num_splits, np.int64)
 
         # numpy views of the shared tensors: indexing them costs far less than indexing torch tensors
@@ -94,10 +94,9 @@ class RolloutWorker:
 
     # --- the hot path
     def _step_split(self, split: int) -> None:
-        agents, envs = self.split_agent_ids[split], self.split_envs[split]
+        agents, local, envs = self.split_agent_ids[split], self.split_local_ids[split], self.split_envs[split]
         slots, steps = self.agent_slot[agents], self.agent_step[agents]
         actions = self.traj_actions[slots, steps]
-        local = agents - agents[0] + split * len(envs)  # index into this worker's per-agent arrays
         dones = np.zeros(len(envs), bool)
         for i, env in enumerate(envs):
             obs, reward, terminated, truncated, _info = env.step(self._env_action(actions[i]))
@@ -157,7 +156,7 @@ class RolloutWorker:
             except Empty:
                 if self.stop_event.is_set():
                     raise StopRequested() from None
-                if self.serial:
+                if self.cfg.serial_mode:
                     raise RuntimeError("no free trajectory slot in serial mode; slots are sized so this cannot happen")
 
     def _request_actions(self, split: int) -> None:

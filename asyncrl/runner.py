@@ -95,7 +95,7 @@ class Runner:
         factories += [(f"asyncrl-policy-{p}-{i}" if cfg.policy_workers_per_policy > 1 else f"asyncrl-policy-{p}",
                        partial(PolicyWorker, p, cfg, b, q, env.obs_space, env.action_space, self.device))
                       for p in range(cfg.num_policies) for i in range(cfg.policy_workers_per_policy)]
-        factories += [(f"asyncrl-rollout-{w}", partial(RolloutWorker, w, cfg, b, q, self.stop_event, cfg.serial_mode))
+        factories += [(f"asyncrl-rollout-{w}", partial(RolloutWorker, w, cfg, b, q, self.stop_event))
                       for w in range(cfg.num_workers)]
         return factories
 

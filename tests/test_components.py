@@ -1,6 +1,7 @@
 """The engine's components driven in one process (serial mode): slot lifecycle, RNN resets, lag masking."""
 
 import numpy as np
+import pytest
 import torch
 
 from asyncrl.buffers import num_slots
@@ -128,4 +129,25 @@ def test_old_samples_are_masked_from_the_loss(tmp_path):
     assert loss_after == loss_before
     stats = learner._train(learner._gather(slots))
     assert stats["masked_fraction"] == 0.5 and stats["policy_lag_max"] == 5
+    runner._shutdown()
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(use_rnn=True, rnn_type="lstm", rnn_size=8),
+    dict(use_rnn=True, rnn_size=8, rollout=8, recurrence=4, batch_size=64),
+    dict(with_vtrace=False, normalize_input=True),
+    dict(env="Pendulum-v1", num_batches_per_epoch=2, num_epochs=2),  # Box actions: diagonal Gaussian head
+], ids=["lstm", "truncated_bptt", "gae_normalized_input", "box_actions"])
+def test_model_and_loss_variants_train(tmp_path, overrides):
+    runner = serial_runner(tmp_path, **overrides)
+    learner = next(c for c in runner.components if isinstance(c, Learner))
+    before = [p.detach().clone() for p in learner.model.parameters()]
+    while learner.train_step < 3:
+        for c in runner.components:
+            c.poll(0.0)
+    reports = drain(runner.queues.reports)
+    stats = [m[2] for m in reports if m[0] == "learner" and "loss" in m[2]][-1]
+    assert all(np.isfinite(stats[k]) for k in ("loss", "policy_loss", "value_loss", "entropy"))
+    assert learner.nan_updates == 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, learner.model.parameters()))
     runner._shutdown()

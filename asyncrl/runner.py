@@ -146,7 +146,7 @@ class Runner:
         left = self.cfg.train_for_seconds - self.stats.elapsed()
         elapsed = max(1e-6, self.stats.elapsed())
         for p in self.stats.policies:
-            rate = (p.env_steps - (p.last_summary_env_steps or 0)) / elapsed  # rough: this launch's average
+            rate = (p.env_steps - (p.launch_env_steps or 0)) / elapsed  # this launch's average
             if rate > 0:
                 left = min(left, max(0.0, self.cfg.train_for_env_steps - p.env_steps) / rate)
         return max(0.0, left)

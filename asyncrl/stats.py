@@ -19,7 +19,8 @@ class PolicyStats:
         self.episodes_total = 0
         self.learner: dict = {}
         self.env_steps = 0
-        self.last_summary_env_steps: int | None = None  # set by the learner's first report (resumed runs start > 0)
+        self.launch_env_steps: int | None = None  # from the learner's first report (a resumed run starts > 0)
+        self.last_summary_env_steps: int | None = None
 
     def add_episode(self, episode_return: float, length: int) -> None:
         self.episode_returns.append(episode_return)
@@ -29,8 +30,8 @@ class PolicyStats:
     def add_learner_report(self, stats: dict) -> None:
         self.learner = stats
         self.env_steps = int(stats["env_steps"])
-        if self.last_summary_env_steps is None:
-            self.last_summary_env_steps = self.env_steps
+        if self.launch_env_steps is None:
+            self.launch_env_steps = self.last_summary_env_steps = self.env_steps
 
     def reward_mean(self) -> float | None:
         return float(np.mean(self.episode_returns)) if self.episode_returns else None

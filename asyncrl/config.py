@@ -46,7 +46,8 @@ class Config:
     policy_workers_per_policy: int = _f(1, "Inference processes per policy.")
     rollout: int = _f(32, "Length of a trajectory slot: env steps per agent sent to the learner at once.")
     max_policy_lag: int = _f(100, "Samples more than this many policy versions older than the learner are masked from the loss.")
-    env_options: dict = _f({}, "Extra keyword options for the env's constructor, as JSON (e.g. '{\"frameskip\": 2}').")
+    env_frameskip: Optional[int] = _f(None, "Env frames per agent step (the action repeats; VizDoom's default is 4). None: the env's default.")
+    env_options: dict = _f({}, "Extra keyword options for the env's constructor, as JSON (e.g. '{\"step_us\": 500}').")
 
     # --- learning
     batch_size: int = _f(1024, "Samples (env steps of one agent) per learner update.")
@@ -94,6 +95,12 @@ class Config:
     def experiment_dir(self) -> str:
         return os.path.join(self.train_dir, self.experiment)
 
+    def env_kwargs(self) -> dict:
+        """Keyword options for the env's constructor (`make_env(cfg.env, **cfg.env_kwargs())`)."""
+        if self.env_frameskip is None:
+            return dict(self.env_options)
+        return {**self.env_options, "frameskip": self.env_frameskip}
+
     @property
     def bptt_len(self) -> int:
         if self.recurrence == -1:
@@ -114,6 +121,8 @@ class Config:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name} must be positive, got {getattr(self, name)}")
+        if self.env_frameskip is not None and self.env_frameskip <= 0:
+            raise ConfigError(f"--env_frameskip must be positive, got {self.env_frameskip}")
         for name in ["learning_rate", "train_for_env_steps", "train_for_seconds", "save_every_sec",
                      "experiment_summaries_interval", "reward_scale"]:
             if getattr(self, name) <= 0:

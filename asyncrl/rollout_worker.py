@@ -38,7 +38,7 @@ class RolloutWorker:
         base_seed = cfg.seed if cfg.seed is not None else secrets.randbits(31)
         self.rng = np.random.default_rng([base_seed, worker_idx])  # policy assignment
 
-        self.envs = [make_env(cfg.env, **cfg.env_options) for _ in range(cfg.num_envs_per_worker)]
+        self.envs = [make_env(cfg.env, **cfg.env_kwargs()) for _ in range(cfg.num_envs_per_worker)]
         self.env_seeds = [env_seed(base_seed, worker_idx, i) for i in range(cfg.num_envs_per_worker)]
         self.action_space = self.envs[0].action_space
         k = cfg.envs_per_split
@@ -61,7 +61,7 @@ class RolloutWorker:
         num_local_agents = cfg.num_envs_per_worker * AGENTS_PER_ENV
         self.episode_return = np.zeros(num_local_agents)  # the env's own reward, unscaled
         self.episode_length = np.zeros(num_local_agents, np.int64)
-        self.finished_episodes: list[tuple[int, float, int]] = []  # (policy, return, length)
+        self.finished_episodes: list[tuple] = []  # (policy, return, length, env stats)
         self.last_report = time.monotonic()
 
     # --- lifecycle
@@ -99,13 +99,13 @@ class RolloutWorker:
         actions = self.traj_actions[slots, steps]
         dones = np.zeros(len(envs), bool)
         for i, env in enumerate(envs):
-            obs, reward, terminated, truncated, _info = env.step(self._env_action(actions[i]))
+            obs, reward, terminated, truncated, info = env.step(self._env_action(actions[i]))
             self.traj_rewards[slots[i], steps[i]] = reward
             self.episode_return[local[i]] += reward
             self.episode_length[local[i]] += 1
             if terminated or truncated:
                 dones[i] = True
-                self._end_episode(agents[i], local[i])
+                self._end_episode(agents[i], local[i], info.get("episode_stats", {}))
                 obs, _ = env.reset()
             self.traj_obs[slots[i], steps[i] + 1] = obs
 
@@ -166,9 +166,11 @@ class RolloutWorker:
             self.queues.policy_requests[p].put((self.worker_idx, split))
 
     # --- statistics
-    def _end_episode(self, agent: int, local: int) -> None:
+    def _end_episode(self, agent: int, local: int, env_stats: dict) -> None:
+        """Record the finished episode: its return, length, and the env's own counters (info["episode_stats"])."""
         policy = int(self.agent_policy[agent])
-        self.finished_episodes.append((policy, float(self.episode_return[local]), int(self.episode_length[local])))
+        self.finished_episodes.append((policy, float(self.episode_return[local]), int(self.episode_length[local]),
+                                       {k: float(v) for k, v in env_stats.items()}))
         self.episode_return[local] = 0
         self.episode_length[local] = 0
 

@@ -50,7 +50,7 @@ def resolve_device(cfg: Config) -> torch.device:
 
 def probe_env(cfg: Config) -> EnvInfo:
     """Make one env in the main process to learn the spaces that size the shared buffers."""
-    env = make_env(cfg.env, **cfg.env_options)
+    env = make_env(cfg.env, **cfg.env_kwargs())
     try:
         return EnvInfo(env.observation_space, env.action_space, env_frameskip(env))
     finally:

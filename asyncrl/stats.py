@@ -16,15 +16,18 @@ class PolicyStats:
         self.policy_id = policy_id
         self.episode_returns: deque[float] = deque(maxlen=window)
         self.episode_lengths: deque[int] = deque(maxlen=window)
+        self.env_stats: dict[str, deque[float]] = {}  # the env's info["episode_stats"], e.g. kills
         self.episodes_total = 0
         self.learner: dict = {}
         self.env_steps = 0
         self.launch_env_steps: int | None = None  # from the learner's first report (a resumed run starts > 0)
         self.last_summary_env_steps: int | None = None
 
-    def add_episode(self, episode_return: float, length: int) -> None:
+    def add_episode(self, episode_return: float, length: int, env_stats: dict) -> None:
         self.episode_returns.append(episode_return)
         self.episode_lengths.append(length)
+        for key, value in env_stats.items():
+            self.env_stats.setdefault(key, deque(maxlen=self.episode_returns.maxlen)).append(value)
         self.episodes_total += 1
 
     def add_learner_report(self, stats: dict) -> None:
@@ -52,8 +55,8 @@ class StatsWriter:
     def handle(self, message: tuple) -> None:
         kind = message[0]
         if kind == "episodes":
-            for policy_id, episode_return, length in message[1]:
-                self.policies[policy_id].add_episode(episode_return, length)
+            for policy_id, episode_return, length, env_stats in message[1]:
+                self.policies[policy_id].add_episode(episode_return, length, env_stats)
         elif kind == "learner":
             self.policies[message[1]].add_learner_report(message[2])
 
@@ -74,6 +77,7 @@ class StatsWriter:
                    "episode_len_mean": float(np.mean(p.episode_lengths)) if p.episode_lengths else None,
                    "episodes": p.episodes_total, "policy_lag_mean": p.learner.get("policy_lag_mean"),
                    "train_step": p.learner.get("train_step", 0)}
+            row.update({f"episode_{k}_mean": float(np.mean(v)) for k, v in p.env_stats.items()})
             row.update({k: v for k, v in p.learner.items() if k not in row})
             p.last_summary_env_steps = p.env_steps
             rows.append(row)

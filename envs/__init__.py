@@ -43,7 +43,7 @@ def registered_envs() -> dict[str, EnvEntry]:
 
 def _register_builtin():
     # Imported lazily so `import envs` stays cheap; the modules call register_env on import.
-    from envs import doom  # noqa: F401
+    from envs import doom, synthetic  # noqa: F401
 
 
 def _gym_ids() -> list[str]:

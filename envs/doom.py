@@ -2,31 +2,56 @@
 
 The engine renders straight into CHW uint8 (screen format CRCGCB) at 256x144, and the env returns
 every second row and column: a 128x72 observation (Sample Factory's model input size, without its
-aspect distortion) as a strided view, which costs nothing until it is copied into shared memory. Each agent step repeats the action `frameskip` times inside the engine
-(`make_action(action, frameskip)`), which returns the summed reward, as Sample Factory does.
+aspect distortion) as a strided view, which costs nothing until it is copied into shared memory.
+Each agent step repeats the action `frameskip` times inside the engine (`make_action(action, frameskip)`),
+which returns the summed reward, as Sample Factory does. At an episode's end, `info["episode_stats"]`
+holds the scenario's counters (kills, health, ammo, frags, deaths), which the engine reports.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 
 from envs import EnvError, register_env
 
-# name -> (scenario config in vizdoom.scenarios_path, description, reward scale the learner applies)
+
+@dataclass(frozen=True)
+class Scenario:
+    cfg: str                        # config file in vizdoom.scenarios_path
+    description: str
+    reward_scale: float = 1.0       # applied by the learner; reported returns stay the env's own
+    combos: tuple = ()              # extra actions: buttons pressed together, e.g. ("MOVE_FORWARD", "TURN_LEFT")
+    stats: tuple = ()               # game variables reported at episode end
+    buttons: tuple = ()             # replaces the cfg's buttons (multiplayer cfgs have analog ones)
+    bots: int = 0                   # built-in bots in a deathmatch
+
+
+FORWARD_TURNS = (("MOVE_FORWARD", "TURN_LEFT"), ("MOVE_FORWARD", "TURN_RIGHT"))
+DEATHMATCH_BUTTONS = ("ATTACK", "MOVE_FORWARD", "MOVE_BACKWARD", "MOVE_LEFT", "MOVE_RIGHT", "TURN_LEFT", "TURN_RIGHT")
+
 SCENARIOS = {
-    "doom_basic": ("basic.cfg", "shoot the monster in front of you (reward ~ +1 per episode after scaling)", 0.01),
-    "doom_defend_the_center": ("defend_the_center.cfg", "turn and shoot monsters approaching from all sides", 1.0),
-    "doom_defend_the_line": ("defend_the_line.cfg", "shoot monsters approaching along a line", 1.0),
-    "doom_health_gathering": ("health_gathering.cfg", "collect medkits on an acid floor to survive", 1.0),
-    "doom_health_gathering_supreme": ("health_gathering_supreme.cfg", "health gathering in a maze with poison", 1.0),
-    "doom_my_way_home": ("my_way_home.cfg", "find the vest in a maze (sparse reward)", 1.0),
-    "doom_deadly_corridor": ("deadly_corridor.cfg", "reach the vest through a corridor of shooting monsters", 0.01),
-    "doom_take_cover": ("take_cover.cfg", "dodge fireballs to survive", 1.0),
-    "doom_predict_position": ("predict_position.cfg", "shoot a rocket at a moving target", 1.0),
+    "doom_basic": Scenario("basic.cfg", "shoot the monster in front of you", 0.01, stats=("kills", "ammo")),
+    "doom_defend_the_center": Scenario("defend_the_center.cfg", "turn and shoot monsters approaching from all sides",
+                                       stats=("kills", "health", "ammo")),
+    "doom_defend_the_line": Scenario("defend_the_line.cfg", "shoot monsters approaching along a line",
+                                     stats=("kills", "health", "ammo")),
+    "doom_health_gathering": Scenario("health_gathering.cfg", "collect medkits on an acid floor to survive", 0.01,
+                                      FORWARD_TURNS, ("health",)),
+    "doom_health_gathering_supreme": Scenario("health_gathering_supreme.cfg", "health gathering in a maze with poison",
+                                              0.01, FORWARD_TURNS, ("health",)),
+    "doom_my_way_home": Scenario("my_way_home.cfg", "find the vest in a maze (sparse reward)", 1.0, FORWARD_TURNS),
+    "doom_deadly_corridor": Scenario("deadly_corridor.cfg", "reach the vest through a corridor of shooting monsters",
+                                     0.01, FORWARD_TURNS + (("MOVE_FORWARD", "ATTACK"),), ("kills", "health")),
+    "doom_take_cover": Scenario("take_cover.cfg", "dodge fireballs to survive", 0.01, stats=("health",)),
+    "doom_predict_position": Scenario("predict_position.cfg", "shoot a rocket at a moving target"),
+    "doom_deathmatch_bots": Scenario("multi.cfg", "deathmatch against 7 built-in bots (+1 frag, -1 death)", 1.0,
+                                     FORWARD_TURNS + (("MOVE_FORWARD", "ATTACK"),), ("frags", "deaths", "health"),
+                                     DEATHMATCH_BUTTONS, bots=7),
 }
 
 # Sample Factory's VizDoom model (convnet_simple + 512-unit GRU) with per-pixel input normalization, as it
@@ -34,41 +59,60 @@ SCENARIOS = {
 DOOM_DEFAULTS = {"encoder": "conv", "use_rnn": True, "rnn_size": 512, "num_envs_per_worker": 8,
                  "normalize_input": True, "learning_rate": 5e-4}
 
+_STAT_VARIABLES = {"kills": "KILLCOUNT", "health": "HEALTH", "ammo": "AMMO2", "frags": "FRAGCOUNT", "deaths": "DEATHCOUNT"}
+_DEATHMATCH_ARGS = ("-host 1 -deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 "
+                    "+sv_spawnfarthest 1 +sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1")
+
+
+def scenario_file(name: str) -> str:
+    import vizdoom as vzd
+    path = os.path.join(vzd.scenarios_path, name)
+    if not os.path.isfile(path):
+        raise EnvError(f"VizDoom scenario file missing: {path} (reinstall the vizdoom package)")
+    return path
+
 
 class DoomEnv(gym.Env):
-    """One VizDoom game. Actions: Discrete(n + 1): no-op, or press one of the scenario's n buttons."""
+    """One VizDoom game. Actions: Discrete: no-op, each button alone, then the scenario's button combos."""
 
     metadata = {"render_modes": []}
 
-    def __init__(self, scenario_cfg: str, frameskip: int = 4, seed: int | None = None):
+    def __init__(self, scenario: Scenario, frameskip: int = 4, episode_timeout: int | None = None):
         import vizdoom as vzd
 
-        self.frameskip = frameskip
-        cfg_path = os.path.join(vzd.scenarios_path, scenario_cfg)
-        if not os.path.isfile(cfg_path):
-            raise EnvError(f"VizDoom scenario file missing: {cfg_path} (reinstall the vizdoom package)")
-        self.game = vzd.DoomGame()
-        self.game.load_config(cfg_path)
-        wad = os.path.join(vzd.scenarios_path, os.path.basename(self.game.get_doom_scenario_path()))
-        if not os.path.isfile(wad):
-            raise EnvError(f"VizDoom scenario file missing: {wad} (reinstall the vizdoom package)")
-        self.game.set_doom_scenario_path(wad)
+        self.scenario, self.frameskip = scenario, frameskip
+        self.game = game = vzd.DoomGame()
+        game.load_config(scenario_file(scenario.cfg))
+        game.set_doom_scenario_path(scenario_file(os.path.basename(game.get_doom_scenario_path())))
         # the engine writes its ini file here instead of into the user's working directory
-        self.game.set_doom_config_path(os.path.join(tempfile.gettempdir(), "asyncrl_vizdoom.ini"))
-        self.game.set_window_visible(False)
-        self.game.set_sound_enabled(False)
-        self.game.set_mode(vzd.Mode.PLAYER)
-        self.game.set_screen_resolution(vzd.ScreenResolution.RES_256X144)
-        self.game.set_screen_format(vzd.ScreenFormat.CRCGCB)
-        if seed is not None:
-            self.game.set_seed(seed)
-        self._initialized = False
-
-        num_buttons = self.game.get_available_buttons_size()
-        self._actions = np.eye(num_buttons + 1, num_buttons, k=-1).tolist()  # row 0 = no-op, row i = button i-1
+        game.set_doom_config_path(os.path.join(tempfile.gettempdir(), "asyncrl_vizdoom.ini"))
+        game.set_window_visible(False)
+        game.set_sound_enabled(False)
+        game.set_mode(vzd.Mode.PLAYER)
+        game.set_screen_resolution(vzd.ScreenResolution.RES_256X144)
+        game.set_screen_format(vzd.ScreenFormat.CRCGCB)
+        if scenario.buttons:
+            game.set_available_buttons([getattr(vzd.Button, b) for b in scenario.buttons])
+        if scenario.bots:
+            game.set_doom_map("map01")
+            game.add_game_args(_DEATHMATCH_ARGS)
+            game.set_frag_reward(1.0)
+            game.set_episode_timeout(4200)
+        if episode_timeout is not None:
+            game.set_episode_timeout(episode_timeout)
+        self._stat_variables = {name: getattr(vzd.GameVariable, _STAT_VARIABLES[name]) for name in scenario.stats}
+        self._actions = self._action_table([b.name for b in game.get_available_buttons()], scenario.combos)
         self.action_space = gym.spaces.Discrete(len(self._actions))
         self.observation_space = gym.spaces.Box(0, 255, (3, 72, 128), dtype=np.uint8)
         self._last_obs = np.zeros(self.observation_space.shape, np.uint8)
+        self._initialized = False
+
+    @staticmethod
+    def _action_table(buttons: list[str], combos: tuple) -> list[list[float]]:
+        table = [[0.0] * len(buttons)]
+        for pressed in [(b,) for b in buttons] + list(combos):
+            table.append([1.0 if b in pressed else 0.0 for b in buttons])
+        return table
 
     def _observe(self) -> np.ndarray:
         state = self.game.get_state()
@@ -80,17 +124,28 @@ class DoomEnv(gym.Env):
         super().reset(seed=seed)
         if seed is not None:
             self.game.set_seed(int(seed) % (2 ** 31))
+            if self.scenario.bots and self._initialized:
+                self.close()  # bots draw from the engine's start-up seed: restart the engine to reseed them
         if not self._initialized:
             self.game.init()
             self._initialized = True
         self.game.new_episode()
+        if self.scenario.bots:
+            self.game.send_game_command("removebots")
+            for _ in range(self.scenario.bots):
+                self.game.send_game_command("addbot")
         return self._observe(), {}
 
     def step(self, action):
         reward = self.game.make_action(self._actions[int(action)], self.frameskip)
+        if self.scenario.bots and self.game.is_player_dead():
+            self.game.respawn_player()  # a deathmatch goes on after a death; the death penalty was paid
         terminated = self.game.is_episode_finished()
         truncated = terminated and self.game.is_episode_timeout_reached()
-        return self._observe(), float(reward), terminated and not truncated, truncated, {}
+        info = {}
+        if terminated:
+            info["episode_stats"] = {name: float(self.game.get_game_variable(v)) for name, v in self._stat_variables.items()}
+        return self._observe(), float(reward), terminated and not truncated, truncated, info
 
     def close(self):
         if self._initialized:
@@ -99,9 +154,9 @@ class DoomEnv(gym.Env):
 
 
 def _register():
-    for name, (cfg, description, reward_scale) in SCENARIOS.items():
-        register_env(name, lambda cfg=cfg, **options: DoomEnv(cfg, **options), f"VizDoom: {description}",
-                     {**DOOM_DEFAULTS, "reward_scale": reward_scale})
+    for name, scenario in SCENARIOS.items():
+        register_env(name, lambda scenario=scenario, **options: DoomEnv(scenario, **options),
+                     f"VizDoom: {scenario.description}", {**DOOM_DEFAULTS, "reward_scale": scenario.reward_scale})
 
 
 _register()

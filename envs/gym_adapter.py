@@ -34,7 +34,11 @@ def check_spaces(name: str, env: gym.Env) -> None:
 
 
 def make_gym_env(gym_id: str, **options) -> gym.Env:
-    env = gym.make(gym_id, **options)
+    from envs import EnvError
+    try:
+        env = gym.make(gym_id, **options)
+    except TypeError as e:  # an option the env's constructor does not take
+        raise EnvError(f"env {gym_id!r} does not take the options {sorted(options)}: {e}") from None
     check_spaces(gym_id, env)
     if is_image_space(env.observation_space) and env.observation_space.shape[-1] in (1, 3, 4):
         env = ChannelsFirst(env)

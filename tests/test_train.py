@@ -103,6 +103,7 @@ def test_doom_basic_runs_headless(tmp_path, clean_machine):
 
 @pytest.mark.parametrize("args,needle", [
     (["--env", "CartPol-v1"], "did you mean: CartPole-v1"),
+    (["--env", "CartPole-v1", "--env_options", '{"frameskip": 2}'], "does not take the options"),
     (["--env", "CartPole-v1", "--num_workers", "0"], "--num_workers must be positive"),
     (["--env", "CartPole-v1", "--num_envs_per_worker", "5", "--worker_num_splits", "2"], "divisible"),
     (["--env", "CartPole-v1", "--batch_size", "100", "--rollout", "32"], "multiple of --rollout"),
@@ -122,5 +123,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
 
 
 def test_envs_lists_registered_envs():
+    from envs import registered_envs
     r = run_cli("envs", timeout=60)
-    assert r.returncode == 0 and "doom_basic" in r.stdout and "CartPole-v1" in r.stdout
+    assert r.returncode == 0 and "gymnasium" in r.stdout
+    listed = {line.split()[0] for line in r.stdout.splitlines()}
+    builtin = {name for name in registered_envs() if name.startswith(("doom_", "synthetic_"))}
+    assert len(builtin) == 12 and builtin <= listed

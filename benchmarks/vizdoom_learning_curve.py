@@ -1,9 +1,9 @@
-"""doom_basic from pixels: reward against env steps and against wall time, as JSON and a PNG.
+"""A VizDoom scenario from pixels: reward against env steps and against wall time, as JSON and a PNG.
 
-    python benchmarks/doom_learning_curve.py [--seconds 600] [extra asyncrl train flags...]
+    python benchmarks/vizdoom_learning_curve.py [--env doom_basic] [--seconds 600] [extra asyncrl train flags...]
 
-Uses the ready-made doom_basic settings (2 workers x 8 envs, conv encoder + 512-unit GRU). Rewards are
-the env's own (Sample Factory reports them x0.01: its "0.7" is 70 here).
+Uses the VizDoom defaults (2 workers x 8 envs, conv encoder + 512-unit GRU). Rewards are the env's own
+(Sample Factory reports doom_basic's x0.01: its "0.7" is 70 here). Writes benchmarks/results/<env>_learning.*
 """
 
 import argparse
@@ -14,7 +14,7 @@ import tempfile
 from _run import RESULTS, machine, train_and_watch, write_result
 
 
-def plot(rows, path):
+def plot(rows, path, env):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -27,30 +27,31 @@ def plot(rows, path):
     for ax in axes:
         ax.set_ylabel("mean episode return (last 100)")
         ax.grid(alpha=0.3)
-    fig.suptitle(f"asyncrl, doom_basic — {machine()}")
+    fig.suptitle(f"asyncrl, {env} — {machine()}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="doom_basic")
     parser.add_argument("--seconds", type=float, default=600)
     args, extra = parser.parse_known_args()
     train_dir = tempfile.mkdtemp(prefix="asyncrl_doom_")
-    rows = train_and_watch(["--env", "doom_basic", "--train_dir", train_dir, "--experiment", "basic", "--num_workers", "2",
+    rows = train_and_watch(["--env", args.env, "--train_dir", train_dir, "--experiment", "run", "--num_workers", "2",
                             "--num_envs_per_worker", "8", "--train_for_seconds", str(args.seconds),
                             "--experiment_summaries_interval", "5", *extra],
-                           os.path.join(train_dir, "basic"), timeout_s=args.seconds + 180)
+                           os.path.join(train_dir, "run"), timeout_s=args.seconds + 180)
     shutil.rmtree(train_dir, ignore_errors=True)
-    plot(rows, os.path.join(RESULTS, "doom_basic_learning.png"))
+    plot(rows, os.path.join(RESULTS, f"{args.env}_learning.png"), args.env)
     scored = [r for r in rows if r["episode_reward_mean"] is not None]
-    lines = ["# doom_basic learning curve", "", f"Machine: {machine()}", "",
-             f"Command: `python benchmarks/doom_learning_curve.py --seconds {args.seconds:g} {' '.join(extra)}`", "",
-             "![curve](doom_basic_learning.png)", "",
+    lines = [f"# {args.env} learning curve", "", f"Machine: {machine()}", "",
+             f"Command: `python benchmarks/vizdoom_learning_curve.py --env {args.env} --seconds {args.seconds:g} {' '.join(extra)}`",
+             "", f"![curve]({args.env}_learning.png)", "",
              "| s since launch | env steps | mean return | fps |", "| --- | --- | --- | --- |"]
     for r in scored[:: max(1, len(scored) // 15)] + scored[-1:]:
         lines.append(f"| {r['wall_s']:.0f} | {r['env_steps']:,} | {r['episode_reward_mean']:.1f} | {r['fps']:,.0f} |")
-    write_result("doom_basic_learning", {"machine": machine(), "rows": rows}, "\n".join(lines) + "\n")
+    write_result(f"{args.env}_learning", {"machine": machine(), "env": args.env, "rows": rows}, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

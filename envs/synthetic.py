@@ -1,0 +1,90 @@
+"""Synthetic envs whose cost we control, for throughput benchmarks and learning checks.
+
+The task is learnable: the observation shows a target in [0, num_actions), and the reward is 1 when
+the action equals the target it shows, else 0 (an episode of length L scores ~L/num_actions at random,
+L when solved). Each step burns CPU for a set time, the way a
+simulator would (a busy loop, not a sleep).
+
+- synthetic_constant: every step costs `step_us` microseconds.
+- synthetic_heterogeneous: each env has its own mean cost (log-normal across envs around `step_us`)
+  and each step a heavy-tailed multiple of it (Pareto), so some envs and some steps are stragglers.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+import numpy as np
+
+from envs import EnvError, register_env
+from envs.gym_adapter import VECTOR_ENV_DEFAULTS
+
+
+def burn_cpu(microseconds: float) -> None:
+    end = time.perf_counter() + microseconds * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
+class SyntheticEnv(gym.Env):
+    metadata = {"render_modes": []}
+
+    def __init__(self, step_us: float = 100.0, obs_shape=(16,), num_actions: int = 4, episode_len: int = 20,
+                 env_spread: float = 0.0, step_tail: float = 0.0):
+        obs_shape = tuple(obs_shape)
+        if len(obs_shape) not in (1, 3) or step_us < 0 or num_actions < 2 or episode_len < 1:
+            raise EnvError(f"synthetic env: bad options (obs_shape {obs_shape} must be (n,) or (C, H, W); "
+                           f"step_us >= 0, num_actions >= 2, episode_len >= 1)")
+        self.step_us, self.num_actions, self.episode_len = step_us, num_actions, episode_len
+        self.env_spread, self.step_tail = env_spread, step_tail
+        if len(obs_shape) == 1:
+            if obs_shape[0] < num_actions:
+                raise EnvError(f"synthetic env: a vector observation needs at least num_actions={num_actions} entries")
+            self.observation_space = gym.spaces.Box(0.0, 1.0, obs_shape, dtype=np.float32)
+        else:
+            self.observation_space = gym.spaces.Box(0, 255, obs_shape, dtype=np.uint8)
+        self.action_space = gym.spaces.Discrete(num_actions)
+        self._rng = np.random.default_rng()
+        self._env_cost_us = step_us
+        self._target, self._t = 0, 0
+        self._obs = np.zeros(obs_shape, self.observation_space.dtype)
+
+    def _render_target(self) -> np.ndarray:
+        """Vector: one-hot target in the first entries. Image: a bright vertical band at the target's position."""
+        self._obs.fill(0)
+        if self._obs.ndim == 1:
+            self._obs[self._target] = 1.0
+        else:
+            width = self._obs.shape[2] // self.num_actions
+            self._obs[:, :, self._target * width:(self._target + 1) * width] = 255
+        return self._obs.copy()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        if self.env_spread > 0:  # this env's own mean cost, fixed until the next seeded reset
+            self._env_cost_us = self.step_us * float(self._rng.lognormal(0.0, self.env_spread))
+        self._t, self._target = 0, int(self._rng.integers(self.num_actions))
+        return self._render_target(), {}
+
+    def step(self, action):
+        cost = self._env_cost_us
+        if self.step_tail > 0:  # Pareto multiple with minimum 1, capped so one step cannot stall a run
+            cost *= min(50.0, 1.0 + float(self._rng.pareto(self.step_tail)))
+        burn_cpu(cost)
+        reward = float(int(action) == self._target)
+        self._t += 1
+        self._target = int(self._rng.integers(self.num_actions))
+        return self._render_target(), reward, False, self._t >= self.episode_len, {}
+
+
+SYNTHETIC_DEFAULTS = dict(VECTOR_ENV_DEFAULTS)
+
+register_env("synthetic_constant", lambda **options: SyntheticEnv(**options),
+             "synthetic: every step burns step_us of CPU (option via --env_options '{\"step_us\": 100}')",
+             SYNTHETIC_DEFAULTS)
+register_env("synthetic_heterogeneous",
+             lambda **options: SyntheticEnv(**{"env_spread": 0.5, "step_tail": 1.5, **options}),
+             "synthetic: step cost differs across envs (log-normal) and per step (Pareto tail)", SYNTHETIC_DEFAULTS)

@@ -1,0 +1,101 @@
+"""Every env asyncrl offers: created, stepped and closed headless; gymnasium's conformance check; seeding."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envs
+from envs import EnvError, make_env, registered_envs
+from envs.doom import SCENARIOS, DoomEnv, Scenario
+
+GYM_IDS = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCarContinuous-v0"]
+ALL_ENVS = sorted(registered_envs()) + GYM_IDS
+
+
+@pytest.mark.parametrize("name", ALL_ENVS)
+def test_env_steps_headless_and_passes_check_env(name):
+    env = make_env(name)
+    try:
+        check_env(env, skip_render_check=True)
+        obs, _ = env.reset(seed=1)
+        assert env.observation_space.contains(obs)
+        for _ in range(30):
+            obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+            assert env.observation_space.contains(obs) and np.isfinite(reward)
+            if terminated or truncated:
+                obs, _ = env.reset()
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("name", ["doom_basic", "doom_deathmatch_bots", "CartPole-v1", "synthetic_heterogeneous"])
+def test_same_seed_same_first_observations_and_rewards(name):
+    def rollout():
+        env = make_env(name)
+        obs, _ = env.reset(seed=123)
+        trace = [obs.copy()]
+        for t in range(12):
+            obs, reward, terminated, truncated, _ = env.step(t % env.action_space.n)
+            trace += [obs.copy(), reward]
+            if terminated or truncated:
+                break
+        env.close()
+        return trace
+
+    a, b = rollout(), rollout()
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_vizdoom_images_are_chw_uint8_128x72_and_episode_stats_reported():
+    env = make_env("doom_defend_the_center")
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (3, 72, 128) and obs.dtype == np.uint8 and obs.std() > 0
+    info = {}
+    for _ in range(3000):
+        obs, _, terminated, truncated, info = env.step(env.action_space.sample())
+        if terminated or truncated:
+            break
+    env.close()
+    assert set(info["episode_stats"]) == {"kills", "health", "ammo"}
+
+
+def test_gym_image_observations_become_chw():
+    from envs.gym_adapter import ChannelsFirst
+    base = gym.make("CartPole-v1", render_mode="rgb_array")
+    env = ChannelsFirst(gym.wrappers.AddRenderObservation(base, render_only=True))
+    obs, _ = env.reset(seed=0)
+    assert obs.shape[0] == 3 and env.observation_space.contains(obs)
+    env.close()
+
+
+def test_frameskip_option_reaches_the_env():
+    env = make_env("doom_basic", frameskip=2)
+    assert envs.env_frameskip(env) == 2
+    env.close()
+
+
+def test_missing_scenario_file_names_the_file():
+    with pytest.raises(EnvError, match="no_such_scenario.cfg"):
+        DoomEnv(Scenario("no_such_scenario.cfg", "missing"))
+
+
+def test_unknown_env_suggests_near_matches():
+    with pytest.raises(EnvError, match="did you mean: doom_basic"):
+        make_env("doom_basc")
+
+
+def test_register_env_plugs_in_a_users_env():
+    envs.register_env("my_cartpole", lambda **options: gym.make("CartPole-v1", **options), "a user's env",
+                      {"reward_scale": 0.5})
+    env = make_env("my_cartpole", max_episode_steps=7)
+    assert env.spec.max_episode_steps == 7
+    assert envs.env_entry("my_cartpole").default_config == {"reward_scale": 0.5}
+    env.close()
+
+
+def test_all_listed_scenarios_are_registered():
+    assert set(SCENARIOS) <= set(registered_envs())
+    assert {"synthetic_constant", "synthetic_heterogeneous", "doom_deathmatch_bots"} <= set(registered_envs())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import traceback
 
@@ -25,6 +26,18 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+_reaper = None  # the reaper's pipe must stay open for this process's whole life
+
+
+def lead_group_with_reaper() -> None:
+    """Make this process the leader of its own process group (what it starts, e.g. VizDoom engines, joins
+    it; the terminal's Ctrl-C does not reach it) and start a reaper that kills the group once we are gone."""
+    global _reaper
+    os.setpgid(0, 0)
+    _reaper = subprocess.Popen([sys.executable, "-m", "asyncrl.reaper", str(os.getpid())], stdin=subprocess.PIPE,
+                               start_new_session=True, close_fds=True)
+
+
 def set_process_title(title: str) -> None:
     try:
         import setproctitle
@@ -41,6 +54,7 @@ def child_main(title: str, make_component, stop_event, torch_threads: int, paren
     die_with_parent()
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         return
+    lead_group_with_reaper()
     set_process_title(title)
     torch.set_num_threads(torch_threads)
     from asyncrl.rollout_worker import StopRequested

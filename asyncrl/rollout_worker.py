@@ -8,7 +8,9 @@ compute that group's actions, the worker steps the other group (double-buffered 
 from __future__ import annotations
 
 import secrets
+import sys
 import time
+import traceback
 
 import gymnasium as gym
 import numpy as np
@@ -19,6 +21,7 @@ from asyncrl.queues import Empty, Queues
 from envs import make_env
 
 REPORT_INTERVAL_S = 1.0
+MAX_CONSECUTIVE_ENV_ERRORS = 3
 
 
 class StopRequested(Exception):
@@ -62,6 +65,10 @@ class RolloutWorker:
         self.episode_return = np.zeros(num_local_agents)  # the env's own reward, unscaled
         self.episode_length = np.zeros(num_local_agents, np.int64)
         self.finished_episodes: list[tuple] = []  # (policy, return, length, env stats)
+        self.env_errors = 0  # exceptions raised by this worker's envs, reported to the runner
+        self.reported_env_errors = 0
+        self.consecutive_errors = np.zeros(cfg.num_envs_per_worker, np.int64)
+        self.logged_errors: set[int] = set()
         self.last_report = time.monotonic()
 
     # --- lifecycle
@@ -98,24 +105,70 @@ class RolloutWorker:
         slots, steps = self.agent_slot[agents], self.agent_step[agents]
         actions = self.traj_actions[slots, steps]
         dones = np.zeros(len(envs), bool)
+        failed = []
         for i, env in enumerate(envs):
-            obs, reward, terminated, truncated, info = env.step(self._env_action(actions[i]))
+            try:
+                obs, reward, terminated, truncated, info = env.step(self._env_action(actions[i]))
+                if terminated or truncated:
+                    obs, _ = env.reset()
+            except Exception as error:
+                failed.append((i, error))  # recovered below, once this group's shared writes are done
+                continue
             self.traj_rewards[slots[i], steps[i]] = reward
             self.episode_return[local[i]] += reward
             self.episode_length[local[i]] += 1
             if terminated or truncated:
                 dones[i] = True
                 self._end_episode(agents[i], local[i], info.get("episode_stats", {}))
-                obs, _ = env.reset()
+                self.consecutive_errors[local[i] // AGENTS_PER_ENV] = 0  # a whole episode went through
             self.traj_obs[slots[i], steps[i] + 1] = obs
 
         self.traj_dones[slots, steps] = dones
         self.agent_rnn_state[agents[dones]] = 0
         steps += 1
         self.agent_step[agents] = steps
-        for i in np.flatnonzero((steps == self.cfg.rollout) | dones):
+        finished = (steps == self.cfg.rollout) | dones
+        finished[[i for i, _ in failed]] = False
+        for i in np.flatnonzero(finished):
             self._after_step(agents[i], dones[i])
+        for i, error in failed:
+            self._recover_env(split * len(envs) + i, agents[i], local[i], error)
         self._request_actions(split)
+
+    def _recover_env(self, env_idx: int, agent: int, local: int, error: Exception) -> None:
+        """An env raised: log it (once per env), throw away its unfinished trajectory and episode, and
+        start over from a reset, or from a new env if this one keeps failing."""
+        self.env_errors += 1
+        self.consecutive_errors[env_idx] += 1
+        if env_idx not in self.logged_errors:
+            self.logged_errors.add(env_idx)
+            print(f"asyncrl-rollout-{self.worker_idx}: env {env_idx} raised; its unfinished trajectory is "
+                  f"discarded (further errors of this env are only counted):\n{''.join(traceback.format_exception(error))}",
+                  file=sys.stderr, flush=True)
+        obs = self._restart_env(env_idx)
+        old_slot = self.agent_slot[agent]
+        self.episode_return[local], self.episode_length[local] = 0, 0
+        self.agent_rnn_state[agent] = 0
+        self._begin_slot(agent, obs)
+        self.queues.free_slots.put(int(old_slot))  # never reaches a learner: no corrupt sample is trained on
+
+    def _restart_env(self, env_idx: int):
+        """Reset the env; after MAX_CONSECUTIVE_ENV_ERRORS errors in a row (or if reset fails), recreate it."""
+        env = self.envs[env_idx]
+        if self.consecutive_errors[env_idx] < MAX_CONSECUTIVE_ENV_ERRORS:
+            try:
+                return env.reset()[0]
+            except Exception:
+                pass
+        try:
+            env.close()
+        except Exception:
+            pass
+        env = self.envs[env_idx] = make_env(self.cfg.env, **self.cfg.env_kwargs())
+        k = self.cfg.envs_per_split
+        self.split_envs[env_idx // k][env_idx % k] = env
+        self.consecutive_errors[env_idx] = 0
+        return env.reset(seed=self.env_seeds[env_idx] + 1_000_003 * self.env_errors)[0]
 
     def _env_action(self, action):
         if isinstance(self.action_space, gym.spaces.Discrete):
@@ -182,3 +235,6 @@ class RolloutWorker:
         if self.finished_episodes:
             self.queues.reports.put(("episodes", self.finished_episodes))
             self.finished_episodes = []
+        if self.env_errors > self.reported_env_errors:
+            self.queues.reports.put(("env_errors", self.env_errors - self.reported_env_errors))
+            self.reported_env_errors = self.env_errors

@@ -49,6 +49,7 @@ class StatsWriter:
         self.policies = [PolicyStats(p, window) for p in range(num_policies)]
         self.tb = [SummaryWriter(os.path.join(experiment_dir, "tb", f"policy_{p}")) for p in range(num_policies)]
         self.jsonl = open(os.path.join(experiment_dir, "stats.jsonl"), "a")
+        self.env_errors = 0  # exceptions raised by envs (caught, the env restarted)
         self.start_time = time.monotonic()
         self.last_summary_time = self.start_time
 
@@ -57,6 +58,8 @@ class StatsWriter:
         if kind == "episodes":
             for policy_id, episode_return, length, env_stats in message[1]:
                 self.policies[policy_id].add_episode(episode_return, length, env_stats)
+        elif kind == "env_errors":
+            self.env_errors += message[1]
         elif kind == "learner":
             self.policies[message[1]].add_learner_report(message[2])
 
@@ -76,7 +79,7 @@ class StatsWriter:
                    "fps": (p.env_steps - previous) / interval, "episode_reward_mean": p.reward_mean(),
                    "episode_len_mean": float(np.mean(p.episode_lengths)) if p.episode_lengths else None,
                    "episodes": p.episodes_total, "policy_lag_mean": p.learner.get("policy_lag_mean"),
-                   "train_step": p.learner.get("train_step", 0)}
+                   "train_step": p.learner.get("train_step", 0), "env_errors": self.env_errors}
             row.update({f"episode_{k}_mean": float(np.mean(v)) for k, v in p.env_stats.items()})
             row.update({k: v for k, v in p.learner.items() if k not in row})
             p.last_summary_env_steps = p.env_steps

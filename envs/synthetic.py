@@ -8,6 +8,7 @@ simulator would (a busy loop, not a sleep).
 - synthetic_constant: every step costs `step_us` microseconds.
 - synthetic_heterogeneous: each env has its own mean cost (log-normal across envs around `step_us`)
   and each step a heavy-tailed multiple of it (Pareto), so some envs and some steps are stragglers.
+Option `error_prob` makes a step raise with that probability, to test fault handling.
 """
 
 from __future__ import annotations
@@ -31,13 +32,13 @@ class SyntheticEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, step_us: float = 100.0, obs_shape=(16,), num_actions: int = 4, episode_len: int = 20,
-                 env_spread: float = 0.0, step_tail: float = 0.0):
+                 env_spread: float = 0.0, step_tail: float = 0.0, error_prob: float = 0.0):
         obs_shape = tuple(obs_shape)
         if len(obs_shape) not in (1, 3) or step_us < 0 or num_actions < 2 or episode_len < 1:
             raise EnvError(f"synthetic env: bad options (obs_shape {obs_shape} must be (n,) or (C, H, W); "
                            f"step_us >= 0, num_actions >= 2, episode_len >= 1)")
         self.step_us, self.num_actions, self.episode_len = step_us, num_actions, episode_len
-        self.env_spread, self.step_tail = env_spread, step_tail
+        self.env_spread, self.step_tail, self.error_prob = env_spread, step_tail, error_prob
         if len(obs_shape) == 1:
             if obs_shape[0] < num_actions:
                 raise EnvError(f"synthetic env: a vector observation needs at least num_actions={num_actions} entries")
@@ -74,6 +75,8 @@ class SyntheticEnv(gym.Env):
         if self.step_tail > 0:  # Pareto multiple with minimum 1, capped so one step cannot stall a run
             cost *= min(50.0, 1.0 + float(self._rng.pareto(self.step_tail)))
         burn_cpu(cost)
+        if self.error_prob > 0 and self._rng.random() < self.error_prob:
+            raise RuntimeError("synthetic env failure (error_prob)")  # for fault-tolerance tests
         reward = float(int(action) == self._target)
         self._t += 1
         self._target = int(self._rng.integers(self.num_actions))

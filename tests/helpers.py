@@ -32,3 +32,22 @@ def engine_processes() -> list[psutil.Process]:
 
 def shm_entries() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def start_cli(*args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "asyncrl", *map(str, args)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for_training(experiment_dir, proc, min_train_step=1, timeout=120) -> dict:
+    """Block until stats.jsonl shows a learner at `min_train_step`; returns that row."""
+    import time
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        if os.path.exists(os.path.join(experiment_dir, "stats.jsonl")):
+            rows = read_stats(experiment_dir)
+            if rows and rows[-1]["train_step"] >= min_train_step:
+                return rows[-1]
+        time.sleep(0.3)
+    raise TimeoutError("the run did not start training in time")

@@ -6,20 +6,7 @@ import time
 
 import pytest
 
-from helpers import engine_processes, read_stats, run_cli, shm_entries
-
-
-@pytest.fixture
-def clean_machine():
-    """Fails the test if the run leaves a process or a /dev/shm entry behind."""
-    before_procs = {p.pid for p in engine_processes()}
-    before_shm = shm_entries()
-    yield
-    deadline = time.time() + 5
-    while time.time() < deadline and {p.pid for p in engine_processes()} - before_procs:
-        time.sleep(0.2)
-    assert not {p.pid for p in engine_processes()} - before_procs, "a child process outlived the run"
-    assert not shm_entries() - before_shm, "a shared-memory segment outlived the run"
+from helpers import read_stats, run_cli
 
 
 def test_multiprocess_cartpole_learns(tmp_path, clean_machine):

@@ -1,0 +1,77 @@
+"""Faults and stopping: env exceptions, Ctrl-C, SIGKILL of the main process, unusable checkpoints and dirs."""
+
+import glob
+import os
+import signal
+import time
+
+import pytest
+
+from helpers import read_stats, run_cli, start_cli, wait_for_training
+
+DOOM_SMALL = ["--env", "doom_basic", "--num_envs_per_worker", 2, "--rnn_size", 64, "--batch_size", 256]
+
+
+def test_env_raising_on_1_percent_of_steps_does_not_stop_the_run(tmp_path, clean_machine):
+    r = run_cli("train", "--env", "synthetic_constant", "--train_dir", tmp_path, "--experiment", "err",
+                "--env_options", '{"step_us": 10, "error_prob": 0.01}', "--train_for_env_steps", 60_000,
+                "--experiment_summaries_interval", 1)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = read_stats(tmp_path / "err")
+    assert rows[-1]["env_steps"] >= 60_000 and rows[-1]["env_errors"] > 0
+    assert all(row["loss"] == row["loss"] and abs(row["loss"]) < 1e6 for row in rows if "loss" in row)
+    assert rows[-1]["nan_updates"] == 0
+    assert 0 < r.stderr.count("raised; its unfinished trajectory") <= 2 * 16, "each env's traceback is logged once"
+
+
+@pytest.mark.parametrize("env_args", [["--env", "CartPole-v1"], DOOM_SMALL], ids=["cartpole", "doom"])
+def test_sigint_saves_a_checkpoint_and_leaves_nothing(tmp_path, clean_machine, env_args):
+    proc = start_cli("train", *env_args, "--train_dir", tmp_path, "--experiment", "int", "--experiment_summaries_interval", 1)
+    row = wait_for_training(tmp_path / "int", proc)
+    sent = time.time()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=15)
+    assert time.time() - sent < 15 and proc.returncode == 0, out[-3000:]
+    checkpoints = glob.glob(str(tmp_path / "int" / "checkpoint_p0" / "checkpoint_*.pth"))
+    assert checkpoints and not glob.glob(str(tmp_path / "int" / "checkpoint_p0" / "*.tmp"))
+    final = read_stats(tmp_path / "int")[-1]
+    assert final["train_step"] >= row["train_step"]
+    # resuming continues the counters from the checkpoint
+    r = run_cli("train", "--train_dir", tmp_path, "--experiment", "int", "--train_for_env_steps", final["env_steps"] + 5_000)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    resumed = read_stats(tmp_path / "int")
+    assert resumed[-1]["env_steps"] >= final["env_steps"] + 5_000
+
+
+def test_sigkill_of_the_main_process_leaves_no_child_or_engine(tmp_path, clean_machine):
+    proc = start_cli("train", *DOOM_SMALL, "--train_dir", tmp_path, "--experiment", "kill")
+    wait_for_training(tmp_path / "kill", proc, min_train_step=0)
+    proc.kill()
+    proc.wait(timeout=5)
+    # clean_machine waits up to 5 s for every asyncrl child and VizDoom engine to be gone
+
+
+def test_corrupt_checkpoint_is_one_line_exit_2(tmp_path):
+    assert run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "c",
+                   "--train_for_env_steps", 5_000).returncode == 0
+    path = sorted(glob.glob(str(tmp_path / "c" / "checkpoint_p0" / "checkpoint_*.pth")))[-1]
+    with open(path, "wb") as f:
+        f.write(b"not a checkpoint")
+    r = run_cli("train", "--train_dir", tmp_path, "--experiment", "c", "--train_for_env_steps", 10_000)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert os.path.basename(path) in r.stderr and "Traceback" not in r.stderr
+
+
+def test_incompatible_checkpoint_names_the_tensor_and_shapes(tmp_path):
+    base = ["train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "inc", "--train_for_env_steps", 5_000]
+    assert run_cli(*base, "--encoder_mlp_layers", "[64, 64]").returncode == 0
+    r = run_cli(*base, "--encoder_mlp_layers", "[32, 32]")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "encoder.0.weight" in r.stderr and "(64, 4)" in r.stderr and "(32, 4)" in r.stderr
+
+
+def test_unwritable_train_dir_is_one_line_exit_2(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", blocker / "runs")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--train_dir" in r.stderr, r.stderr

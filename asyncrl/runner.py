@@ -27,6 +27,7 @@ from asyncrl.stats import StatsWriter
 from envs import env_frameskip, make_env
 
 SHUTDOWN_TIMEOUT_S = 10.0
+RESTART_WINDOW_S = 300.0
 
 
 class ChildFailed(RuntimeError):
@@ -85,6 +86,7 @@ class Runner:
         self.stop_event = mp_context.Event()
         self.stats = StatsWriter(cfg.experiment_dir, cfg.num_policies, cfg.stats_avg)
         self.processes: dict = {}      # title -> process (multi-process mode)
+        self.restart_times: list[float] = []
         self.components: list = []     # the same components, in this process (serial mode)
 
     def _component_factories(self) -> list[tuple[str, partial]]:
@@ -131,7 +133,7 @@ class Runner:
             status = 1
         finally:
             signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C kills at once; children die with us
-            self._shutdown()
+            self._stop_children()
             self._drain_reports(timeout=0.0)
             self.stats.summarize()
             self.stats.close()
@@ -160,11 +162,37 @@ class Runner:
             self.stats.handle(message)
 
     def _check_children(self) -> None:
+        """A dead learner stops the run (its last checkpoint stays); a dead worker restarts the workers."""
         for title, process in self.processes.items():
-            if process.exitcode is not None:
-                raise ChildFailed(f"{title} exited with code {process.exitcode} (its traceback is above)")
+            if process.exitcode is None:
+                continue
+            if "learner" in title:
+                raise ChildFailed(f"{title} exited with code {process.exitcode} (its traceback is above); "
+                                  f"the last checkpoint is kept")
+            self._restart_children(title, process.exitcode)
+            return
 
-    def _shutdown(self) -> None:
+    def _restart_children(self, title: str, exitcode: int) -> None:
+        """Replace every child, with fresh queues. Why not just the dead one: faster-fifo's queues use
+        process-shared mutexes and condition variables that are not robust, so a process killed while it
+        held or waited on one can leave that queue blocking everyone else. The learners save a checkpoint
+        on the way out and resume from it; the samples in flight are dropped."""
+        now = time.monotonic()
+        self.restart_times = [t for t in self.restart_times if now - t < RESTART_WINDOW_S] + [now]
+        if len(self.restart_times) > self.cfg.max_worker_restarts:
+            raise ChildFailed(f"{title} exited with code {exitcode}; workers died {len(self.restart_times)} times in "
+                              f"{RESTART_WINDOW_S:.0f} s, more than --max_worker_restarts {self.cfg.max_worker_restarts}")
+        print(f"asyncrl: {title} died (exit code {exitcode}); restarting the workers, "
+              f"the learners resume from the checkpoint they save now", flush=True)
+        self.stats.worker_restarts += 1
+        self._stop_children()
+        self._drain_reports(timeout=0.0)
+        self.queues = Queues(self.cfg, num_slots(self.cfg))
+        self.stop_event = mp_context.Event()
+        self.processes = {}
+        self._start()
+
+    def _stop_children(self) -> None:
         self.stop_event.set()
         for component in self.components:
             if hasattr(component, "stop"):

@@ -50,6 +50,7 @@ class StatsWriter:
         self.tb = [SummaryWriter(os.path.join(experiment_dir, "tb", f"policy_{p}")) for p in range(num_policies)]
         self.jsonl = open(os.path.join(experiment_dir, "stats.jsonl"), "a")
         self.env_errors = 0  # exceptions raised by envs (caught, the env restarted)
+        self.worker_restarts = 0
         self.start_time = time.monotonic()
         self.last_summary_time = self.start_time
 
@@ -79,7 +80,8 @@ class StatsWriter:
                    "fps": (p.env_steps - previous) / interval, "episode_reward_mean": p.reward_mean(),
                    "episode_len_mean": float(np.mean(p.episode_lengths)) if p.episode_lengths else None,
                    "episodes": p.episodes_total, "policy_lag_mean": p.learner.get("policy_lag_mean"),
-                   "train_step": p.learner.get("train_step", 0), "env_errors": self.env_errors}
+                   "train_step": p.learner.get("train_step", 0), "env_errors": self.env_errors,
+                   "worker_restarts": self.worker_restarts}
             row.update({f"episode_{k}_mean": float(np.mean(v)) for k, v in p.env_stats.items()})
             row.update({k: v for k, v in p.learner.items() if k not in row})
             p.last_summary_env_steps = p.env_steps

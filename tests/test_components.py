@@ -58,7 +58,7 @@ def test_slot_lifecycle_no_slot_lost_or_used_twice(tmp_path):
             owners = slot_owners(runner)
             assert sorted(owners) == list(range(total_slots)), "a slot was lost or is in two places"
     assert sorted(slot_owners(runner)) == list(range(total_slots))
-    runner._shutdown()
+    runner._stop_children()
 
 
 def test_rnn_state_is_zero_at_episode_starts(tmp_path):
@@ -75,7 +75,7 @@ def test_rnn_state_is_zero_at_episode_starts(tmp_path):
                     assert torch.all(b.traj_rnn_states[slot, t] == 0)
                     checked += 1
     assert checked > 10
-    runner._shutdown()
+    runner._stop_children()
 
 
 def test_learner_rnn_resets_match_acting(tmp_path):
@@ -95,7 +95,7 @@ def test_learner_rnn_resets_match_acting(tmp_path):
         p_step, v_step, state = model.forward_step(obs[t], state)
         torch.testing.assert_close(p_step, params[t])
         torch.testing.assert_close(v_step, values[t])
-    runner._shutdown()
+    runner._stop_children()
 
 
 def test_old_samples_are_masked_from_the_loss(tmp_path):
@@ -129,7 +129,7 @@ def test_old_samples_are_masked_from_the_loss(tmp_path):
     assert loss_after == loss_before
     stats = learner._train(learner._gather(slots))
     assert stats["masked_fraction"] == 0.5 and stats["policy_lag_max"] == 5
-    runner._shutdown()
+    runner._stop_children()
 
 
 @pytest.mark.parametrize("overrides", [
@@ -150,4 +150,4 @@ def test_model_and_loss_variants_train(tmp_path, overrides):
     assert all(np.isfinite(stats[k]) for k in ("loss", "policy_loss", "value_loss", "entropy"))
     assert learner.nan_updates == 0
     assert any(not torch.equal(a, b) for a, b in zip(before, learner.model.parameters()))
-    runner._shutdown()
+    runner._stop_children()

@@ -75,3 +75,19 @@ def test_unwritable_train_dir_is_one_line_exit_2(tmp_path):
     blocker.write_text("")
     r = run_cli("train", "--env", "CartPole-v1", "--train_dir", blocker / "runs")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--train_dir" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("role", ["asyncrl-rollout-1", "asyncrl-policy-0"])
+def test_sigkilled_worker_is_replaced_and_the_run_finishes(tmp_path, clean_machine, role):
+    import psutil
+    proc = start_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "rk",
+                     "--train_for_env_steps", 150_000, "--experiment_summaries_interval", 1)
+    wait_for_training(tmp_path / "rk", proc, min_train_step=5)
+    victims = [p for p in psutil.process_iter(["name", "ppid"]) if p.info["name"] == role and p.info["ppid"] == proc.pid]
+    assert len(victims) == 1
+    victims[0].kill()
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out[-3000:]
+    assert f"{role} died" in out
+    rows = read_stats(tmp_path / "rk")
+    assert rows[-1]["env_steps"] >= 150_000 and rows[-1]["worker_restarts"] == 1

@@ -24,6 +24,9 @@ serve an agent's request, written by its rollout worker before the request is se
     agent_policy    [A]     policy acting for the agent this episode
     agent_rnn_state [A, H]  recurrent state before the next step (zeroed at episode starts)
 
+Liveness: worker_heartbeat [num_workers], time.monotonic() when each rollout worker last showed it was
+not stuck in an env (0: not started). The runner kills a worker whose heartbeat is --env_step_timeout old.
+
 Weights, per policy P, published by the learner and read by the policy workers (a seqlock: the
 counter is odd while the learner writes; a reader that saw it change retries later).
     policy_weights     [P, N]  parameters and buffers, flattened (model.state_tensors order)
@@ -92,6 +95,8 @@ class SharedBuffers:
         self.agent_step = shared((A,), torch.int64)
         self.agent_policy = shared((A,), torch.int64)
         self.agent_rnn_state = shared((A, H), torch.float32)
+
+        self.worker_heartbeat = shared((cfg.num_workers,), torch.float64)
 
         self.policy_weights = shared((P, num_weights), torch.float32)
         self.policy_weights_seq = shared((P,), torch.int64)

@@ -49,6 +49,7 @@ class Config:
     env_frameskip: Optional[int] = _f(None, "Env frames per agent step (the action repeats; VizDoom's default is 4). None: the env's default.")
     env_options: dict = _f({}, "Extra keyword options for the env's constructor, as JSON (e.g. '{\"step_us\": 500}').")
 
+    env_step_timeout: float = _f(60.0, "A rollout worker stuck this many seconds (an env step or reset hangs) is killed and the workers restart.")
     max_worker_restarts: int = _f(10, "Rollout/policy worker restarts allowed within 5 minutes; one more stops the run with an error.")
 
     # --- learning
@@ -127,7 +128,7 @@ class Config:
             raise ConfigError(f"--env_frameskip must be positive, got {self.env_frameskip}")
         if self.max_worker_restarts < 0:
             raise ConfigError(f"--max_worker_restarts must be >= 0, got {self.max_worker_restarts}")
-        for name in ["learning_rate", "train_for_env_steps", "train_for_seconds", "save_every_sec",
+        for name in ["learning_rate", "env_step_timeout", "train_for_env_steps", "train_for_seconds", "save_every_sec",
                      "experiment_summaries_interval", "reward_scale"]:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name} must be positive, got {getattr(self, name)}")

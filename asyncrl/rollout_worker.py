@@ -60,6 +60,7 @@ class RolloutWorker:
         self.agent_step = buffers.agent_step.numpy()
         self.agent_policy = buffers.agent_policy.numpy()
         self.agent_rnn_state = buffers.agent_rnn_state.numpy()
+        self.heartbeat = buffers.worker_heartbeat.numpy()
 
         num_local_agents = cfg.num_envs_per_worker * AGENTS_PER_ENV
         self.episode_return = np.zeros(num_local_agents)  # the env's own reward, unscaled
@@ -88,6 +89,7 @@ class RolloutWorker:
 
     def poll(self, timeout: float) -> bool:
         """Step every env group whose actions are all ready. Returns whether anything happened."""
+        self.heartbeat[self.worker_idx] = time.monotonic()
         try:
             messages = self.actions_ready.get_many(block=timeout > 0, timeout=timeout)
         except Empty:
@@ -207,6 +209,7 @@ class RolloutWorker:
             try:
                 return self.queues.free_slots.get(timeout=0.1)
             except Empty:
+                self.heartbeat[self.worker_idx] = time.monotonic()  # waiting for the learner is not hanging
                 if self.stop_event.is_set():
                     raise StopRequested() from None
                 if self.cfg.serial_mode:

@@ -162,7 +162,16 @@ class Runner:
             self.stats.handle(message)
 
     def _check_children(self) -> None:
-        """A dead learner stops the run (its last checkpoint stays); a dead worker restarts the workers."""
+        """A dead learner stops the run (its last checkpoint stays); a dead worker restarts the workers;
+        a rollout worker stuck in an env for --env_step_timeout is killed, and so counts as dead."""
+        now = time.monotonic()
+        for w, beat in enumerate(self.buffers.worker_heartbeat.tolist()):
+            process = self.processes.get(f"asyncrl-rollout-{w}")
+            if process is not None and process.exitcode is None and 0 < beat < now - self.cfg.env_step_timeout:
+                print(f"asyncrl: asyncrl-rollout-{w} was stuck for {now - beat:.0f} s (--env_step_timeout "
+                      f"{self.cfg.env_step_timeout:g}): an env hangs; killing the worker", flush=True)
+                process.kill()
+                process.join(timeout=5.0)
         for title, process in self.processes.items():
             if process.exitcode is None:
                 continue
@@ -189,6 +198,7 @@ class Runner:
         self._drain_reports(timeout=0.0)
         self.queues = Queues(self.cfg, num_slots(self.cfg))
         self.stop_event = mp_context.Event()
+        self.buffers.worker_heartbeat.zero_()
         self.processes = {}
         self._start()
 

@@ -8,11 +8,13 @@ simulator would (a busy loop, not a sleep).
 - synthetic_constant: every step costs `step_us` microseconds.
 - synthetic_heterogeneous: each env has its own mean cost (log-normal across envs around `step_us`)
   and each step a heavy-tailed multiple of it (Pareto), so some envs and some steps are stragglers.
-Option `error_prob` makes a step raise with that probability, to test fault handling.
+Options for fault tests: `error_prob` makes a step raise with that probability; `hang_once_file` makes the
+first env that reaches step 50 hang forever, unless that file exists (it creates it first).
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import gymnasium as gym
@@ -32,13 +34,15 @@ class SyntheticEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, step_us: float = 100.0, obs_shape=(16,), num_actions: int = 4, episode_len: int = 20,
-                 env_spread: float = 0.0, step_tail: float = 0.0, error_prob: float = 0.0):
+                 env_spread: float = 0.0, step_tail: float = 0.0, error_prob: float = 0.0,
+                 hang_once_file: str | None = None):
         obs_shape = tuple(obs_shape)
         if len(obs_shape) not in (1, 3) or step_us < 0 or num_actions < 2 or episode_len < 1:
             raise EnvError(f"synthetic env: bad options (obs_shape {obs_shape} must be (n,) or (C, H, W); "
                            f"step_us >= 0, num_actions >= 2, episode_len >= 1)")
         self.step_us, self.num_actions, self.episode_len = step_us, num_actions, episode_len
         self.env_spread, self.step_tail, self.error_prob = env_spread, step_tail, error_prob
+        self.hang_once_file = hang_once_file
         if len(obs_shape) == 1:
             if obs_shape[0] < num_actions:
                 raise EnvError(f"synthetic env: a vector observation needs at least num_actions={num_actions} entries")
@@ -48,7 +52,7 @@ class SyntheticEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(num_actions)
         self._rng = np.random.default_rng()
         self._env_cost_us = step_us
-        self._target, self._t = 0, 0
+        self._target, self._t, self._steps_total = 0, 0, 0
         self._obs = np.zeros(obs_shape, self.observation_space.dtype)
 
     def _render_target(self) -> np.ndarray:
@@ -77,6 +81,10 @@ class SyntheticEnv(gym.Env):
         burn_cpu(cost)
         if self.error_prob > 0 and self._rng.random() < self.error_prob:
             raise RuntimeError("synthetic env failure (error_prob)")  # for fault-tolerance tests
+        self._steps_total += 1
+        if self.hang_once_file and self._steps_total == 50 and not os.path.exists(self.hang_once_file):
+            open(self.hang_once_file, "w").close()  # the first env to get here hangs, once per file
+            time.sleep(10 ** 6)
         reward = float(int(action) == self._target)
         self._t += 1
         self._target = int(self._rng.integers(self.num_actions))

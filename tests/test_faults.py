@@ -91,3 +91,13 @@ def test_sigkilled_worker_is_replaced_and_the_run_finishes(tmp_path, clean_machi
     assert f"{role} died" in out
     rows = read_stats(tmp_path / "rk")
     assert rows[-1]["env_steps"] >= 150_000 and rows[-1]["worker_restarts"] == 1
+
+
+def test_hanging_env_is_treated_as_its_worker_dying(tmp_path, clean_machine):
+    options = '{"step_us": 10, "hang_once_file": "%s"}' % (tmp_path / "hung")
+    r = run_cli("train", "--env", "synthetic_constant", "--train_dir", tmp_path, "--experiment", "hang", "--env_options",
+                options, "--env_step_timeout", 3, "--train_for_env_steps", 100_000, "--experiment_summaries_interval", 1)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert (tmp_path / "hung").exists() and "an env hangs" in r.stdout
+    rows = read_stats(tmp_path / "hang")
+    assert rows[-1]["env_steps"] >= 100_000 and rows[-1]["worker_restarts"] == 1

@@ -71,39 +71,41 @@ def split_agents(cfg: Config, worker: int, split: int) -> np.ndarray:
     return np.arange(start, start + envs_per_split)
 
 
+def buffer_layout(cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Space, rnn_state_size: int,
+                  num_weights: int) -> dict[str, tuple[tuple, torch.dtype]]:
+    """name -> (shape, dtype) of every shared tensor, as the module docstring describes them."""
+    S, T, A, P, H = num_slots(cfg), cfg.rollout, num_agents(cfg), cfg.num_policies, rnn_state_size
+    discrete = isinstance(action_space, gym.spaces.Discrete)
+    act_shape, act_dtype = ((), torch.int64) if discrete else (tuple(action_space.shape), torch.float32)
+    return {
+        "traj_obs": ((S, T + 1, *obs_space.shape), torch_dtype(obs_space.dtype)),
+        "traj_rnn_states": ((S, T, H), torch.float32),
+        "traj_actions": ((S, T, *act_shape), act_dtype),
+        "traj_action_logp": ((S, T), torch.float32),
+        "traj_values": ((S, T), torch.float32),
+        "traj_rewards": ((S, T), torch.float32),
+        "traj_dones": ((S, T), torch.bool),
+        "traj_valid": ((S, T), torch.bool),
+        "traj_policy_version": ((S, T), torch.int64),
+        "agent_slot": ((A,), torch.int64),
+        "agent_step": ((A,), torch.int64),
+        "agent_policy": ((A,), torch.int64),
+        "agent_rnn_state": ((A, H), torch.float32),
+        "worker_heartbeat": ((cfg.num_workers,), torch.float64),
+        "policy_weights": ((P, num_weights), torch.float32),
+        "policy_weights_seq": ((P,), torch.int64),
+        "policy_version": ((P,), torch.int64),
+    }
+
+
+def layout_nbytes(layout: dict) -> int:
+    return sum(int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size() for shape, dtype in layout.values())
+
+
 class SharedBuffers:
-    def __init__(self, cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Space, rnn_state_size: int,
-                 num_weights: int):
-        S, T, A, P, H = num_slots(cfg), cfg.rollout, num_agents(cfg), cfg.num_policies, rnn_state_size
-        discrete = isinstance(action_space, gym.spaces.Discrete)
-        act_shape, act_dtype = ((), torch.int64) if discrete else (action_space.shape, torch.float32)
-
-        def shared(shape, dtype):
-            return torch.zeros(shape, dtype=dtype).share_memory_()
-
-        self.traj_obs = shared((S, T + 1, *obs_space.shape), torch_dtype(obs_space.dtype))
-        self.traj_rnn_states = shared((S, T, H), torch.float32)
-        self.traj_actions = shared((S, T, *act_shape), act_dtype)
-        self.traj_action_logp = shared((S, T), torch.float32)
-        self.traj_values = shared((S, T), torch.float32)
-        self.traj_rewards = shared((S, T), torch.float32)
-        self.traj_dones = shared((S, T), torch.bool)
-        self.traj_valid = shared((S, T), torch.bool)
-        self.traj_policy_version = shared((S, T), torch.int64)
-
-        self.agent_slot = shared((A,), torch.int64)
-        self.agent_step = shared((A,), torch.int64)
-        self.agent_policy = shared((A,), torch.int64)
-        self.agent_rnn_state = shared((A, H), torch.float32)
-
-        self.worker_heartbeat = shared((cfg.num_workers,), torch.float64)
-
-        self.policy_weights = shared((P, num_weights), torch.float32)
-        self.policy_weights_seq = shared((P,), torch.int64)
-        self.policy_version = shared((P,), torch.int64)
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in vars(self).values())
+    def __init__(self, layout: dict[str, tuple[tuple, torch.dtype]]):
+        for name, (shape, dtype) in layout.items():
+            setattr(self, name, torch.zeros(shape, dtype=dtype).share_memory_())
 
     # --- weights: learner -> policy workers
     def publish_weights(self, policy_id: int, model: nn.Module, version: int) -> None:

@@ -14,7 +14,7 @@ from functools import partial
 
 import torch
 
-from asyncrl.buffers import SharedBuffers, num_slots
+from asyncrl.buffers import SharedBuffers, buffer_layout, layout_nbytes, num_slots
 from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint
 from asyncrl.config import Config, ConfigError
 from asyncrl.learner import Learner
@@ -28,6 +28,7 @@ from envs import env_frameskip, make_env
 
 SHUTDOWN_TIMEOUT_S = 10.0
 RESTART_WINDOW_S = 300.0
+QUEUES_SHM_BYTES = 64 * 2**20  # faster-fifo queues and headroom
 
 
 class ChildFailed(RuntimeError):
@@ -78,10 +79,9 @@ def check_checkpoints(cfg: Config, model: torch.nn.Module) -> None:
 
 
 class Runner:
-    def __init__(self, cfg: Config, env: EnvInfo, device: torch.device):
+    def __init__(self, cfg: Config, env: EnvInfo, device: torch.device, layout: dict):
         self.cfg, self.env, self.device = cfg, env, device
-        model = build_model(env.obs_space, env.action_space, cfg)
-        self.buffers = SharedBuffers(cfg, env.obs_space, env.action_space, model.rnn_state_size, num_state_floats(model))
+        self.buffers = SharedBuffers(layout)
         self.queues = Queues(cfg, num_slots(cfg))
         self.stop_event = mp_context.Event()
         self.stats = StatsWriter(cfg.experiment_dir, cfg.num_policies, cfg.stats_avg)
@@ -222,12 +222,26 @@ def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt()
 
 
+def check_shared_memory(layout: dict, shm_dir: str = "/dev/shm") -> None:
+    """Shared tensors live in /dev/shm (tmpfs); Docker's default of 64 MiB is often too small."""
+    if not os.path.isdir(shm_dir):
+        return
+    needed = layout_nbytes(layout) + QUEUES_SHM_BYTES
+    free = shutil.disk_usage(shm_dir).free
+    if needed > free:
+        raise ConfigError(f"the run needs {needed / 2**20:.0f} MiB of shared memory but {shm_dir} has {free / 2**20:.0f} MiB "
+                          f"free; enlarge it (docker run --shm-size=2g, or mount -o remount,size=2G {shm_dir}) or lower "
+                          f"--num_workers/--num_envs_per_worker/--batch_size/--rollout")
+
+
 def train(cfg: Config) -> int:
     """Validate, prepare and run. Raises ConfigError/EnvError/CheckpointError before any process starts."""
     cfg.validate()
     device = resolve_device(cfg)
     env = probe_env(cfg)
     model = build_model(env.obs_space, env.action_space, cfg)
+    layout = buffer_layout(cfg, env.obs_space, env.action_space, model.rnn_state_size, num_state_floats(model))
+    check_shared_memory(layout)
     prepare_experiment_dir(cfg)
     check_checkpoints(cfg, model)
-    return Runner(cfg, env, device).run()
+    return Runner(cfg, env, device, layout).run()

@@ -8,6 +8,8 @@ from asyncrl.buffers import num_slots
 from asyncrl.config import Config
 from asyncrl.learner import Learner
 from asyncrl.queues import Empty
+from asyncrl.buffers import buffer_layout
+from asyncrl.model import build_model, num_state_floats
 from asyncrl.runner import Runner, probe_env, prepare_experiment_dir
 
 
@@ -19,7 +21,10 @@ def serial_runner(tmp_path, **overrides) -> Runner:
     cfg = Config(**fields)
     cfg.validate()
     prepare_experiment_dir(cfg)
-    runner = Runner(cfg, probe_env(cfg), torch.device("cpu"))
+    env = probe_env(cfg)
+    model = build_model(env.obs_space, env.action_space, cfg)
+    layout = buffer_layout(cfg, env.obs_space, env.action_space, model.rnn_state_size, num_state_floats(model))
+    runner = Runner(cfg, env, torch.device("cpu"), layout)
     runner._start()
     return runner
 
@@ -150,4 +155,20 @@ def test_model_and_loss_variants_train(tmp_path, overrides):
     assert all(np.isfinite(stats[k]) for k in ("loss", "policy_loss", "value_loss", "entropy"))
     assert learner.nan_updates == 0
     assert any(not torch.equal(a, b) for a, b in zip(before, learner.model.parameters()))
+    runner._stop_children()
+
+
+def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path):
+    runner = serial_runner(tmp_path)
+    learner = next(c for c in runner.components if isinstance(c, Learner))
+    b, slots = runner.buffers, torch.arange(runner.cfg.batch_size // runner.cfg.rollout)
+    b.traj_valid[slots] = True
+    b.traj_rewards[slots] = float("nan")
+    before = [p.detach().clone() for p in learner.model.parameters()]
+    for _ in range(9):
+        learner._train(learner._gather(slots))
+    assert learner.nan_updates == 9
+    assert all(torch.equal(a, p) for a, p in zip(before, learner.model.parameters())), "a NaN update was applied"
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        learner._train(learner._gather(slots))
     runner._stop_children()

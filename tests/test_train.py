@@ -98,6 +98,8 @@ def test_doom_basic_runs_headless(tmp_path, clean_machine):
     (["--env", "CartPole-v1", "--no_such_flag", "1"], "unrecognized arguments"),
     (["--env", "CartPole-v1", "--use_rnn", "maybe"], "expected True or False"),
     (["--env", "CartPole-v1", "--device", "cuda"], "no CUDA GPU"),
+    (["--env", "doom_basic", "--num_workers", "200", "--num_envs_per_worker", "64", "--rollout", "256"],
+     "of shared memory but /dev/shm has"),
     ([], "--env is required"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):

@@ -85,6 +85,8 @@ class Runner:
         self.queues = Queues(cfg, num_slots(cfg))
         self.stop_event = mp_context.Event()
         self.stats = StatsWriter(cfg.experiment_dir, cfg.num_policies, cfg.stats_avg)
+        self.stats_state_path = os.path.join(cfg.experiment_dir, "stats_state.json")
+        self.stats.load_state(self.stats_state_path)
         self.processes: dict = {}      # title -> process (multi-process mode)
         self.restart_times: list[float] = []
         self.components: list = []     # the same components, in this process (serial mode)
@@ -136,6 +138,7 @@ class Runner:
             self._stop_children()
             self._drain_reports(timeout=0.0)
             self.stats.summarize()
+            self.stats.save_state(self.stats_state_path)
             self.stats.close()
         return status
 

@@ -95,6 +95,32 @@ class StatsWriter:
             print(progress_line(rows, seconds_left), flush=True)
         return rows
 
+    def save_state(self, path: str) -> None:
+        """The recent-episode windows and run counters, so a resumed run's averages continue (atomic write)."""
+        state = {"env_errors": self.env_errors, "worker_restarts": self.worker_restarts,
+                 "policies": [{"returns": list(p.episode_returns), "lengths": list(p.episode_lengths),
+                               "episodes_total": p.episodes_total,
+                               "env_stats": {k: list(v) for k, v in p.env_stats.items()}} for p in self.policies]}
+        with open(path + ".tmp", "w") as f:
+            json.dump(state, f)
+        os.replace(path + ".tmp", path)
+
+    def load_state(self, path: str) -> None:
+        if not os.path.exists(path):
+            return
+        try:
+            with open(path) as f:
+                state = json.load(f)
+        except (OSError, json.JSONDecodeError):
+            return  # statistics only: a damaged file costs the averages' history, nothing else
+        self.env_errors, self.worker_restarts = state["env_errors"], state["worker_restarts"]
+        for p, saved in zip(self.policies, state["policies"]):
+            p.episode_returns.extend(saved["returns"])
+            p.episode_lengths.extend(saved["lengths"])
+            p.episodes_total = saved["episodes_total"]
+            for key, values in saved["env_stats"].items():
+                p.env_stats.setdefault(key, deque(maxlen=p.episode_returns.maxlen)).extend(values)
+
     def close(self) -> None:
         for tb in self.tb:
             tb.close()

@@ -57,6 +57,8 @@ def test_resume_continues_env_steps(tmp_path, clean_machine):
     assert all(row["env_steps"] >= first_end["env_steps"] for row in second)
     assert second[-1]["env_steps"] >= 40_000
     assert second[-1]["train_step"] > first_end["train_step"]
+    # the recent-episode window was saved and restored: the first row of the resumed run already has it
+    assert second[0]["episode_reward_mean"] is not None and second[0]["episodes"] >= first_end["episodes"]
 
 
 def test_restart_behavior_restart_starts_over(tmp_path):

@@ -1,0 +1,87 @@
+"""Soak test: a long doom_basic run; RSS of every process and FPS over time, as JSON and a PNG.
+
+    python benchmarks/soak.py [--minutes 30] [--warmup_minutes 5]
+
+Passes when no process's RSS grows by more than 5% between the end of warm-up and the end of the run.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+
+from _run import REPO, RESULTS, machine, write_result
+
+
+def sample_rss(main: psutil.Process) -> dict[str, float]:
+    """MiB of resident memory per process of the run, by process title (VizDoom engines summed per worker)."""
+    rss = {"asyncrl-main": main.memory_info().rss / 2**20}
+    for child in main.children(recursive=True):
+        try:
+            name = child.name()
+            if name == "vizdoom":
+                name = f"vizdoom (under {psutil.Process(child.ppid()).name()})"
+            rss[name] = rss.get(name, 0.0) + child.memory_info().rss / 2**20
+        except psutil.Error:
+            pass
+    return rss
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30)
+    parser.add_argument("--warmup_minutes", type=float, default=5)
+    args = parser.parse_args()
+    train_dir = tempfile.mkdtemp(prefix="asyncrl_soak_")
+    proc = subprocess.Popen([sys.executable, "-m", "asyncrl", "train", "--env", "doom_basic", "--train_dir", train_dir,
+                             "--experiment", "soak", "--train_for_seconds", str(args.minutes * 60)], cwd=REPO,
+                            stdout=subprocess.DEVNULL)
+    main_process, start, samples = psutil.Process(proc.pid), time.monotonic(), []
+    while proc.poll() is None:
+        try:
+            samples.append({"t_s": time.monotonic() - start, "rss_mib": sample_rss(main_process)})
+        except psutil.Error:
+            break
+        time.sleep(10)
+    with open(os.path.join(train_dir, "soak", "stats.jsonl")) as f:
+        fps = [(row["time_s"], row["fps"]) for row in map(json.loads, f)]
+
+    warm = [s for s in samples if s["t_s"] >= args.warmup_minutes * 60]
+    growth = {name: warm[-1]["rss_mib"].get(name, 0) / warm[0]["rss_mib"][name] - 1
+              for name in warm[0]["rss_mib"] if warm[0]["rss_mib"][name] > 0} if len(warm) > 1 else {}
+    plot(samples, fps, os.path.join(RESULTS, "soak.png"))
+    lines = ["# Soak: doom_basic", "", f"Machine: {machine()}", "",
+             f"Command: `python benchmarks/soak.py --minutes {args.minutes:g} --warmup_minutes {args.warmup_minutes:g}`", "",
+             "![soak](soak.png)", "", "| process | RSS after warm-up (MiB) | RSS at end (MiB) | growth |",
+             "| --- | --- | --- | --- |"]
+    for name, g in sorted(growth.items()):
+        lines.append(f"| {name} | {warm[0]['rss_mib'][name]:.0f} | {warm[-1]['rss_mib'].get(name, 0):.0f} | {g:+.1%} |")
+    verdict = all(g < 0.05 for g in growth.values()) and bool(growth)
+    lines += ["", f"RSS growth < 5% for every process: {'yes' if verdict else 'NO'}"]
+    write_result("soak", {"machine": machine(), "samples": samples, "fps": fps, "growth": growth}, "\n".join(lines) + "\n")
+
+
+def plot(samples, fps, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax_rss, ax_fps) = plt.subplots(1, 2, figsize=(12, 4))
+    for name in sorted({n for s in samples for n in s["rss_mib"]}):
+        ax_rss.plot([s["t_s"] / 60 for s in samples], [s["rss_mib"].get(name) for s in samples], label=name)
+    ax_rss.set_xlabel("minutes")
+    ax_rss.set_ylabel("RSS (MiB)")
+    ax_rss.legend(fontsize=6)
+    ax_fps.plot([t / 60 for t, _ in fps], [f for _, f in fps])
+    ax_fps.set_xlabel("minutes")
+    ax_fps.set_ylabel("frames/s")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+if __name__ == "__main__":
+    main()

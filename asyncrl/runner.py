@@ -127,7 +127,7 @@ class Runner:
                 self._check_children()
                 if time.monotonic() - last_summary >= self.cfg.experiment_summaries_interval:
                     last_summary = time.monotonic()
-                    self.stats.summarize(self._seconds_left())
+                    self._keep_best_checkpoints(self.stats.summarize(self._seconds_left()))
         except KeyboardInterrupt:
             print("asyncrl: stopping, saving a checkpoint (Ctrl-C again to force)", flush=True)
         except ChildFailed as e:
@@ -141,6 +141,23 @@ class Runner:
             self.stats.save_state(self.stats_state_path)
             self.stats.close()
         return status
+
+    def _keep_best_checkpoints(self, rows: list[dict]) -> None:
+        """Copy a policy's newest checkpoint to best_checkpoint.pth when its mean episode return is the best so
+        far (the return of the last --stats_avg episodes, which the newest weights roughly produced)."""
+        for row in rows:
+            policy = self.stats.policies[row["policy_id"]]
+            reward = row["episode_reward_mean"]
+            paths = list_checkpoints(checkpoint_dir(self.cfg.experiment_dir, policy.policy_id))
+            if reward is None or reward <= policy.best_reward or not paths:
+                continue
+            best = os.path.join(os.path.dirname(paths[-1]), "best_checkpoint.pth")
+            try:
+                shutil.copyfile(paths[-1], best + ".tmp")
+                os.replace(best + ".tmp", best)
+                policy.best_reward = reward
+            except OSError:  # the learner rotated that file away meanwhile: try at the next summary
+                pass
 
     def _limit_reached(self) -> bool:
         if self.stats.elapsed() >= self.cfg.train_for_seconds:

@@ -18,6 +18,7 @@ class PolicyStats:
         self.episode_lengths: deque[int] = deque(maxlen=window)
         self.env_stats: dict[str, deque[float]] = {}  # the env's info["episode_stats"], e.g. kills
         self.episodes_total = 0
+        self.best_reward = float("-inf")  # of the checkpoints kept as best_checkpoint.pth
         self.learner: dict = {}
         self.env_steps = 0
         self.launch_env_steps: int | None = None  # from the learner's first report (a resumed run starts > 0)
@@ -99,7 +100,7 @@ class StatsWriter:
         """The recent-episode windows and run counters, so a resumed run's averages continue (atomic write)."""
         state = {"env_errors": self.env_errors, "worker_restarts": self.worker_restarts,
                  "policies": [{"returns": list(p.episode_returns), "lengths": list(p.episode_lengths),
-                               "episodes_total": p.episodes_total,
+                               "episodes_total": p.episodes_total, "best_reward": p.best_reward,
                                "env_stats": {k: list(v) for k, v in p.env_stats.items()}} for p in self.policies]}
         with open(path + ".tmp", "w") as f:
             json.dump(state, f)
@@ -117,7 +118,7 @@ class StatsWriter:
         for p, saved in zip(self.policies, state["policies"]):
             p.episode_returns.extend(saved["returns"])
             p.episode_lengths.extend(saved["lengths"])
-            p.episodes_total = saved["episodes_total"]
+            p.episodes_total, p.best_reward = saved["episodes_total"], saved["best_reward"]
             for key, values in saved["env_stats"].items():
                 p.env_stats.setdefault(key, deque(maxlen=p.episode_returns.maxlen)).extend(values)
 

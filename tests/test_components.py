@@ -172,3 +172,17 @@ def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path)
     with pytest.raises(FloatingPointError, match="non-finite"):
         learner._train(learner._gather(slots))
     runner._stop_children()
+
+
+def test_env_that_keeps_failing_is_recreated_and_its_slots_recycled(tmp_path):
+    from asyncrl.rollout_worker import MAX_CONSECUTIVE_ENV_ERRORS, RolloutWorker
+    runner = serial_runner(tmp_path, env="synthetic_constant", env_options={"step_us": 0, "error_prob": 1.0})
+    worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
+    first_envs = list(worker.envs)
+    for _ in range(10 * MAX_CONSECUTIVE_ENV_ERRORS):
+        for c in runner.components:
+            c.poll(0.0)
+    assert worker.env_errors >= MAX_CONSECUTIVE_ENV_ERRORS * len(first_envs)
+    assert all(new is not old for new, old in zip(worker.envs, first_envs)), "a failing env was not recreated"
+    assert sorted(slot_owners(runner)) == list(range(num_slots(runner.cfg))), "a failed trajectory's slot was lost"
+    runner._stop_children()

@@ -101,3 +101,20 @@ def test_hanging_env_is_treated_as_its_worker_dying(tmp_path, clean_machine):
     assert (tmp_path / "hung").exists() and "an env hangs" in r.stdout
     rows = read_stats(tmp_path / "hang")
     assert rows[-1]["env_steps"] >= 100_000 and rows[-1]["worker_restarts"] == 1
+
+
+def test_dead_learner_stops_the_run_and_keeps_its_checkpoints(tmp_path, clean_machine):
+    import psutil
+    proc = start_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "dl", "--save_every_sec", 1,
+                     "--experiment_summaries_interval", 1)
+    wait_for_training(tmp_path / "dl", proc, min_train_step=20)
+    ckpt_dir = tmp_path / "dl" / "checkpoint_p0"
+    assert glob.glob(str(ckpt_dir / "checkpoint_*.pth")) and (ckpt_dir / "best_checkpoint.pth").exists()
+    learner = [p for p in psutil.process_iter(["name", "ppid"])
+               if p.info["name"] == "asyncrl-learner-0" and p.info["ppid"] == proc.pid]
+    learner[0].kill()
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 1 and "asyncrl-learner-0 exited with code -9" in out, out[-2000:]
+    from asyncrl.checkpoint import load_checkpoint
+    for path in glob.glob(str(ckpt_dir / "*.pth")):
+        assert load_checkpoint(path)["train_step"] > 0

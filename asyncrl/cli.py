@@ -1,4 +1,4 @@
-"""`asyncrl` command line: `asyncrl train ...`, `asyncrl envs`.
+"""`asyncrl` command line: `asyncrl train ...`, `asyncrl bench ...`, `asyncrl envs`.
 
 Every user error (bad flag, impossible config, unknown env, unusable checkpoint or train_dir) is one
 line on stderr and exit code 2, before any worker process starts.
@@ -64,7 +64,12 @@ def cmd_envs(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "envs": cmd_envs}
+def cmd_bench(argv: list[str]) -> int:
+    from asyncrl.bench import cmd_bench as bench
+    return bench(argv)
+
+
+COMMANDS = {"train": cmd_train, "bench": cmd_bench, "envs": cmd_envs}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,7 +36,9 @@ class Config:
     seed: Optional[int] = _f(None, "Base random seed; each env gets a distinct seed from (seed, worker, env). None: random.")
     device: str = _f("auto", "Device of the policy workers and learners: auto (cuda if available), cpu, cuda or cuda:N.")
     serial_mode: bool = _f(False, "Run every component in the main process, in turn (for debugging and tests).")
-    torch_threads: int = _f(1, "torch threads per process (rollout/policy workers, learners); 1 avoids oversubscribing cores.")
+    sampler_only: bool = _f(False, "Collect experience without learning: learners count the samples and recycle the slots (a benchmark of sampling).")
+    torch_threads: int = _f(1, "torch threads per process (rollout/policy workers; learners too unless pinned to cores of their own); 1 avoids oversubscribing cores.")
+    set_workers_cpu_affinity: bool = _f(True, "Pin processes to cores: a CPU learner gets half the cores to itself, each rollout worker (and its VizDoom engines) one of the rest, round-robin.")
 
     # --- sampling
     num_workers: int = _f(2, "Rollout worker processes.")
@@ -84,6 +86,7 @@ class Config:
     rnn_type: str = _f("gru", "gru or lstm.", choices=["gru", "lstm"])
     rnn_size: int = _f(512, "Hidden size of the recurrent core.")
     recurrence: int = _f(-1, "BPTT length in steps; must divide --rollout. -1: --rollout with an RNN, 1 without.")
+    learner_precision: str = _f("auto", "Learner's encoder precision: float32, or bfloat16 autocast (mixed precision; the RNN core and heads stay float32). auto: bfloat16 for a conv encoder on hardware with native bfloat16 (CPUs with AVX512-BF16/AMX, recent GPUs), else float32.", choices=["auto", "float32", "bfloat16"])
 
     # --- when to stop, what to save
     train_for_env_steps: int = _f(10_000_000_000, "Stop when every policy has this many env frames (frameskip included).")

@@ -13,9 +13,24 @@ from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoint
 from asyncrl.config import Config
 from asyncrl.model import build_model
 from asyncrl.queues import Empty, Queues
+from asyncrl.timing import Timing
 from asyncrl.vtrace import from_importance_weights
 
 MAX_NAN_UPDATES_IN_A_ROW = 10
+
+
+def native_bfloat16(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def encoder_dtype(cfg: Config, device: torch.device, conv_encoder: bool) -> torch.dtype | None:
+    """The autocast dtype of the learner's encoder, or None for float32. Convolutions are where mixed precision
+    pays (measured: a conv + GRU update 1.6x faster on an AVX512-BF16 CPU); a small MLP gains nothing."""
+    if cfg.learner_precision == "bfloat16" or (cfg.learner_precision == "auto" and conv_encoder and native_bfloat16(device)):
+        return torch.bfloat16
+    return None
 
 
 class Learner:
@@ -24,6 +39,7 @@ class Learner:
         self.policy_id, self.cfg, self.buffers, self.device, self.frameskip = policy_id, cfg, buffers, device, frameskip
         self.full_slots, self.free_slots, self.reports = queues.full_slots[policy_id], queues.free_slots, queues.reports
         self.model = build_model(obs_space, action_space, cfg).to(device).train()
+        self.encoder_dtype = encoder_dtype(cfg, device, self.model.is_conv)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
                                           betas=(cfg.adam_beta1, cfg.adam_beta2))
         self.checkpoint_dir = checkpoint_dir(cfg.experiment_dir, policy_id)
@@ -32,32 +48,49 @@ class Learner:
         self.nan_updates, self.nan_updates_in_a_row = 0, 0
         self.pending_slots: list[int] = []
         self.last_checkpoint = time.monotonic()
+        self.timing = Timing(f"learner_{policy_id}")
         self._load_latest_checkpoint()
         buffers.publish_weights(policy_id, self.model, self.train_step)
         self.reports.put(("learner", policy_id, {"train_step": self.train_step, "env_steps": self.env_steps}))
 
     # --- lifecycle
     def poll(self, timeout: float) -> bool:
+        if self.timing.due():
+            self.reports.put(self.timing.report())
         needed = slots_per_batch(self.cfg) - len(self.pending_slots)
         try:
-            self.pending_slots += self.full_slots.get_many(block=timeout > 0, timeout=timeout,
-                                                           max_messages_to_get=needed)
+            with self.timing.phase("wait_batch"):  # time here means sampling is the bottleneck
+                self.pending_slots += self.full_slots.get_many(block=timeout > 0, timeout=timeout,
+                                                               max_messages_to_get=needed)
         except Empty:
             pass
         if len(self.pending_slots) < slots_per_batch(self.cfg):
             return False
         slots, self.pending_slots = torch.tensor(self.pending_slots), []
-        batch = self._gather(slots)
-        self.free_slots.put_many(slots.tolist())
-        stats = self._train(batch)
-        self.buffers.publish_weights(self.policy_id, self.model, self.train_step)
+        if self.cfg.sampler_only:
+            self._count_and_recycle(slots)
+            return True
+        with self.timing.phase("gather"):
+            batch = self._gather(slots)
+            self.free_slots.put_many(slots.tolist())
+        with self.timing.phase("train"):
+            stats = self._train(batch)
+        with self.timing.phase("publish"):
+            self.buffers.publish_weights(self.policy_id, self.model, self.train_step)
         self.reports.put(("learner", self.policy_id, stats))
         if time.monotonic() - self.last_checkpoint >= self.cfg.save_every_sec:
             self.save()
         return True
 
+    def _count_and_recycle(self, slots: torch.Tensor) -> None:
+        """--sampler_only: count the samples and hand the slots straight back (measures sampling alone)."""
+        self.env_steps += int(self.buffers.traj_valid[slots].sum()) * self.frameskip
+        self.free_slots.put_many(slots.tolist())
+        self.reports.put(("learner", self.policy_id, {"train_step": self.train_step, "env_steps": self.env_steps}))
+
     def stop(self) -> None:
-        self.save()
+        if not self.cfg.sampler_only:
+            self.save()
 
     def save(self) -> str:
         self.last_checkpoint = time.monotonic()
@@ -138,7 +171,8 @@ class Learner:
 
     def _loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         cfg, mask, valid = self.cfg, mb["mask"], mb["valid"]
-        action_params, values = self.model.forward_sequence(mb["obs"], mb["chunk_states"], mb["dones"], cfg.bptt_len)
+        action_params, values = self.model.forward_sequence(mb["obs"], mb["chunk_states"], mb["dones"], cfg.bptt_len,
+                                                            self.encoder_dtype)
         dist = self.model.distribution(action_params[:-1])
         logp = dist.log_prob(mb["actions"])
         # padding steps hold stale actions and log-probs: give them ratio 1 so nothing overflows

@@ -28,14 +28,15 @@ class RunningNorm(nn.Module):
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         x = x.reshape(-1, *self.mean.shape).float()
-        batch_mean, batch_var, n = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+        (batch_var, batch_mean), n = torch.var_mean(x, 0, correction=0), x.shape[0]
         delta, total = batch_mean - self.mean, self.count + n
         self.mean += delta * n / total
         self.var.copy_((self.var * self.count + batch_var * n + delta ** 2 * self.count * n / total) / total)
         self.count.copy_(total)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ((x - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-self.clip, self.clip)
+        """Normalizes `x` in place (the caller passes a float copy it owns): one pass instead of four temporaries."""
+        return x.sub_(self.mean).mul_(torch.rsqrt(self.var + 1e-8)).clamp_(-self.clip, self.clip)
 
 
 def conv_encoder(obs_shape) -> tuple[nn.Module, int]:
@@ -68,6 +69,7 @@ class ActorCritic(nn.Module):
         if use_conv and not self.is_image:
             raise ValueError(f"--encoder conv needs image observations, got shape {obs_space.shape}")
         self.normalizer = RunningNorm(obs_space.shape) if cfg.normalize_input else None
+        self.is_conv = use_conv
         if use_conv:
             self.encoder, size = conv_encoder(obs_space.shape)
         else:
@@ -110,7 +112,7 @@ class ActorCritic(nn.Module):
         return {"gru": self.rnn_size, "lstm": 2 * self.rnn_size}.get(self.rnn_type, 0)
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
-        obs = obs.float()
+        obs = obs.to(torch.float32, copy=True)  # the normalizer works in place on this copy
         if self.normalizer is not None:
             obs = self.normalizer(obs)
         elif self.is_image:
@@ -142,17 +144,22 @@ class ActorCritic(nn.Module):
         action_params, value = self.heads(x)
         return action_params, value, rnn_state
 
-    def forward_sequence(self, obs: torch.Tensor, chunk_states: torch.Tensor, dones: torch.Tensor, bptt: int):
+    def forward_sequence(self, obs: torch.Tensor, chunk_states: torch.Tensor, dones: torch.Tensor, bptt: int,
+                         encoder_dtype: torch.dtype | None = None):
         """Time-major trajectories for the learner.
 
         obs: [T+1, B, ...] (the last row is the bootstrap observation); dones: [T, B];
         chunk_states: [T // bptt, B, H], the state the acting policy had at the start of each BPTT chunk.
         Gradients flow through the core within a chunk; each chunk starts from its stored state
         (truncated BPTT), and the state is zeroed after an episode ended.
+        encoder_dtype=torch.bfloat16 runs the encoder under autocast (mixed precision); the core and heads
+        stay float32, so the recurrent state and the log-probs keep full precision.
         Returns (action params [T+1, B, ...], values [T+1, B]).
         """
         steps, batch = obs.shape[:2]
-        x = self.encode(obs.reshape(steps * batch, *obs.shape[2:])).view(steps, batch, -1)
+        with torch.autocast(obs.device.type, dtype=encoder_dtype or torch.float32, enabled=encoder_dtype is not None):
+            x = self.encode(obs.reshape(steps * batch, *obs.shape[2:]))
+        x = x.float().view(steps, batch, -1)
         if self.rnn_type:
             rollout, outputs, state = steps - 1, [], None
             for t in range(steps):

@@ -15,16 +15,18 @@ from asyncrl.buffers import SharedBuffers, split_agents
 from asyncrl.config import Config
 from asyncrl.model import build_model
 from asyncrl.queues import Empty, Queues
+from asyncrl.timing import Timing
 
 MAX_REQUESTS_PER_BATCH = 4096
 
 
 class PolicyWorker:
-    def __init__(self, policy_id: int, cfg: Config, buffers: SharedBuffers, queues: Queues,
+    def __init__(self, policy_id: int, worker_idx: int, cfg: Config, buffers: SharedBuffers, queues: Queues,
                  obs_space, action_space, device: torch.device):
         self.policy_id, self.cfg, self.buffers, self.device = policy_id, cfg, buffers, device
         self.requests = queues.policy_requests[policy_id]
-        self.actions_ready = queues.actions_ready
+        self.actions_ready, self.reports = queues.actions_ready, queues.reports
+        self.timing = Timing(f"policy_{policy_id}" + (f"_{worker_idx}" if cfg.policy_workers_per_policy > 1 else ""))
         self.model = build_model(obs_space, action_space, cfg).to(device).eval()
         self.version = -1  # weights not loaded yet
         self.split_agents = {(w, s): torch.from_numpy(split_agents(cfg, w, s))
@@ -36,17 +38,24 @@ class PolicyWorker:
             if self.version < 0:
                 time.sleep(timeout)
                 return False
+        if self.timing.due():
+            self.reports.put(self.timing.report())
         try:
-            requests = self.requests.get_many(block=timeout > 0, timeout=timeout,
-                                              max_messages_to_get=MAX_REQUESTS_PER_BATCH)
+            with self.timing.phase("wait_requests"):
+                requests = self.requests.get_many(block=timeout > 0, timeout=timeout,
+                                                  max_messages_to_get=MAX_REQUESTS_PER_BATCH)
         except Empty:
             return False
-        self.version = self.buffers.read_weights(self.policy_id, self.model, self.version)
-        agents = torch.cat([self.split_agents[r] for r in requests])
-        agents = agents[self.buffers.agent_policy[agents] == self.policy_id]
-        self._act(agents)
+        with self.timing.phase("read_weights"):
+            self.version = self.buffers.read_weights(self.policy_id, self.model, self.version)
+        with self.timing.phase("inference"):
+            agents = torch.cat([self.split_agents[r] for r in requests])
+            agents = agents[self.buffers.agent_policy[agents] == self.policy_id]
+            self._act(agents)
         for worker, split in requests:
             self.actions_ready[worker].put((split, self.policy_id))
+        self.timing.count("batches", 1)
+        self.timing.count("batch_agents", len(agents))
         return True
 
     @torch.no_grad()

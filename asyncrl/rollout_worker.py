@@ -18,6 +18,7 @@ import numpy as np
 from asyncrl.buffers import AGENTS_PER_ENV, SharedBuffers, split_agents
 from asyncrl.config import Config
 from asyncrl.queues import Empty, Queues
+from asyncrl.timing import Timing
 from envs import make_env
 
 REPORT_INTERVAL_S = 1.0
@@ -71,6 +72,7 @@ class RolloutWorker:
         self.consecutive_errors = np.zeros(cfg.num_envs_per_worker, np.int64)
         self.logged_errors: set[int] = set()
         self.last_report = time.monotonic()
+        self.timing = Timing(f"rollout_{worker_idx}")
 
     # --- lifecycle
     def start(self) -> None:
@@ -91,7 +93,8 @@ class RolloutWorker:
         """Step every env group whose actions are all ready. Returns whether anything happened."""
         self.heartbeat[self.worker_idx] = time.monotonic()
         try:
-            messages = self.actions_ready.get_many(block=timeout > 0, timeout=timeout)
+            with self.timing.phase("wait_actions"):
+                messages = self.actions_ready.get_many(block=timeout > 0, timeout=timeout)
         except Empty:
             messages = []
         for split, _policy in messages:
@@ -108,22 +111,23 @@ class RolloutWorker:
         actions = self.traj_actions[slots, steps]
         dones = np.zeros(len(envs), bool)
         failed = []
-        for i, env in enumerate(envs):
-            try:
-                obs, reward, terminated, truncated, info = env.step(self._env_action(actions[i]))
+        with self.timing.phase("env_step"):
+            for i, env in enumerate(envs):
+                try:
+                    obs, reward, terminated, truncated, info = env.step(self._env_action(actions[i]))
+                    if terminated or truncated:
+                        obs, _ = env.reset()
+                except Exception as error:
+                    failed.append((i, error))  # recovered below, once this group's shared writes are done
+                    continue
+                self.traj_rewards[slots[i], steps[i]] = reward
+                self.episode_return[local[i]] += reward
+                self.episode_length[local[i]] += 1
                 if terminated or truncated:
-                    obs, _ = env.reset()
-            except Exception as error:
-                failed.append((i, error))  # recovered below, once this group's shared writes are done
-                continue
-            self.traj_rewards[slots[i], steps[i]] = reward
-            self.episode_return[local[i]] += reward
-            self.episode_length[local[i]] += 1
-            if terminated or truncated:
-                dones[i] = True
-                self._end_episode(agents[i], local[i], info.get("episode_stats", {}))
-                self.consecutive_errors[local[i] // AGENTS_PER_ENV] = 0  # a whole episode went through
-            self.traj_obs[slots[i], steps[i] + 1] = obs
+                    dones[i] = True
+                    self._end_episode(agents[i], local[i], info.get("episode_stats", {}))
+                    self.consecutive_errors[local[i] // AGENTS_PER_ENV] = 0  # a whole episode went through
+                self.traj_obs[slots[i], steps[i] + 1] = obs
 
         self.traj_dones[slots, steps] = dones
         self.agent_rnn_state[agents[dones]] = 0
@@ -207,7 +211,8 @@ class RolloutWorker:
     def _acquire_free_slot(self) -> int:
         while True:
             try:
-                return self.queues.free_slots.get(timeout=0.1)
+                with self.timing.phase("wait_slot"):  # time here means the learners are the bottleneck
+                    return self.queues.free_slots.get(timeout=0.1)
             except Empty:
                 self.heartbeat[self.worker_idx] = time.monotonic()  # waiting for the learner is not hanging
                 if self.stop_event.is_set():
@@ -241,3 +246,4 @@ class RolloutWorker:
         if self.env_errors > self.reported_env_errors:
             self.queues.reports.put(("env_errors", self.env_errors - self.reported_env_errors))
             self.reported_env_errors = self.env_errors
+        self.queues.reports.put(self.timing.report())

@@ -20,7 +20,7 @@ from asyncrl.config import Config, ConfigError
 from asyncrl.learner import Learner
 from asyncrl.model import build_model, num_state_floats
 from asyncrl.policy_worker import PolicyWorker
-from asyncrl.processes import mp_context, start_child
+from asyncrl.processes import mp_context, plan_cores, start_child
 from asyncrl.queues import Empty, Queues
 from asyncrl.rollout_worker import RolloutWorker
 from asyncrl.stats import StatsWriter
@@ -102,21 +102,28 @@ class Runner:
         factories = [(f"asyncrl-learner-{p}", partial(Learner, p, cfg, b, q, env.obs_space, env.action_space,
                                                       self.device, env.frameskip)) for p in range(cfg.num_policies)]
         factories += [(f"asyncrl-policy-{p}-{i}" if cfg.policy_workers_per_policy > 1 else f"asyncrl-policy-{p}",
-                       partial(PolicyWorker, p, cfg, b, q, env.obs_space, env.action_space, self.device))
+                       partial(PolicyWorker, p, i, cfg, b, q, env.obs_space, env.action_space, self.device))
                       for p in range(cfg.num_policies) for i in range(cfg.policy_workers_per_policy)]
         factories += [(rollout_title(w), partial(RolloutWorker, w, cfg, b, q, self.stop_event))
                       for w in range(cfg.num_workers)]
         return factories
 
     def _start(self) -> None:
-        for title, factory in self._component_factories():
+        factories = self._component_factories()
+        plan = {}
+        if self.cfg.set_workers_cpu_affinity:
+            plan = plan_cores([title for title, _ in factories], sorted(os.sched_getaffinity(0)), self.device.type == "cpu")
+        for title, factory in factories:
             if self.cfg.serial_mode:
                 component = factory()
                 if hasattr(component, "start"):
                     component.start()
                 self.components.append(component)
-            else:
-                self.processes[title] = start_child(title, factory, self.stop_event, self.cfg.torch_threads)
+                continue
+            cores = plan.get(title)
+            # a learner with cores of its own uses them all; everyone else keeps --torch_threads
+            threads = len(cores) if cores and "learner" in title and self.device.type == "cpu" else self.cfg.torch_threads
+            self.processes[title] = start_child(title, factory, self.stop_event, threads, cores)
 
     def run(self) -> int:
         """Train until a limit is reached or the user stops the run. Returns the process exit status."""

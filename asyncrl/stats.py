@@ -52,6 +52,7 @@ class StatsWriter:
         self.jsonl = open(os.path.join(experiment_dir, "stats.jsonl"), "a")
         self.env_errors = 0  # exceptions raised by envs (caught, the env restarted)
         self.worker_restarts = 0
+        self.timing: dict[str, tuple[dict, dict]] = {}  # role -> (phase fractions, counts) of its last report
         self.start_time = time.monotonic()
         self.last_summary_time = self.start_time
 
@@ -64,6 +65,25 @@ class StatsWriter:
             self.env_errors += message[1]
         elif kind == "learner":
             self.policies[message[1]].add_learner_report(message[2])
+        elif kind == "timing":
+            self.timing[message[1]] = (message[2], message[3])
+
+    def timing_summary(self, policy_id: int) -> dict:
+        """Fractions of wall time per phase for this policy's learner and policy workers and for the rollout
+        workers (averaged over processes), e.g. time_learner_train; plus the mean inference batch size."""
+        groups = {"learner": lambda r: r == f"learner_{policy_id}",
+                  "policy": lambda r: r == f"policy_{policy_id}" or r.startswith(f"policy_{policy_id}_"),
+                  "rollout": lambda r: r.startswith("rollout_")}
+        summary = {}
+        for group, belongs in groups.items():
+            reports = [report for role, report in self.timing.items() if belongs(role)]
+            for phase in sorted(set().union(*(fractions for fractions, _ in reports))):
+                summary[f"time_{group}_{phase}"] = float(np.mean([fractions.get(phase, 0.0) for fractions, _ in reports]))
+            if group == "policy" and reports:
+                batches = sum(counts.get("batches", 0) for _, counts in reports)
+                agents = sum(counts.get("batch_agents", 0) for _, counts in reports)
+                summary["inference_batch_mean"] = agents / batches if batches else None
+        return summary
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start_time
@@ -85,12 +105,14 @@ class StatsWriter:
                    "worker_restarts": self.worker_restarts}
             row.update({f"episode_{k}_mean": float(np.mean(v)) for k, v in p.env_stats.items()})
             row.update({k: v for k, v in p.learner.items() if k not in row})
+            row.update(self.timing_summary(p.policy_id))
             p.last_summary_env_steps = p.env_steps
             rows.append(row)
             self.jsonl.write(json.dumps(row) + "\n")
             for key, value in row.items():
                 if isinstance(value, (int, float)) and key not in ("policy_id", "env_steps"):
-                    tb.add_scalar(key, value, p.env_steps)
+                    tag = "timing/" + key[len("time_"):] if key.startswith("time_") else key
+                    tb.add_scalar(tag, value, p.env_steps)
         self.jsonl.flush()
         if rows:
             print(progress_line(rows, seconds_left), flush=True)
@@ -135,9 +157,11 @@ def _fmt(value, spec: str) -> str:
 def progress_line(rows: list[dict], seconds_left: float | None) -> str:
     parts = []
     for r in rows:
+        waiting = r.get("time_learner_wait_batch")
+        busy = None if waiting is None else 100 * (1 - waiting)
         parts.append(f"p{r['policy_id']}: {r['env_steps']:,} steps {r['fps']:,.0f} fps "
                      f"reward {_fmt(r['episode_reward_mean'], '.2f')} lag {_fmt(r['policy_lag_mean'], '.1f')} "
-                     f"train_step {r['train_step']}")
+                     f"train_step {r['train_step']} learner busy {_fmt(busy, '.0f')}%")
     if seconds_left is not None:
         parts.append(f"left {int(seconds_left) // 60}m{int(seconds_left) % 60:02d}s")
     return f"[{rows[0]['time_s']:7.1f}s] " + " | ".join(parts)

@@ -1,0 +1,247 @@
+"""`asyncrl bench`: frames per second of one config, measured three ways in one run, side by side.
+
+    raw      the env stepped with random actions in --num_workers processes, no engine: the simulation limit
+    sampler  rollout workers + policy workers with the real model, no learning (--sampler_only)
+    train    the full engine, learning
+
+With `train`, it also computes the machine's compute limit: the CPU time per agent step of simulation, of
+inference (at the batch size the policy worker actually saw) and of learning (at --batch_size), each
+measured alone on one core with the engine's own code; compute-limited FPS = cores / (sum of the three) *
+frameskip, and efficiency = train FPS / that limit. The first --warmup_seconds of each run are excluded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from asyncrl.config import Config, ConfigError, add_config_arguments, build_config
+from asyncrl.processes import mp_context
+from envs import env_entry, env_frameskip, make_env
+
+MODES = ("raw", "sampler", "train")
+
+
+@dataclasses.dataclass
+class BenchArgs:
+    modes: tuple
+    seconds: float
+    warmup_seconds: float
+    out: str | None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise ConfigError(f"{message} (see `asyncrl bench --help`)")
+
+
+def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
+    parser = _Parser(prog="asyncrl bench", description="Frames per second: raw env vs sampler vs training.")
+    parser.add_argument("--mode", default="all", choices=[*MODES, "all"], help="What to measure (default: all).")
+    parser.add_argument("--seconds", type=float, default=60.0, help="Measured seconds per mode, after warm-up.")
+    parser.add_argument("--warmup_seconds", type=float, default=15.0, help="Seconds run first and excluded per mode.")
+    parser.add_argument("--out", default=None, help="Write the results as JSON to this file.")
+    add_config_arguments(parser)
+    given = vars(parser.parse_args(argv))
+    bench = BenchArgs(MODES if given["mode"] == "all" else (given["mode"],), given.pop("seconds"),
+                      given.pop("warmup_seconds"), given.pop("out"))
+    given.pop("mode")
+    if bench.seconds <= 0 or bench.warmup_seconds < 0:
+        raise ConfigError("--seconds must be positive and --warmup_seconds >= 0")
+    if not given.get("env"):
+        raise ConfigError("--env is required (e.g. --env doom_basic; `asyncrl envs` lists the registered ones)")
+    given.setdefault("train_dir", os.path.join(tempfile.gettempdir(), "asyncrl_bench"))
+    given.setdefault("experiment", f"bench_{given['env']}")
+    given["restart_behavior"] = "restart"
+    cfg = build_config(given, env_entry(given["env"]).default_config)
+    cfg.validate()
+    return bench, cfg
+
+
+# --- raw: the env alone
+def _raw_worker(env_name: str, env_kwargs: dict, num_envs: int, seed: int, warmup: float, seconds: float, results):
+    envs = [make_env(env_name, **env_kwargs) for _ in range(num_envs)]
+    for i, env in enumerate(envs):
+        env.reset(seed=seed + i)
+        env.action_space.seed(seed + i)
+    steps, start = 0, time.perf_counter()
+    measured_from, steps_at_warmup = None, 0
+    while True:
+        now = time.perf_counter()
+        if measured_from is None and now - start >= warmup:
+            measured_from, steps_at_warmup = now, steps
+        if now - start >= warmup + seconds:
+            break
+        for env in envs:
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                env.reset()
+        steps += num_envs
+    results.put((steps - steps_at_warmup) * env_frameskip(envs[0]) / (now - measured_from))
+    for env in envs:
+        env.close()
+
+
+def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
+    """Frames/s of --num_workers processes each stepping --num_envs_per_worker envs with random actions."""
+    results = mp_context.Queue()
+    processes = [mp_context.Process(target=_raw_worker, daemon=True,
+                                    args=(cfg.env, cfg.env_kwargs(), cfg.num_envs_per_worker, 1000 * w, warmup,
+                                          seconds, results)) for w in range(cfg.num_workers)]
+    for p in processes:
+        p.start()
+    try:
+        total = sum(results.get(timeout=warmup + seconds + 120) for _ in processes)
+    finally:
+        for p in processes:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    return total
+
+
+# --- sampler and train: the engine itself
+def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -> dict:
+    """Run the engine for warmup + seconds; returns frames/s over the stats rows after the warm-up, and the last row."""
+    from asyncrl.runner import train
+    name = "sampler" if sampler_only else "train"
+    run_cfg = dataclasses.replace(cfg, sampler_only=sampler_only, train_for_seconds=warmup + seconds,
+                                  experiment=f"{cfg.experiment}_{name}",
+                                  experiment_summaries_interval=min(2.0, max(0.5, seconds / 10)),
+                                  save_every_sec=1e9)
+    if train(run_cfg) != 0:
+        raise RuntimeError(f"the {name} run failed (its error is above)")
+    with open(os.path.join(run_cfg.experiment_dir, "stats.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    window = [r for r in rows if warmup <= r["time_s"] < warmup + seconds and r["policy_id"] == 0]
+    if len(window) < 2:
+        raise RuntimeError(f"the {name} run reported too few stats rows after the warm-up; raise --seconds")
+    first, last = window[0], window[-1]
+    return {"fps": (last["env_steps"] - first["env_steps"]) * cfg.num_policies / (last["time_s"] - first["time_s"]),
+            "measured_s": last["time_s"] - first["time_s"], "last_row": last}
+
+
+# --- the compute limit
+def _seconds_per_call(fn, min_seconds: float = 2.0, min_calls: int = 3) -> float:
+    fn()  # warm-up: allocations, lazy init
+    calls, start = 0, time.perf_counter()
+    while calls < min_calls or time.perf_counter() - start < min_seconds:
+        fn()
+        calls += 1
+    return (time.perf_counter() - start) / calls
+
+
+def simulation_cost(cfg: Config) -> tuple[float, int]:
+    """CPU seconds per agent step of one env with random actions (resets included), and its frameskip."""
+    env = make_env(cfg.env, **cfg.env_kwargs())
+    env.reset(seed=0)
+    env.action_space.seed(0)
+
+    def step():
+        for _ in range(50):
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                env.reset()
+    try:
+        return _seconds_per_call(step) / 50, env_frameskip(env)
+    finally:
+        env.close()
+
+
+def model_costs(cfg: Config, inference_batch: int) -> tuple[float, float]:
+    """CPU seconds per sample of inference (PolicyWorker._act at `inference_batch` agents) and of learning
+    (Learner._gather + _train on one --batch_size batch), with real shared buffers, in this process."""
+    from asyncrl.buffers import SharedBuffers, buffer_layout, num_slots, slots_per_batch
+    from asyncrl.learner import Learner
+    from asyncrl.model import build_model, num_state_floats
+    from asyncrl.policy_worker import PolicyWorker
+    from asyncrl.queues import Queues
+    from asyncrl.runner import probe_env
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = dataclasses.replace(cfg, train_dir=tmp, num_policies=1, num_workers=max(1, -(-inference_batch // cfg.num_envs_per_worker)))
+        env = probe_env(cfg)
+        model = build_model(env.obs_space, env.action_space, cfg)
+        layout = buffer_layout(cfg, env.obs_space, env.action_space, model.rnn_state_size, num_state_floats(model))
+        b, queues, cpu = SharedBuffers(layout), Queues(cfg, num_slots(cfg)), torch.device("cpu")
+        b.traj_obs.copy_(torch.as_tensor(np.stack([env.obs_space.sample() for _ in range(b.traj_obs.shape[1])])))
+        b.traj_valid.fill_(True)
+        learner = Learner(0, cfg, b, queues, env.obs_space, env.action_space, cpu, env.frameskip)
+        slots = torch.arange(slots_per_batch(cfg))
+        learn = _seconds_per_call(lambda: learner._train(learner._gather(slots)), min_seconds=5.0) / cfg.batch_size
+        policy = PolicyWorker(0, 0, cfg, b, queues, env.obs_space, env.action_space, cpu)
+        agents = torch.arange(inference_batch)
+        b.agent_slot[agents] = agents
+        infer = _seconds_per_call(lambda: policy._act(agents)) / inference_batch
+    return infer, learn
+
+
+def compute_limit(cfg: Config, inference_batch: int) -> dict:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # "each alone on one core"
+    try:
+        sim, frameskip = simulation_cost(cfg)
+        infer, learn = model_costs(cfg, inference_batch)
+    finally:
+        torch.set_num_threads(threads)
+    cores = len(os.sched_getaffinity(0))
+    return {"cores": cores, "frameskip": frameskip, "inference_batch": inference_batch,
+            "sim_ms_per_step": 1e3 * sim, "inference_ms_per_step": 1e3 * infer, "learn_ms_per_step": 1e3 * learn,
+            "compute_limited_fps": cores / (sim + infer + learn) * frameskip}
+
+
+# --- the command
+def run_bench(bench: BenchArgs, cfg: Config) -> dict:
+    result = {"env": cfg.env, "warmup_s": bench.warmup_seconds, "seconds": bench.seconds, "config": cfg.to_json()}
+    if "raw" in bench.modes:
+        result["raw_fps"] = raw_fps(cfg, bench.warmup_seconds, bench.seconds)
+        print(f"asyncrl bench: raw {result['raw_fps']:,.0f} frames/s", flush=True)
+    for mode in ("sampler", "train"):
+        if mode in bench.modes:
+            run = engine_run(cfg, bench.warmup_seconds, bench.seconds, sampler_only=mode == "sampler")
+            result[f"{mode}_fps"] = run["fps"]
+            result[f"{mode}_timing"] = {k: v for k, v in run["last_row"].items() if k.startswith(("time_", "inference_"))}
+    if "train" in bench.modes:
+        batch = result["train_timing"].get("inference_batch_mean") or cfg.envs_per_split
+        result.update(compute_limit(cfg, max(1, round(batch))))
+        result["efficiency"] = result["train_fps"] / result["compute_limited_fps"]
+    for mode in ("sampler", "train"):
+        if "raw_fps" in result and f"{mode}_fps" in result:
+            result[f"{mode}_over_raw"] = result[f"{mode}_fps"] / result["raw_fps"]
+    return result
+
+
+def report(result: dict) -> str:
+    c = result["config"]
+    lines = [f"asyncrl bench: {result['env']}, {c['num_workers']} workers x {c['num_envs_per_worker']} envs "
+             f"({c['worker_num_splits']} splits), rollout {c['rollout']}, batch {c['batch_size']}, "
+             f"{len(os.sched_getaffinity(0))} cores, {'GPU' if torch.cuda.is_available() else 'no GPU'}; "
+             f"first {result['warmup_s']:g} s of each mode excluded, {result['seconds']:g} s measured",
+             f"{'mode':<8} {'frames/s':>10} {'/ raw':>7}"]
+    for mode in MODES:
+        if f"{mode}_fps" in result:
+            ratio = result.get(f"{mode}_over_raw", 1.0 if mode == "raw" else None)
+            lines.append(f"{mode:<8} {result[f'{mode}_fps']:>10,.0f} {'-' if ratio is None else format(ratio, '.3f'):>7}")
+    if "compute_limited_fps" in result:
+        lines.append(f"compute limit: {result['cores']} cores / (sim {result['sim_ms_per_step']:.3f} + inference "
+                     f"{result['inference_ms_per_step']:.3f} (batch {result['inference_batch']}) + learning "
+                     f"{result['learn_ms_per_step']:.3f} ms per step) x frameskip {result['frameskip']} = "
+                     f"{result['compute_limited_fps']:,.0f} frames/s; train efficiency {result['efficiency']:.3f}")
+    return "\n".join(lines)
+
+
+def cmd_bench(argv: list[str]) -> int:
+    bench, cfg = parse_bench_args(argv)
+    result = run_bench(bench, cfg)
+    print(report(result), flush=True)
+    if bench.out:
+        with open(bench.out, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0

@@ -1,0 +1,67 @@
+"""`asyncrl bench`: its flags, and a short real run of every mode on a synthetic env."""
+
+import json
+
+import pytest
+
+from asyncrl.bench import MODES, parse_bench_args
+from asyncrl.config import ConfigError
+from asyncrl.timing import Timing
+from helpers import run_cli
+
+
+def test_bench_flags():
+    bench, cfg = parse_bench_args(["--env", "doom_basic", "--num_workers", "3", "--seconds", "20"])
+    assert bench.modes == MODES and bench.seconds == 20 and bench.out is None
+    assert cfg.num_workers == 3 and cfg.encoder == "conv" and cfg.use_rnn  # the env's defaults apply
+    assert cfg.restart_behavior == "restart"  # a benchmark never resumes an old run
+    bench, _ = parse_bench_args(["--env", "CartPole-v1", "--mode", "sampler", "--warmup_seconds", "0"])
+    assert bench.modes == ("sampler",) and bench.warmup_seconds == 0
+    for bad in (["--mode", "sampler"], ["--env", "CartPole-v1", "--mode", "fast"],
+                ["--env", "CartPole-v1", "--seconds", "0"], ["--env", "CartPole-v1", "--num_envs_per_worker", "3"]):
+        with pytest.raises(ConfigError):
+            parse_bench_args(bad)
+
+
+def test_bench_bad_input_is_one_line_and_exit_2():
+    r = run_cli("bench", "--env", "no_such_env")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "unknown env" in r.stderr
+
+
+def test_timing_reports_fractions_of_wall_time():
+    timing = Timing("learner_0")
+    with timing.phase("train"):
+        sum(range(200_000))
+    timing.count("batches", 2)
+    kind, role, fractions, counts, interval = timing.report()
+    assert kind == "timing" and role == "learner_0" and counts == {"batches": 2}
+    assert 0 < fractions["train"] <= 1.0 and interval > 0
+    assert timing.report()[2] == {}  # a report resets the timers
+
+
+def test_bench_all_modes_on_a_synthetic_env(tmp_path, clean_machine):
+    out = tmp_path / "result.json"
+    r = run_cli("bench", "--env", "synthetic_constant", "--env_options", '{"step_us": 100}', "--mode", "all",
+                "--seconds", 4, "--warmup_seconds", 2, "--num_workers", 2, "--num_envs_per_worker", 4,
+                "--batch_size", 256, "--train_dir", tmp_path, "--out", out, timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    for key in ("raw_fps", "sampler_fps", "train_fps", "compute_limited_fps"):
+        assert result[key] > 0, key
+    assert result["sampler_over_raw"] == pytest.approx(result["sampler_fps"] / result["raw_fps"])
+    assert 0 < result["efficiency"] == pytest.approx(result["train_fps"] / result["compute_limited_fps"])
+    # the sampler run did not learn; the train run did, and its timers reached the stats
+    assert "time_learner_train" not in result["sampler_timing"] and result["sampler_timing"]["time_rollout_env_step"] > 0
+    assert result["train_timing"]["time_learner_train"] > 0 and result["train_timing"]["inference_batch_mean"] >= 1
+    for mode in ("raw", "sampler", "train"):
+        assert mode in r.stdout
+    assert "compute limit" in r.stdout
+
+
+def test_bench_raw_mode_alone(tmp_path, clean_machine):
+    out = tmp_path / "raw.json"
+    r = run_cli("bench", "--env", "CartPole-v1", "--mode", "raw", "--seconds", 2, "--warmup_seconds", 1,
+                "--num_workers", 2, "--out", out)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["raw_fps"] > 1000 and "train_fps" not in result and "sampler_fps" not in result

@@ -86,7 +86,7 @@ class Config:
     rnn_type: str = _f("gru", "gru or lstm.", choices=["gru", "lstm"])
     rnn_size: int = _f(512, "Hidden size of the recurrent core.")
     recurrence: int = _f(-1, "BPTT length in steps; must divide --rollout. -1: --rollout with an RNN, 1 without.")
-    learner_precision: str = _f("auto", "Learner's encoder precision: float32, or bfloat16 autocast (mixed precision; the RNN core and heads stay float32). auto: bfloat16 for a conv encoder on hardware with native bfloat16 (CPUs with AVX512-BF16/AMX, recent GPUs), else float32.", choices=["auto", "float32", "bfloat16"])
+    precision: str = _f("auto", "float32, or bfloat16: learners run the encoder under bfloat16 autocast (float32 master weights, core and heads) and policy workers keep the model's weights in bfloat16 (outputs float32). auto: bfloat16 for a conv encoder on hardware with native bfloat16 (CPUs with AVX512-BF16/AMX, recent GPUs), else float32.", choices=["auto", "float32", "bfloat16"])
 
     # --- when to stop, what to save
     train_for_env_steps: int = _f(10_000_000_000, "Stop when every policy has this many env frames (frameskip included).")

@@ -75,6 +75,7 @@ class ActorCritic(nn.Module):
         else:
             self.encoder, size = mlp_encoder(int(torch.tensor(obs_space.shape).prod()), cfg.encoder_mlp_layers)
 
+        self.compute_dtype = torch.float32  # see store_weights_as
         self.rnn_type = cfg.rnn_type if cfg.use_rnn else None
         self.rnn_size = cfg.rnn_size
         if self.rnn_type == "gru":
@@ -111,25 +112,41 @@ class ActorCritic(nn.Module):
         """Floats per agent of recurrent state (LSTM: h and c side by side); 0 without a core."""
         return {"gru": self.rnn_size, "lstm": 2 * self.rnn_size}.get(self.rnn_type, 0)
 
-    def encode(self, obs: torch.Tensor) -> torch.Tensor:
-        obs = obs.to(torch.float32, copy=True)  # the normalizer works in place on this copy
-        if self.normalizer is not None:
-            obs = self.normalizer(obs)
-        elif self.is_image:
-            obs = obs / 255.0
-        return self.encoder(obs if self.is_image else obs.flatten(1))
+    def encode(self, obs: torch.Tensor, autocast_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Float32 features of a batch of observations. autocast_dtype=torch.bfloat16 runs the encoder under
+        autocast (the learner's mixed precision: float32 master weights, bfloat16 convolutions)."""
+        with torch.autocast(obs.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+            obs = obs.to(torch.float32, copy=True)  # the normalizer works in place on this copy
+            if self.normalizer is not None:
+                obs = self.normalizer(obs)
+            elif self.is_image:
+                obs = obs.mul_(1 / 255.0)
+            features = self.encoder((obs if self.is_image else obs.flatten(1)).to(self.compute_dtype))
+        return features.float()
 
     def _core_step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One recurrent step; returns (output, new flat state)."""
+        """One recurrent step; returns (output, new flat state), float32."""
+        x, state = x.to(self.compute_dtype), state.to(self.compute_dtype)
         if self.rnn_type == "gru":
-            h = self.core(x, state)
+            h = self.core(x, state).float()
             return h, h
         h, c = self.core(x, (state[:, :self.rnn_size], state[:, self.rnn_size:]))
-        return h, torch.cat([h, c], dim=1)
+        return h.float(), torch.cat([h, c], dim=1).float()
 
     def heads(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(action distribution parameters, value)."""
-        return self.action_head(features), self.value_head(features).squeeze(-1)
+        """(action distribution parameters, value), float32."""
+        features = features.to(self.compute_dtype)
+        return self.action_head(features).float(), self.value_head(features).squeeze(-1).float()
+
+    def store_weights_as(self, dtype: torch.dtype) -> "ActorCritic":
+        """For inference only: keep encoder, core and heads in `dtype`. With bfloat16 each small batch streams
+        half the weight bytes from memory (measured: conv + GRU512 inference at batch 8, 0.59 -> 0.39 ms per
+        sample on one core). The normalizer stays float32, and every output comes back float32."""
+        for module in (self.encoder, getattr(self, "core", None), self.action_head, self.value_head):
+            if module is not None:
+                module.to(dtype)
+        self.compute_dtype = dtype
+        return self
 
     def distribution(self, action_params: torch.Tensor):
         if self.discrete:
@@ -145,21 +162,18 @@ class ActorCritic(nn.Module):
         return action_params, value, rnn_state
 
     def forward_sequence(self, obs: torch.Tensor, chunk_states: torch.Tensor, dones: torch.Tensor, bptt: int,
-                         encoder_dtype: torch.dtype | None = None):
+                         autocast_dtype: torch.dtype | None = None):
         """Time-major trajectories for the learner.
 
         obs: [T+1, B, ...] (the last row is the bootstrap observation); dones: [T, B];
         chunk_states: [T // bptt, B, H], the state the acting policy had at the start of each BPTT chunk.
         Gradients flow through the core within a chunk; each chunk starts from its stored state
         (truncated BPTT), and the state is zeroed after an episode ended.
-        encoder_dtype=torch.bfloat16 runs the encoder under autocast (mixed precision); the core and heads
-        stay float32, so the recurrent state and the log-probs keep full precision.
+        autocast_dtype: see `encode`.
         Returns (action params [T+1, B, ...], values [T+1, B]).
         """
         steps, batch = obs.shape[:2]
-        with torch.autocast(obs.device.type, dtype=encoder_dtype or torch.float32, enabled=encoder_dtype is not None):
-            x = self.encode(obs.reshape(steps * batch, *obs.shape[2:]))
-        x = x.float().view(steps, batch, -1)
+        x = self.encode(obs.reshape(steps * batch, *obs.shape[2:]), autocast_dtype).view(steps, batch, -1)
         if self.rnn_type:
             rollout, outputs, state = steps - 1, [], None
             for t in range(steps):
@@ -175,6 +189,21 @@ class ActorCritic(nn.Module):
 
 def build_model(obs_space, action_space, cfg: Config) -> ActorCritic:
     return ActorCritic(obs_space, action_space, cfg)
+
+
+def native_bfloat16(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def low_precision(cfg: Config, device: torch.device, model: ActorCritic) -> torch.dtype | None:
+    """torch.bfloat16 if --precision asks for it (auto: a conv encoder on hardware with native bfloat16), else None.
+    Convolutions and the large matrices of small inference batches are where it pays: measured on an AVX512-BF16
+    CPU, a conv + GRU512 learner update 1.6x faster, inference 1.5x; a small MLP gains nothing."""
+    if cfg.precision == "bfloat16" or (cfg.precision == "auto" and model.is_conv and native_bfloat16(device)):
+        return torch.bfloat16
+    return None
 
 
 def state_tensors(model: nn.Module) -> list[torch.Tensor]:

@@ -13,7 +13,7 @@ import torch
 
 from asyncrl.buffers import SharedBuffers, split_agents
 from asyncrl.config import Config
-from asyncrl.model import build_model
+from asyncrl.model import build_model, low_precision
 from asyncrl.queues import Empty, Queues
 from asyncrl.timing import Timing
 
@@ -28,6 +28,8 @@ class PolicyWorker:
         self.actions_ready, self.reports = queues.actions_ready, queues.reports
         self.timing = Timing(f"policy_{policy_id}" + (f"_{worker_idx}" if cfg.policy_workers_per_policy > 1 else ""))
         self.model = build_model(obs_space, action_space, cfg).to(device).eval()
+        if (dtype := low_precision(cfg, device, self.model)) is not None:
+            self.model.store_weights_as(dtype)  # the learner's float32 weights are converted as they are loaded
         self.version = -1  # weights not loaded yet
         self.split_agents = {(w, s): torch.from_numpy(split_agents(cfg, w, s))
                              for w in range(cfg.num_workers) for s in range(cfg.worker_num_splits)}

@@ -110,9 +110,10 @@ class Runner:
 
     def _start(self) -> None:
         factories = self._component_factories()
+        cpu_learning = self.device.type == "cpu" and not self.cfg.sampler_only
         plan = {}
-        if self.cfg.set_workers_cpu_affinity:
-            plan = plan_cores([title for title, _ in factories], sorted(os.sched_getaffinity(0)), self.device.type == "cpu")
+        if self.cfg.set_workers_cpu_affinity and not self.cfg.serial_mode:
+            plan = plan_cores([title for title, _ in factories], sorted(os.sched_getaffinity(0)), cpu_learning)
         for title, factory in factories:
             if self.cfg.serial_mode:
                 component = factory()
@@ -122,7 +123,7 @@ class Runner:
                 continue
             cores = plan.get(title)
             # a learner with cores of its own uses them all; everyone else keeps --torch_threads
-            threads = len(cores) if cores and "learner" in title and self.device.type == "cpu" else self.cfg.torch_threads
+            threads = len(cores) if cores and "learner" in title and cpu_learning else self.cfg.torch_threads
             self.processes[title] = start_child(title, factory, self.stop_event, threads, cores)
 
     def run(self) -> int:

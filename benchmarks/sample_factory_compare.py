@@ -15,6 +15,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -66,10 +67,13 @@ def sf_run(python: str, env: str, seconds: float, train_dir: str, device: str) -
             f"--device={device}", f"--train_for_seconds={int(seconds)}", "--save_every_sec=1000000"]
     args += [f"--{k}={v}" for k, v in COMMON[env].items()]
     launch = time.monotonic()
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=train_dir)
+    # its own session: its children (and their VizDoom engines) outlive a killed parent, so we stop the group
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=train_dir,
+                            start_new_session=True)
+    stop_group = lambda: os.killpg(proc.pid, signal.SIGKILL)  # noqa: E731
     rows, log = [], []
     frames = None
-    killer = threading.Timer(seconds + 180, proc.kill)
+    killer = threading.Timer(seconds + 30, stop_group)  # it does not always stop at --train_for_seconds
     killer.start()
     for line in proc.stdout:
         log.append(line)
@@ -81,6 +85,10 @@ def sf_run(python: str, env: str, seconds: float, train_dir: str, device: str) -
             rows[-1]["reward"] = float(m.group(1)) * SF_REWARD_UNIT[env]
     proc.wait()
     killer.cancel()
+    try:
+        stop_group()
+    except ProcessLookupError:
+        pass
     if not rows:
         raise RuntimeError("Sample Factory reported no frames; its log ends with:\n" + "".join(log[-30:]))
     return rows

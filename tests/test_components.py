@@ -186,3 +186,50 @@ def test_env_that_keeps_failing_is_recreated_and_its_slots_recycled(tmp_path):
     assert all(new is not old for new, old in zip(worker.envs, first_envs)), "a failing env was not recreated"
     assert sorted(slot_owners(runner)) == list(range(num_slots(runner.cfg))), "a failed trajectory's slot was lost"
     runner._stop_children()
+
+
+def test_core_plan_gives_a_cpu_learner_cores_of_its_own():
+    from asyncrl.processes import plan_cores
+    titles = ["asyncrl-learner-0", "asyncrl-policy-0", "asyncrl-rollout-0", "asyncrl-rollout-1", "asyncrl-rollout-2"]
+    plan = plan_cores(titles, [0, 1], cpu_learning=True)
+    assert plan["asyncrl-learner-0"] == [0] and plan["asyncrl-policy-0"] == [1]
+    assert all(plan[f"asyncrl-rollout-{w}"] == [1] for w in range(3))
+    plan = plan_cores(titles, list(range(16)), cpu_learning=True)
+    assert plan["asyncrl-learner-0"] == list(range(8)) and plan["asyncrl-policy-0"] == list(range(8, 16))
+    assert [plan[f"asyncrl-rollout-{w}"] for w in range(3)] == [[8], [9], [10]]
+    plan = plan_cores(titles, [0, 1, 2, 3], cpu_learning=False)  # a GPU learns: workers spread over every core
+    assert plan["asyncrl-learner-0"] == [0, 1, 2, 3] and [plan[f"asyncrl-rollout-{w}"] for w in range(3)] == [[0], [1], [2]]
+    assert plan_cores(titles, [5], cpu_learning=True) == {t: [5] for t in titles}
+
+
+def test_bfloat16_inference_model_acts_like_the_float32_one():
+    """--precision bfloat16: policy workers store the weights in bfloat16 (loaded from the learner's float32 ones);
+    their outputs stay float32 and close to the float32 model's; the learner's autocast step stays finite."""
+    import copy
+
+    import gymnasium as gym
+
+    from asyncrl.buffers import SharedBuffers, buffer_layout
+    from asyncrl.config import Config
+    from asyncrl.model import build_model, low_precision, num_state_floats
+
+    cfg = Config(env="x", encoder="conv", rnn_size=64, normalize_input=True, precision="bfloat16", num_workers=1)
+    obs_space, action_space = gym.spaces.Box(0, 255, (3, 72, 128), "uint8"), gym.spaces.Discrete(5)
+    learner_model = build_model(obs_space, action_space, cfg)
+    assert low_precision(cfg, torch.device("cpu"), learner_model) == torch.bfloat16
+    layout = buffer_layout(cfg, obs_space, action_space, learner_model.rnn_state_size, num_state_floats(learner_model))
+    buffers = SharedBuffers(layout)
+    buffers.publish_weights(0, learner_model, version=3)
+    actor = build_model(obs_space, action_space, cfg).store_weights_as(torch.bfloat16)
+    assert buffers.read_weights(0, actor, known_version=-1) == 3
+    obs, state = torch.randint(0, 256, (6, 3, 72, 128), dtype=torch.uint8), torch.randn(6, 64)
+    with torch.no_grad():
+        expected = learner_model.forward_step(obs, state)
+        got = actor.forward_step(obs, state)
+    for e, g in zip(expected, got):
+        assert g.dtype == torch.float32
+        torch.testing.assert_close(g, e, atol=0.05, rtol=0.05)
+    params, values = copy.deepcopy(learner_model).forward_sequence(
+        obs.view(3, 2, 3, 72, 128), state.view(3, 2, 64)[:1], torch.zeros(2, 2, dtype=torch.bool), 2, torch.bfloat16)
+    (params.logsumexp(-1).mean() + values.mean()).backward()
+    assert params.dtype == torch.float32 and torch.isfinite(params).all()

@@ -24,12 +24,14 @@ def test_env_raising_on_1_percent_of_steps_does_not_stop_the_run(tmp_path, clean
     assert 0 < r.stderr.count("raised; its unfinished trajectory") <= 2 * 16, "each env's traceback is logged once"
 
 
-@pytest.mark.parametrize("env_args", [["--env", "CartPole-v1"], DOOM_SMALL], ids=["cartpole", "doom"])
-def test_sigint_saves_a_checkpoint_and_leaves_nothing(tmp_path, clean_machine, env_args):
+@pytest.mark.parametrize("env_args,stop_signal", [(["--env", "CartPole-v1"], signal.SIGINT), (DOOM_SMALL, signal.SIGINT),
+                                                  (["--env", "CartPole-v1"], signal.SIGTERM)],
+                         ids=["cartpole-sigint", "doom-sigint", "cartpole-sigterm"])
+def test_stop_signal_saves_a_checkpoint_and_leaves_nothing(tmp_path, clean_machine, env_args, stop_signal):
     proc = start_cli("train", *env_args, "--train_dir", tmp_path, "--experiment", "int", "--experiment_summaries_interval", 1)
     row = wait_for_training(tmp_path / "int", proc)
     sent = time.time()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop_signal)
     out, _ = proc.communicate(timeout=15)
     assert time.time() - sent < 15 and proc.returncode == 0, out[-3000:]
     checkpoints = glob.glob(str(tmp_path / "int" / "checkpoint_p0" / "checkpoint_*.pth"))
@@ -41,6 +43,25 @@ def test_sigint_saves_a_checkpoint_and_leaves_nothing(tmp_path, clean_machine, e
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     resumed = read_stats(tmp_path / "int")
     assert resumed[-1]["env_steps"] >= final["env_steps"] + 5_000
+
+
+def test_second_ctrl_c_forces_the_stop(tmp_path, clean_machine):
+    """A worker stuck in an env makes the clean stop wait for it; a second Ctrl-C ends the run at once, and
+    the children (the stuck one included) still go with it."""
+    options = '{"step_us": 10, "hang_once_file": "%s"}' % (tmp_path / "hung")
+    proc = start_cli("train", "--env", "synthetic_constant", "--env_options", options, "--env_step_timeout", 600,
+                     "--train_dir", tmp_path, "--experiment", "force", "--experiment_summaries_interval", 1)
+    wait_for_training(tmp_path / "force", proc)
+    while not (tmp_path / "hung").exists():
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert proc.poll() is None, "the first Ctrl-C should wait for the stuck worker"
+    sent = time.time()
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=5)
+    assert time.time() - sent < 3 and proc.returncode == -signal.SIGINT
+    # clean_machine: every child, the stuck worker included, is gone within 5 s
 
 
 def test_sigkill_of_the_main_process_leaves_no_child_or_engine(tmp_path, clean_machine):

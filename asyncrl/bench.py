@@ -44,15 +44,16 @@ class _Parser(argparse.ArgumentParser):
 
 def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
     parser = _Parser(prog="asyncrl bench", description="Frames per second: raw env vs sampler vs training.")
-    parser.add_argument("--mode", default="all", choices=[*MODES, "all"], help="What to measure (default: all).")
+    parser.add_argument("--mode", default="all", help="raw, sampler, train, all, or a comma list, e.g. raw,sampler.")
     parser.add_argument("--seconds", type=float, default=60.0, help="Measured seconds per mode, after warm-up.")
     parser.add_argument("--warmup_seconds", type=float, default=15.0, help="Seconds run first and excluded per mode.")
     parser.add_argument("--out", default=None, help="Write the results as JSON to this file.")
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
-    bench = BenchArgs(MODES if given["mode"] == "all" else (given["mode"],), given.pop("seconds"),
-                      given.pop("warmup_seconds"), given.pop("out"))
-    given.pop("mode")
+    modes = MODES if given["mode"] == "all" else tuple(m for m in MODES if m in given["mode"].split(","))
+    if set(given.pop("mode").split(",")) - {*MODES, "all"}:
+        raise ConfigError(f"--mode must be raw, sampler, train, all or a comma list of them (see `asyncrl bench --help`)")
+    bench = BenchArgs(modes, given.pop("seconds"), given.pop("warmup_seconds"), given.pop("out"))
     if bench.seconds <= 0 or bench.warmup_seconds < 0:
         raise ConfigError("--seconds must be positive and --warmup_seconds >= 0")
     if not given.get("env"):

@@ -17,6 +17,7 @@ def test_bench_flags():
     assert cfg.restart_behavior == "restart"  # a benchmark never resumes an old run
     bench, _ = parse_bench_args(["--env", "CartPole-v1", "--mode", "sampler", "--warmup_seconds", "0"])
     assert bench.modes == ("sampler",) and bench.warmup_seconds == 0
+    assert parse_bench_args(["--env", "CartPole-v1", "--mode", "sampler,raw"])[0].modes == ("raw", "sampler")
     for bad in (["--mode", "sampler"], ["--env", "CartPole-v1", "--mode", "fast"],
                 ["--env", "CartPole-v1", "--seconds", "0"], ["--env", "CartPole-v1", "--num_envs_per_worker", "3"]):
         with pytest.raises(ConfigError):

@@ -99,3 +99,20 @@ def test_register_env_plugs_in_a_users_env():
 def test_all_listed_scenarios_are_registered():
     assert set(SCENARIOS) <= set(registered_envs())
     assert {"synthetic_constant", "synthetic_heterogeneous", "doom_deathmatch_bots"} <= set(registered_envs())
+
+
+def test_vizdoom_engine_is_restarted_every_n_episodes():
+    """Bounds the engine's memory, which grows with each episode; the env goes on stepping across restarts."""
+    import psutil
+    env = make_env("doom_basic", restart_every_episodes=2, episode_timeout=8)
+    engines = lambda: [p.pid for p in psutil.Process().children() if p.name() == "vizdoom"]  # noqa: E731
+    env.reset(seed=1)
+    first = engines()
+    for _ in range(3):  # the third reset starts a fresh engine
+        terminated = truncated = False
+        while not (terminated or truncated):
+            obs, _, terminated, truncated, _ = env.step(0)
+        env.reset()
+    assert len(first) == 1 and len(engines()) == 1 and engines() != first
+    assert obs.shape == (3, 72, 128)
+    env.close()

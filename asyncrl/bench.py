@@ -4,10 +4,11 @@
     sampler  rollout workers + policy workers with the real model, no learning (--sampler_only)
     train    the full engine, learning
 
-With `train`, it also computes the machine's compute limit: the CPU time per agent step of simulation, of
-inference (at the batch size the policy worker actually saw) and of learning (at --batch_size), each
-measured alone on one core with the engine's own code; compute-limited FPS = cores / (sum of the three) *
-frameskip, and efficiency = train FPS / that limit. The first --warmup_seconds of each run are excluded.
+With `sampler` or `train`, it also computes the machine's compute limit: the CPU time per agent step of
+simulation, of inference (at the batch size the policy worker actually saw) and of learning (at --batch_size),
+each measured alone on one core with the engine's own code; compute-limited FPS = cores / (sum of the three)
+* frameskip, and efficiency = train FPS / that limit (the sampler's: without learning). The first
+--warmup_seconds of each run (process start-up included) are excluded.
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -
         rows = [json.loads(line) for line in f]
     window = [r for r in rows if warmup <= r["time_s"] < warmup + seconds and r["policy_id"] == 0]
     if len(window) < 2:
-        raise RuntimeError(f"the {name} run reported too few stats rows after the warm-up; raise --seconds")
+        raise RuntimeError(f"the {name} run reported too few stats rows after the warm-up (start-up included); "
+                           f"raise --warmup_seconds or --seconds")
     first, last = window[0], window[-1]
     return {"fps": (last["env_steps"] - first["env_steps"]) * cfg.num_policies / (last["time_s"] - first["time_s"]),
             "measured_s": last["time_s"] - first["time_s"], "last_row": last}
@@ -185,17 +187,22 @@ def model_costs(cfg: Config, inference_batch: int) -> tuple[float, float]:
 
 
 def compute_limit(cfg: Config, inference_batch: int) -> dict:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # "each alone on one core"
+    threads, cores = torch.get_num_threads(), sorted(os.sched_getaffinity(0))
+    # each alone on one core: one torch thread, and this process pinned (a VizDoom engine started now inherits
+    # the pin, so its CPU time is counted too, and no idle wake-up latency is)
+    torch.set_num_threads(1)
+    os.sched_setaffinity(0, cores[-1:])
     try:
         sim, frameskip = simulation_cost(cfg)
         infer, learn = model_costs(cfg, inference_batch)
     finally:
         torch.set_num_threads(threads)
-    cores = len(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, cores)
+    cores = len(cores)
     return {"cores": cores, "frameskip": frameskip, "inference_batch": inference_batch,
             "sim_ms_per_step": 1e3 * sim, "inference_ms_per_step": 1e3 * infer, "learn_ms_per_step": 1e3 * learn,
-            "compute_limited_fps": cores / (sim + infer + learn) * frameskip}
+            "compute_limited_fps": cores / (sim + infer + learn) * frameskip,
+            "sampler_compute_limited_fps": cores / (sim + infer) * frameskip}
 
 
 # --- the command
@@ -208,11 +215,15 @@ def run_bench(bench: BenchArgs, cfg: Config) -> dict:
         if mode in bench.modes:
             run = engine_run(cfg, bench.warmup_seconds, bench.seconds, sampler_only=mode == "sampler")
             result[f"{mode}_fps"] = run["fps"]
-            result[f"{mode}_timing"] = {k: v for k, v in run["last_row"].items() if k.startswith(("time_", "inference_"))}
-    if "train" in bench.modes:
-        batch = result["train_timing"].get("inference_batch_mean") or cfg.envs_per_split
+            result[f"{mode}_timing"] = {k: v for k, v in run["last_row"].items() if k.startswith(("timing_", "inference_"))}
+    engine_modes = [m for m in ("train", "sampler") if m in bench.modes]
+    if engine_modes:
+        batch = result[f"{engine_modes[0]}_timing"].get("inference_batch_mean") or cfg.envs_per_split
         result.update(compute_limit(cfg, max(1, round(batch))))
+    if "train" in bench.modes:
         result["efficiency"] = result["train_fps"] / result["compute_limited_fps"]
+    if "sampler" in bench.modes:
+        result["sampler_efficiency"] = result["sampler_fps"] / result["sampler_compute_limited_fps"]
     for mode in ("sampler", "train"):
         if "raw_fps" in result and f"{mode}_fps" in result:
             result[f"{mode}_over_raw"] = result[f"{mode}_fps"] / result["raw_fps"]
@@ -231,10 +242,15 @@ def report(result: dict) -> str:
             ratio = result.get(f"{mode}_over_raw", 1.0 if mode == "raw" else None)
             lines.append(f"{mode:<8} {result[f'{mode}_fps']:>10,.0f} {'-' if ratio is None else format(ratio, '.3f'):>7}")
     if "compute_limited_fps" in result:
-        lines.append(f"compute limit: {result['cores']} cores / (sim {result['sim_ms_per_step']:.3f} + inference "
-                     f"{result['inference_ms_per_step']:.3f} (batch {result['inference_batch']}) + learning "
-                     f"{result['learn_ms_per_step']:.3f} ms per step) x frameskip {result['frameskip']} = "
+        lines.append(f"CPU ms per agent step, each alone on one core: sim {result['sim_ms_per_step']:.3f}, inference "
+                     f"{result['inference_ms_per_step']:.3f} (batch {result['inference_batch']}), learning "
+                     f"{result['learn_ms_per_step']:.3f}; frameskip {result['frameskip']}, {result['cores']} cores")
+    if "efficiency" in result:
+        lines.append(f"train compute limit = cores / (sim + inference + learning) x frameskip = "
                      f"{result['compute_limited_fps']:,.0f} frames/s; train efficiency {result['efficiency']:.3f}")
+    if "sampler_efficiency" in result:
+        lines.append(f"sampler compute limit = cores / (sim + inference) x frameskip = "
+                     f"{result['sampler_compute_limited_fps']:,.0f} frames/s; sampler efficiency {result['sampler_efficiency']:.3f}")
     return "\n".join(lines)
 
 

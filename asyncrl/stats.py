@@ -70,7 +70,7 @@ class StatsWriter:
 
     def timing_summary(self, policy_id: int) -> dict:
         """Fractions of wall time per phase for this policy's learner and policy workers and for the rollout
-        workers (averaged over processes), e.g. time_learner_train; plus the mean inference batch size."""
+        workers (averaged over processes), e.g. timing_learner_train; plus the mean inference batch size."""
         groups = {"learner": lambda r: r == f"learner_{policy_id}",
                   "policy": lambda r: r == f"policy_{policy_id}" or r.startswith(f"policy_{policy_id}_"),
                   "rollout": lambda r: r.startswith("rollout_")}
@@ -78,7 +78,7 @@ class StatsWriter:
         for group, belongs in groups.items():
             reports = [report for role, report in self.timing.items() if belongs(role)]
             for phase in sorted(set().union(*(fractions for fractions, _ in reports))):
-                summary[f"time_{group}_{phase}"] = float(np.mean([fractions.get(phase, 0.0) for fractions, _ in reports]))
+                summary[f"timing_{group}_{phase}"] = float(np.mean([fractions.get(phase, 0.0) for fractions, _ in reports]))
             if group == "policy" and reports:
                 batches = sum(counts.get("batches", 0) for _, counts in reports)
                 agents = sum(counts.get("batch_agents", 0) for _, counts in reports)
@@ -111,7 +111,7 @@ class StatsWriter:
             self.jsonl.write(json.dumps(row) + "\n")
             for key, value in row.items():
                 if isinstance(value, (int, float)) and key not in ("policy_id", "env_steps"):
-                    tag = "timing/" + key[len("time_"):] if key.startswith("time_") else key
+                    tag = "timing/" + key[len("timing_"):] if key.startswith("timing_") else key
                     tb.add_scalar(tag, value, p.env_steps)
         self.jsonl.flush()
         if rows:
@@ -157,7 +157,7 @@ def _fmt(value, spec: str) -> str:
 def progress_line(rows: list[dict], seconds_left: float | None) -> str:
     parts = []
     for r in rows:
-        waiting = r.get("time_learner_wait_batch")
+        waiting = r.get("timing_learner_wait_batch")
         busy = None if waiting is None else 100 * (1 - waiting)
         parts.append(f"p{r['policy_id']}: {r['env_steps']:,} steps {r['fps']:,.0f} fps "
                      f"reward {_fmt(r['episode_reward_mean'], '.2f')} lag {_fmt(r['policy_lag_mean'], '.1f')} "

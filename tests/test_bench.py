@@ -43,7 +43,7 @@ def test_timing_reports_fractions_of_wall_time():
 def test_bench_all_modes_on_a_synthetic_env(tmp_path, clean_machine):
     out = tmp_path / "result.json"
     r = run_cli("bench", "--env", "synthetic_constant", "--env_options", '{"step_us": 100}', "--mode", "all",
-                "--seconds", 4, "--warmup_seconds", 2, "--num_workers", 2, "--num_envs_per_worker", 4,
+                "--seconds", 4, "--warmup_seconds", 6, "--num_workers", 2, "--num_envs_per_worker", 4,
                 "--batch_size", 256, "--train_dir", tmp_path, "--out", out, timeout=240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -51,12 +51,13 @@ def test_bench_all_modes_on_a_synthetic_env(tmp_path, clean_machine):
         assert result[key] > 0, key
     assert result["sampler_over_raw"] == pytest.approx(result["sampler_fps"] / result["raw_fps"])
     assert 0 < result["efficiency"] == pytest.approx(result["train_fps"] / result["compute_limited_fps"])
+    assert result["sampler_compute_limited_fps"] > result["compute_limited_fps"] and result["sampler_efficiency"] > 0
     # the sampler run did not learn; the train run did, and its timers reached the stats
-    assert "time_learner_train" not in result["sampler_timing"] and result["sampler_timing"]["time_rollout_env_step"] > 0
-    assert result["train_timing"]["time_learner_train"] > 0 and result["train_timing"]["inference_batch_mean"] >= 1
+    assert "timing_learner_train" not in result["sampler_timing"] and result["sampler_timing"]["timing_rollout_env_step"] > 0
+    assert result["train_timing"]["timing_learner_train"] > 0 and result["train_timing"]["inference_batch_mean"] >= 1
     for mode in ("raw", "sampler", "train"):
         assert mode in r.stdout
-    assert "compute limit" in r.stdout
+    assert "train compute limit" in r.stdout and "sampler compute limit" in r.stdout
 
 
 def test_bench_raw_mode_alone(tmp_path, clean_machine):

@@ -1,0 +1,66 @@
+"""`asyncrl bench` on the configurations the README quotes, one after the other, into one results file.
+
+    python benchmarks/bench_suite.py [--seconds 30] [--warmup_seconds 10]
+
+1. doom_basic with Sample Factory's VizDoom model (conv + 512 GRU), 2 workers x 8 envs: raw, sampler, train,
+   the compute limit and the efficiency;
+2. doom_basic with a small model (an 8-unit MLP, no RNN, no input normalization), 2 workers x 16 envs: raw and
+   sampler, i.e. what the sampling machinery costs when inference is nearly free;
+3. CartPole-v1 with its defaults: raw, sampler, train.
+Writes benchmarks/results/asyncrl_bench.{md,json}.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from _run import REPO, machine, write_result
+
+SUITE = {
+    "doom_basic, SF's model, 2x8": ["--env", "doom_basic", "--mode", "all", "--num_workers", "2",
+                                    "--num_envs_per_worker", "8"],
+    "doom_basic, small model, 2x16": ["--env", "doom_basic", "--mode", "raw,sampler", "--num_workers", "2",
+                                      "--num_envs_per_worker", "16", "--encoder", "mlp", "--encoder_mlp_layers", "[8]",
+                                      "--use_rnn", "False", "--normalize_input", "False"],
+    "CartPole-v1, defaults": ["--env", "CartPole-v1", "--mode", "all"],
+}
+
+
+def fmt(value, spec=",.0f"):
+    return "-" if value is None else format(value, spec)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--warmup_seconds", type=float, default=10)
+    args = parser.parse_args()
+    results, lines = {}, []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, flags in SUITE.items():
+            out = os.path.join(tmp, "result.json")
+            cmd = ["asyncrl", "bench", *flags, "--seconds", f"{args.seconds:g}", "--warmup_seconds",
+                   f"{args.warmup_seconds:g}", "--train_dir", tmp, "--out", out]
+            printed = subprocess.run([sys.executable, "-m", "asyncrl", *cmd[1:]], cwd=REPO, check=True,
+                                     capture_output=True, text=True).stdout
+            with open(out) as f:
+                results[name] = json.load(f)
+            summary = printed[printed.index("asyncrl bench: " + results[name]["env"]):]
+            print(summary, flush=True)
+            lines += [f"## {name}", "", "`" + " ".join(cmd[:-4]) + "`", "", "```", summary.strip(), "```", ""]
+    header = ["# `asyncrl bench` results", "", f"Machine: {machine()}", "",
+              f"Command: `python benchmarks/bench_suite.py --seconds {args.seconds:g} --warmup_seconds {args.warmup_seconds:g}`",
+              "", "| configuration | raw | sampler | train | sampler/raw | train/raw | train efficiency | sampler efficiency |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, r in results.items():
+        header.append(f"| {name} | {fmt(r.get('raw_fps'))} | {fmt(r.get('sampler_fps'))} | {fmt(r.get('train_fps'))} | "
+                      f"{fmt(r.get('sampler_over_raw'), '.3f')} | {fmt(r.get('train_over_raw'), '.3f')} | "
+                      f"{fmt(r.get('efficiency'), '.3f')} | {fmt(r.get('sampler_efficiency'), '.3f')} |")
+    write_result("asyncrl_bench", {"machine": machine(), "results": results}, "\n".join(header + [""] + lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -13,7 +13,6 @@ each measured alone on one core with the engine's own code; compute-limited FPS 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -23,6 +22,7 @@ import time
 import numpy as np
 import torch
 
+from asyncrl.cli import OneLineErrorParser
 from asyncrl.config import Config, ConfigError, add_config_arguments, build_config
 from asyncrl.processes import mp_context
 from envs import env_entry, env_frameskip, make_env
@@ -38,13 +38,8 @@ class BenchArgs:
     out: str | None
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise ConfigError(f"{message} (see `asyncrl bench --help`)")
-
-
 def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
-    parser = _Parser(prog="asyncrl bench", description="Frames per second: raw env vs sampler vs training.")
+    parser = OneLineErrorParser(prog="asyncrl bench", description="Frames per second: raw env vs sampler vs training.")
     parser.add_argument("--mode", default="all", help="raw, sampler, train, all, or a comma list, e.g. raw,sampler.")
     parser.add_argument("--seconds", type=float, default=60.0, help="Measured seconds per mode, after warm-up.")
     parser.add_argument("--warmup_seconds", type=float, default=15.0, help="Seconds run first and excluded per mode.")

@@ -18,7 +18,7 @@ from envs import EnvError, env_entry, registered_envs
 USER_ERRORS = (ConfigError, EnvError, CheckpointError)
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineErrorParser(argparse.ArgumentParser):
     def error(self, message):  # argparse's default prints the whole usage block; users get one line
         raise ConfigError(f"{message} (see `{self.prog} --help`)")
 
@@ -29,7 +29,7 @@ def _default(name: str):
 
 def config_from_args(argv: list[str]) -> Config:
     """Defaults < the env's defaults < the saved config of a resumed experiment < flags given now."""
-    parser = _Parser(prog="asyncrl train", description="Train with asynchronous APPO.")
+    parser = OneLineErrorParser(prog="asyncrl train", description="Train with asynchronous APPO.")
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
     experiment_dir = os.path.join(given.get("train_dir", _default("train_dir")),

@@ -48,7 +48,7 @@ def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
     given = vars(parser.parse_args(argv))
     modes = MODES if given["mode"] == "all" else tuple(m for m in MODES if m in given["mode"].split(","))
     if set(given.pop("mode").split(",")) - {*MODES, "all"}:
-        raise ConfigError(f"--mode must be raw, sampler, train, all or a comma list of them (see `asyncrl bench --help`)")
+        raise ConfigError("--mode must be raw, sampler, train, all or a comma list of them (see `asyncrl bench --help`)")
     bench = BenchArgs(modes, given.pop("seconds"), given.pop("warmup_seconds"), given.pop("out"))
     if bench.seconds <= 0 or bench.warmup_seconds < 0:
         raise ConfigError("--seconds must be positive and --warmup_seconds >= 0")
@@ -63,6 +63,14 @@ def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
 
 
 # --- raw: the env alone
+def _step_randomly(envs: list) -> None:
+    """One step of each env with a random action; an env whose episode ended is reset."""
+    for env in envs:
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            env.reset()
+
+
 def _raw_worker(env_name: str, env_kwargs: dict, num_envs: int, seed: int, warmup: float, seconds: float, results):
     envs = [make_env(env_name, **env_kwargs) for _ in range(num_envs)]
     for i, env in enumerate(envs):
@@ -76,10 +84,7 @@ def _raw_worker(env_name: str, env_kwargs: dict, num_envs: int, seed: int, warmu
             measured_from, steps_at_warmup = now, steps
         if now - start >= warmup + seconds:
             break
-        for env in envs:
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            if terminated or truncated:
-                env.reset()
+        _step_randomly(envs)
         steps += num_envs
     results.put((steps - steps_at_warmup) * env_frameskip(envs[0]) / (now - measured_from))
     for env in envs:
@@ -144,9 +149,7 @@ def simulation_cost(cfg: Config) -> tuple[float, int]:
 
     def step():
         for _ in range(50):
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            if terminated or truncated:
-                env.reset()
+            _step_randomly([env])
     try:
         return _seconds_per_call(step) / 50, env_frameskip(env)
     finally:
@@ -156,18 +159,16 @@ def simulation_cost(cfg: Config) -> tuple[float, int]:
 def model_costs(cfg: Config, inference_batch: int) -> tuple[float, float]:
     """CPU seconds per sample of inference (PolicyWorker._act at `inference_batch` agents) and of learning
     (Learner._gather + _train on one --batch_size batch), with real shared buffers, in this process."""
-    from asyncrl.buffers import SharedBuffers, buffer_layout, num_slots, slots_per_batch
+    from asyncrl.buffers import SharedBuffers, num_slots, slots_per_batch
     from asyncrl.learner import Learner
-    from asyncrl.model import build_model, num_state_floats
     from asyncrl.policy_worker import PolicyWorker
     from asyncrl.queues import Queues
-    from asyncrl.runner import probe_env
+    from asyncrl.runner import model_and_layout, probe_env
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = dataclasses.replace(cfg, train_dir=tmp, num_policies=1, num_workers=max(1, -(-inference_batch // cfg.num_envs_per_worker)))
         env = probe_env(cfg)
-        model = build_model(env.obs_space, env.action_space, cfg)
-        layout = buffer_layout(cfg, env.obs_space, env.action_space, model.rnn_state_size, num_state_floats(model))
+        _, layout = model_and_layout(cfg, env)
         b, queues, cpu = SharedBuffers(layout), Queues(cfg, num_slots(cfg)), torch.device("cpu")
         b.traj_obs.copy_(torch.as_tensor(np.stack([env.obs_space.sample() for _ in range(b.traj_obs.shape[1])])))
         b.traj_valid.fill_(True)

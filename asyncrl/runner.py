@@ -64,6 +64,12 @@ def probe_env(cfg: Config) -> EnvInfo:
         env.close()
 
 
+def model_and_layout(cfg: Config, env: EnvInfo) -> tuple[torch.nn.Module, dict]:
+    """The run's model (its sizes set the recurrent-state and weight tensors) and its shared-memory layout."""
+    model = build_model(env.obs_space, env.action_space, cfg)
+    return model, buffer_layout(cfg, env.obs_space, env.action_space, model.rnn_state_size, num_state_floats(model))
+
+
 def prepare_experiment_dir(cfg: Config) -> None:
     if cfg.restart_behavior == "restart" and os.path.isdir(cfg.experiment_dir):
         shutil.rmtree(cfg.experiment_dir)
@@ -272,8 +278,7 @@ def train(cfg: Config) -> int:
     cfg.validate()
     device = resolve_device(cfg)
     env = probe_env(cfg)
-    model = build_model(env.obs_space, env.action_space, cfg)
-    layout = buffer_layout(cfg, env.obs_space, env.action_space, model.rnn_state_size, num_state_floats(model))
+    model, layout = model_and_layout(cfg, env)
     check_shared_memory(layout)
     prepare_experiment_dir(cfg)
     check_checkpoints(cfg, model)

@@ -8,9 +8,7 @@ from asyncrl.buffers import num_slots
 from asyncrl.config import Config
 from asyncrl.learner import Learner
 from asyncrl.queues import Empty
-from asyncrl.buffers import buffer_layout
-from asyncrl.model import build_model, num_state_floats
-from asyncrl.runner import Runner, probe_env, prepare_experiment_dir
+from asyncrl.runner import Runner, model_and_layout, probe_env, prepare_experiment_dir
 
 
 def serial_runner(tmp_path, **overrides) -> Runner:
@@ -22,8 +20,7 @@ def serial_runner(tmp_path, **overrides) -> Runner:
     cfg.validate()
     prepare_experiment_dir(cfg)
     env = probe_env(cfg)
-    model = build_model(env.obs_space, env.action_space, cfg)
-    layout = buffer_layout(cfg, env.obs_space, env.action_space, model.rnn_state_size, num_state_floats(model))
+    _, layout = model_and_layout(cfg, env)
     runner = Runner(cfg, env, torch.device("cpu"), layout)
     runner._start()
     return runner

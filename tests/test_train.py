@@ -1,7 +1,6 @@
 """End-to-end runs of `asyncrl train` with real processes, shared memory and queues."""
 
 import glob
-import os
 import time
 
 import pytest

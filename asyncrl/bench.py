@@ -24,7 +24,7 @@ import torch
 
 from asyncrl.cli import OneLineErrorParser
 from asyncrl.config import Config, ConfigError, add_config_arguments, build_config
-from asyncrl.processes import mp_context
+from asyncrl.processes import keep_freed_memory_for_reuse, mp_context
 from envs import env_entry, env_frameskip, make_env
 
 MODES = ("raw", "sampler", "train")
@@ -188,6 +188,7 @@ def compute_limit(cfg: Config, inference_batch: int) -> dict:
     # the pin, so its CPU time is counted too, and no idle wake-up latency is)
     torch.set_num_threads(1)
     os.sched_setaffinity(0, cores[-1:])
+    keep_freed_memory_for_reuse()  # as in the engine's processes
     try:
         sim, frameskip = simulation_cost(cfg)
         infer, learn = model_costs(cfg, inference_batch)

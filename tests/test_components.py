@@ -80,23 +80,31 @@ def test_rnn_state_is_zero_at_episode_starts(tmp_path):
     runner._stop_children()
 
 
-def test_learner_rnn_resets_match_acting(tmp_path):
-    """forward_sequence (learner) zeroes the state after a done exactly as the actors' zeroed state does."""
+@pytest.mark.parametrize("bptt", [8, 4])
+def test_learner_rnn_matches_acting_step_by_step(tmp_path, bptt):
+    """forward_sequence (learner: GRU input projection batched over time, truncated BPTT from the stored chunk
+    states, state zeroed after a done) gives the outputs and the gradients of stepping the actors' nn.GRUCell."""
     runner = serial_runner(tmp_path, use_rnn=True, rnn_size=8, rollout=8, batch_size=64)
     model = next(c for c in runner.components if isinstance(c, Learner)).model
     T, B = 8, 3
     obs = torch.randn(T + 1, B, 4)
     dones = torch.zeros(T, B, dtype=torch.bool)
     dones[2, 0] = dones[5, 2] = True
-    start = torch.randn(1, B, 8)
-    params, values = model.forward_sequence(obs, start, dones, bptt=T)
-    state = start[0]
+    chunk_states = torch.randn(T // bptt, B, 8)
+    params, values = model.forward_sequence(obs, chunk_states, dones, bptt=bptt)
+    (params.square().sum() + values.sum()).backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    steps, state = [], None
     for t in range(T + 1):
-        if t > 0:
-            state = state * (~dones[t - 1]).unsqueeze(1)
+        state = chunk_states[t // bptt] if t < T and t % bptt == 0 else state * (~dones[t - 1]).unsqueeze(1)
         p_step, v_step, state = model.forward_step(obs[t], state)
+        steps.append((p_step, v_step))
         torch.testing.assert_close(p_step, params[t])
         torch.testing.assert_close(v_step, values[t])
+    sum(p.square().sum() + v.sum() for p, v in steps).backward()
+    for name_param, expected in zip(model.named_parameters(), grads):
+        torch.testing.assert_close(name_param[1].grad, expected, msg=lambda m: f"{name_param[0]}: {m}")
     runner._stop_children()
 
 
@@ -189,7 +197,7 @@ def test_core_plan_gives_a_cpu_learner_cores_of_its_own():
     from asyncrl.processes import plan_cores
     titles = ["asyncrl-learner-0", "asyncrl-policy-0", "asyncrl-rollout-0", "asyncrl-rollout-1", "asyncrl-rollout-2"]
     plan = plan_cores(titles, [0, 1], cpu_learning=True)
-    assert plan["asyncrl-learner-0"] == [0] and plan["asyncrl-policy-0"] == [1]
+    assert plan["asyncrl-learner-0"] == [0] and plan["asyncrl-policy-0"] == [0, 1]
     assert all(plan[f"asyncrl-rollout-{w}"] == [1] for w in range(3))
     plan = plan_cores(titles, list(range(16)), cpu_learning=True)
     assert plan["asyncrl-learner-0"] == list(range(8)) and plan["asyncrl-policy-0"] == list(range(8, 16))
@@ -230,3 +238,20 @@ def test_bfloat16_inference_model_acts_like_the_float32_one():
         obs.view(3, 2, 3, 72, 128), state.view(3, 2, 64)[:1], torch.zeros(2, 2, dtype=torch.bool), 2, torch.bfloat16)
     (params.logsumexp(-1).mean() + values.mean()).backward()
     assert params.dtype == torch.float32 and torch.isfinite(params).all()
+
+
+def test_gumbel_max_sampling_matches_the_categorical_distribution():
+    """model.sample_actions draws discrete actions with the probabilities softmax(logits) and returns their exact
+    log-probabilities (checked against torch's Categorical on 200k draws)."""
+    import gymnasium as gym
+    from torch.distributions import Categorical
+
+    from asyncrl.model import build_model
+
+    torch.manual_seed(0)
+    model = build_model(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(4), Config(env="x", use_rnn=False))
+    logits = torch.tensor([[2.0, 0.0, -1.0, 0.5]]).expand(200_000, 4)
+    actions, logp = model.sample_actions(logits)
+    frequencies = torch.bincount(actions, minlength=4).float() / len(actions)
+    torch.testing.assert_close(frequencies, torch.softmax(logits[0], -1), atol=0.004, rtol=0)
+    torch.testing.assert_close(logp, Categorical(logits=logits).log_prob(actions))

@@ -11,6 +11,7 @@ holds the scenario's counters (kills, health, ammo, frags, deaths), which the en
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 
@@ -72,6 +73,16 @@ def scenario_file(name: str) -> str:
     return path
 
 
+def every_second_pixel(screen: np.ndarray) -> np.ndarray:
+    """screen[:, ::2, ::2] of a CHW uint8 screen, as a contiguous array. On little-endian machines each pair of
+    pixels of a row, read as one uint16, keeps the first pixel in its low byte: the cast to uint8 is then a
+    vectorized copy (6 us instead of the 19 us of copying a stride-2 view, and the workers' copy of a contiguous
+    frame into shared memory takes 1 us)."""
+    if sys.byteorder == "little" and screen.shape[-1] % 2 == 0 and screen.flags.c_contiguous:
+        return screen.view(np.uint16)[:, ::2].astype(np.uint8)
+    return np.ascontiguousarray(screen[:, ::2, ::2])
+
+
 class DoomEnv(gym.Env):
     """One VizDoom game. Actions: Discrete: no-op, each button alone, then the scenario's button combos."""
 
@@ -121,7 +132,7 @@ class DoomEnv(gym.Env):
     def _observe(self) -> np.ndarray:
         state = self.game.get_state()
         if state is not None:  # None after the episode ended: repeat the last frame
-            self._last_obs = state.screen_buffer[:, ::2, ::2]
+            self._last_obs = every_second_pixel(state.screen_buffer)
         return self._last_obs
 
     def reset(self, *, seed=None, options=None):

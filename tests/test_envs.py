@@ -62,6 +62,14 @@ def test_vizdoom_images_are_chw_uint8_128x72_and_episode_stats_reported():
     assert set(info["episode_stats"]) == {"kills", "health", "ammo"}
 
 
+def test_every_second_pixel_equals_strided_slicing():
+    from envs.doom import every_second_pixel
+    screen = np.random.default_rng(0).integers(0, 256, (3, 144, 256), dtype=np.uint8)
+    for frame in (screen, screen[:, :, :255], np.asfortranarray(screen)):  # fast path, odd width, not C-contiguous
+        half = every_second_pixel(frame)
+        assert half.flags.c_contiguous and np.array_equal(half, frame[:, ::2, ::2])
+
+
 def test_gym_image_observations_become_chw():
     from envs.gym_adapter import ChannelsFirst
     base = gym.make("CartPole-v1", render_mode="rgb_array")

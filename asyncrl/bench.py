@@ -7,7 +7,9 @@
 With `sampler` or `train`, it also computes the machine's compute limit: the CPU time per agent step of
 simulation, of inference (at the batch size the policy worker actually saw) and of learning (at --batch_size),
 each measured alone on one core with the engine's own code; compute-limited FPS = cores / (sum of the three)
-* frameskip, and efficiency = train FPS / that limit (the sampler's: without learning). The first
+* frameskip, and efficiency = train FPS / that limit (the sampler's: without learning). It also reports the CPU
+each role actually used during the measured window (learner, policy workers, rollout workers, the env processes
+they started, the runner) and what stayed idle: where the time went, next to what it would take alone. The first
 --warmup_seconds of each run (process start-up included) are excluded.
 """
 
@@ -17,9 +19,12 @@ import dataclasses
 import json
 import os
 import tempfile
+import threading
 import time
+from collections import Counter
 
 import numpy as np
+import psutil
 import torch
 
 from asyncrl.cli import OneLineErrorParser
@@ -110,16 +115,50 @@ def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
 
 
 # --- sampler and train: the engine itself
+def cpu_seconds_by_role() -> Counter:
+    """CPU seconds (user + system) used so far by this process ("runner") and its descendants: asyncrl's by their
+    title (learner, policy, rollout), what a rollout worker started (VizDoom engines) as "env"; the rest as "other"."""
+    me, totals = psutil.Process(), Counter()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            titles = [" ".join(p.cmdline()) for p in [proc, *proc.parents()]]
+            times = proc.cpu_times()
+        except psutil.Error:  # ended meanwhile
+            continue
+        if proc.pid == me.pid:
+            role = "runner"
+        elif titles[0].startswith("asyncrl-"):
+            role = titles[0].split("-")[1]
+        else:
+            role = "env" if any(t.startswith("asyncrl-rollout-") for t in titles[1:]) else "other"
+        totals[role] += times.user + times.system
+    return totals
+
+
+def _watch_cpu(start_s: float, end_s: float, cores_used: dict) -> None:
+    """Fill cores_used with the CPU cores each role used on average between start_s and end_s from now."""
+    time.sleep(start_s)
+    before, t0 = cpu_seconds_by_role(), time.monotonic()
+    time.sleep(end_s - start_s)
+    after, t1 = cpu_seconds_by_role(), time.monotonic()
+    cores_used.update({role: (after[role] - before[role]) / (t1 - t0) for role in after})
+
+
 def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -> dict:
-    """Run the engine for warmup + seconds; returns frames/s over the stats rows after the warm-up, and the last row."""
+    """Run the engine for warmup + seconds; returns frames/s over the stats rows after the warm-up, the last row,
+    and the CPU cores each role used over (nearly) the same window."""
     from asyncrl.runner import train
     name = "sampler" if sampler_only else "train"
     run_cfg = dataclasses.replace(cfg, sampler_only=sampler_only, train_for_seconds=warmup + seconds,
                                   experiment=f"{cfg.experiment}_{name}",
                                   experiment_summaries_interval=min(2.0, max(0.5, seconds / 10)),
                                   save_every_sec=1e9)
+    cores_used: dict = {}  # the runner's clock starts after its start-up, so this window ends inside the run
+    watcher = threading.Thread(target=_watch_cpu, args=(warmup, warmup + seconds, cores_used), daemon=True)
+    watcher.start()
     if train(run_cfg) != 0:
         raise RuntimeError(f"the {name} run failed (its error is above)")
+    watcher.join(timeout=5)
     with open(os.path.join(run_cfg.experiment_dir, "stats.jsonl")) as f:
         rows = [json.loads(line) for line in f]
     window = [r for r in rows if warmup <= r["time_s"] < warmup + seconds and r["policy_id"] == 0]
@@ -128,7 +167,7 @@ def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -
                            f"raise --warmup_seconds or --seconds")
     first, last = window[0], window[-1]
     return {"fps": (last["env_steps"] - first["env_steps"]) * cfg.num_policies / (last["time_s"] - first["time_s"]),
-            "measured_s": last["time_s"] - first["time_s"], "last_row": last}
+            "measured_s": last["time_s"] - first["time_s"], "last_row": last, "cores_used": cores_used}
 
 
 # --- the compute limit
@@ -213,6 +252,7 @@ def run_bench(bench: BenchArgs, cfg: Config) -> dict:
             run = engine_run(cfg, bench.warmup_seconds, bench.seconds, sampler_only=mode == "sampler")
             result[f"{mode}_fps"] = run["fps"]
             result[f"{mode}_timing"] = {k: v for k, v in run["last_row"].items() if k.startswith(("timing_", "inference_"))}
+            result[f"{mode}_cores_used"] = run["cores_used"]
     engine_modes = [m for m in ("train", "sampler") if m in bench.modes]
     if engine_modes:
         batch = result[f"{engine_modes[0]}_timing"].get("inference_batch_mean") or cfg.envs_per_split
@@ -248,7 +288,19 @@ def report(result: dict) -> str:
     if "sampler_efficiency" in result:
         lines.append(f"sampler compute limit = cores / (sim + inference) x frameskip = "
                      f"{result['sampler_compute_limited_fps']:,.0f} frames/s; sampler efficiency {result['sampler_efficiency']:.3f}")
+    for mode in ("sampler", "train"):
+        if result.get(f"{mode}_cores_used") and "frameskip" in result:
+            lines.append(where_the_time_went(mode, result[f"{mode}_cores_used"], result[f"{mode}_fps"] / result["frameskip"],
+                                             result["cores"]))
     return "\n".join(lines)
+
+
+def where_the_time_went(mode: str, cores_used: dict, steps_per_s: float, cores: int) -> str:
+    """One line: CPU ms per agent step each role used in the run (compare with the costs each alone), and idle."""
+    roles = ["learner", "policy", "rollout", "env", "runner", "other"]
+    used = " ".join(f"{role} {1e3 * cores_used[role] / steps_per_s:.3f}" for role in roles if cores_used.get(role))
+    idle = max(0.0, cores - sum(cores_used.values()))
+    return f"{mode}: CPU ms per agent step used in the run: {used}; idle {1e3 * idle / steps_per_s:.3f} ({idle:.2f} of {cores} cores)"
 
 
 def cmd_bench(argv: list[str]) -> int:

@@ -58,6 +58,12 @@ def test_bench_all_modes_on_a_synthetic_env(tmp_path, clean_machine):
     for mode in ("raw", "sampler", "train"):
         assert mode in r.stdout
     assert "train compute limit" in r.stdout and "sampler compute limit" in r.stdout
+    # the CPU each role used during the measured window: every role worked, and no more than the machine has
+    used = result["train_cores_used"]
+    assert all(used[role] > 0.01 for role in ("learner", "policy", "rollout")), used
+    assert "learner" not in result["sampler_cores_used"] or result["sampler_cores_used"]["learner"] < used["learner"]
+    assert sum(used.values()) <= result["cores"] * 1.1, used
+    assert "train: CPU ms per agent step used in the run: learner" in r.stdout
 
 
 def test_bench_raw_mode_alone(tmp_path, clean_machine):

@@ -5,12 +5,12 @@
     train    the full engine, learning
 
 With `sampler` or `train`, it also computes the machine's compute limit: the CPU time per agent step of
-simulation, of inference (at the batch size the policy worker actually saw) and of learning (at --batch_size),
-each measured alone on one core with the engine's own code; compute-limited FPS = cores / (sum of the three)
-* frameskip, and efficiency = train FPS / that limit (the sampler's: without learning). It also reports the CPU
-each role actually used during the measured window (learner, policy workers, rollout workers, the env processes
-they started, the runner) and what stayed idle: where the time went, next to what it would take alone. The first
---warmup_seconds of each run (process start-up included) are excluded.
+simulation (one worker's envs), of inference (at the batch size the policy worker actually saw) and of learning
+(at --batch_size), each measured alone on one core with the engine's own code; compute-limited FPS = cores /
+(sum of the three) * frameskip, and efficiency = train FPS / that limit (the sampler's: without learning).
+It also reports the CPU each role actually used during the measured window (learner, policy workers, rollout
+workers, the env processes they started, the runner) and what stayed idle: where the time went, next to what
+it would take alone. The first --warmup_seconds of each run (process start-up included) are excluded.
 """
 
 from __future__ import annotations
@@ -181,18 +181,23 @@ def _seconds_per_call(fn, min_seconds: float = 2.0, min_calls: int = 3) -> float
 
 
 def simulation_cost(cfg: Config) -> tuple[float, int]:
-    """CPU seconds per agent step of one env with random actions (resets included), and its frameskip."""
-    env = make_env(cfg.env, **cfg.env_kwargs())
-    env.reset(seed=0)
-    env.action_space.seed(0)
+    """CPU seconds per agent step of one rollout worker's envs (--num_envs_per_worker of them, stepped in turn with
+    random actions, resets included), and the frameskip. All of them, not one: k VizDoom engines on one core cost
+    more per step than one (they share its caches), and the engine has to step all k."""
+    envs = [make_env(cfg.env, **cfg.env_kwargs()) for _ in range(cfg.num_envs_per_worker)]
+    for i, env in enumerate(envs):
+        env.reset(seed=i)
+        env.action_space.seed(i)
+    rounds = max(1, 50 // len(envs))
 
     def step():
-        for _ in range(50):
-            _step_randomly([env])
+        for _ in range(rounds):
+            _step_randomly(envs)
     try:
-        return _seconds_per_call(step) / 50, env_frameskip(env)
+        return _seconds_per_call(step) / (rounds * len(envs)), env_frameskip(envs[0])
     finally:
-        env.close()
+        for env in envs:
+            env.close()
 
 
 def model_costs(cfg: Config, inference_batch: int) -> tuple[float, float]:
@@ -279,8 +284,9 @@ def report(result: dict) -> str:
             ratio = result.get(f"{mode}_over_raw", 1.0 if mode == "raw" else None)
             lines.append(f"{mode:<8} {result[f'{mode}_fps']:>10,.0f} {'-' if ratio is None else format(ratio, '.3f'):>7}")
     if "compute_limited_fps" in result:
-        lines.append(f"CPU ms per agent step, each alone on one core: sim {result['sim_ms_per_step']:.3f}, inference "
-                     f"{result['inference_ms_per_step']:.3f} (batch {result['inference_batch']}), learning "
+        lines.append(f"CPU ms per agent step, each alone on one core: sim {result['sim_ms_per_step']:.3f} "
+                     f"({c['num_envs_per_worker']} envs), inference {result['inference_ms_per_step']:.3f} "
+                     f"(batch {result['inference_batch']}), learning "
                      f"{result['learn_ms_per_step']:.3f}; frameskip {result['frameskip']}, {result['cores']} cores")
     if "efficiency" in result:
         lines.append(f"train compute limit = cores / (sim + inference + learning) x frameskip = "
@@ -290,8 +296,8 @@ def report(result: dict) -> str:
                      f"{result['sampler_compute_limited_fps']:,.0f} frames/s; sampler efficiency {result['sampler_efficiency']:.3f}")
     for mode in ("sampler", "train"):
         if result.get(f"{mode}_cores_used") and "frameskip" in result:
-            lines.append(where_the_time_went(mode, result[f"{mode}_cores_used"], result[f"{mode}_fps"] / result["frameskip"],
-                                             result["cores"]))
+            steps_per_s = result[f"{mode}_fps"] / result["frameskip"]
+            lines.append(where_the_time_went(mode, result[f"{mode}_cores_used"], steps_per_s, result["cores"]))
     return "\n".join(lines)
 
 
@@ -300,7 +306,8 @@ def where_the_time_went(mode: str, cores_used: dict, steps_per_s: float, cores: 
     roles = ["learner", "policy", "rollout", "env", "runner", "other"]
     used = " ".join(f"{role} {1e3 * cores_used[role] / steps_per_s:.3f}" for role in roles if cores_used.get(role))
     idle = max(0.0, cores - sum(cores_used.values()))
-    return f"{mode}: CPU ms per agent step used in the run: {used}; idle {1e3 * idle / steps_per_s:.3f} ({idle:.2f} of {cores} cores)"
+    return (f"{mode}: CPU ms per agent step used in the run: {used}; "
+            f"idle {1e3 * idle / steps_per_s:.3f} ({idle:.2f} of {cores} cores)")
 
 
 def cmd_bench(argv: list[str]) -> int:

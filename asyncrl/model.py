@@ -140,13 +140,17 @@ class ActorCritic(nn.Module):
         h, c = self.core(x, (state[:, :self.rnn_size], state[:, self.rnn_size:]))
         return h.float(), torch.cat([h, c], dim=1).float()
 
-    def _gru_step(self, input_gates: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    def _gru_step(self, input_gates: torch.Tensor, h: torch.Tensor,
+                  autocast_dtype: torch.dtype | None = None) -> torch.Tensor:
         """nn.GRUCell's update given its input projection W_i x + b_i (gates r, z, n as in torch's GRUCell docs):
         r = sigma(i_r + W_hr h + b_hr), z = sigma(i_z + W_hz h + b_hz), n = tanh(i_n + r * (W_hn h + b_hn)),
-        h' = (1 - z) * n + z * h. With the input projection done for all steps at once, a learner's minibatch of
-        8 trajectories x 33 steps takes 31% less time forward and backward than stepping nn.GRUCell."""
-        i_r, i_z, i_n = input_gates.chunk(3, -1)
-        h_r, h_z, h_n = F.linear(h, self.core.weight_hh, self.core.bias_hh).chunk(3, -1)
+        h' = (1 - z) * n + z * h. With the input projection done for all steps at once, 32 trajectories x 33 steps
+        take 25% less time forward and backward than stepping nn.GRUCell; with the two matrix products under
+        bfloat16 autocast (the state and the gates stay float32) 55% less."""
+        with torch.autocast(h.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+            hidden_gates = F.linear(h, self.core.weight_hh, self.core.bias_hh)
+        i_r, i_z, i_n = input_gates.float().chunk(3, -1)
+        h_r, h_z, h_n = hidden_gates.float().chunk(3, -1)
         r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
         n = torch.tanh(i_n + r * h_n)
         return n + z * (h - n)
@@ -199,14 +203,15 @@ class ActorCritic(nn.Module):
         chunk_states: [T // bptt, B, H], the state the acting policy had at the start of each BPTT chunk.
         Gradients flow through the core within a chunk; each chunk starts from its stored state
         (truncated BPTT), and the state is zeroed after an episode ended.
-        autocast_dtype: see `encode`.
+        autocast_dtype: see `encode`; the GRU's two matrix products run under it too.
         Returns (action params [T+1, B, ...], values [T+1, B]).
         """
         steps, batch = obs.shape[:2]
         x = self.encode(obs.reshape(steps * batch, *obs.shape[2:]), autocast_dtype).view(steps, batch, -1)
         if self.rnn_type:
             # the GRU's input projection for every step at once: one large matrix product instead of T+1 small ones
-            gru_input_gates = F.linear(x, self.core.weight_ih, self.core.bias_ih) if self.rnn_type == "gru" else None
+            with torch.autocast(obs.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                gru_input_gates = F.linear(x, self.core.weight_ih, self.core.bias_ih) if self.rnn_type == "gru" else None
             rollout, outputs, state = steps - 1, [], None
             for t in range(steps):
                 if t < rollout and t % bptt == 0:
@@ -214,7 +219,7 @@ class ActorCritic(nn.Module):
                 else:
                     state = state * (~dones[t - 1]).unsqueeze(1)
                 if gru_input_gates is not None:
-                    out = state = self._gru_step(gru_input_gates[t], state)
+                    out = state = self._gru_step(gru_input_gates[t], state, autocast_dtype)
                 else:
                     out, state = self._core_step(x[t], state)
                 outputs.append(out)

@@ -218,6 +218,7 @@ def test_bfloat16_inference_model_acts_like_the_float32_one():
     from asyncrl.config import Config
     from asyncrl.model import build_model, low_precision, num_state_floats
 
+    torch.manual_seed(0)
     cfg = Config(env="x", encoder="conv", rnn_size=64, normalize_input=True, precision="bfloat16", num_workers=1)
     obs_space, action_space = gym.spaces.Box(0, 255, (3, 72, 128), "uint8"), gym.spaces.Discrete(5)
     learner_model = build_model(obs_space, action_space, cfg)
@@ -231,13 +232,18 @@ def test_bfloat16_inference_model_acts_like_the_float32_one():
     with torch.no_grad():
         expected = learner_model.forward_step(obs, state)
         got = actor.forward_step(obs, state)
+    def relative_error(got, expected):  # of the whole tensor: single elements near zero say little
+        return float((got - expected).norm() / expected.norm())
+
     for e, g in zip(expected, got):
-        assert g.dtype == torch.float32
-        torch.testing.assert_close(g, e, atol=0.05, rtol=0.05)
-    params, values = copy.deepcopy(learner_model).forward_sequence(
-        obs.view(3, 2, 3, 72, 128), state.view(3, 2, 64)[:1], torch.zeros(2, 2, dtype=torch.bool), 2, torch.bfloat16)
+        assert g.dtype == torch.float32 and relative_error(g, e) < 0.03  # measured 0.7-1.3% over 8 seeds
+    sequence = (obs.view(3, 2, 3, 72, 128), state.view(3, 2, 64)[:1], torch.zeros(2, 2, dtype=torch.bool), 2)
+    params, values = copy.deepcopy(learner_model).forward_sequence(*sequence, torch.bfloat16)
     (params.logsumexp(-1).mean() + values.mean()).backward()
     assert params.dtype == torch.float32 and torch.isfinite(params).all()
+    with torch.no_grad():  # the learner's mixed precision (conv encoder and GRU products) stays close to float32
+        for e, g in zip(learner_model.forward_sequence(*sequence), (params, values)):
+            assert relative_error(g, e) < 0.03  # measured 0.4-1.6% over 8 seeds
 
 
 def test_gumbel_max_sampling_matches_the_categorical_distribution():

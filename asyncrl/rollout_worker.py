@@ -108,33 +108,37 @@ class RolloutWorker:
     def _step_split(self, split: int) -> None:
         agents, local, envs = self.split_agent_ids[split], self.split_local_ids[split], self.split_envs[split]
         slots, steps = self.agent_slot[agents], self.agent_step[agents]
-        actions = self.traj_actions[slots, steps]
-        dones = np.zeros(len(envs), bool)
-        failed = []
+        actions = self._env_actions(self.traj_actions[slots, steps])
+        rewards, dones = np.zeros(len(envs)), np.zeros(len(envs), bool)
+        ended, failed = [], []
         with self.timing.phase("env_step"):
             for i, env in enumerate(envs):
                 try:
-                    obs, reward, terminated, truncated, info = env.step(self._env_action(actions[i]))
+                    obs, rewards[i], terminated, truncated, info = env.step(actions[i])
                     if terminated or truncated:
                         obs, _ = env.reset()
+                        dones[i] = True
+                        ended.append((i, info.get("episode_stats", {})))
                 except Exception as error:
                     failed.append((i, error))  # recovered below, once this group's shared writes are done
                     continue
-                self.traj_rewards[slots[i], steps[i]] = reward
-                self.episode_return[local[i]] += reward
-                self.episode_length[local[i]] += 1
-                if terminated or truncated:
-                    dones[i] = True
-                    self._end_episode(agents[i], local[i], info.get("episode_stats", {}))
-                    self.consecutive_errors[local[i] // AGENTS_PER_ENV] = 0  # a whole episode went through
                 self.traj_obs[slots[i], steps[i] + 1] = obs
-
+        # whole-group writes: a few numpy calls per group instead of several per env (the worker's cache is cold
+        # after every engine step, so each call costs microseconds)
+        self.traj_rewards[slots, steps] = rewards
         self.traj_dones[slots, steps] = dones
-        self.agent_rnn_state[agents[dones]] = 0
+        self.episode_return[local] += rewards
+        self.episode_length[local] += 1
+        for i, env_stats in ended:
+            self._end_episode(agents[i], local[i], env_stats)
+            self.consecutive_errors[local[i] // AGENTS_PER_ENV] = 0  # a whole episode went through
+        if ended:
+            self.agent_rnn_state[agents[dones]] = 0
         steps += 1
         self.agent_step[agents] = steps
         finished = (steps == self.cfg.rollout) | dones
-        finished[[i for i, _ in failed]] = False
+        if failed:
+            finished[[i for i, _ in failed]] = False
         for i in np.flatnonzero(finished):
             self._after_step(agents[i], dones[i])
         for i, error in failed:
@@ -176,10 +180,11 @@ class RolloutWorker:
         self.consecutive_errors[env_idx] = 0
         return env.reset(seed=self.env_seeds[env_idx] + 1_000_003 * self.env_errors)[0]
 
-    def _env_action(self, action):
+    def _env_actions(self, actions: np.ndarray) -> list:
+        """The group's actions as its envs take them: Python ints, or arrays clipped to the action bounds."""
         if isinstance(self.action_space, gym.spaces.Discrete):
-            return int(action)
-        return np.clip(action, self.action_space.low, self.action_space.high)
+            return actions.tolist()
+        return list(np.clip(actions, self.action_space.low, self.action_space.high))
 
     def _after_step(self, agent: int, done: bool) -> None:
         """Send a full slot to the learner; at an episode end, maybe switch the agent to another policy
@@ -221,7 +226,7 @@ class RolloutWorker:
                     raise RuntimeError("no free trajectory slot in serial mode; slots are sized so this cannot happen")
 
     def _request_actions(self, split: int) -> None:
-        policies = np.unique(self.agent_policy[self.split_agent_ids[split]])
+        policies = np.unique(self.agent_policy[self.split_agent_ids[split]]) if self.cfg.num_policies > 1 else (0,)
         self.pending_responses[split] = len(policies)
         for p in policies:
             self.queues.policy_requests[p].put((self.worker_idx, split))

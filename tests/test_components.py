@@ -179,6 +179,50 @@ def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path)
     runner._stop_children()
 
 
+def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monkeypatch):
+    """Every env step's reward and done go to the (slot, step) its agent was filling, and every finished
+    episode's return and length are the sums of that env's steps (recorded by wrapping each env's step)."""
+    from asyncrl import rollout_worker
+    from asyncrl.rollout_worker import RolloutWorker
+    monkeypatch.setattr(rollout_worker, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
+    runner = serial_runner(tmp_path, env="synthetic_constant", env_options={"step_us": 0, "episode_len": 5},
+                           rollout=4, batch_size=16)
+    workers = [c for c in runner.components if isinstance(c, RolloutWorker)]
+    b, expected, episodes = runner.buffers, {}, {}
+    for w in workers:
+        for env_idx, env in enumerate(w.envs):
+            agent = w.split_agent_ids[0][0] + env_idx
+            running = {"return": 0.0, "length": 0}
+
+            def recording_step(action, env=env, step=env.step, agent=agent, running=running, w=w):
+                obs, reward, terminated, truncated, info = step(action)
+                slot, t = int(b.agent_slot[agent]), int(b.agent_step[agent])
+                expected[(slot, t)] = (reward, terminated or truncated)
+                running["return"] += reward
+                running["length"] += 1
+                if terminated or truncated:
+                    episodes.setdefault(w.worker_idx, []).append((running["return"], running["length"]))
+                    running.update({"return": 0.0, "length": 0})
+                return obs, reward, terminated, truncated, info
+            env.step = recording_step
+    checked = 0
+    for _ in range(300):
+        for c in runner.components:
+            c.poll(0.0)
+            if isinstance(c, RolloutWorker):  # before a learner can recycle the slots it just wrote
+                for (slot, t), (reward, done) in expected.items():
+                    assert b.traj_rewards[slot, t].item() == reward and bool(b.traj_dones[slot, t]) == done
+                    assert b.traj_valid[slot, t]
+                checked += len(expected)
+                expected.clear()
+    assert checked > 1000
+    for w in workers:
+        got = [(ret, length) for _, ret, length, _ in w.finished_episodes]
+        assert got == episodes[w.worker_idx] and len(got) > 20
+        assert {length for _, length in got} == {5}
+    runner._stop_children()
+
+
 def test_env_that_keeps_failing_is_recreated_and_its_slots_recycled(tmp_path):
     from asyncrl.rollout_worker import MAX_CONSECUTIVE_ENV_ERRORS, RolloutWorker
     runner = serial_runner(tmp_path, env="synthetic_constant", env_options={"step_us": 0, "error_prob": 1.0})

@@ -15,6 +15,7 @@ it would take alone. The first --warmup_seconds of each run (process start-up in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -171,38 +172,55 @@ def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -
 
 
 # --- the compute limit
-def _seconds_per_call(fn, min_seconds: float = 2.0, min_calls: int = 3) -> float:
-    fn()  # warm-up: allocations, lazy init
-    calls, start = 0, time.perf_counter()
+def process_tree_cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and everything it started (e.g. VizDoom engines)."""
+    me = psutil.Process()
+    total = 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:  # ended meanwhile
+            continue
+        total += times.user + times.system
+    return total
+
+
+def seconds_per_call(fn, min_seconds: float = 2.0, min_calls: int = 3, clock=time.perf_counter) -> float:
+    """Mean seconds of `clock` per call of fn, after one warm-up call (allocations, lazy init). The default clock
+    is wall time, which alone on a core equals CPU time; process_tree_cpu_seconds measures a process that
+    shares its core."""
+    fn()
+    calls, start, started = 0, time.perf_counter(), clock()
     while calls < min_calls or time.perf_counter() - start < min_seconds:
         fn()
         calls += 1
-    return (time.perf_counter() - start) / calls
+    return (clock() - started) / calls
 
 
-def simulation_cost(cfg: Config) -> tuple[float, int]:
-    """CPU seconds per agent step of one rollout worker's envs (--num_envs_per_worker of them, stepped in turn with
-    random actions, resets included), and the frameskip. All of them, not one: k VizDoom engines on one core cost
-    more per step than one (they share its caches), and the engine has to step all k."""
-    envs = [make_env(cfg.env, **cfg.env_kwargs()) for _ in range(cfg.num_envs_per_worker)]
-    for i, env in enumerate(envs):
-        env.reset(seed=i)
-        env.action_space.seed(i)
-    rounds = max(1, 50 // len(envs))
-
-    def step():
-        for _ in range(rounds):
-            _step_randomly(envs)
+@contextlib.contextmanager
+def simulation_workload(cfg: Config, num_envs: int):
+    """(step, agent steps per call, frameskip): `step` steps num_envs envs in turn with random actions (resets
+    included), as a rollout worker steps its envs; the envs are closed on exit."""
+    envs = [make_env(cfg.env, **cfg.env_kwargs()) for _ in range(num_envs)]
     try:
-        return _seconds_per_call(step) / (rounds * len(envs)), env_frameskip(envs[0])
+        for i, env in enumerate(envs):
+            env.reset(seed=i)
+            env.action_space.seed(i)
+        rounds = max(1, 50 // num_envs)
+
+        def step():
+            for _ in range(rounds):
+                _step_randomly(envs)
+        yield step, rounds * num_envs, env_frameskip(envs[0])
     finally:
         for env in envs:
             env.close()
 
 
-def model_costs(cfg: Config, inference_batch: int) -> tuple[float, float]:
-    """CPU seconds per sample of inference (PolicyWorker._act at `inference_batch` agents) and of learning
-    (Learner._gather + _train on one --batch_size batch), with real shared buffers, in this process."""
+@contextlib.contextmanager
+def model_workloads(cfg: Config, inference_batch: int):
+    """(act, learn): PolicyWorker._act on `inference_batch` agents and Learner._gather + _train on one --batch_size
+    batch, with real shared buffers, in this process."""
     from asyncrl.buffers import SharedBuffers, num_slots, slots_per_batch
     from asyncrl.learner import Learner
     from asyncrl.policy_worker import PolicyWorker
@@ -218,12 +236,25 @@ def model_costs(cfg: Config, inference_batch: int) -> tuple[float, float]:
         b.traj_valid.fill_(True)
         learner = Learner(0, cfg, b, queues, env.obs_space, env.action_space, cpu, env.frameskip)
         slots = torch.arange(slots_per_batch(cfg))
-        learn = _seconds_per_call(lambda: learner._train(learner._gather(slots)), min_seconds=5.0) / cfg.batch_size
         policy = PolicyWorker(0, 0, cfg, b, queues, env.obs_space, env.action_space, cpu)
         agents = torch.arange(inference_batch)
         b.agent_slot[agents] = agents
-        infer = _seconds_per_call(lambda: policy._act(agents)) / inference_batch
-    return infer, learn
+        yield (lambda: policy._act(agents)), (lambda: learner._train(learner._gather(slots)))
+
+
+def simulation_cost(cfg: Config) -> tuple[float, int]:
+    """CPU seconds per agent step of one rollout worker's envs (--num_envs_per_worker of them, stepped in turn with
+    random actions, resets included), and the frameskip. All of them, not one: k VizDoom engines on one core cost
+    more per step than one (they share its caches), and the engine has to step all k."""
+    with simulation_workload(cfg, cfg.num_envs_per_worker) as (step, steps_per_call, frameskip):
+        return seconds_per_call(step) / steps_per_call, frameskip
+
+
+def model_costs(cfg: Config, inference_batch: int) -> tuple[float, float]:
+    """CPU seconds per sample of inference (PolicyWorker._act at `inference_batch` agents) and of learning
+    (Learner._gather + _train on one --batch_size batch), with real shared buffers, in this process."""
+    with model_workloads(cfg, inference_batch) as (act, learn):
+        return seconds_per_call(act) / inference_batch, seconds_per_call(learn, min_seconds=5.0) / cfg.batch_size
 
 
 def compute_limit(cfg: Config, inference_batch: int) -> dict:

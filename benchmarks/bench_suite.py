@@ -3,7 +3,8 @@
     python benchmarks/bench_suite.py [--seconds 30] [--warmup_seconds 10]
 
 1. doom_basic with Sample Factory's VizDoom model (conv + 512 GRU), 2 workers x 8 envs: raw, sampler, train,
-   the compute limit and the efficiency;
+   the compute limit and the efficiency; then train again with one env group per worker (--worker_num_splits 1:
+   no double buffering, which has nothing to overlap when inference shares the CPU cores with simulation);
 2. doom_basic with a small model (an 8-unit MLP, no RNN, no input normalization), 2 workers x 16 envs: raw and
    sampler, i.e. what the sampling machinery costs when inference is nearly free;
 3. CartPole-v1 with its defaults: raw, sampler, train.
@@ -22,6 +23,8 @@ from _run import REPO, machine, write_result
 SUITE = {
     "doom_basic, SF's model, 2x8": ["--env", "doom_basic", "--mode", "all", "--num_workers", "2",
                                     "--num_envs_per_worker", "8"],
+    "doom_basic, SF's model, 2x8, 1 split": ["--env", "doom_basic", "--mode", "train", "--num_workers", "2",
+                                            "--num_envs_per_worker", "8", "--worker_num_splits", "1"],
     "doom_basic, small model, 2x16": ["--env", "doom_basic", "--mode", "raw,sampler", "--num_workers", "2",
                                       "--num_envs_per_worker", "16", "--encoder", "mlp", "--encoder_mlp_layers", "[8]",
                                       "--use_rnn", "False", "--normalize_input", "False"],

@@ -41,15 +41,14 @@ def _role_process(role: str, cfg, num_envs: int, batch: int, core: int, results,
     os.sched_setaffinity(0, [core])  # before the engines start: they inherit it
     torch.set_num_threads(1)
     keep_freed_memory_for_reuse()
-    if role == "sim":
-        workload = simulation_workload(cfg, num_envs)
-    else:
-        workload = model_workloads(cfg, batch)
+    workload = simulation_workload(cfg, num_envs) if role == "sim" else model_workloads(cfg, batch)
     with workload as handles:
         if role == "sim":
-            fn, per_call = handles[0], handles[1]
+            fn, per_call, _frameskip = handles
+        elif role == "infer":
+            fn, per_call = handles[0], batch
         else:
-            fn, per_call = (handles[0], batch) if role == "infer" else (handles[1], cfg.batch_size)
+            fn, per_call = handles[1], cfg.batch_size
         if stop is None:
             results.put(seconds_per_call(fn, min_seconds=5.0, clock=process_tree_cpu_seconds) / per_call)
             return
@@ -133,8 +132,9 @@ def report(args, bench_flags: list, cfg, run: dict, shared: dict, num_envs: int)
     totals = [sum(r[i] for r in rows) for i in (1, 2, 3)]
     fps = [run["cores"] / (t / 1e3) * run["frameskip"] for t in totals]
     measured = run[f"{mode}_fps"]
-    layout = (f"the learner's core to itself, {num_envs} VizDoom engines on the other, inference on that core next "
-              "to them" if mode == "train" else f"{num_envs} engines on each core, inference on a core next to them")
+    layout = (f"the learner's core to itself, {num_envs} envs (VizDoom: each its own engine process) on the other, "
+              "inference on that core next to them" if mode == "train"
+              else f"{num_envs} envs on each core, inference on a core next to them")
     lines = [f"# Where the {mode} efficiency goes: each role alone, sharing the cores as in the run, and used in the run",
              "", f"Machine: {machine()}", "",
              f"Command: `{' '.join(['python', 'benchmarks/core_sharing.py', *sys.argv[1:]])}`"

@@ -174,15 +174,7 @@ def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -
 # --- the compute limit
 def process_tree_cpu_seconds() -> float:
     """CPU seconds (user + system) of this process and everything it started (e.g. VizDoom engines)."""
-    me = psutil.Process()
-    total = 0.0
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            times = proc.cpu_times()
-        except psutil.Error:  # ended meanwhile
-            continue
-        total += times.user + times.system
-    return total
+    return sum(cpu_seconds_by_role().values())
 
 
 def seconds_per_call(fn, min_seconds: float = 2.0, min_calls: int = 3, clock=time.perf_counter) -> float:

@@ -43,7 +43,7 @@ class Config:
     # --- sampling
     num_workers: int = _f(2, "Rollout worker processes.")
     num_envs_per_worker: int = _f(4, "Envs per rollout worker, split into --worker_num_splits groups stepped alternately.")
-    worker_num_splits: int = _f(2, "Env groups per rollout worker (2 = double-buffered sampling: one group simulates while the other's actions are computed). With inference on the same CPU cores as simulation there is nothing to overlap, and 1 measured faster (doom_basic, 2 cores, no GPU: +10-17% in 5 of 5 A/B pairs).")
+    worker_num_splits: int = _f(2, "Env groups per rollout worker (2 = double-buffered sampling: one group simulates while the other's actions are computed). With inference on the same CPU cores as simulation there is little to overlap; 1 and 2 measured within the noise there (benchmarks/splits_ab.py).")
     num_policies: int = _f(1, "Policies trained at once; each episode is assigned to one of them.")
     policy_workers_per_policy: int = _f(1, "Inference processes per policy.")
     rollout: int = _f(32, "Length of a trajectory slot: env steps per agent sent to the learner at once.")

@@ -7,7 +7,8 @@ Passes when no process's private memory (RSS less the shared-memory pages it has
 post-warm-up time (the learner's RSS swings by hundreds of MiB between updates, so single samples say nothing).
 Samples taken once the run began to shut down are left out. The shared part is reported beside it: it grows
 while the faster-fifo queues' ring buffers are first written round (each process counts the pages it has
-touched, up to the queues' size, 20 MiB), which is not a leak. `--analyze FILE` redoes the table and plot from a saved soak.json.
+touched, up to the queues' size, 20 MiB), which is not a leak. `--analyze FILE` redoes the table and plot
+from a saved soak.json.
 """
 
 import argparse
@@ -80,6 +81,7 @@ def report(samples, fps, args):
     warm = [s for s in running if s["t_s"] >= args.warmup_minutes * 60]
     window = max(1, len(warm) // 10)
     names = sorted(n for n in warm[0]["rss_mib"] if not n.startswith("asyncrl-reaper"))
+
     def median(samples, key, n):
         return float(np.median([s.get(key, {}).get(n, 0.0) for s in samples]))  # older soak.json: no shared_mib
 

@@ -3,8 +3,9 @@
     python benchmarks/splits_ab.py [--pairs 2] [--seconds 20] [--warmup_seconds 8]
 
 For each configuration below and each pair, runs `asyncrl bench --mode train` with --worker_num_splits 1 and then
-2, back to back, so the two runs of a pair see the same machine state. This is the measurement behind
---worker_num_splits' default (None: 1 when inference runs on the CPU, 2 with a GPU).
+2, back to back, so the two runs of a pair see the same machine state: does double buffering pay when
+inference shares the CPU cores with simulation? (On the 2-core VM here the answer drifted with the machine,
+so --worker_num_splits stays 2 by default.)
 Writes benchmarks/results/splits_ab.{md,json}.
 """
 

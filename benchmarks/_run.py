@@ -55,6 +55,15 @@ def train_and_watch(train_args: list[str], experiment_dir: str, timeout_s: float
     return rows
 
 
+def asyncrl_bench(flags: list[str], train_dir: str) -> tuple[dict, str]:
+    """Run `asyncrl bench FLAGS` with its runs under train_dir; returns its --out JSON and what it printed."""
+    out = os.path.join(train_dir, "result.json")
+    printed = subprocess.run([sys.executable, "-m", "asyncrl", "bench", *flags, "--train_dir", train_dir, "--out", out],
+                             cwd=REPO, check=True, capture_output=True, text=True).stdout
+    with open(out) as f:
+        return json.load(f), printed
+
+
 def write_result(name: str, result: dict, markdown: str) -> None:
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:

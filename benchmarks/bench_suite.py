@@ -3,8 +3,8 @@
     python benchmarks/bench_suite.py [--seconds 30] [--warmup_seconds 10]
 
 1. doom_basic with Sample Factory's VizDoom model (conv + 512 GRU), 2 workers x 8 envs: raw, sampler, train,
-   the compute limit and the efficiency; then train again with one env group per worker (--worker_num_splits 1:
-   no double buffering, which has nothing to overlap when inference shares the CPU cores with simulation);
+   the compute limit and the efficiency; then train again with one env group per worker (--worker_num_splits 1;
+   benchmarks/splits_ab.py compares 1 and 2 splits in A/B pairs);
 2. doom_basic with a small model (an 8-unit MLP, no RNN, no input normalization), 2 workers x 16 envs: raw and
    sampler, i.e. what the sampling machinery costs when inference is nearly free;
 3. CartPole-v1 with its defaults: raw, sampler, train.
@@ -12,13 +12,9 @@ Writes benchmarks/results/asyncrl_bench.{md,json}.
 """
 
 import argparse
-import json
-import os
-import subprocess
-import sys
 import tempfile
 
-from _run import REPO, machine, write_result
+from _run import asyncrl_bench, machine, write_result
 
 SUITE = {
     "doom_basic, SF's model, 2x8": ["--env", "doom_basic", "--mode", "all", "--num_workers", "2",
@@ -44,16 +40,11 @@ def main():
     results, lines = {}, []
     with tempfile.TemporaryDirectory() as tmp:
         for name, flags in SUITE.items():
-            out = os.path.join(tmp, "result.json")
-            cmd = ["asyncrl", "bench", *flags, "--seconds", f"{args.seconds:g}", "--warmup_seconds",
-                   f"{args.warmup_seconds:g}", "--train_dir", tmp, "--out", out]
-            printed = subprocess.run([sys.executable, "-m", "asyncrl", *cmd[1:]], cwd=REPO, check=True,
-                                     capture_output=True, text=True).stdout
-            with open(out) as f:
-                results[name] = json.load(f)
+            flags = [*flags, "--seconds", f"{args.seconds:g}", "--warmup_seconds", f"{args.warmup_seconds:g}"]
+            results[name], printed = asyncrl_bench(flags, tmp)
             summary = printed[printed.index("asyncrl bench: " + results[name]["env"]):]
             print(summary, flush=True)
-            lines += [f"## {name}", "", "`" + " ".join(cmd[:-4]) + "`", "", "```", summary.strip(), "```", ""]
+            lines += [f"## {name}", "", "`asyncrl bench " + " ".join(flags) + "`", "", "```", summary.strip(), "```", ""]
     header = ["# `asyncrl bench` results", "", f"Machine: {machine()}", "",
               f"Command: `python benchmarks/bench_suite.py --seconds {args.seconds:g} --warmup_seconds {args.warmup_seconds:g}`",
               "", "| configuration | raw | sampler | train | sampler/raw | train/raw | train efficiency | sampler efficiency |",

@@ -10,14 +10,10 @@ Writes benchmarks/results/splits_ab.{md,json}.
 """
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 
-from _run import REPO, machine, write_result
+from _run import asyncrl_bench, machine, write_result
 
 CONFIGS = {
     "doom_basic 2x8": ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8"],
@@ -30,12 +26,8 @@ CONFIGS = {
 
 
 def bench_train(flags: list[str], splits: int, args, tmp: str) -> dict:
-    out = os.path.join(tmp, "result.json")
-    subprocess.run([sys.executable, "-m", "asyncrl", "bench", *flags, "--mode", "train", "--worker_num_splits",
-                    str(splits), "--seconds", f"{args.seconds:g}", "--warmup_seconds", f"{args.warmup_seconds:g}",
-                    "--train_dir", tmp, "--out", out], cwd=REPO, check=True, capture_output=True)
-    with open(out) as f:
-        result = json.load(f)
+    result, _ = asyncrl_bench([*flags, "--mode", "train", "--worker_num_splits", str(splits), "--seconds",
+                               f"{args.seconds:g}", "--warmup_seconds", f"{args.warmup_seconds:g}"], tmp)
     return {"train_fps": result["train_fps"], "efficiency": result["efficiency"]}
 
 

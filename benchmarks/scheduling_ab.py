@@ -125,10 +125,10 @@ def main():
     flags = flags or DEFAULT_FLAGS
     with tempfile.TemporaryDirectory() as tmp:
         windows = run(args, flags, tmp)
-    pairs = [(a["fps"], b["fps"]) for a, b in zip(windows[0::2], windows[1::2])]
+    pairs = list(zip(windows[0::2], windows[1::2]))  # windows alternate A, B
     if not pairs:
         sys.exit("no complete A/B pair was measured")
-    ratios = [b / a for a, b in pairs]
+    ratios = [b["fps"] / a["fps"] for a, b in pairs]
     idle = {v: statistics.mean(w["idle"] for w in windows if w["variant"] == v) for v in (False, True)}
     command = (f"python benchmarks/scheduling_ab.py --variant {args.variant} --minutes {args.minutes:g} "
                f"--window_seconds {args.window_seconds:g} {' '.join(flags)}")
@@ -138,9 +138,8 @@ def main():
     lines = [f"# Sampler scheduling A/B inside one training run: {args.variant}", "", f"Machine: {machine()}", "",
              f"Command: `{command}`", "", f"A: the engine's plan; B: {args.variant} (see the script's docstring).", "",
              "| pair | A frames/s | B frames/s | B / A | idle A | idle B |", "| --- | --- | --- | --- | --- | --- |"]
-    for i, (a, b) in enumerate(zip(windows[0::2], windows[1::2])):
-        lines.append(f"| {i} | {a['fps']:,.0f} | {b['fps']:,.0f} | {b['fps'] / a['fps']:.3f} | {a['idle']:.3f} | "
-                     f"{b['idle']:.3f} |")
+    for i, ((a, b), ratio) in enumerate(zip(pairs, ratios)):
+        lines.append(f"| {i} | {a['fps']:,.0f} | {b['fps']:,.0f} | {ratio:.3f} | {a['idle']:.3f} | {b['idle']:.3f} |")
     lines += ["", summary, ""]
     write_result(f"scheduling_ab_{args.variant}", {"machine": machine(), "command": command, "windows": windows,
                                                    "ratios": ratios}, "\n".join(lines))

@@ -4,7 +4,9 @@ setup(
     name="asyncrl",
     version="0.1.0",
     description="Asynchronous APPO reinforcement learning at high throughput, in the style of Sample Factory",
-    packages=["asyncrl", "envs"],
+    # the repository's top-level envs/ folder installs as asyncrl.envs: no top-level `envs` in site-packages
+    packages=["asyncrl", "asyncrl.envs"],
+    package_dir={"asyncrl.envs": "envs"},
     python_requires=">=3.10",
     install_requires=[
         # a range, not a pin: an installed torch (CPU or CUDA build) is accepted as it is
@@ -16,8 +18,9 @@ setup(
         "tensorboardX>=2.6",
         "psutil>=5.9",
         "setproctitle>=1.3",  # names each process in ps/top (asyncrl-rollout-0, ...); Python has no portable way
+        "cloudpickle>=2.0",  # ships the env the runner resolved to spawned workers, by value if defined in __main__
+        "matplotlib>=3.7",  # `asyncrl plot` and the benchmarks' PNGs
     ],
-    # matplotlib only draws the benchmarks' PNGs; it is not needed to train
-    extras_require={"test": ["pytest>=7"], "plots": ["matplotlib>=3.7"]},
+    extras_require={"test": ["pytest>=7"]},
     entry_points={"console_scripts": ["asyncrl=asyncrl.cli:main"]},
 )

@@ -28,10 +28,9 @@ import numpy as np
 import psutil
 import torch
 
-from asyncrl.cli import OneLineErrorParser
-from asyncrl.config import Config, ConfigError, add_config_arguments, build_config
+from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config
 from asyncrl.processes import keep_freed_memory_for_reuse, mp_context
-from envs import env_entry, env_frameskip, make_env
+from asyncrl.envs import adopt_entry, env_entry, env_frameskip, make_env, portable_entry
 
 MODES = ("raw", "sampler", "train")
 
@@ -77,8 +76,10 @@ def _step_randomly(envs: list) -> None:
             env.reset()
 
 
-def _raw_worker(env_name: str, env_kwargs: dict, num_envs: int, seed: int, warmup: float, seconds: float, results):
-    envs = [make_env(env_name, **env_kwargs) for _ in range(num_envs)]
+def _raw_worker(env: tuple[str, bytes], env_kwargs: dict, num_envs: int, seed: int, warmup: float, seconds: float,
+                results):
+    adopt_entry(*env)
+    envs = [make_env(env[0], **env_kwargs) for _ in range(num_envs)]
     for i, env in enumerate(envs):
         env.reset(seed=seed + i)
         env.action_space.seed(seed + i)
@@ -99,10 +100,10 @@ def _raw_worker(env_name: str, env_kwargs: dict, num_envs: int, seed: int, warmu
 
 def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
     """Frames/s of --num_workers processes each stepping --num_envs_per_worker envs with random actions."""
-    results = mp_context.Queue()
+    results, env = mp_context.Queue(), (cfg.env, portable_entry(cfg.env))
     processes = [mp_context.Process(target=_raw_worker, daemon=True,
-                                    args=(cfg.env, cfg.env_kwargs(), cfg.num_envs_per_worker, 1000 * w, warmup,
-                                          seconds, results)) for w in range(cfg.num_workers)]
+                                    args=(env, cfg.env_kwargs(), cfg.num_envs_per_worker, 1000 * w, warmup, seconds,
+                                          results)) for w in range(cfg.num_workers)]
     for p in processes:
         p.start()
     try:

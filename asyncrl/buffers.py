@@ -13,8 +13,12 @@ full index queues hand slots back and forth.
     traj_action_logp    [S, T]          log mu(a_t | x_t) of the acting policy
     traj_values         [S, T]          V(x_t) of the acting policy (for value clipping)
     traj_rewards        [S, T]          the env's own reward (the learner scales and clips)
-    traj_dones          [S, T]          the episode ended with step t (terminated or truncated)
-    traj_valid          [S, T]          step t holds a real sample (False for padding after a policy switch)
+    traj_dones          [S, T]          the state does not go on after step t: the episode terminated with it, or
+                                        it holds no sample (traj_valid False)
+    traj_valid          [S, T]          step t holds a real sample. False for padding after a policy switch, and
+                                        for the row after a truncated episode's last step, which holds that
+                                        episode's final observation (and recurrent state) for the learner to
+                                        bootstrap from (--value_bootstrap; see vtrace.py)
     traj_policy_version [S, T]          version of the weights that chose a_t (policy lag = learner's - this)
 
 Agents (A = num_workers * num_envs_per_worker * agents_per_env): what a policy worker must know to

@@ -21,24 +21,41 @@ def list_checkpoints(directory: str) -> list[str]:
     return sorted(glob.glob(os.path.join(directory, "checkpoint_*.pth")))
 
 
+def best_checkpoint_path(experiment_dir: str, policy_id: int) -> str:
+    """The weights that scored best in evaluation (--eval_every_env_steps), with their score: model only."""
+    return os.path.join(checkpoint_dir(experiment_dir, policy_id), "best_checkpoint.pth")
+
+
+def _save_atomically(state: dict, path: str) -> None:
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)  # a reader sees the old file or the new one, never half a file
+
+
 def save_checkpoint(directory: str, state: dict, keep: int) -> str:
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"checkpoint_{state['train_step']:010d}_{state['env_steps']}.pth")
-    tmp = path + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)  # atomic: a reader sees the old file set or the new one, never half a file
+    _save_atomically(state, path)
     for old in list_checkpoints(directory)[:-keep]:
         os.remove(old)
     return path
 
 
-def load_checkpoint(path: str) -> dict:
+def save_best_checkpoint(path: str, state: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    _save_atomically(state, path)
+
+
+TRAINING_KEYS = ("model", "optimizer", "train_step", "env_steps")
+
+
+def load_checkpoint(path: str, keys: tuple = TRAINING_KEYS) -> dict:
+    """The checkpoint's contents; `keys` must be there (("model",) to act with it, as enjoy does)."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for a damaged file; all mean the same to the user
         raise CheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                               f"delete it to fall back to an older one, or use --restart_behavior restart") from None
-    for key in ("model", "optimizer", "train_step", "env_steps"):
+    for key in keys:
         if not isinstance(state, dict) or key not in state:
             raise CheckpointError(f"checkpoint {path} has no {key!r}; it was not written by asyncrl")
     return state

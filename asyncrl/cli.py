@@ -1,4 +1,4 @@
-"""`asyncrl` command line: `asyncrl train ...`, `asyncrl bench ...`, `asyncrl envs`.
+"""`asyncrl` command line: `asyncrl train|enjoy|bench|envs|plot ...`.
 
 Every user error (bad flag, impossible config, unknown env, unusable checkpoint or train_dir) is one
 line on stderr and exit code 2, before any worker process starts.
@@ -6,21 +6,15 @@ line on stderr and exit code 2, before any worker process starts.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
 from asyncrl.checkpoint import CheckpointError
-from asyncrl.config import Config, ConfigError, add_config_arguments, build_config, default_value
-from envs import EnvError, env_entry, registered_envs
+from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config, default_value
+from asyncrl.envs import ENTRY_POINT_GROUP, EnvError, env_entry, plugin_envs, registered_envs
 
 USER_ERRORS = (ConfigError, EnvError, CheckpointError)
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's default prints the whole usage block; users get one line
-        raise ConfigError(f"{message} (see `{self.prog} --help`)")
 
 
 def _default(name: str):
@@ -56,11 +50,14 @@ def cmd_train(argv: list[str]) -> int:
 
 
 def cmd_envs(argv: list[str]) -> int:
-    entries = registered_envs()
+    entries = {name: entry.description for name, entry in registered_envs().items()}
+    entries.update({name: f"plugin ({ENTRY_POINT_GROUP} entry point): {value}" for name, value in plugin_envs().items()
+                    if name not in entries})
     width = max(len(name) for name in entries)
-    for name, entry in sorted(entries.items()):
-        print(f"{name:<{width}}  {entry.description}")
+    for name, description in sorted(entries.items()):
+        print(f"{name:<{width}}  {description}")
     print(f"{'<gymnasium id>':<{width}}  any installed gymnasium env, e.g. CartPole-v1, LunarLander-v3")
+    print(f"{'<module>:<factory>':<{width}}  your own env's factory by import path, e.g. my_pkg.envs:make_env")
     return 0
 
 
@@ -69,7 +66,17 @@ def cmd_bench(argv: list[str]) -> int:
     return bench(argv)
 
 
-COMMANDS = {"train": cmd_train, "bench": cmd_bench, "envs": cmd_envs}
+def cmd_plot(argv: list[str]) -> int:
+    from asyncrl.plot import cmd_plot as plot
+    return plot(argv)
+
+
+def cmd_enjoy(argv: list[str]) -> int:
+    from asyncrl.enjoy import enjoy
+    return enjoy(argv)
+
+
+COMMANDS = {"train": cmd_train, "enjoy": cmd_enjoy, "bench": cmd_bench, "envs": cmd_envs, "plot": cmd_plot}
 
 
 def main(argv: list[str] | None = None) -> int:

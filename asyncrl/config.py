@@ -69,6 +69,7 @@ class Config:
     vtrace_rho: float = _f(1.0, "V-trace rho-bar: clip of the importance weight in the value targets.")
     vtrace_c: float = _f(1.0, "V-trace c-bar: clip of the trace-cutting coefficients.")
     vtrace_pg_rho: float = _f(1.0, "Clip of the importance weight in the V-trace policy-gradient advantage.")
+    value_bootstrap: bool = _f(True, "At a time limit (gymnasium's truncated, VizDoom's episode timeout) bootstrap from the value of the episode's final observation; False treats it as a death (Sample Factory's default), which biases the value of every state near the limit.")
     gae_lambda: float = _f(0.95, "GAE lambda (used with --with_vtrace False).")
     ppo_clip_ratio: float = _f(0.1, "PPO clip: ratio is kept in [1/(1+c), 1+c].")
     ppo_clip_value: float = _f(1.0, "Value clip around the acting policy's value estimate; 0 disables.")
@@ -95,6 +96,11 @@ class Config:
     keep_checkpoints: int = _f(2, "Checkpoints kept per policy (the newest).")
     experiment_summaries_interval: float = _f(5, "Seconds between progress lines, TensorBoard points and stats.jsonl rows.")
     stats_avg: int = _f(100, "Episodes in the moving average of reported episode stats.")
+
+    # --- evaluation during training
+    eval_every_env_steps: int = _f(0, "Every this many env steps (frames) of a policy, an evaluator process plays --eval_episodes with its newest weights on fixed seeds: eval/ curves in TensorBoard, eval.jsonl, and best_checkpoint.pth by evaluation score. 0: off.")
+    eval_episodes: int = _f(10, "Episodes per evaluation.")
+    eval_deterministic: bool = _f(False, "Evaluate (and `asyncrl enjoy`) with the most likely action instead of a sampled one.")
 
     # ------------------------------------------------------------------
     @property
@@ -129,6 +135,10 @@ class Config:
                 raise ConfigError(f"--{name} must be positive, got {getattr(self, name)}")
         if self.env_frameskip is not None and self.env_frameskip <= 0:
             raise ConfigError(f"--env_frameskip must be positive, got {self.env_frameskip}")
+        if self.eval_every_env_steps < 0:
+            raise ConfigError(f"--eval_every_env_steps must be >= 0 (0: no evaluation), got {self.eval_every_env_steps}")
+        if self.eval_every_env_steps and self.eval_episodes <= 0:
+            raise ConfigError(f"--eval_episodes must be positive, got {self.eval_episodes}")
         if self.max_worker_restarts < 0:
             raise ConfigError(f"--max_worker_restarts must be >= 0, got {self.max_worker_restarts}")
         for name in ["learning_rate", "env_step_timeout", "train_for_env_steps", "train_for_seconds", "save_every_sec",
@@ -157,6 +167,13 @@ class Config:
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Every command's parser: a bad flag is one line (a ConfigError), not argparse's usage block."""
+
+    def error(self, message):
+        raise ConfigError(f"{message} (see `{self.prog} --help`)")
 
 
 def default_value(f: dataclasses.Field) -> Any:

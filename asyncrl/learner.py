@@ -177,10 +177,10 @@ class Learner:
         values_now, bootstrap = values[:-1].detach(), values[-1].detach()
         if cfg.with_vtrace:
             vt = from_importance_weights(log_ratio.detach(), discounts, rewards, values_now, bootstrap,
-                                         cfg.vtrace_rho, cfg.vtrace_pg_rho, cfg.vtrace_c)
+                                         cfg.vtrace_rho, cfg.vtrace_pg_rho, cfg.vtrace_c, valid)
             advantages, targets = vt.pg_advantages, vt.vs
         else:
-            advantages, targets = losses.gae(rewards, values_now, bootstrap, discounts, cfg.gae_lambda)
+            advantages, targets = losses.gae(rewards, values_now, bootstrap, discounts, cfg.gae_lambda, valid)
         if cfg.normalize_advantage:
             advantages = losses.normalize(advantages, mask)
 

@@ -11,12 +11,16 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def gae(rewards, values, bootstrap_value, discounts, gae_lambda):
+def gae(rewards, values, bootstrap_value, discounts, gae_lambda, valid=None):
     """Generalized advantage estimation (Schulman et al. 2016, eq. 16):
     A_t = sum_l (prod_{i<l} gamma_{t+i} lambda) delta_{t+l},  delta_t = r_t + gamma_t V(x_{t+1}) - V(x_t),
-    with gamma_t = 0 where the episode ended at t. Returns (advantages, value targets = A + V)."""
+    with gamma_t = 0 where the episode ended at t, and delta_t = 0 where step t holds no sample (valid False:
+    padding, or a truncated episode's final-observation row; see vtrace.py). Returns (advantages, value targets =
+    A + V)."""
     values_next = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
     deltas = rewards + discounts * values_next - values
+    if valid is not None:
+        deltas = torch.where(valid, deltas, torch.zeros_like(deltas))
     advantages = torch.zeros_like(values)
     acc = torch.zeros_like(bootstrap_value)
     for t in reversed(range(values.shape[0])):

@@ -192,6 +192,10 @@ class ActorCritic(nn.Module):
         actions = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(-1, keepdim=True)
         return actions.squeeze(-1), log_probs.gather(-1, actions).squeeze(-1)
 
+    def greedy_actions(self, action_params: torch.Tensor) -> torch.Tensor:
+        """The most likely action: argmax of the logits, or the Gaussian's mean (evaluation with determinism)."""
+        return action_params.argmax(-1) if self.discrete else action_params
+
     def forward_step(self, obs: torch.Tensor, rnn_state: torch.Tensor):
         """Inference for a batch of agents, one step each: (action params, value, new rnn state)."""
         x = self.encode(obs)

@@ -13,10 +13,26 @@ import traceback
 import torch
 import torch.multiprocessing as mp
 
+from asyncrl.envs import adopt_entry
+
 POLL_TIMEOUT_S = 0.1
 
 # spawn, not fork: forking a parent whose torch/OpenMP thread pools already ran can deadlock the child
 mp_context = mp.get_context("spawn")
+
+
+class StopFlag:
+    """Set by the runner to stop its children. A byte of shared memory rather than a multiprocessing.Event, whose
+    named semaphores stay in /dev/shm until Python's resource tracker removes them, some time after a killed run."""
+
+    def __init__(self):
+        self._flag = torch.zeros(1, dtype=torch.bool).share_memory_()
+
+    def set(self) -> None:
+        self._flag[0] = True
+
+    def is_set(self) -> bool:
+        return bool(self._flag[0])
 
 
 def die_with_parent() -> None:
@@ -91,11 +107,12 @@ def plan_cores(titles: list[str], cores: list[int], cpu_learning: bool) -> dict[
     return plan
 
 
-def child_main(title: str, make_component, stop_event, torch_threads: int, parent_pid: int,
-               cores: list[int] | None = None) -> None:
+def child_main(title: str, make_component, stop_flag, torch_threads: int, parent_pid: int,
+               cores: list[int] | None, env: tuple[str, bytes]) -> None:
     """Entry point of every child: build the component in the child (its envs and model live here),
-    then poll it until the runner sets `stop_event`. The runner handles Ctrl-C; children ignore it.
-    A component has poll(timeout), and optionally start(), stop() (after a normal stop) and close() (always)."""
+    then poll it until the runner sets `stop_flag`. The runner handles Ctrl-C; children ignore it.
+    A component has poll(timeout), and optionally start(), stop() (after a normal stop) and close() (always).
+    `env` is (name, portable entry): the env the runner resolved, so the child makes exactly that one."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent()
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
@@ -106,6 +123,7 @@ def child_main(title: str, make_component, stop_event, torch_threads: int, paren
     if cores:
         os.sched_setaffinity(0, cores)
     torch.set_num_threads(torch_threads)
+    adopt_entry(*env)
     from asyncrl.rollout_worker import StopRequested
 
     component, failed = None, False
@@ -113,7 +131,7 @@ def child_main(title: str, make_component, stop_event, torch_threads: int, paren
         component = make_component()
         if hasattr(component, "start"):
             component.start()
-        while not stop_event.is_set():
+        while not stop_flag.is_set():
             component.poll(POLL_TIMEOUT_S)
         if hasattr(component, "stop"):
             component.stop()  # a normal stop only: a failed learner must not overwrite its last good checkpoint
@@ -130,8 +148,9 @@ def child_main(title: str, make_component, stop_event, torch_threads: int, paren
         os._exit(1)  # skip interpreter teardown: queues and tensors are the runner's to release
 
 
-def start_child(title: str, make_component, stop_event, torch_threads: int, cores: list[int] | None = None):
+def start_child(title: str, make_component, stop_flag, torch_threads: int, cores: list[int] | None,
+                env: tuple[str, bytes]):
     process = mp_context.Process(target=child_main, name=title, daemon=True,
-                                 args=(title, make_component, stop_event, torch_threads, os.getpid(), cores))
+                                 args=(title, make_component, stop_flag, torch_threads, os.getpid(), cores, env))
     process.start()
     return process

@@ -6,6 +6,7 @@ dict of numbers): the data itself stays in the shared tensors of `buffers.py`.
     policy_requests[p]  -> policy workers of p  (worker, split): that env group waits for actions
     actions_ready[w]    -> rollout worker w     (split, policy): actions for that group are written
     reports             -> runner               ("episodes" | "learner" | ..., payload) statistics
+    eval_requests       -> evaluator            (policy, env steps): evaluate that policy's newest weights
 """
 
 from __future__ import annotations
@@ -29,7 +30,5 @@ class Queues:
         self.policy_requests = [Queue(max_size_bytes=_BYTES) for _ in range(cfg.num_policies)]
         self.actions_ready = [Queue(max_size_bytes=_BYTES) for _ in range(cfg.num_workers)]
         self.reports = Queue(max_size_bytes=16 * _BYTES)
+        self.eval_requests = Queue(max_size_bytes=_BYTES)
         self.free_slots.put_many(list(range(num_slots)))
-
-    def all(self) -> list[Queue]:
-        return [self.free_slots, *self.full_slots, *self.policy_requests, *self.actions_ready, self.reports]

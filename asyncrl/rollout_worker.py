@@ -19,7 +19,7 @@ from asyncrl.buffers import AGENTS_PER_ENV, SharedBuffers, split_agents
 from asyncrl.config import Config
 from asyncrl.queues import Empty, Queues
 from asyncrl.timing import Timing
-from envs import make_env
+from asyncrl.envs import make_env
 
 REPORT_INTERVAL_S = 1.0
 MAX_CONSECUTIVE_ENV_ERRORS = 3
@@ -34,9 +34,16 @@ def env_seed(base_seed: int, worker: int, env: int) -> int:
     return int(np.random.SeedSequence([base_seed, worker, env]).generate_state(1)[0])
 
 
+def env_actions(action_space: gym.Space, actions: np.ndarray) -> list:
+    """A batch of the model's actions as envs take them: Python ints, or arrays clipped to the action bounds."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return actions.tolist()
+    return list(np.clip(actions, action_space.low, action_space.high))
+
+
 class RolloutWorker:
-    def __init__(self, worker_idx: int, cfg: Config, buffers: SharedBuffers, queues: Queues, stop_event):
-        self.worker_idx, self.cfg, self.stop_event = worker_idx, cfg, stop_event
+    def __init__(self, worker_idx: int, cfg: Config, buffers: SharedBuffers, queues: Queues, stop_flag):
+        self.worker_idx, self.cfg, self.stop_flag = worker_idx, cfg, stop_flag
         self.queues = queues
         self.actions_ready = queues.actions_ready[worker_idx]
         base_seed = cfg.seed if cfg.seed is not None else secrets.randbits(31)
@@ -57,6 +64,7 @@ class RolloutWorker:
         self.traj_rewards = buffers.traj_rewards.numpy()
         self.traj_dones = buffers.traj_dones.numpy()
         self.traj_valid = buffers.traj_valid.numpy()
+        self.traj_rnn_states = buffers.traj_rnn_states.numpy()
         self.agent_slot = buffers.agent_slot.numpy()
         self.agent_step = buffers.agent_step.numpy()
         self.agent_policy = buffers.agent_policy.numpy()
@@ -85,6 +93,9 @@ class RolloutWorker:
                 self._begin_slot(agent, obs)
             self._request_actions(split)
 
+    def stop(self) -> None:
+        self._report()  # the episodes since the last report count too
+
     def close(self) -> None:
         for env in self.envs:
             env.close()
@@ -108,15 +119,19 @@ class RolloutWorker:
     def _step_split(self, split: int) -> None:
         agents, local, envs = self.split_agent_ids[split], self.split_local_ids[split], self.split_envs[split]
         slots, steps = self.agent_slot[agents], self.agent_step[agents]
-        actions = self._env_actions(self.traj_actions[slots, steps])
-        rewards, dones = np.zeros(len(envs)), np.zeros(len(envs), bool)
-        ended, failed = [], []
+        actions = env_actions(self.action_space, self.traj_actions[slots, steps])
+        rewards, dones, terminal = np.zeros(len(envs)), np.zeros(len(envs), bool), np.zeros(len(envs), bool)
+        ended, failed, truncated_at = [], [], []  # truncated_at: (i, the next episode's first observation)
         with self.timing.phase("env_step"):
             for i, env in enumerate(envs):
                 try:
                     obs, rewards[i], terminated, truncated, info = env.step(actions[i])
                     if terminated or truncated:
-                        obs, _ = env.reset()
+                        first_obs, _ = env.reset()
+                        if truncated and not terminated and self.cfg.value_bootstrap:
+                            truncated_at.append((i, first_obs))  # obs stays the final one: the learner needs it
+                        else:
+                            obs, terminal[i] = first_obs, True
                         dones[i] = True
                         ended.append((i, info.get("episode_stats", {})))
                 except Exception as error:
@@ -126,17 +141,19 @@ class RolloutWorker:
         # whole-group writes: a few numpy calls per group instead of several per env (the worker's cache is cold
         # after every engine step, so each call costs microseconds)
         self.traj_rewards[slots, steps] = rewards
-        self.traj_dones[slots, steps] = dones
+        self.traj_dones[slots, steps] = terminal  # a truncated episode's state goes on into its final observation
         self.episode_return[local] += rewards
         self.episode_length[local] += 1
         for i, env_stats in ended:
             self._end_episode(agents[i], local[i], env_stats)
             self.consecutive_errors[local[i] // AGENTS_PER_ENV] = 0  # a whole episode went through
+        final_states = self.agent_rnn_state[agents[[i for i, _ in truncated_at]]]  # a copy, before the reset below
         if ended:
             self.agent_rnn_state[agents[dones]] = 0
-        steps += 1
-        self.agent_step[agents] = steps
-        finished = (steps == self.cfg.rollout) | dones
+        self.agent_step[agents] = steps + 1
+        for (i, first_obs), final_state in zip(truncated_at, final_states):
+            self._add_final_observation_row(agents[i], first_obs, final_state)
+        finished = (self.agent_step[agents] == self.cfg.rollout) | dones
         if failed:
             finished[[i for i, _ in failed]] = False
         for i in np.flatnonzero(finished):
@@ -144,6 +161,22 @@ class RolloutWorker:
         for i, error in failed:
             self._recover_env(split * len(envs) + i, agents[i], local[i], error)
         self._request_actions(split)
+
+    def _add_final_observation_row(self, agent: int, first_obs: np.ndarray, final_state: np.ndarray) -> None:
+        """A truncated episode's final observation is in the row after its last step, so the learner can bootstrap
+        from its value (vtrace.py). That row becomes a step without a sample (not valid, done: the episode ends
+        there) that holds the episode's recurrent state (a BPTT chunk may start on it); the next episode's first
+        observation goes after it, in this slot or, if the final row was the slot's last, in a new one."""
+        slot, row = self.agent_slot[agent], self.agent_step[agent]
+        if row == self.cfg.rollout:  # the slot's bootstrap row
+            self._finish_slot(agent, row, next_obs=first_obs)
+            return
+        self.traj_valid[slot, row] = False
+        self.traj_dones[slot, row] = True
+        self.traj_rewards[slot, row] = 0
+        self.traj_rnn_states[slot, row] = final_state
+        self.traj_obs[slot, row + 1] = first_obs
+        self.agent_step[agent] = row + 1
 
     def _recover_env(self, env_idx: int, agent: int, local: int, error: Exception) -> None:
         """An env raised: log it (once per env), throw away its unfinished trajectory and episode, and
@@ -180,12 +213,6 @@ class RolloutWorker:
         self.consecutive_errors[env_idx] = 0
         return env.reset(seed=self.env_seeds[env_idx] + 1_000_003 * self.env_errors)[0]
 
-    def _env_actions(self, actions: np.ndarray) -> list:
-        """The group's actions as its envs take them: Python ints, or arrays clipped to the action bounds."""
-        if isinstance(self.action_space, gym.spaces.Discrete):
-            return actions.tolist()
-        return list(np.clip(actions, self.action_space.low, self.action_space.high))
-
     def _after_step(self, agent: int, done: bool) -> None:
         """Send a full slot to the learner; at an episode end, maybe switch the agent to another policy
         (a slot holds one policy's samples, so a switch closes the current slot early)."""
@@ -196,13 +223,15 @@ class RolloutWorker:
         if new_policy is not None:
             self.agent_policy[agent] = new_policy
 
-    def _finish_slot(self, agent: int, end_step: int) -> None:
+    def _finish_slot(self, agent: int, end_step: int, next_obs: np.ndarray | None = None) -> None:
+        """Send the agent's slot, filled up to end_step, to its policy's learner; the agent goes on in a new slot
+        from next_obs (default: the observation in row end_step)."""
         slot = self.agent_slot[agent]
         if end_step < self.cfg.rollout:  # padding: not a sample, and no value flows back through it
             self.traj_valid[slot, end_step:] = False
             self.traj_dones[slot, end_step:] = True
             self.traj_rewards[slot, end_step:] = 0
-        next_obs = self.traj_obs[slot, end_step]
+        next_obs = self.traj_obs[slot, end_step] if next_obs is None else next_obs
         self._begin_slot(agent, next_obs)  # copy the bootstrap obs before the learner may recycle the slot
         self.queues.full_slots[self.agent_policy[agent]].put(int(slot))
 
@@ -220,7 +249,7 @@ class RolloutWorker:
                     return self.queues.free_slots.get(timeout=0.1)
             except Empty:
                 self.heartbeat[self.worker_idx] = time.monotonic()  # waiting for the learner is not hanging
-                if self.stop_event.is_set():
+                if self.stop_flag.is_set():
                     raise StopRequested() from None
                 if self.cfg.serial_mode:
                     raise RuntimeError("no free trajectory slot in serial mode; slots are sized so this cannot happen")
@@ -241,10 +270,11 @@ class RolloutWorker:
         self.episode_length[local] = 0
 
     def _maybe_report(self) -> None:
-        now = time.monotonic()
-        if now - self.last_report < REPORT_INTERVAL_S:
-            return
-        self.last_report = now
+        if time.monotonic() - self.last_report >= REPORT_INTERVAL_S:
+            self._report()
+
+    def _report(self) -> None:
+        self.last_report = time.monotonic()
         if self.finished_episodes:
             self.queues.reports.put(("episodes", self.finished_episodes))
             self.finished_episodes = []

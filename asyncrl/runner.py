@@ -20,11 +20,12 @@ from asyncrl.config import Config, ConfigError
 from asyncrl.learner import Learner
 from asyncrl.model import build_model, num_state_floats
 from asyncrl.policy_worker import PolicyWorker
-from asyncrl.processes import mp_context, plan_cores, start_child
+from asyncrl.processes import StopFlag, plan_cores, start_child
 from asyncrl.queues import Empty, Queues
 from asyncrl.rollout_worker import RolloutWorker
 from asyncrl.stats import StatsWriter
-from envs import env_frameskip, make_env
+from asyncrl.envs import env_frameskip, make_env, portable_entry
+from asyncrl.evaluator import Evaluator
 
 SHUTDOWN_TIMEOUT_S = 10.0
 RESTART_WINDOW_S = 300.0
@@ -45,6 +46,7 @@ class EnvInfo:
     obs_space: object
     action_space: object
     frameskip: int
+    portable: tuple[str, bytes]  # (name, entry) for the worker processes: see asyncrl.envs.portable_entry
 
 
 def resolve_device(cfg: Config) -> torch.device:
@@ -59,7 +61,7 @@ def probe_env(cfg: Config) -> EnvInfo:
     """Make one env in the main process to learn the spaces that size the shared buffers."""
     env = make_env(cfg.env, **cfg.env_kwargs())
     try:
-        return EnvInfo(env.observation_space, env.action_space, env_frameskip(env))
+        return EnvInfo(env.observation_space, env.action_space, env_frameskip(env), (cfg.env, portable_entry(cfg.env)))
     finally:
         env.close()
 
@@ -94,10 +96,11 @@ class Runner:
         self.cfg, self.env, self.device = cfg, env, device
         self.buffers = SharedBuffers(layout)
         self.queues = Queues(cfg, num_slots(cfg))
-        self.stop_event = mp_context.Event()
+        self.stop_flag = StopFlag()
         self.stats = StatsWriter(cfg.experiment_dir, cfg.num_policies, cfg.stats_avg)
         self.stats_state_path = os.path.join(cfg.experiment_dir, "stats_state.json")
         self.stats.load_state(self.stats_state_path)
+        self.next_evaluation: list[int | None] = [None] * cfg.num_policies  # env steps of each policy's next one
         self.processes: dict = {}      # title -> process (multi-process mode)
         self.restart_times: list[float] = []
         self.components: list = []     # the same components, in this process (serial mode)
@@ -110,8 +113,10 @@ class Runner:
         factories += [(f"asyncrl-policy-{p}-{i}" if cfg.policy_workers_per_policy > 1 else f"asyncrl-policy-{p}",
                        partial(PolicyWorker, p, i, cfg, b, q, env.obs_space, env.action_space, self.device))
                       for p in range(cfg.num_policies) for i in range(cfg.policy_workers_per_policy)]
-        factories += [(rollout_title(w), partial(RolloutWorker, w, cfg, b, q, self.stop_event))
+        factories += [(rollout_title(w), partial(RolloutWorker, w, cfg, b, q, self.stop_flag))
                       for w in range(cfg.num_workers)]
+        if cfg.eval_every_env_steps:
+            factories.append(("asyncrl-eval", partial(Evaluator, cfg, b, q, env.obs_space, env.action_space)))
         return factories
 
     def _start(self) -> None:
@@ -130,7 +135,7 @@ class Runner:
             cores = plan.get(title)
             # a learner with cores of its own uses them all; everyone else keeps --torch_threads
             threads = len(cores) if cores and "learner" in title and cpu_learning else self.cfg.torch_threads
-            self.processes[title] = start_child(title, factory, self.stop_event, threads, cores)
+            self.processes[title] = start_child(title, factory, self.stop_flag, threads, cores, self.env.portable)
 
     def run(self) -> int:
         """Train until a limit is reached or the user stops the run. Returns the process exit status."""
@@ -144,9 +149,10 @@ class Runner:
                 for component in self.components:
                     component.poll(0.0)
                 self._check_children()
+                self._request_evaluations()
                 if time.monotonic() - last_summary >= self.cfg.experiment_summaries_interval:
                     last_summary = time.monotonic()
-                    self._keep_best_checkpoints(self.stats.summarize(self._seconds_left()))
+                    self.stats.summarize(self._seconds_left(), self._fraction_done())
         except KeyboardInterrupt:
             print("asyncrl: stopping, saving a checkpoint (Ctrl-C again to force)", flush=True)
         except ChildFailed as e:
@@ -156,32 +162,32 @@ class Runner:
             signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C kills at once; children die with us
             self._stop_children()
             self._drain_reports(timeout=0.0)
-            self.stats.summarize()
+            self.stats.summarize(self._seconds_left(), self._fraction_done())
             self.stats.save_state(self.stats_state_path)
             self.stats.close()
         return status
 
-    def _keep_best_checkpoints(self, rows: list[dict]) -> None:
-        """Copy a policy's newest checkpoint to best_checkpoint.pth when its mean episode return is the best so
-        far (the return of the last --stats_avg episodes, which the newest weights roughly produced)."""
-        for row in rows:
-            policy = self.stats.policies[row["policy_id"]]
-            reward = row["episode_reward_mean"]
-            paths = list_checkpoints(checkpoint_dir(self.cfg.experiment_dir, policy.policy_id))
-            if reward is None or reward <= policy.best_reward or not paths:
-                continue
-            best = os.path.join(os.path.dirname(paths[-1]), "best_checkpoint.pth")
-            try:
-                shutil.copyfile(paths[-1], best + ".tmp")
-                os.replace(best + ".tmp", best)
-                policy.best_reward = reward
-            except OSError:  # the learner rotated that file away meanwhile: try at the next summary
-                pass
+    def _request_evaluations(self) -> None:
+        """Ask the evaluator for a policy's evaluation each time its env steps pass a multiple of
+        --eval_every_env_steps (counted from where this launch started)."""
+        every = self.cfg.eval_every_env_steps
+        for p in self.stats.policies:
+            if every and p.launch_env_steps is not None:
+                if self.next_evaluation[p.policy_id] is None:
+                    self.next_evaluation[p.policy_id] = (p.launch_env_steps // every + 1) * every
+                if p.env_steps >= self.next_evaluation[p.policy_id]:
+                    self.queues.eval_requests.put((p.policy_id, p.env_steps))
+                    self.next_evaluation[p.policy_id] = (p.env_steps // every + 1) * every
 
     def _limit_reached(self) -> bool:
         if self.stats.elapsed() >= self.cfg.train_for_seconds:
             return True
         return all(p.env_steps >= self.cfg.train_for_env_steps for p in self.stats.policies)
+
+    def _fraction_done(self) -> float:
+        """How far the run is towards the nearer of its two limits."""
+        steps = min(p.env_steps for p in self.stats.policies) / self.cfg.train_for_env_steps
+        return max(steps, self.stats.elapsed() / self.cfg.train_for_seconds)
 
     def _seconds_left(self) -> float:
         left = self.cfg.train_for_seconds - self.stats.elapsed()
@@ -236,13 +242,13 @@ class Runner:
         self._stop_children()
         self._drain_reports(timeout=0.0)
         self.queues = Queues(self.cfg, num_slots(self.cfg))
-        self.stop_event = mp_context.Event()
+        self.stop_flag = StopFlag()
         self.buffers.worker_heartbeat.zero_()
         self.processes = {}
         self._start()
 
     def _stop_children(self) -> None:
-        self.stop_event.set()
+        self.stop_flag.set()
         for component in self.components:
             if hasattr(component, "stop"):
                 component.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections import deque
 
@@ -18,7 +19,6 @@ class PolicyStats:
         self.episode_lengths: deque[int] = deque(maxlen=window)
         self.env_stats: dict[str, deque[float]] = {}  # the env's info["episode_stats"], e.g. kills
         self.episodes_total = 0
-        self.best_reward = float("-inf")  # of the checkpoints kept as best_checkpoint.pth
         self.learner: dict = {}
         self.env_steps = 0
         self.launch_env_steps: int | None = None  # from the learner's first report (a resumed run starts > 0)
@@ -50,11 +50,13 @@ class StatsWriter:
         self.policies = [PolicyStats(p, window) for p in range(num_policies)]
         self.tb = [SummaryWriter(os.path.join(experiment_dir, "tb", f"policy_{p}")) for p in range(num_policies)]
         self.jsonl = open(os.path.join(experiment_dir, "stats.jsonl"), "a")
+        self.eval_jsonl = open(os.path.join(experiment_dir, "eval.jsonl"), "a")
         self.env_errors = 0  # exceptions raised by envs (caught, the env restarted)
         self.worker_restarts = 0
         self.timing: dict[str, tuple[dict, dict]] = {}  # role -> (phase fractions, counts) of its last report
         self.start_time = time.monotonic()
         self.last_summary_time = self.start_time
+        self.progress = ProgressDisplay(sys.stdout.isatty(), os.path.basename(os.path.normpath(experiment_dir)))
 
     def handle(self, message: tuple) -> None:
         kind = message[0]
@@ -67,6 +69,20 @@ class StatsWriter:
             self.policies[message[1]].add_learner_report(message[2])
         elif kind == "timing":
             self.timing[message[1]] = (message[2], message[3])
+        elif kind == "eval":
+            self.write_evaluation(message[1], message[2])
+
+    def write_evaluation(self, policy_id: int, result: dict) -> None:
+        """An evaluator's result: a row of eval.jsonl and eval/ curves in the policy's TensorBoard."""
+        row = {"time_s": round(self.elapsed(), 3), "policy_id": policy_id, **result}
+        self.eval_jsonl.write(json.dumps(row) + "\n")
+        self.eval_jsonl.flush()
+        for key, value in result.items():
+            if key not in ("env_steps", "new_best") and isinstance(value, (int, float)):
+                self.tb[policy_id].add_scalar(f"eval/{key}", value, result["env_steps"])
+        best = " (new best: best_checkpoint.pth)" if result["new_best"] else ""
+        self.progress.message(f"evaluation p{policy_id} at {result['env_steps']:,} env steps: mean return "
+                              f"{result['return_mean']:.2f} over {result['episodes']} episodes{best}")
 
     def timing_summary(self, policy_id: int) -> dict:
         """Fractions of wall time per phase for this policy's learner and policy workers and for the rollout
@@ -88,7 +104,9 @@ class StatsWriter:
     def elapsed(self) -> float:
         return time.monotonic() - self.start_time
 
-    def summarize(self, seconds_left: float | None = None) -> list[dict]:
+    def summarize(self, seconds_left: float | None = None, fraction_done: float | None = None) -> list[dict]:
+        """A stats.jsonl row and TensorBoard points per policy for the interval since the last call; the terminal's
+        progress display shows them (fraction_done: of the run's nearer limit, steps or seconds)."""
         now = time.monotonic()
         interval = max(1e-6, now - self.last_summary_time)
         self.last_summary_time = now
@@ -115,14 +133,14 @@ class StatsWriter:
                     tb.add_scalar(tag, value, p.env_steps)
         self.jsonl.flush()
         if rows:
-            print(progress_line(rows, seconds_left), flush=True)
+            self.progress.show(rows, seconds_left, fraction_done)
         return rows
 
     def save_state(self, path: str) -> None:
         """The recent-episode windows and run counters, so a resumed run's averages continue (atomic write)."""
         state = {"env_errors": self.env_errors, "worker_restarts": self.worker_restarts,
                  "policies": [{"returns": list(p.episode_returns), "lengths": list(p.episode_lengths),
-                               "episodes_total": p.episodes_total, "best_reward": p.best_reward,
+                               "episodes_total": p.episodes_total,
                                "env_stats": {k: list(v) for k, v in p.env_stats.items()}} for p in self.policies]}
         with open(path + ".tmp", "w") as f:
             json.dump(state, f)
@@ -140,18 +158,71 @@ class StatsWriter:
         for p, saved in zip(self.policies, state["policies"]):
             p.episode_returns.extend(saved["returns"])
             p.episode_lengths.extend(saved["lengths"])
-            p.episodes_total, p.best_reward = saved["episodes_total"], saved["best_reward"]
+            p.episodes_total = saved["episodes_total"]
             for key, values in saved["env_stats"].items():
                 p.env_stats.setdefault(key, deque(maxlen=p.episode_returns.maxlen)).extend(values)
 
     def close(self) -> None:
+        self.progress.close()
         for tb in self.tb:
             tb.close()
         self.jsonl.close()
+        self.eval_jsonl.close()
 
 
 def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
+
+
+class ProgressDisplay:
+    """The run in the terminal: on an interactive terminal one live line (a tqdm bar towards the nearer of
+    --train_for_env_steps and --train_for_seconds, with frames, fps, return, lag and time left); otherwise (a log
+    file, CI) a plain line per summary."""
+
+    def __init__(self, interactive: bool, name: str):
+        self.bar = None
+        if interactive:
+            from tqdm import tqdm
+            # follow the terminal's size, unless it reports none (0 x 0, as a new pty does; tqdm then hides the bar)
+            sized = os.get_terminal_size(sys.stdout.fileno()).columns > 0
+            self.name = name
+            self.bar = tqdm(total=1000, desc=name, bar_format="{desc} |{bar:20}| {percentage:3.0f}%", file=sys.stdout,
+                            dynamic_ncols=sized, ncols=None if sized else 120, nrows=None if sized else 24)
+
+    def show(self, rows: list[dict], seconds_left: float | None, fraction_done: float | None) -> None:
+        if self.bar is None:
+            print(progress_line(rows, seconds_left), flush=True)
+            return
+        self.bar.n = int(1000 * min(1.0, fraction_done or 0.0))
+        self.bar.set_description_str(f"{self.name}: {short_progress(rows, seconds_left)}", refresh=True)
+
+    def message(self, line: str) -> None:
+        """A line of its own above the live bar (or among the plain lines)."""
+        if self.bar is None:
+            print(line, flush=True)
+        else:
+            self.bar.write(line)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def short_progress(rows: list[dict], seconds_left: float | None) -> str:
+    parts = [f"{'p' + str(r['policy_id']) + ' ' if len(rows) > 1 else ''}{_si(r['env_steps'])} frames "
+             f"{_si(r['fps'])} fps return {_fmt(r['episode_reward_mean'], '.1f')} lag {_fmt(r['policy_lag_mean'], '.1f')}"
+             for r in rows]
+    if seconds_left is not None:
+        parts.append(f"left {int(seconds_left) // 60}m{int(seconds_left) % 60:02d}s")
+    return " | ".join(parts)
+
+
+def _si(value: float) -> str:
+    """1234567 -> 1.2M: numbers that keep the live line short."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f}{unit}"
+    return f"{value:.0f}"
 
 
 def progress_line(rows: list[dict], seconds_left: float | None) -> str:

@@ -12,7 +12,8 @@ import time
 import psutil
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(REPO, "benchmarks", "results")
+RESULTS = os.path.join(REPO, "benchmarks", "results")                    # the instruments' results
+STUDY_RESULTS = os.path.join(REPO, "benchmarks", "studies", "results")  # one-off investigations' results
 
 
 def machine() -> str:
@@ -64,10 +65,10 @@ def asyncrl_bench(flags: list[str], train_dir: str) -> tuple[dict, str]:
         return json.load(f), printed
 
 
-def write_result(name: str, result: dict, markdown: str) -> None:
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
+def write_result(name: str, result: dict, markdown: str, folder: str = RESULTS) -> None:
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{name}.json"), "w") as f:
         json.dump(result, f, indent=2)
-    with open(os.path.join(RESULTS, f"{name}.md"), "w") as f:
+    with open(os.path.join(folder, f"{name}.md"), "w") as f:
         f.write(markdown)
     print(markdown)

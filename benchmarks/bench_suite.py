@@ -4,7 +4,7 @@
 
 1. doom_basic with Sample Factory's VizDoom model (conv + 512 GRU), 2 workers x 8 envs: raw, sampler, train,
    the compute limit and the efficiency; then train again with one env group per worker (--worker_num_splits 1;
-   benchmarks/splits_ab.py compares 1 and 2 splits in A/B pairs);
+   benchmarks/studies/splits_ab.py compares 1 and 2 splits in A/B pairs);
 2. doom_basic with a small model (an 8-unit MLP, no RNN, no input normalization), 2 workers x 16 envs: raw and
    sampler, i.e. what the sampling machinery costs when inference is nearly free;
 3. CartPole-v1 with its defaults: raw, sampler, train.

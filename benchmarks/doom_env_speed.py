@@ -47,7 +47,7 @@ def raw_fps(cfg_file: str, seconds: float) -> float:
 
 
 def our_fps(name: str, seconds: float) -> float:
-    from envs import make_env
+    from asyncrl.envs import make_env
     env = make_env(name)
     env.reset(seed=0)
     rng = np.random.default_rng(0)
@@ -68,7 +68,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    from envs.doom import SCENARIOS as TABLE
+    from asyncrl.envs.doom import SCENARIOS as TABLE
     results = {}
     for name in SCENARIOS:
         raw, ours = [], []

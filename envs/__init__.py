@@ -1,19 +1,28 @@
 """Environment registry: every env asyncrl can train on is created through `make_env(name, **options)`.
 
-Registered names (VizDoom scenarios, a user's own envs) come first; any other name is tried as a
-gymnasium id. A user plugs in an env with one call:
+`--env NAME` is looked up in this order:
+1. a name given to `register_env` (the VizDoom scenarios, the synthetic envs, a user's own calls);
+2. an installed package's entry point in the `asyncrl.envs` group (name = the env's name, value = its factory);
+3. an import path `package.module:factory` (any importable module, e.g. the user's own);
+4. a gymnasium id.
+A factory is called as `factory(**options)` and returns a gymnasium.Env; it may carry a `default_config` dict
+attribute (Config fields that suit the env, e.g. {"reward_scale": 0.1}).
 
-    from envs import register_env
-    register_env("my_env", lambda **options: MyEnv(**options), "what it is")
+The runner resolves the env once and ships its entry to the worker processes (`portable_entry`), so an env
+registered in a user's script before `asyncrl.cli.main(...)` reaches spawned workers too.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from typing import Callable
 
 import gymnasium as gym
+
+ENTRY_POINT_GROUP = "asyncrl.envs"
 
 
 class EnvError(ValueError):
@@ -41,31 +50,90 @@ def registered_envs() -> dict[str, EnvEntry]:
     return dict(_REGISTRY)
 
 
+def plugin_envs() -> dict[str, str]:
+    """Env name -> `module:factory` of every installed package's `asyncrl.envs` entry point (not loaded)."""
+    return {ep.name: ep.value for ep in _plugins()}
+
+
 def _register_builtin():
-    # Imported lazily so `import envs` stays cheap; the modules call register_env on import.
-    from envs import doom, synthetic  # noqa: F401
+    # Imported lazily so `import asyncrl.envs` stays cheap; the modules call register_env on import.
+    from asyncrl.envs import doom, synthetic  # noqa: F401
 
 
-def _gym_ids() -> list[str]:
-    return sorted(gym.envs.registry.keys())
+def _plugins():
+    return entry_points(group=ENTRY_POINT_GROUP)
+
+
+def _factory_entry(factory, source: str) -> EnvEntry:
+    if not callable(factory):
+        raise EnvError(f"{source} is a {type(factory).__name__}, not a factory that returns a gymnasium.Env")
+    description = ((factory.__doc__ or "").strip().splitlines() or [source])[0]
+    return EnvEntry(factory, description, dict(getattr(factory, "default_config", None) or {}))
+
+
+def _import_path_entry(path: str) -> EnvEntry:
+    """`package.module:factory` -> its entry; EnvError with what is wrong (no such module, no such attribute)."""
+    module_name, _, attribute = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise EnvError(f"--env {path}: cannot import {module_name!r} ({e}); is it installed or on PYTHONPATH?") from None
+    factory = module
+    for part in attribute.split("."):
+        if not hasattr(factory, part):
+            raise EnvError(f"--env {path}: module {module_name!r} has no attribute {attribute!r}")
+        factory = getattr(factory, part)
+    return _factory_entry(factory, f"--env {path}")
 
 
 def env_entry(name: str) -> EnvEntry:
-    """The registry entry for `name`, or an adapter entry for a gymnasium id. Raises EnvError with near matches."""
+    """The entry for `name` (see the module docstring for the lookup order). Raises EnvError with near matches."""
     _register_builtin()
     if name in _REGISTRY:
         return _REGISTRY[name]
+    plugin = next((ep for ep in _plugins() if ep.name == name), None)
+    if plugin is not None:
+        try:
+            return _factory_entry(plugin.load(), f"the {ENTRY_POINT_GROUP} entry point {name} = {plugin.value}")
+        except (ImportError, AttributeError) as e:
+            raise EnvError(f"the {ENTRY_POINT_GROUP} entry point {name} = {plugin.value} cannot be loaded ({e})") from None
+    if ":" in name:
+        return _import_path_entry(name)
     if name in gym.envs.registry:
-        from envs.gym_adapter import gym_entry
+        from asyncrl.envs.gym_adapter import gym_entry
         return gym_entry(name)
-    matches = difflib.get_close_matches(name, list(_REGISTRY) + _gym_ids(), n=5, cutoff=0.6)
+    matches = difflib.get_close_matches(name, [*_REGISTRY, *(ep.name for ep in _plugins()), *gym.envs.registry],
+                                        n=5, cutoff=0.6)
     hint = f"; did you mean: {', '.join(matches)}?" if matches else "; `asyncrl envs` lists the registered envs"
-    raise EnvError(f"unknown env {name!r}{hint}")
+    raise EnvError(f"unknown env {name!r}{hint} (your own env: --env package.module:factory)")
 
 
 def make_env(name: str, **options) -> gym.Env:
-    """The env a rollout worker steps, for `name` with constructor `options`."""
-    return env_entry(name).make_fn(**options)
+    """The env a rollout worker steps, for `name` with constructor `options`: the factory's env, checked, with
+    HWC image observations turned CHW."""
+    from asyncrl.envs.gym_adapter import adapt
+
+    env = env_entry(name).make_fn(**options)
+    if not isinstance(env, gym.Env):
+        raise EnvError(f"env {name!r}: its factory returned a {type(env).__name__}, not a gymnasium.Env")
+    return adapt(name, env)
+
+
+def portable_entry(name: str) -> bytes:
+    """The entry of `name`, pickled for a worker process, by value where need be (cloudpickle): a factory defined
+    in the user's `__main__` script, or registered only in this process, then works in spawned workers too."""
+    import cloudpickle
+    try:
+        return cloudpickle.dumps(env_entry(name))
+    except Exception as e:  # whatever the factory holds that cannot be pickled (a lock, an open file, ...)
+        raise EnvError(f"env {name!r}: its factory cannot be sent to the worker processes ({type(e).__name__}: {e}); "
+                       f"make it a module-level function or class") from None
+
+
+def adopt_entry(name: str, blob: bytes) -> None:
+    """In a worker process: make `name` resolve to the entry the runner resolved (see portable_entry)."""
+    import cloudpickle
+    _REGISTRY[name] = cloudpickle.loads(blob)
 
 
 def env_frameskip(env: gym.Env) -> int:

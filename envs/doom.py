@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-from envs import EnvError, register_env
+from asyncrl.envs import EnvError, register_env
 
 
 @dataclass(frozen=True)
@@ -86,13 +86,15 @@ def every_second_pixel(screen: np.ndarray) -> np.ndarray:
 class DoomEnv(gym.Env):
     """One VizDoom game. Actions: Discrete: no-op, each button alone, then the scenario's button combos."""
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 35}
 
     def __init__(self, scenario: Scenario, frameskip: int = 4, episode_timeout: int | None = None,
-                 restart_every_episodes: int = 1000):
+                 restart_every_episodes: int = 1000, render_mode: str | None = None):
         import vizdoom as vzd
 
-        self.scenario, self.frameskip = scenario, frameskip
+        if render_mode not in (None, "rgb_array"):
+            raise EnvError(f"VizDoom envs render only rgb_array frames, not {render_mode!r}")
+        self.scenario, self.frameskip, self.render_mode = scenario, frameskip, render_mode
         # the engine's memory grows with every new episode (measured: ~1 MiB a minute per engine once doom_basic
         # episodes get short), so each engine is restarted after this many episodes (a restart costs ~0.1 s)
         self.restart_every_episodes, self._episodes_since_init = restart_every_episodes, 0
@@ -120,6 +122,7 @@ class DoomEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(len(self._actions))
         self.observation_space = gym.spaces.Box(0, 255, (3, 72, 128), dtype=np.uint8)
         self._last_obs = np.zeros(self.observation_space.shape, np.uint8)
+        self._last_screen = np.zeros((144, 256, 3), np.uint8)  # HWC, the full rendered frame (render_mode only)
         self._initialized = False
 
     @staticmethod
@@ -133,7 +136,13 @@ class DoomEnv(gym.Env):
         state = self.game.get_state()
         if state is not None:  # None after the episode ended: repeat the last frame
             self._last_obs = every_second_pixel(state.screen_buffer)
+            if self.render_mode == "rgb_array":
+                self._last_screen = np.ascontiguousarray(state.screen_buffer.transpose(1, 2, 0))
         return self._last_obs
+
+    def render(self):
+        """The last frame at full resolution (256x144), HWC RGB; with render_mode="rgb_array" only."""
+        return self._last_screen if self.render_mode == "rgb_array" else None
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)

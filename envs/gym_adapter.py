@@ -1,4 +1,5 @@
-"""Any gymnasium id as an asyncrl env: image observations become CHW uint8 once, here, not in the model."""
+"""Gymnasium envs as the engine takes them: any gymnasium id, and every env's spaces checked, with image
+observations made CHW uint8 once, here, not in the model."""
 
 from __future__ import annotations
 
@@ -24,8 +25,16 @@ def is_image_space(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8
 
 
+def adapt(name: str, env: gym.Env) -> gym.Env:
+    """Any env as the engine takes it: spaces checked, HWC image observations turned CHW."""
+    check_spaces(name, env)
+    if is_image_space(env.observation_space) and env.observation_space.shape[-1] in (1, 3, 4):
+        env = ChannelsFirst(env)
+    return env
+
+
 def check_spaces(name: str, env: gym.Env) -> None:
-    from envs import EnvError
+    from asyncrl.envs import EnvError
     obs, act = env.observation_space, env.action_space
     if not isinstance(obs, gym.spaces.Box):
         raise EnvError(f"env {name!r}: observation space {obs} is not supported yet (Box observations only)")
@@ -34,14 +43,11 @@ def check_spaces(name: str, env: gym.Env) -> None:
 
 
 def make_gym_env(gym_id: str, **options) -> gym.Env:
-    from envs import EnvError
+    from asyncrl.envs import EnvError
     try:
         env = gym.make(gym_id, **options)
     except TypeError as e:  # an option the env's constructor does not take
         raise EnvError(f"env {gym_id!r} does not take the options {sorted(options)}: {e}") from None
-    check_spaces(gym_id, env)
-    if is_image_space(env.observation_space) and env.observation_space.shape[-1] in (1, 3, 4):
-        env = ChannelsFirst(env)
     return env
 
 
@@ -54,7 +60,7 @@ GYM_ID_DEFAULTS = {"CartPole-v1": {"reward_scale": 0.1}, "CartPole-v0": {"reward
 
 
 def gym_entry(gym_id: str):
-    from envs import EnvEntry
+    from asyncrl.envs import EnvEntry
     probe = make_gym_env(gym_id)  # the observation space decides the defaults; gymnasium envs are cheap to make
     defaults = {} if is_image_space(probe.observation_space) else dict(VECTOR_ENV_DEFAULTS)
     defaults.update(GYM_ID_DEFAULTS.get(gym_id, {}))

@@ -20,8 +20,8 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from envs import EnvError, register_env
-from envs.gym_adapter import VECTOR_ENV_DEFAULTS
+from asyncrl.envs import EnvError, register_env
+from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS
 
 
 def burn_cpu(microseconds: float) -> None:

@@ -7,7 +7,14 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from helpers import engine_processes, shm_entries  # noqa: E402
+from helpers import engine_processes, kill_started, shm_entries  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def runs_end_with_their_test():
+    """Whatever happens in a test (a failure, a timeout), no run it started outlives it."""
+    yield
+    kill_started()
 
 
 @pytest.fixture
@@ -16,8 +23,10 @@ def clean_machine():
     before_procs = {p.pid for p in engine_processes()}
     before_shm = shm_entries()
     yield
+    # a run killed outright (a forced second Ctrl-C) leaves its multiprocessing semaphores to Python's resource
+    # tracker, which unlinks them a moment after the run is gone: wait for that too
     deadline = time.time() + 5
-    while time.time() < deadline and {p.pid for p in engine_processes()} - before_procs:
+    while time.time() < deadline and ({p.pid for p in engine_processes()} - before_procs or shm_entries() - before_shm):
         time.sleep(0.2)
     assert not {p.pid for p in engine_processes()} - before_procs, "a child process outlived the run"
     assert not shm_entries() - before_shm, "a shared-memory segment outlived the run"

@@ -1,18 +1,62 @@
-"""Run `asyncrl` as a user would (a real subprocess), and look for what a run might leave behind."""
+"""Run `asyncrl` as a user would (a real subprocess), and look for what a run might leave behind.
+
+Every run a test starts is killed with its whole process group when the test ends (conftest's autouse
+fixture), whether the test passed, failed or timed out: a run left training would starve the tests after it."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
 import psutil
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_started: list[subprocess.Popen] = []
 
 
-def run_cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "asyncrl", *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
+def _as_a_terminal_starts_it() -> None:
+    """In the child before exec: SIGINT at its default. A shell's background job (`nohup ... &`) starts with SIGINT
+    ignored, which `asyncrl train` rightly keeps; a test that sends SIGINT plays a terminal's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_python(*args, **popen_kwargs) -> subprocess.Popen:
+    """`python ARGS` in a session of its own (its group is killed at the test's end); output merged into stdout
+    unless popen_kwargs say otherwise."""
+    popen_kwargs = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "cwd": REPO, **popen_kwargs}
+    proc = subprocess.Popen([sys.executable, *map(str, args)], text=True, start_new_session=True,
+                            preexec_fn=_as_a_terminal_starts_it, **popen_kwargs)
+    _started.append(proc)
+    return proc
+
+
+def run_python(*args, timeout=300, **popen_kwargs) -> subprocess.CompletedProcess:
+    proc = start_python(*args, stderr=subprocess.PIPE, **popen_kwargs)
+    out, err = proc.communicate(timeout=timeout)  # on a timeout the test fails and kill_started ends the run
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def start_cli(*args, **popen_kwargs) -> subprocess.Popen:
+    """`asyncrl ARGS`, as start_python starts it."""
+    return start_python("-m", "asyncrl", *args, **popen_kwargs)
+
+
+def run_cli(*args, timeout=300, **popen_kwargs) -> subprocess.CompletedProcess:
+    return run_python("-m", "asyncrl", *args, timeout=timeout, **popen_kwargs)
+
+
+def kill_started() -> None:
+    """SIGKILL the process group of every run started by the test that is still going (its children follow:
+    they die with their parent)."""
+    for proc in _started:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    _started.clear()
 
 
 def read_stats(experiment_dir) -> list[dict]:
@@ -32,11 +76,6 @@ def engine_processes() -> list[psutil.Process]:
 
 def shm_entries() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-
-
-def start_cli(*args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "asyncrl", *map(str, args)], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
 
 
 def wait_for_training(experiment_dir, proc, min_train_step=1, timeout=120) -> dict:

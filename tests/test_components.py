@@ -197,7 +197,7 @@ def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monk
             def recording_step(action, env=env, step=env.step, agent=agent, running=running, w=w):
                 obs, reward, terminated, truncated, info = step(action)
                 slot, t = int(b.agent_slot[agent]), int(b.agent_step[agent])
-                expected[(slot, t)] = (reward, terminated or truncated)
+                expected[(slot, t)] = (reward, terminated)  # truncated: the state goes on into its final obs row
                 running["return"] += reward
                 running["length"] += 1
                 if terminated or truncated:
@@ -305,3 +305,57 @@ def test_gumbel_max_sampling_matches_the_categorical_distribution():
     frequencies = torch.bincount(actions, minlength=4).float() / len(actions)
     torch.testing.assert_close(frequencies, torch.softmax(logits[0], -1), atol=0.004, rtol=0)
     torch.testing.assert_close(logp, Categorical(logits=logits).log_prob(actions))
+
+
+@pytest.mark.parametrize("value_bootstrap", [True, False])
+def test_truncated_episode_leaves_its_final_observation_for_the_learner(tmp_path, value_bootstrap):
+    """A time limit (synthetic env: truncated after 5 steps): the step is not done, the next row holds the final
+    observation as a step without a sample (done, with the episode's recurrent state) and the next episode starts
+    after it, in the same slot or the next. --value_bootstrap False writes truncation as termination."""
+    from asyncrl.rollout_worker import RolloutWorker
+    runner = serial_runner(tmp_path, env="synthetic_constant", env_options={"step_us": 0, "episode_len": 5},
+                           use_rnn=True, rnn_size=8, rollout=8, recurrence=4, batch_size=64,
+                           value_bootstrap=value_bootstrap)
+    worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
+    b, truncations = runner.buffers, []
+    for env_idx, env in enumerate(worker.envs):
+        agent = worker.split_agent_ids[0][0] + env_idx
+
+        def recording_step(action, step=env.step, reset=env.reset, agent=agent):
+            slot, t = int(b.agent_slot[agent]), int(b.agent_step[agent])
+            state = b.agent_rnn_state[agent].clone()  # after the policy worker served step t
+            obs, reward, terminated, truncated, info = step(action)
+            if truncated:
+                truncations.append({"agent": agent, "slot": slot, "t": t, "final_obs": obs.copy(), "state": state})
+            return obs, reward, terminated, truncated, info
+
+        def recording_reset(*, seed=None, options=None, reset=env.reset):
+            obs, info = reset(seed=seed, options=options)
+            if truncations and "first_obs" not in truncations[-1]:
+                truncations[-1]["first_obs"] = obs.copy()
+            return obs, info
+        env.step, env.reset = recording_step, recording_reset
+    T, checked = runner.cfg.rollout, 0
+    for _ in range(40):
+        for c in runner.components:
+            c.poll(0.0)
+            if c is not worker:
+                continue
+            for tr in truncations:  # before a learner can recycle the slots the worker just wrote
+                slot, t = tr["slot"], tr["t"]
+                checked += 1
+                assert b.traj_valid[slot, t] and bool(b.traj_dones[slot, t]) != value_bootstrap
+                next_rows = b.traj_obs[slot, t + 1:].numpy()
+                if not value_bootstrap:
+                    np.testing.assert_array_equal(next_rows[0], tr["first_obs"])
+                    continue
+                np.testing.assert_array_equal(next_rows[0], tr["final_obs"])
+                if t + 1 < T:  # the final row is a step of its own: no sample, done, the episode's state
+                    assert not b.traj_valid[slot, t + 1] and b.traj_dones[slot, t + 1] and b.traj_rewards[slot, t + 1] == 0
+                    torch.testing.assert_close(b.traj_rnn_states[slot, t + 1], tr["state"])
+                    np.testing.assert_array_equal(next_rows[1], tr["first_obs"])
+                else:  # the final row was the slot's bootstrap row: the next episode began a new slot
+                    assert int(b.agent_slot[tr["agent"]]) != slot
+            truncations.clear()
+    assert checked > 20
+    runner._stop_children()

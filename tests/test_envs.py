@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs
-from envs import EnvError, make_env, registered_envs
-from envs.doom import SCENARIOS, DoomEnv, Scenario
+from asyncrl import envs
+from asyncrl.envs import EnvError, make_env, registered_envs
+from asyncrl.envs.doom import SCENARIOS, DoomEnv, Scenario
 
 GYM_IDS = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCarContinuous-v0"]
 ALL_ENVS = sorted(registered_envs()) + GYM_IDS
@@ -63,7 +63,7 @@ def test_vizdoom_images_are_chw_uint8_128x72_and_episode_stats_reported():
 
 
 def test_every_second_pixel_equals_strided_slicing():
-    from envs.doom import every_second_pixel
+    from asyncrl.envs.doom import every_second_pixel
     screen = np.random.default_rng(0).integers(0, 256, (3, 144, 256), dtype=np.uint8)
     for frame in (screen, screen[:, :, :255], np.asfortranarray(screen)):  # fast path, odd width, not C-contiguous
         half = every_second_pixel(frame)
@@ -71,7 +71,7 @@ def test_every_second_pixel_equals_strided_slicing():
 
 
 def test_gym_image_observations_become_chw():
-    from envs.gym_adapter import ChannelsFirst
+    from asyncrl.envs.gym_adapter import ChannelsFirst
     base = gym.make("CartPole-v1", render_mode="rgb_array")
     env = ChannelsFirst(gym.wrappers.AddRenderObservation(base, render_only=True))
     obs, _ = env.reset(seed=0)

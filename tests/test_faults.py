@@ -130,7 +130,7 @@ def test_dead_learner_stops_the_run_and_keeps_its_checkpoints(tmp_path, clean_ma
                      "--experiment_summaries_interval", 1)
     wait_for_training(tmp_path / "dl", proc, min_train_step=20)
     ckpt_dir = tmp_path / "dl" / "checkpoint_p0"
-    assert glob.glob(str(ckpt_dir / "checkpoint_*.pth")) and (ckpt_dir / "best_checkpoint.pth").exists()
+    assert glob.glob(str(ckpt_dir / "checkpoint_*.pth"))
     learner = [p for p in psutil.process_iter(["name", "ppid"])
                if p.info["name"] == "asyncrl-learner-0" and p.info["ppid"] == proc.pid]
     learner[0].kill()

@@ -79,6 +79,26 @@ def test_train_for_seconds_stops_the_run(tmp_path, clean_machine):
     assert wall < 40
 
 
+@pytest.mark.parametrize("value_bootstrap", [True, False])
+def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(tmp_path, clean_machine, value_bootstrap):
+    """synthetic_constant is truncated after 20 steps and its observation does not show the time, so every state has
+    one value. Bootstrapped at the time limit, it is the discounted value of the endless task, r / (1 - gamma) = 10 r
+    with gamma 0.9; treated as a death, the learner fits the time-limited return averaged over the episode's steps,
+    10 r (1 - mean_k gamma^k over k = 1..20) = 6.05 r: the bias --value_bootstrap removes."""
+    r = run_cli("train", "--env", "synthetic_constant", "--env_options", '{"step_us": 0, "episode_len": 20}',
+                "--train_dir", tmp_path, "--experiment", "tl", "--gamma", 0.9, "--value_bootstrap", value_bootstrap,
+                "--train_for_env_steps", 100_000, "--experiment_summaries_interval", 1, "--seed", 1)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    last = read_stats(tmp_path / "tl")[-3:]
+    reward_per_step = sum(row["episode_reward_mean"] for row in last) / len(last) / 20
+    value_per_reward = sum(row["value"] for row in last) / len(last) / reward_per_step
+    assert reward_per_step > 0.5, last[-1]  # the policy learned, so the values are of a good policy
+    if value_bootstrap:
+        assert 8.8 < value_per_reward < 11.0, last[-1]
+    else:
+        assert 5.0 < value_per_reward < 7.2, last[-1]
+
+
 def test_doom_basic_runs_headless(tmp_path, clean_machine):
     r = run_cli("train", "--env", "doom_basic", "--train_dir", tmp_path, "--experiment", "doom", "--num_workers", 2,
                 "--num_envs_per_worker", 2, "--rnn_size", 64, "--batch_size", 256, "--train_for_env_steps", 12_000,
@@ -113,7 +133,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
 
 
 def test_envs_lists_registered_envs():
-    from envs import registered_envs
+    from asyncrl.envs import registered_envs
     r = run_cli("envs", timeout=60)
     assert r.returncode == 0 and "gymnasium" in r.stdout
     listed = {line.split()[0] for line in r.stdout.splitlines()}

@@ -106,3 +106,98 @@ def test_gae_matches_paper_sum():
                        torch.tensor(d["discounts"]), 0.95)
     np.testing.assert_allclose(adv.numpy(), ref, atol=1e-10)
     np.testing.assert_allclose(targets.numpy(), ref + d["values"], atol=1e-10)
+
+
+# --- time limits: a truncated episode bootstraps from the value of its final observation
+def random_episodes(rng, num_steps=12):
+    """Real steps of one trajectory: (reward, V(x_t), log rho, end, V(final obs)); end is None, "terminated" or
+    "truncated"; V(final obs) is the value of a truncated episode's final observation."""
+    steps = []
+    for t in range(num_steps):
+        end = "truncated" if t == num_steps // 3 else rng.choice([None, None, None, "terminated", "truncated"])
+        steps.append((rng.normal(), rng.normal(), rng.normal(0, 0.5), end, rng.normal()))
+    return steps
+
+
+def episodes_reference(steps, bootstrap, gamma, lam=None, rho_bar=1.0, c_bar=1.0, pg_rho_bar=1.0):
+    """From the papers' sums, one episode at a time: v_s = V(x_s) + sum_{t=s}^{e} (prod_{i=s}^{t-1} gamma c_i) delta_t
+    over the steps t of s's episode up to its last step e in the trajectory; delta_t's next value is V(x_{t+1})
+    inside the episode, V(final observation) after a truncated step, 0 after a terminated one and the bootstrap
+    value after the trajectory's last step. With lam: GAE's advantages, sum_l (gamma lam)^l delta_{t+l}."""
+    T = len(steps)
+    rewards, values, log_rhos, ends, finals = (np.array([s[k] for s in steps], dtype=object) for k in range(5))
+    rhos = np.exp(log_rhos.astype(float))
+    next_value = np.zeros(T)
+    for t in range(T):
+        if ends[t] is None:
+            next_value[t] = values[t + 1] if t + 1 < T else bootstrap
+        elif ends[t] == "truncated":
+            next_value[t] = finals[t]
+    gammas = np.array([0.0 if ends[t] == "terminated" else gamma for t in range(T)])
+    weight = (lambda t: gamma * lam) if lam is not None else (lambda t: gamma * min(c_bar, rhos[t]))
+    rho = (lambda t: 1.0) if lam is not None else (lambda t: min(rho_bar, rhos[t]))
+    deltas = [rho(t) * (rewards[t] + gammas[t] * next_value[t] - values[t]) for t in range(T)]
+    out = np.zeros(T)
+    for s in range(T):
+        total, product, t = 0.0, 1.0, s
+        while True:
+            total += product * deltas[t]
+            if ends[t] is not None or t + 1 == T:
+                break
+            product *= weight(t)
+            t += 1
+        out[s] = total if lam is not None else values[s] + total
+    if lam is not None:
+        return out
+    vs_next = np.array([out[t + 1] if ends[t] is None and t + 1 < T else next_value[t] for t in range(T)])
+    return out, np.array([min(pg_rho_bar, rhos[t]) * (rewards[t] + gammas[t] * vs_next[t] - values[t]) for t in range(T)])
+
+
+def engine_rows(steps, gamma, bootstrap_truncation=True):
+    """The trajectory as the rollout worker writes it: with bootstrapping, a truncated step is not done and is
+    followed by a row without a sample that holds the final observation (its value) and is done; without it,
+    truncation is written as termination. Returns tensors [rows, 1] and the rows that hold the real steps."""
+    rows, real = [], []
+    for reward, value, log_rho, end, final_value in steps:
+        real.append(len(rows))
+        truncated_here = end == "truncated" and bootstrap_truncation
+        rows.append((reward, value, log_rho, end is not None and not truncated_here, True))
+        if truncated_here:
+            rows.append((0.0, final_value, 0.0, True, False))
+    r, v, lr, done, valid = (torch.tensor([[row[k]] for row in rows], dtype=torch.float64) for k in range(5))
+    return dict(rewards=r, values=v, log_rhos=lr, discounts=gamma * (1 - done), valid=valid.bool()), real
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_vtrace_bootstraps_truncated_episodes_from_their_final_observation(seed):
+    rng = np.random.default_rng(seed)
+    steps, bootstrap, gamma = random_episodes(rng), rng.normal(), 0.9
+    vs_ref, pg_ref = episodes_reference(steps, bootstrap, gamma, rho_bar=1.0, c_bar=0.9, pg_rho_bar=1.1)
+
+    def engine(bootstrap_truncation):
+        d, real = engine_rows(steps, gamma, bootstrap_truncation)
+        out = from_importance_weights(d["log_rhos"], d["discounts"], d["rewards"], d["values"],
+                                      torch.tensor([bootstrap], dtype=torch.float64), 1.0, 1.1, 0.9, d["valid"])
+        return out.vs[real, 0].numpy(), out.pg_advantages[real, 0].numpy()
+
+    vs, pg = engine(bootstrap_truncation=True)
+    np.testing.assert_allclose(vs, vs_ref, atol=1e-10)
+    np.testing.assert_allclose(pg, pg_ref, atol=1e-10)
+    assert not np.allclose(engine(bootstrap_truncation=False)[0], vs_ref)  # the test tells a time limit from a death
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_gae_bootstraps_truncated_episodes_from_their_final_observation(seed):
+    rng = np.random.default_rng(100 + seed)
+    steps, bootstrap, gamma = random_episodes(rng), rng.normal(), 0.95
+    ref = episodes_reference(steps, bootstrap, gamma, lam=0.9)
+
+    def engine(bootstrap_truncation):
+        d, real = engine_rows(steps, gamma, bootstrap_truncation)
+        adv, targets = gae(d["rewards"], d["values"], torch.tensor([bootstrap], dtype=torch.float64), d["discounts"],
+                           0.9, d["valid"])
+        np.testing.assert_allclose(targets.numpy(), (adv + d["values"]).numpy())
+        return adv[real, 0].numpy()
+
+    np.testing.assert_allclose(engine(bootstrap_truncation=True), ref, atol=1e-10)
+    assert not np.allclose(engine(bootstrap_truncation=False), ref)

@@ -1,6 +1,6 @@
 """Where `asyncrl bench`'s train efficiency goes: each role's cost alone, sharing the cores as in a run, and used.
 
-    python benchmarks/core_sharing.py [--mode train|sampler] [--seconds 30] [--warmup_seconds 10] [asyncrl bench flags]
+    python benchmarks/studies/core_sharing.py [--mode train|sampler] [--seconds 30] [--warmup_seconds 10] [asyncrl bench flags]
 
 `asyncrl bench` divides train FPS by a limit built from the CPU time per agent step of simulation, inference and
 learning, each measured alone on an idle machine. In a CPU run the roles share the cores (processes.plan_cores):
@@ -17,7 +17,7 @@ What the run used beyond the shared-core costs, and the cores it left idle, is w
 --mode sampler does the same for `asyncrl bench --mode raw,sampler` (no learner: the rollout workers spread over
 the cores, inference next to one core's engines) and says what sampler/raw those costs allow at best.
 Defaults: doom_basic, Sample Factory's VizDoom model, 2 workers x 8 envs (as benchmarks/bench_suite.py).
-Writes benchmarks/results/core_sharing.{md,json} (core_sharing_sampler.* with --mode sampler).
+Writes benchmarks/studies/results/core_sharing.{md,json} (core_sharing_sampler.* with --mode sampler).
 """
 
 import argparse
@@ -25,7 +25,8 @@ import os
 import sys
 import tempfile
 
-from _run import machine, write_result
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/_run.py
+from _run import STUDY_RESULTS, machine, write_result  # noqa: E402
 
 from asyncrl.bench import (BenchArgs, model_workloads, parse_bench_args, process_tree_cpu_seconds, run_bench,
                            seconds_per_call, simulation_workload)
@@ -137,7 +138,7 @@ def report(args, bench_flags: list, cfg, run: dict, shared: dict, num_envs: int)
               else f"{num_envs} envs on each core, inference on a core next to them")
     lines = [f"# Where the {mode} efficiency goes: each role alone, sharing the cores as in the run, and used in the run",
              "", f"Machine: {machine()}", "",
-             f"Command: `{' '.join(['python', 'benchmarks/core_sharing.py', *sys.argv[1:]])}`"
+             f"Command: `{' '.join(['python', 'benchmarks/studies/core_sharing.py', *sys.argv[1:]])}`"
              + ("" if bench_flags is not DEFAULT_FLAGS else f" (default asyncrl bench flags: `{' '.join(DEFAULT_FLAGS)}`)"), "",
              f"Sharing the cores as in the run: {layout}. CPU ms per agent step:", "",
              "| role | alone (asyncrl bench) | sharing the cores as in the run | used in the run |", "| --- | --- | --- | --- |"]
@@ -161,7 +162,7 @@ def report(args, bench_flags: list, cfg, run: dict, shared: dict, num_envs: int)
                      f"{shared['sim']:.3f} / ({shared['sim']:.3f} + {shared['infer']:.3f}) = "
                      f"{result['best_sampler_over_raw']:.3f} of the cores.")
     name = "core_sharing" if mode == "train" else "core_sharing_sampler"
-    write_result(name, result, "\n".join(lines + [""]))
+    write_result(name, result, "\n".join(lines + [""]), STUDY_RESULTS)
 
 
 if __name__ == "__main__":

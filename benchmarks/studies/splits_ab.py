@@ -1,19 +1,22 @@
 """Train FPS with one env group per rollout worker against two (double-buffered sampling), in A/B pairs.
 
-    python benchmarks/splits_ab.py [--pairs 2] [--seconds 20] [--warmup_seconds 8]
+    python benchmarks/studies/splits_ab.py [--pairs 2] [--seconds 20] [--warmup_seconds 8]
 
 For each configuration below and each pair, runs `asyncrl bench --mode train` with --worker_num_splits 1 and then
 2, back to back, so the two runs of a pair see the same machine state: does double buffering pay when
 inference shares the CPU cores with simulation? (On the 2-core VM here the answer drifted with the machine,
 so --worker_num_splits stays 2 by default.)
-Writes benchmarks/results/splits_ab.{md,json}.
+Writes benchmarks/studies/results/splits_ab.{md,json}.
 """
 
 import argparse
+import os
 import statistics
+import sys
 import tempfile
 
-from _run import asyncrl_bench, machine, write_result
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/_run.py
+from _run import STUDY_RESULTS, asyncrl_bench, machine, write_result  # noqa: E402
 
 CONFIGS = {
     "doom_basic 2x8": ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8"],
@@ -47,7 +50,7 @@ def main():
                 print(f"{name} pair {pair}: 1 split {one['train_fps']:,.0f}, 2 splits {two['train_fps']:,.0f} "
                       f"frames/s, ratio {rows[-1]['ratio']:.3f}", flush=True)
     ratios = [r["ratio"] for r in rows]
-    command = (f"python benchmarks/splits_ab.py --pairs {args.pairs} --seconds {args.seconds:g} "
+    command = (f"python benchmarks/studies/splits_ab.py --pairs {args.pairs} --seconds {args.seconds:g} "
                f"--warmup_seconds {args.warmup_seconds:g}")
     lines = ["# Train FPS: one env group per rollout worker vs two (double-buffered sampling)", "",
              f"Machine: {machine()}", "", f"Command: `{command}`", "",
@@ -60,7 +63,7 @@ def main():
                      f"{r['two_splits']['efficiency']:.3f} |")
     lines += ["", f"1 split / 2 splits: median {statistics.median(ratios):.3f}, range {min(ratios):.3f}-{max(ratios):.3f}; "
               f"1 split at least as fast (ratio >= 0.99) in {sum(q >= 0.99 for q in ratios)} of {len(ratios)} pairs.", ""]
-    write_result("splits_ab", {"machine": machine(), "command": command, "pairs": rows}, "\n".join(lines))
+    write_result("splits_ab", {"machine": machine(), "command": command, "pairs": rows}, "\n".join(lines), STUDY_RESULTS)
 
 
 if __name__ == "__main__":

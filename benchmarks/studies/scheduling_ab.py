@@ -1,6 +1,6 @@
 """Scheduling ideas for the sampler next to a CPU learner, A/B tested inside one training run.
 
-    python benchmarks/scheduling_ab.py [--variant sched_idle|nice10] [--minutes 9] [--window_seconds 30] [train flags]
+    python benchmarks/studies/scheduling_ab.py [--variant sched_idle|nice10] [--minutes 9] [--window_seconds 30] [train flags]
 
 Back-to-back runs differ by 15-25% on a shared VM, more than these ideas can gain. So this starts one
 `asyncrl train` run and, every --window_seconds, switches the sampler's processes (rollout workers, the VizDoom
@@ -11,7 +11,7 @@ engines they started, policy workers; never the learners) between the engine's o
     nice10      nice 10, cores unchanged: the policy worker takes less from the learner on its core.
 
 Switching back to A needs root (or CAP_SYS_NICE). The first 3 s of each window and the first 45 s of the run
-are not measured. Writes benchmarks/results/scheduling_ab_<variant>.{md,json}.
+are not measured. Writes benchmarks/studies/results/scheduling_ab_<variant>.{md,json}.
 """
 
 import argparse
@@ -24,7 +24,8 @@ import tempfile
 import time
 
 import psutil
-from _run import REPO, machine, write_result
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/_run.py
+from _run import REPO, STUDY_RESULTS, machine, write_result  # noqa: E402
 
 DEFAULT_FLAGS = ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8"]
 SETTLE_S = 3.0
@@ -130,7 +131,7 @@ def main():
         sys.exit("no complete A/B pair was measured")
     ratios = [b["fps"] / a["fps"] for a, b in pairs]
     idle = {v: statistics.mean(w["idle"] for w in windows if w["variant"] == v) for v in (False, True)}
-    command = (f"python benchmarks/scheduling_ab.py --variant {args.variant} --minutes {args.minutes:g} "
+    command = (f"python benchmarks/studies/scheduling_ab.py --variant {args.variant} --minutes {args.minutes:g} "
                f"--window_seconds {args.window_seconds:g} {' '.join(flags)}")
     summary = (f"B / A: median {statistics.median(ratios):.3f}, mean {statistics.mean(ratios):.3f}, B faster in "
                f"{sum(r > 1 for r in ratios)} of {len(ratios)} pairs; idle fraction of the machine A {idle[False]:.3f}, "
@@ -142,7 +143,7 @@ def main():
         lines.append(f"| {i} | {a['fps']:,.0f} | {b['fps']:,.0f} | {ratio:.3f} | {a['idle']:.3f} | {b['idle']:.3f} |")
     lines += ["", summary, ""]
     write_result(f"scheduling_ab_{args.variant}", {"machine": machine(), "command": command, "windows": windows,
-                                                   "ratios": ratios}, "\n".join(lines))
+                                                   "ratios": ratios}, "\n".join(lines), STUDY_RESULTS)
 
 
 if __name__ == "__main__":

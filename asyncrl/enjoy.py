@@ -1,0 +1,125 @@
+"""`asyncrl enjoy`: watch a trained policy. Loads a run's latest or best checkpoint (or a given file), plays
+--max_num_episodes, prints each episode's return, length and env stats, and with --save_video True writes the
+episodes as one video (mp4, or gif by the file name) into the experiment folder.
+
+Flags follow Sample Factory's enjoy (--env, --train_dir, --experiment, --max_num_episodes, --save_video,
+--load_checkpoint_kind, --policy_index, --eval_deterministic, --fps); any training flag may be given too, e.g.
+--env_frameskip. It reads only finished checkpoint files, so it works while the run is still training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import torch
+
+from asyncrl.checkpoint import (CheckpointError, best_checkpoint_path, check_compatible, checkpoint_dir,
+                                list_checkpoints, load_checkpoint)
+from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config
+from asyncrl.envs import EnvError, env_entry, env_frameskip, make_env
+from asyncrl.evaluator import play_episode
+from asyncrl.model import build_model
+
+
+def parse_enjoy_args(argv: list[str]) -> tuple[dict, Config]:
+    parser = OneLineErrorParser(prog="asyncrl enjoy", description=__doc__.splitlines()[0])
+    parser.add_argument("--max_num_episodes", type=int, default=3, help="Episodes to play.")
+    parser.add_argument("--load_checkpoint_kind", choices=["latest", "best"], default="latest",
+                        help="latest: the newest checkpoint; best: best_checkpoint.pth (written by evaluation).")
+    parser.add_argument("--checkpoint", default=None, help="A checkpoint file to load instead (any run's).")
+    parser.add_argument("--policy_index", type=int, default=0, help="Which policy of the run acts.")
+    parser.add_argument("--save_video", type=lambda t: t.lower() in ("true", "1", "yes"), default=False,
+                        help="Write the episodes as a video into the experiment folder.")
+    parser.add_argument("--video_name", default="replay.mp4", help="Video file name (.mp4, or .gif).")
+    parser.add_argument("--fps", type=float, default=None,
+                        help="Video frames per second; default: the env's real time (its render fps / frameskip).")
+    add_config_arguments(parser)
+    given = vars(parser.parse_args(argv))
+    args = {k: given.pop(k) for k in ("max_num_episodes", "load_checkpoint_kind", "checkpoint", "policy_index",
+                                      "save_video", "video_name", "fps")}
+    if args["max_num_episodes"] <= 0:
+        raise ConfigError(f"--max_num_episodes must be positive, got {args['max_num_episodes']}")
+    experiment_dir = os.path.join(given.get("train_dir", Config.train_dir), given.get("experiment", Config.experiment))
+    saved = {}
+    if os.path.isfile(os.path.join(experiment_dir, "config.json")):
+        with open(os.path.join(experiment_dir, "config.json")) as f:
+            saved = json.load(f)
+    env = given.get("env") or saved.get("env")
+    if not env:
+        raise ConfigError(f"no run in {experiment_dir} (no config.json) and no --env: give --train_dir and --experiment "
+                          f"of a run, or --env with --checkpoint")
+    return args, build_config(given, env_entry(env).default_config, saved)
+
+
+def checkpoint_to_load(args: dict, cfg: Config) -> str:
+    if args["checkpoint"]:
+        return args["checkpoint"]
+    if args["load_checkpoint_kind"] == "best":
+        path = best_checkpoint_path(cfg.experiment_dir, args["policy_index"])
+        if not os.path.isfile(path):
+            raise CheckpointError(f"no {path}: it is written by evaluation during training (--eval_every_env_steps); "
+                                  f"use --load_checkpoint_kind latest")
+        return path
+    paths = list_checkpoints(checkpoint_dir(cfg.experiment_dir, args["policy_index"]))
+    if not paths:
+        raise CheckpointError(f"no checkpoint in {checkpoint_dir(cfg.experiment_dir, args['policy_index'])}: train first "
+                              f"(asyncrl train --experiment {cfg.experiment} ...), or give --checkpoint FILE")
+    return paths[-1]
+
+
+def make_video_env(cfg: Config):
+    """The env with render_mode="rgb_array", checked to give frames; EnvError if it cannot."""
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame-drawn gymnasium envs: frames only, no window
+    try:
+        env = make_env(cfg.env, **cfg.env_kwargs(), render_mode="rgb_array")
+    except (TypeError, EnvError) as e:
+        raise EnvError(f"--save_video: env {cfg.env!r} gives no frames (it takes no render_mode='rgb_array': {e})") from None
+    env.reset(seed=0)
+    frame = env.render()
+    if not (isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[-1] == 3):
+        env.close()
+        raise EnvError(f"--save_video: env {cfg.env!r} gives no frames (render() returned {type(frame).__name__}, "
+                       f"not an HxWx3 image)")
+    return env
+
+
+def write_video(frames: list[np.ndarray], path: str, fps: float) -> None:
+    import imageio.v2 as imageio
+    if path.endswith(".gif"):
+        imageio.mimsave(path, frames, duration=1000 / fps, loop=0)
+        return
+    # even sizes for the H.264 encoder's yuv420p; no resizing, no dropped frames
+    frames = [f[: f.shape[0] // 2 * 2, : f.shape[1] // 2 * 2] for f in frames]
+    with imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=1, quality=7) as writer:
+        for frame in frames:
+            writer.append_data(frame)
+
+
+def enjoy(argv: list[str]) -> int:
+    args, cfg = parse_enjoy_args(argv)
+    path = checkpoint_to_load(args, cfg)
+    env = make_video_env(cfg) if args["save_video"] else make_env(cfg.env, **cfg.env_kwargs())
+    model = build_model(env.observation_space, env.action_space, cfg).eval()
+    state = load_checkpoint(path, ("model",))
+    check_compatible(path, state["model"], model)
+    model.load_state_dict(state["model"])
+    print(f"asyncrl enjoy: {path} (train step {state.get('train_step', '?')}, {state.get('env_steps', '?')} env steps), "
+          f"{'argmax' if cfg.eval_deterministic else 'sampled'} actions", flush=True)
+    frames = [] if args["save_video"] else None
+    torch.manual_seed(cfg.seed or 0)
+    try:
+        for i in range(args["max_num_episodes"]):
+            episode = play_episode(model, env, cfg.eval_deterministic, None if cfg.seed is None else cfg.seed + i, frames)
+            stats = "".join(f", {k} {v:g}" for k, v in episode["stats"].items())
+            print(f"episode {i}: return {episode['return']:.2f}, length {episode['length']}{stats}", flush=True)
+    finally:
+        env.close()
+    if frames is not None:
+        fps = args["fps"] or env.metadata.get("render_fps", 30) / env_frameskip(env)
+        video = os.path.join(cfg.experiment_dir, args["video_name"])
+        os.makedirs(cfg.experiment_dir, exist_ok=True)
+        write_video(frames, video, fps)
+        print(f"video: {video} ({len(frames)} frames at {fps:g} fps)", flush=True)
+    return 0

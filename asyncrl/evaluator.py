@@ -1,0 +1,103 @@
+"""Evaluator: plays --eval_episodes with a policy's newest weights whenever the runner asks (every
+--eval_every_env_steps), on the same fixed seeds every time, so successive scores compare; reports them and keeps
+the best-scoring weights as best_checkpoint.pth. It runs at the lowest CPU priority, in the time training leaves.
+
+`play_episode` is also what `asyncrl enjoy` plays.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import torch
+
+from asyncrl.buffers import SharedBuffers
+from asyncrl.checkpoint import CheckpointError, best_checkpoint_path, load_checkpoint, save_best_checkpoint
+from asyncrl.config import Config
+from asyncrl.envs import make_env
+from asyncrl.model import ActorCritic, build_model
+from asyncrl.queues import Empty, Queues
+from asyncrl.rollout_worker import env_actions
+
+EVAL_SEED_BASE = 1_000_000  # fixed: the same episodes for every evaluation, of every run
+
+
+@torch.no_grad()
+def play_episode(model: ActorCritic, env, deterministic: bool, seed: int | None = None,
+                 frames: list | None = None) -> dict:
+    """One episode with `model` acting (argmax/mean actions if deterministic, else sampled); returns its return,
+    length and the env's episode stats. With `frames`, appends env.render() after the reset and after every step."""
+    obs, _ = env.reset(seed=seed)
+    state = torch.zeros(1, model.rnn_state_size)
+    total, length, info = 0.0, 0, {}
+    while True:
+        if frames is not None:
+            frames.append(env.render())
+        params, _, state = model.forward_step(torch.as_tensor(obs).unsqueeze(0), state)
+        action = model.greedy_actions(params) if deterministic else model.sample_actions(params)[0]
+        obs, reward, terminated, truncated, info = env.step(env_actions(env.action_space, action.numpy())[0])
+        total, length = total + float(reward), length + 1
+        if terminated or truncated:
+            break
+    if frames is not None:
+        frames.append(env.render())
+    return {"return": total, "length": length, "stats": {k: float(v) for k, v in info.get("episode_stats", {}).items()}}
+
+
+def saved_best_score(path: str) -> float:
+    try:
+        return float(load_checkpoint(path, ("model", "eval_score"))["eval_score"])
+    except CheckpointError:  # none yet, or unreadable: the next evaluation writes a new one
+        return float("-inf")
+
+
+class Evaluator:
+    def __init__(self, cfg: Config, buffers: SharedBuffers, queues: Queues, obs_space, action_space):
+        self.cfg, self.buffers = cfg, buffers
+        self.requests, self.reports = queues.eval_requests, queues.reports
+        os.nice(19)  # never take a core from training
+        self.model = build_model(obs_space, action_space, cfg).eval()
+        self.env = make_env(cfg.env, **cfg.env_kwargs())
+        self.seeds = [EVAL_SEED_BASE + i for i in range(cfg.eval_episodes)]
+        self.best_paths = [best_checkpoint_path(cfg.experiment_dir, p) for p in range(cfg.num_policies)]
+        self.best_scores = [saved_best_score(path) for path in self.best_paths]
+
+    def poll(self, timeout: float) -> bool:
+        try:
+            requests = self.requests.get_many(block=timeout > 0, timeout=timeout)
+        except Empty:
+            return False
+        newest = {policy_id: env_steps for policy_id, env_steps in requests}  # a backlog: evaluate only the newest
+        for policy_id, env_steps in newest.items():
+            self._evaluate(policy_id, env_steps)
+        return True
+
+    def close(self) -> None:
+        self.env.close()
+
+    def _load_weights(self, policy_id: int) -> int:
+        """The newest published weights of the policy (retried while the learner is writing them)."""
+        while (version := self.buffers.read_weights(policy_id, self.model, -1)) < 0:
+            time.sleep(0.01)
+        return version
+
+    def _evaluate(self, policy_id: int, env_steps: int) -> None:
+        version = self._load_weights(policy_id)
+        start = time.monotonic()
+        episodes = [play_episode(self.model, self.env, self.cfg.eval_deterministic, seed) for seed in self.seeds]
+        returns = np.array([e["return"] for e in episodes])
+        result = {"env_steps": env_steps, "train_step": version, "return_mean": float(returns.mean()),
+                  "return_std": float(returns.std()), "return_min": float(returns.min()),
+                  "return_max": float(returns.max()), "length_mean": float(np.mean([e["length"] for e in episodes])),
+                  "episodes": len(episodes), "seconds": time.monotonic() - start}
+        for key in episodes[0]["stats"]:
+            result[f"{key}_mean"] = float(np.mean([e["stats"].get(key, np.nan) for e in episodes]))
+        result["new_best"] = result["return_mean"] > self.best_scores[policy_id]
+        if result["new_best"]:
+            self.best_scores[policy_id] = result["return_mean"]
+            save_best_checkpoint(self.best_paths[policy_id], {
+                "model": self.model.state_dict(), "train_step": version, "env_steps": env_steps,
+                "eval_score": result["return_mean"], "policy_id": policy_id})
+        self.reports.put(("eval", policy_id, result))

@@ -1,0 +1,115 @@
+"""The daily workflow around a run: evaluation during training, `asyncrl enjoy` (with video), `asyncrl plot`,
+and the terminal's progress display."""
+
+import glob
+import json
+import os
+import pty
+import re
+
+import imageio.v2 as imageio
+import pytest
+import torch
+
+from helpers import read_stats, run_cli, start_cli
+
+
+@pytest.fixture(scope="module")
+def evaluated_run(tmp_path_factory):
+    """A CartPole run with evaluation every 20k env steps (shared by the tests below)."""
+    train_dir = tmp_path_factory.mktemp("runs")
+    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", train_dir, "--experiment", "cp", "--seed", 0,
+                "--eval_every_env_steps", 20_000, "--eval_episodes", 3, "--eval_deterministic", "True",
+                "--train_for_env_steps", 100_000, "--experiment_summaries_interval", 1)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return train_dir, r.stdout
+
+
+def test_evaluation_during_training_writes_curves_and_keeps_the_best(evaluated_run):
+    train_dir, stdout = evaluated_run
+    exp = train_dir / "cp"
+    evals = [json.loads(line) for line in (exp / "eval.jsonl").read_text().splitlines()]
+    assert len(evals) >= 3 and all(e["episodes"] == 3 for e in evals), evals
+    steps = [e["env_steps"] for e in evals]
+    assert steps == sorted(steps) and steps[0] >= 20_000
+    assert all(e["return_min"] <= e["return_mean"] <= e["return_max"] for e in evals)
+    events = b"".join(open(p, "rb").read() for p in glob.glob(str(exp / "tb" / "policy_0" / "events.*")))
+    assert b"eval/return_mean" in events and b"eval/length_mean" in events
+    best = torch.load(exp / "checkpoint_p0" / "best_checkpoint.pth", weights_only=True)
+    assert best["eval_score"] == max(e["return_mean"] for e in evals)
+    assert best["env_steps"] == next(e for e in evals if e["return_mean"] == best["eval_score"])["env_steps"]
+    assert "evaluation p0 at" in stdout
+
+
+def test_enjoy_writes_a_video_of_the_episodes(evaluated_run):
+    train_dir, _ = evaluated_run
+    r = run_cli("enjoy", "--train_dir", train_dir, "--experiment", "cp", "--load_checkpoint_kind", "best",
+                "--max_num_episodes", 2, "--save_video", "True", "--seed", 3)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    lengths = [int(n) for n in re.findall(r"episode \d+: return [-\d.]+, length (\d+)", r.stdout)]
+    assert len(lengths) == 2, r.stdout
+    video = train_dir / "cp" / "replay.mp4"
+    reader = imageio.get_reader(video)
+    frames = reader.count_frames()
+    first = reader.get_data(0)
+    reader.close()
+    assert frames == sum(length + 1 for length in lengths)  # each episode: its first frame and one per step
+    assert first.shape == (400, 600, 3) and first.std() > 0
+
+
+def test_enjoy_latest_checkpoint_as_gif_with_sampled_actions(evaluated_run):
+    train_dir, _ = evaluated_run
+    r = run_cli("enjoy", "--train_dir", train_dir, "--experiment", "cp", "--max_num_episodes", 1,
+                "--save_video", "True", "--video_name", "clip.gif", "--eval_deterministic", "False")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    length = int(re.search(r"length (\d+)", r.stdout).group(1))
+    fps = float(re.search(r"frames at ([\d.]+) fps", r.stdout).group(1))
+    # a GIF merges identical consecutive frames into one longer one: its duration tells the frames written
+    from PIL import Image, ImageSequence
+    with Image.open(train_dir / "cp" / "clip.gif") as gif:
+        duration_ms = sum(frame.info["duration"] for frame in ImageSequence.Iterator(gif))
+    assert duration_ms == pytest.approx((length + 1) * 1000 / fps, rel=0.02)
+
+
+def test_plot_writes_a_png_of_one_or_more_runs(evaluated_run, tmp_path):
+    train_dir, _ = evaluated_run
+    r = run_cli("plot", train_dir / "cp", timeout=120)
+    assert r.returncode == 0, r.stderr
+    png = train_dir / "cp" / "learning_curves.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    r = run_cli("plot", train_dir / "cp", train_dir / "cp", "--out", tmp_path / "two.png", timeout=120)
+    assert r.returncode == 0 and (tmp_path / "two.png").exists(), r.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["enjoy", "--experiment", "nothing_here", "--env", "CartPole-v1"], "no checkpoint in"),
+    (["enjoy", "--experiment", "nothing_here"], "no run in"),
+    (["enjoy", "--env", "synthetic_constant", "--checkpoint", "x.pth", "--save_video", "True"], "gives no frames"),
+    (["plot", "no_such_run"], "has no readable stats.jsonl"),
+])
+def test_workflow_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+    r = run_cli(*args, "--train_dir", tmp_path, timeout=60) if args[0] == "enjoy" else run_cli(*args, timeout=60)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+
+
+def test_progress_is_a_live_bar_on_a_terminal_and_plain_lines_otherwise(tmp_path):
+    leader, follower = pty.openpty()
+    proc = start_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "tty",
+                     "--train_for_env_steps", 30_000, "--experiment_summaries_interval", 1,
+                     stdout=follower, stderr=follower)
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the run ended and closed the terminal
+            break
+        if not chunk:
+            break
+        output += chunk
+    assert proc.wait(timeout=120) == 0, output[-2000:]
+    text = output.decode(errors="replace")
+    assert re.search(r"\rtty: [\d.]+k frames [\d.]+k? fps return [\d.]+ lag [\d.]+ \| left \dm\d\ds \|.*\| +\d+%",
+                     text), text[-2000:]
+    assert "] p0:" not in text  # no plain summary lines on a terminal
+    assert read_stats(tmp_path / "tty")[-1]["env_steps"] >= 30_000

@@ -20,6 +20,9 @@ setup(
         "setproctitle>=1.3",  # names each process in ps/top (asyncrl-rollout-0, ...); Python has no portable way
         "cloudpickle>=2.0",  # ships the env the runner resolved to spawned workers, by value if defined in __main__
         "matplotlib>=3.7",  # `asyncrl plot` and the benchmarks' PNGs
+        "tqdm>=4.64",  # the live progress line on a terminal, instead of hand-written terminal codes
+        "imageio>=2.28",  # `asyncrl enjoy --save_video`: mp4 through imageio-ffmpeg, GIF through Pillow
+        "imageio-ffmpeg>=0.4.8",  # ships an ffmpeg binary in its wheel: no system ffmpeg needed
     ],
     extras_require={"test": ["pytest>=7"]},
     entry_points={"console_scripts": ["asyncrl=asyncrl.cli:main"]},

@@ -1,4 +1,4 @@
-"""`asyncrl` command line: `asyncrl train|enjoy|bench|envs|plot ...`.
+"""`asyncrl` command line: `asyncrl train|enjoy|bench|tune|envs|plot ...`.
 
 Every user error (bad flag, impossible config, unknown env, unusable checkpoint or train_dir) is one
 line on stderr and exit code 2, before any worker process starts.
@@ -13,6 +13,7 @@ import sys
 from asyncrl.checkpoint import CheckpointError
 from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config, default_value
 from asyncrl.envs import ENTRY_POINT_GROUP, EnvError, env_entry, plugin_envs, registered_envs
+from asyncrl.tune import with_tuned_flags
 
 USER_ERRORS = (ConfigError, EnvError, CheckpointError)
 
@@ -40,7 +41,8 @@ def config_from_args(argv: list[str]) -> Config:
     env_name = given.get("env") or (saved or {}).get("env")
     if not env_name:
         raise ConfigError("--env is required (e.g. --env CartPole-v1; `asyncrl envs` lists the registered ones)")
-    return build_config(given, env_entry(env_name).default_config, saved)
+    return build_config(given, with_tuned_flags(given, env_entry(env_name).default_config), saved)
+
 
 
 def cmd_train(argv: list[str]) -> int:
@@ -76,7 +78,13 @@ def cmd_enjoy(argv: list[str]) -> int:
     return enjoy(argv)
 
 
-COMMANDS = {"train": cmd_train, "enjoy": cmd_enjoy, "bench": cmd_bench, "envs": cmd_envs, "plot": cmd_plot}
+def cmd_tune(argv: list[str]) -> int:
+    from asyncrl.tune import cmd_tune as tune
+    return tune(argv)
+
+
+COMMANDS = {"train": cmd_train, "enjoy": cmd_enjoy, "bench": cmd_bench, "tune": cmd_tune, "envs": cmd_envs,
+            "plot": cmd_plot}
 
 
 def main(argv: list[str] | None = None) -> int:

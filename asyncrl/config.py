@@ -38,6 +38,7 @@ class Config:
     serial_mode: bool = _f(False, "Run every component in the main process, in turn (for debugging and tests).")
     sampler_only: bool = _f(False, "Collect experience without learning: learners count the samples and recycle the slots (a benchmark of sampling).")
     torch_threads: int = _f(1, "torch threads per process (rollout/policy workers; learners too unless pinned to cores of their own); 1 avoids oversubscribing cores.")
+    tune: bool = _f(False, "Use the fastest sampling and learning flags `asyncrl tune` measured for this env on this machine (~/.cache/asyncrl/tune/<env>.json; tunes first if there are none, about 5 minutes). Flags you give win.")
     set_workers_cpu_affinity: bool = _f(True, "Pin processes to cores: a CPU learner gets half the cores to itself, each rollout worker (and its VizDoom engines) one of the rest, round-robin.")
 
     # --- sampling
@@ -45,7 +46,7 @@ class Config:
     num_envs_per_worker: int = _f(4, "Envs per rollout worker, split into --worker_num_splits groups stepped alternately.")
     worker_num_splits: int = _f(2, "Env groups per rollout worker (2 = double-buffered sampling: one group simulates while the other's actions are computed). With inference on the same CPU cores as simulation there is little to overlap; 1 and 2 measured within the noise there (benchmarks/splits_ab.py).")
     num_policies: int = _f(1, "Policies trained at once; each episode is assigned to one of them.")
-    policy_workers_per_policy: int = _f(1, "Inference processes per policy.")
+    policy_workers_per_policy: int = _f(-1, "Inference processes per policy. -1 (auto): 1, or 2 when nothing learns on the CPU (--sampler_only on a CPU), where one single-threaded policy worker cannot use the cores a learner would take (doom_basic 2x16 sampler on 2 cores: 0.52 -> 0.83 of its compute limit); next to a CPU learner a second one takes the learner's core (training 30% slower).")
     rollout: int = _f(32, "Length of a trajectory slot: env steps per agent sent to the learner at once.")
     max_policy_lag: int = _f(100, "Samples more than this many policy versions older than the learner are masked from the loss.")
     env_frameskip: Optional[int] = _f(None, "Env frames per agent step (the action repeats; VizDoom's default is 4). None: the env's default.")
@@ -127,12 +128,13 @@ class Config:
         """All cross-field checks, in one place. Raises ConfigError with a message that says how to fix it."""
         if not self.env:
             raise ConfigError("--env is required (e.g. --env CartPole-v1; `asyncrl envs` lists the registered ones)")
-        positive = ["num_workers", "num_envs_per_worker", "worker_num_splits", "num_policies", "policy_workers_per_policy",
-                    "rollout", "batch_size", "num_batches_per_epoch", "num_epochs", "rnn_size", "torch_threads",
+        positive = ["num_workers", "num_envs_per_worker", "worker_num_splits", "num_policies", "rollout", "batch_size", "num_batches_per_epoch", "num_epochs", "rnn_size", "torch_threads",
                     "keep_checkpoints", "stats_avg", "max_policy_lag"]
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name} must be positive, got {getattr(self, name)}")
+        if self.policy_workers_per_policy <= 0 and self.policy_workers_per_policy != -1:
+            raise ConfigError(f"--policy_workers_per_policy must be positive or -1 (auto), got {self.policy_workers_per_policy}")
         if self.env_frameskip is not None and self.env_frameskip <= 0:
             raise ConfigError(f"--env_frameskip must be positive, got {self.env_frameskip}")
         if self.eval_every_env_steps < 0:

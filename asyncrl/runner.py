@@ -279,6 +279,14 @@ def check_shared_memory(layout: dict, shm_dir: str = "/dev/shm") -> None:
                           f"--num_workers/--num_envs_per_worker/--batch_size/--rollout")
 
 
+def decide_auto(cfg: Config, device: torch.device) -> Config:
+    """The config with its automatic values decided for this run (config.json keeps them automatic)."""
+    policy_workers = cfg.policy_workers_per_policy
+    if policy_workers == -1:  # see the flag's help: 2 only where no CPU learner needs a core
+        policy_workers = min(2, len(os.sched_getaffinity(0))) if cfg.sampler_only and device.type == "cpu" else 1
+    return dataclasses.replace(cfg, policy_workers_per_policy=policy_workers)
+
+
 def train(cfg: Config) -> int:
     """Validate, prepare and run. Raises ConfigError/EnvError/CheckpointError before any process starts."""
     cfg.validate()
@@ -288,4 +296,4 @@ def train(cfg: Config) -> int:
     check_shared_memory(layout)
     prepare_experiment_dir(cfg)
     check_checkpoints(cfg, model)
-    return Runner(cfg, env, device, layout).run()
+    return Runner(decide_auto(cfg, device), env, device, layout).run()

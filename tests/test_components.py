@@ -8,7 +8,7 @@ from asyncrl.buffers import num_slots
 from asyncrl.config import Config
 from asyncrl.learner import Learner
 from asyncrl.queues import Empty
-from asyncrl.runner import Runner, model_and_layout, probe_env, prepare_experiment_dir
+from asyncrl.runner import Runner, decide_auto, model_and_layout, prepare_experiment_dir, probe_env
 
 
 def serial_runner(tmp_path, **overrides) -> Runner:
@@ -21,7 +21,7 @@ def serial_runner(tmp_path, **overrides) -> Runner:
     prepare_experiment_dir(cfg)
     env = probe_env(cfg)
     _, layout = model_and_layout(cfg, env)
-    runner = Runner(cfg, env, torch.device("cpu"), layout)
+    runner = Runner(decide_auto(cfg, torch.device("cpu")), env, torch.device("cpu"), layout)
     runner._start()
     return runner
 

@@ -113,3 +113,25 @@ def test_progress_is_a_live_bar_on_a_terminal_and_plain_lines_otherwise(tmp_path
                      text), text[-2000:]
     assert "] p0:" not in text  # no plain summary lines on a terminal
     assert read_stats(tmp_path / "tty")[-1]["env_steps"] >= 30_000
+
+
+def test_tune_returns_valid_flags_that_train_uses(tmp_path, clean_machine):
+    cache = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # where tuning results are kept
+    r = run_cli("tune", "--env", "CartPole-v1", "--budget_seconds", 60, "--seconds", 4, "--warmup_seconds", 7,
+                timeout=240, env=cache)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    result = json.loads((tmp_path / "cache" / "asyncrl" / "tune" / "CartPole-v1.json").read_text())
+    assert len(result["tried"]) >= 2 and result["best_fps"] > 0
+    assert result["best_fps"] == max(entry["fps"] for entry in result["tried"] if entry["flags"] == result["best"])
+    assert result["costs"]["sim_ms_per_step"] > 0 and result["costs"]["learn_ms_per_step"] > 0
+    from asyncrl.config import Config
+    Config(env="CartPole-v1", **result["best"]).validate()
+    assert "fastest: asyncrl train --env CartPole-v1 --num_envs_per_worker" in r.stdout
+    # --tune True takes them; a flag given on the command line still wins
+    r = run_cli("train", "--env", "CartPole-v1", "--tune", "True", "--train_dir", tmp_path, "--experiment", "tuned",
+                "--batch_size", 512, "--train_for_env_steps", 5000, env=cache)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    config = json.loads((tmp_path / "tuned" / "config.json").read_text())
+    assert {k: config[k] for k in result["best"] if k != "batch_size"} == {
+        k: v for k, v in result["best"].items() if k != "batch_size"}
+    assert config["batch_size"] == 512

@@ -1,0 +1,230 @@
+"""The measurements behind `asyncrl bench` and `asyncrl tune`, each on this machine:
+
+    raw_fps          the env alone, stepped with random actions in --num_workers processes: the simulation limit
+    engine_run       the engine for a while (learning, or --sampler_only): frames/s after a warm-up, and the CPU
+                     each role used meanwhile
+    compute_limit    the CPU time per agent step of simulation, inference and learning, each alone on one core
+                     with the engine's own code, and the frames/s they allow: cores / (sum) x frameskip
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import tempfile
+import threading
+import time
+from collections import Counter
+
+import numpy as np
+import psutil
+import torch
+
+from asyncrl.config import Config
+from asyncrl.envs import adopt_entry, env_frameskip, make_env, portable_entry
+from asyncrl.processes import keep_freed_memory_for_reuse, mp_context
+
+
+# --- raw: the env alone
+def _step_randomly(envs: list) -> None:
+    """One step of each env with a random action; an env whose episode ended is reset."""
+    for env in envs:
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            env.reset()
+
+
+def _raw_worker(env: tuple[str, bytes], env_kwargs: dict, num_envs: int, seed: int, warmup: float, seconds: float,
+                results):
+    adopt_entry(*env)
+    envs = [make_env(env[0], **env_kwargs) for _ in range(num_envs)]
+    for i, env in enumerate(envs):
+        env.reset(seed=seed + i)
+        env.action_space.seed(seed + i)
+    steps, start = 0, time.perf_counter()
+    measured_from, steps_at_warmup = None, 0
+    while True:
+        now = time.perf_counter()
+        if measured_from is None and now - start >= warmup:
+            measured_from, steps_at_warmup = now, steps
+        if now - start >= warmup + seconds:
+            break
+        _step_randomly(envs)
+        steps += num_envs
+    results.put((steps - steps_at_warmup) * env_frameskip(envs[0]) / (now - measured_from))
+    for env in envs:
+        env.close()
+
+
+def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
+    """Frames/s of --num_workers processes each stepping --num_envs_per_worker envs with random actions."""
+    results, env = mp_context.Queue(), (cfg.env, portable_entry(cfg.env))
+    processes = [mp_context.Process(target=_raw_worker, daemon=True,
+                                    args=(env, cfg.env_kwargs(), cfg.num_envs_per_worker, 1000 * w, warmup, seconds,
+                                          results)) for w in range(cfg.num_workers)]
+    for p in processes:
+        p.start()
+    try:
+        total = sum(results.get(timeout=warmup + seconds + 120) for _ in processes)
+    finally:
+        for p in processes:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    return total
+
+
+# --- sampler and train: the engine itself
+def cpu_seconds_by_role() -> Counter:
+    """CPU seconds (user + system) used so far by this process ("runner") and its descendants: asyncrl's by their
+    title (learner, policy, rollout), what a rollout worker started (VizDoom engines) as "env"; the rest as "other"."""
+    me, totals = psutil.Process(), Counter()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            titles = [" ".join(p.cmdline()) for p in [proc, *proc.parents()]]
+            times = proc.cpu_times()
+        except psutil.Error:  # ended meanwhile
+            continue
+        if proc.pid == me.pid:
+            role = "runner"
+        elif titles[0].startswith("asyncrl-"):
+            role = titles[0].split("-")[1]
+        else:
+            role = "env" if any(t.startswith("asyncrl-rollout-") for t in titles[1:]) else "other"
+        totals[role] += times.user + times.system
+    return totals
+
+
+def _watch_cpu(start_s: float, end_s: float, cores_used: dict) -> None:
+    """Fill cores_used with the CPU cores each role used on average between start_s and end_s from now."""
+    time.sleep(start_s)
+    before, t0 = cpu_seconds_by_role(), time.monotonic()
+    time.sleep(end_s - start_s)
+    after, t1 = cpu_seconds_by_role(), time.monotonic()
+    cores_used.update({role: (after[role] - before[role]) / (t1 - t0) for role in after})
+
+
+def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -> dict:
+    """Run the engine for warmup + seconds; returns frames/s over the stats rows after the warm-up, the last row,
+    and the CPU cores each role used over (nearly) the same window."""
+    from asyncrl.runner import train
+    name = "sampler" if sampler_only else "train"
+    run_cfg = dataclasses.replace(cfg, sampler_only=sampler_only, train_for_seconds=warmup + seconds,
+                                  experiment=f"{cfg.experiment}_{name}",
+                                  experiment_summaries_interval=min(2.0, max(0.5, seconds / 10)),
+                                  save_every_sec=1e9)
+    cores_used: dict = {}  # the runner's clock starts after its start-up, so this window ends inside the run
+    watcher = threading.Thread(target=_watch_cpu, args=(warmup, warmup + seconds, cores_used), daemon=True)
+    watcher.start()
+    if train(run_cfg) != 0:
+        raise RuntimeError(f"the {name} run failed (its error is above)")
+    watcher.join(timeout=5)
+    with open(os.path.join(run_cfg.experiment_dir, "stats.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    window = [r for r in rows if warmup <= r["time_s"] < warmup + seconds and r["policy_id"] == 0]
+    if len(window) < 2:
+        raise RuntimeError(f"the {name} run reported too few stats rows after the warm-up (start-up included); "
+                           f"raise --warmup_seconds or --seconds")
+    first, last = window[0], window[-1]
+    return {"fps": (last["env_steps"] - first["env_steps"]) * cfg.num_policies / (last["time_s"] - first["time_s"]),
+            "measured_s": last["time_s"] - first["time_s"], "last_row": last, "cores_used": cores_used}
+
+
+# --- the compute limit
+def process_tree_cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and everything it started (e.g. VizDoom engines)."""
+    return sum(cpu_seconds_by_role().values())
+
+
+def seconds_per_call(fn, min_seconds: float = 2.0, min_calls: int = 3, clock=time.perf_counter) -> float:
+    """Mean seconds of `clock` per call of fn, after one warm-up call (allocations, lazy init). The default clock
+    is wall time, which alone on a core equals CPU time; process_tree_cpu_seconds measures a process that
+    shares its core."""
+    fn()
+    calls, start, started = 0, time.perf_counter(), clock()
+    while calls < min_calls or time.perf_counter() - start < min_seconds:
+        fn()
+        calls += 1
+    return (clock() - started) / calls
+
+
+@contextlib.contextmanager
+def simulation_workload(cfg: Config, num_envs: int):
+    """(step, agent steps per call, frameskip): `step` steps num_envs envs in turn with random actions (resets
+    included), as a rollout worker steps its envs; the envs are closed on exit."""
+    envs = [make_env(cfg.env, **cfg.env_kwargs()) for _ in range(num_envs)]
+    try:
+        for i, env in enumerate(envs):
+            env.reset(seed=i)
+            env.action_space.seed(i)
+        rounds = max(1, 50 // num_envs)
+
+        def step():
+            for _ in range(rounds):
+                _step_randomly(envs)
+        yield step, rounds * num_envs, env_frameskip(envs[0])
+    finally:
+        for env in envs:
+            env.close()
+
+
+@contextlib.contextmanager
+def model_workloads(cfg: Config, inference_batch: int):
+    """(act, learn): PolicyWorker._act on `inference_batch` agents and Learner._gather + _train on one --batch_size
+    batch, with real shared buffers, in this process."""
+    from asyncrl.buffers import SharedBuffers, num_slots, slots_per_batch
+    from asyncrl.learner import Learner
+    from asyncrl.policy_worker import PolicyWorker
+    from asyncrl.queues import Queues
+    from asyncrl.runner import model_and_layout, probe_env
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = dataclasses.replace(cfg, train_dir=tmp, num_policies=1, num_workers=max(1, -(-inference_batch // cfg.num_envs_per_worker)))
+        env = probe_env(cfg)
+        _, layout = model_and_layout(cfg, env)
+        b, queues, cpu = SharedBuffers(layout), Queues(cfg, num_slots(cfg)), torch.device("cpu")
+        b.traj_obs.copy_(torch.as_tensor(np.stack([env.obs_space.sample() for _ in range(b.traj_obs.shape[1])])))
+        b.traj_valid.fill_(True)
+        learner = Learner(0, cfg, b, queues, env.obs_space, env.action_space, cpu, env.frameskip)
+        slots = torch.arange(slots_per_batch(cfg))
+        policy = PolicyWorker(0, 0, cfg, b, queues, env.obs_space, env.action_space, cpu)
+        agents = torch.arange(inference_batch)
+        b.agent_slot[agents] = agents
+        yield (lambda: policy._act(agents)), (lambda: learner._train(learner._gather(slots)))
+
+
+def simulation_cost(cfg: Config) -> tuple[float, int]:
+    """CPU seconds per agent step of one rollout worker's envs (--num_envs_per_worker of them, stepped in turn with
+    random actions, resets included), and the frameskip. All of them, not one: k VizDoom engines on one core cost
+    more per step than one (they share its caches), and the engine has to step all k."""
+    with simulation_workload(cfg, cfg.num_envs_per_worker) as (step, steps_per_call, frameskip):
+        return seconds_per_call(step) / steps_per_call, frameskip
+
+
+def model_costs(cfg: Config, inference_batch: int) -> tuple[float, float]:
+    """CPU seconds per sample of inference (PolicyWorker._act at `inference_batch` agents) and of learning
+    (Learner._gather + _train on one --batch_size batch), with real shared buffers, in this process."""
+    with model_workloads(cfg, inference_batch) as (act, learn):
+        return seconds_per_call(act) / inference_batch, seconds_per_call(learn, min_seconds=5.0) / cfg.batch_size
+
+
+def compute_limit(cfg: Config, inference_batch: int) -> dict:
+    threads, cores = torch.get_num_threads(), sorted(os.sched_getaffinity(0))
+    # each alone on one core: one torch thread, and this process pinned (a VizDoom engine started now inherits
+    # the pin, so its CPU time is counted too, and no idle wake-up latency is)
+    torch.set_num_threads(1)
+    os.sched_setaffinity(0, cores[-1:])
+    keep_freed_memory_for_reuse()  # as in the engine's processes
+    try:
+        sim, frameskip = simulation_cost(cfg)
+        infer, learn = model_costs(cfg, inference_batch)
+    finally:
+        torch.set_num_threads(threads)
+        os.sched_setaffinity(0, cores)
+    cores = len(cores)
+    return {"cores": cores, "frameskip": frameskip, "inference_batch": inference_batch,
+            "sim_ms_per_step": 1e3 * sim, "inference_ms_per_step": 1e3 * infer, "learn_ms_per_step": 1e3 * learn,
+            "compute_limited_fps": cores / (sim + infer + learn) * frameskip,
+            "sampler_compute_limited_fps": cores / (sim + infer) * frameskip}

@@ -119,7 +119,7 @@ def report(result: dict) -> str:
 
 def where_the_time_went(mode: str, cores_used: dict, steps_per_s: float, cores: int) -> str:
     """One line: CPU ms per agent step each role used in the run (compare with the costs each alone), and idle."""
-    roles = ["learner", "policy", "rollout", "env", "runner", "other"]
+    roles = ["learner", "policy", "rollout", "env", "eval", "runner", "other"]
     used = " ".join(f"{role} {1e3 * cores_used[role] / steps_per_s:.3f}" for role in roles if cores_used.get(role))
     idle = max(0.0, cores - sum(cores_used.values()))
     return (f"{mode}: CPU ms per agent step used in the run: {used}; "

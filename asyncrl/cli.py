@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in COMMANDS:
         names = ", ".join(COMMANDS)
         if argv and argv[0] in ("-h", "--help"):
-            print(f"usage: asyncrl {{{names}}} [flags]; `asyncrl train --help` lists the training flags, `asyncrl bench --help` the benchmark's")
+            print(f"usage: asyncrl {{{names}}} [flags]; `asyncrl COMMAND --help` lists a command's flags "
+                  f"(`asyncrl train --help`: every training flag)")
             return 0
         print(f"asyncrl: error: expected a command ({names}), got {argv[0] if argv else 'nothing'}", file=sys.stderr)
         return 2

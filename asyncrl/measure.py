@@ -79,20 +79,23 @@ def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
 # --- sampler and train: the engine itself
 def cpu_seconds_by_role() -> Counter:
     """CPU seconds (user + system) used so far by this process ("runner") and its descendants: asyncrl's by their
-    title (learner, policy, rollout), what a rollout worker started (VizDoom engines) as "env"; the rest as "other"."""
+    title (learner, policy, rollout, eval, reaper), what a rollout worker started (VizDoom engines) as "env", what
+    the evaluator started as "eval" too; the rest as "other"."""
     me, totals = psutil.Process(), Counter()
     for proc in [me, *me.children(recursive=True)]:
         try:
-            titles = [" ".join(p.cmdline()) for p in [proc, *proc.parents()]]
+            # a process title set by setproctitle comes back padded with spaces: its first word is the title
+            titles = [(p.cmdline() or [""])[0].split(" ")[0] for p in [proc, *proc.parents()]]
             times = proc.cpu_times()
         except psutil.Error:  # ended meanwhile
             continue
+        owner = next((t for t in titles if t.startswith("asyncrl-")), "")
         if proc.pid == me.pid:
             role = "runner"
-        elif titles[0].startswith("asyncrl-"):
-            role = titles[0].split("-")[1]
+        elif owner == titles[0]:
+            role = owner.split("-")[1]
         else:
-            role = "env" if any(t.startswith("asyncrl-rollout-") for t in titles[1:]) else "other"
+            role = {"rollout": "env", "eval": "eval"}.get(owner.split("-")[1] if owner else "", "other")
         totals[role] += times.user + times.system
     return totals
 

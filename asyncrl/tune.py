@@ -45,8 +45,8 @@ def neighbours(cfg: Config, knob: str, cores: int) -> list[int]:
         return [v for v in (value // 2, value * 2) if 1 <= v <= 4 * cores]
     if knob == "worker_num_splits":
         return [s for s in (1, 2) if s != value and cfg.num_envs_per_worker % s == 0]
-    if knob == "policy_workers_per_policy":  # from -1 (auto), both fixed choices
-        return [v for v in (1, 2) if v != value]
+    if knob == "policy_workers_per_policy":  # auto (-1) is 1 while learning: try 2
+        return [v for v in (1, 2) if v != (1 if value == -1 else value)]
     return [v for v in (value // 2, value * 2) if v >= cfg.rollout and v % cfg.rollout == 0 and v <= 8192]
 
 

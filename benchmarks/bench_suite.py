@@ -4,7 +4,8 @@
 
 1. doom_basic with Sample Factory's VizDoom model (conv + 512 GRU), 2 workers x 8 envs: raw, sampler, train,
    the compute limit and the efficiency; then train again with one env group per worker (--worker_num_splits 1;
-   benchmarks/studies/splits_ab.py compares 1 and 2 splits in A/B pairs);
+   benchmarks/studies/splits_ab.py compares 1 and 2 splits in A/B pairs); sampler and train with 16 envs per worker,
+   and with the flags `asyncrl tune --env doom_basic` found (tuned first if this machine has none);
 2. doom_basic with a small model (an 8-unit MLP, no RNN, no input normalization), 2 workers x 16 envs: raw and
    sampler, i.e. what the sampling machinery costs when inference is nearly free;
 3. CartPole-v1 with its defaults: raw, sampler, train.
@@ -21,6 +22,9 @@ SUITE = {
                                     "--num_envs_per_worker", "8"],
     "doom_basic, SF's model, 2x8, 1 split": ["--env", "doom_basic", "--mode", "train", "--num_workers", "2",
                                             "--num_envs_per_worker", "8", "--worker_num_splits", "1"],
+    "doom_basic, SF's model, 2x16": ["--env", "doom_basic", "--mode", "sampler,train", "--num_workers", "2",
+                                     "--num_envs_per_worker", "16"],
+    "doom_basic, SF's model, --tune True": ["--env", "doom_basic", "--mode", "sampler,train", "--tune", "True"],
     "doom_basic, small model, 2x16": ["--env", "doom_basic", "--mode", "raw,sampler", "--num_workers", "2",
                                       "--num_envs_per_worker", "16", "--encoder", "mlp", "--encoder_mlp_layers", "[8]",
                                       "--use_rnn", "False", "--normalize_input", "False"],

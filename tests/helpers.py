@@ -24,9 +24,9 @@ def _as_a_terminal_starts_it() -> None:
 def start_python(*args, **popen_kwargs) -> subprocess.Popen:
     """`python ARGS` in a session of its own (its group is killed at the test's end); output merged into stdout
     unless popen_kwargs say otherwise."""
-    popen_kwargs = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "cwd": REPO, **popen_kwargs}
-    proc = subprocess.Popen([sys.executable, *map(str, args)], text=True, start_new_session=True,
-                            preexec_fn=_as_a_terminal_starts_it, **popen_kwargs)
+    popen_kwargs = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "cwd": REPO,
+                    "preexec_fn": _as_a_terminal_starts_it, **popen_kwargs}
+    proc = subprocess.Popen([sys.executable, *map(str, args)], text=True, start_new_session=True, **popen_kwargs)
     _started.append(proc)
     return proc
 

@@ -73,3 +73,12 @@ def test_bench_raw_mode_alone(tmp_path, clean_machine):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["raw_fps"] > 1000 and "train_fps" not in result and "sampler_fps" not in result
+
+
+def test_cli_and_bench_do_not_import_each_other():
+    import subprocess
+    import sys
+    code = "import sys, {}; print(sorted(m for m in sys.modules if m in ('asyncrl.cli', 'asyncrl.bench')))"
+    for module, other in (("asyncrl.cli", "asyncrl.bench"), ("asyncrl.bench", "asyncrl.cli")):
+        r = subprocess.run([sys.executable, "-c", code.format(module)], capture_output=True, text=True)
+        assert r.returncode == 0 and module in r.stdout and other not in r.stdout, (module, r.stdout, r.stderr)

@@ -139,3 +139,18 @@ def test_dead_learner_stops_the_run_and_keeps_its_checkpoints(tmp_path, clean_ma
     from asyncrl.checkpoint import load_checkpoint
     for path in glob.glob(str(ckpt_dir / "*.pth")):
         assert load_checkpoint(path)["train_step"] > 0
+
+
+def test_run_started_with_sigint_ignored_keeps_it_and_stops_on_sigterm(tmp_path, clean_machine):
+    """A background job (`nohup asyncrl train ... &`) starts with SIGINT ignored: the run leaves that alone, and
+    SIGTERM still stops it with a checkpoint."""
+    proc = start_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "bg",
+                     "--experiment_summaries_interval", 1, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    wait_for_training(tmp_path / "bg", proc)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(2.0)
+    assert proc.poll() is None, "an inherited SIGINT ignore should be kept"
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=15)
+    assert proc.returncode == 0, out[-2000:]
+    assert glob.glob(str(tmp_path / "bg" / "checkpoint_p0" / "checkpoint_*.pth"))

@@ -127,3 +127,18 @@ def test_env_registered_in_a_users_script_reaches_the_workers(tmp_path, clean_ma
 def test_bad_import_path_is_one_line_and_exit_2(tmp_path, installed_plugin, env, needle):
     r = run_cli("train", "--env", env, "--train_dir", tmp_path, env=installed_plugin, timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+
+
+def test_envs_install_as_asyncrl_envs_not_a_top_level_package(tmp_path):
+    """The wheel holds the env adapters at asyncrl/envs/, nothing at a top-level envs/ that could shadow (or be
+    shadowed by) another project's `envs`; installed, `import envs` finds nothing of ours."""
+    from helpers import REPO
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(tmp_path), REPO], check=True, capture_output=True, cwd=tmp_path)
+    import zipfile
+    names = zipfile.ZipFile(next(tmp_path.glob("asyncrl-*.whl"))).namelist()
+    assert {"asyncrl/envs/__init__.py", "asyncrl/envs/doom.py", "asyncrl/envs/synthetic.py"} <= set(names)
+    assert not [n for n in names if n.startswith("envs/")], names
+    r = run_python("-c", "import importlib.util, asyncrl.envs; print(importlib.util.find_spec('envs'))",
+                   cwd=tmp_path, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "None", r.stdout + r.stderr

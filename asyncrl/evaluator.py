@@ -57,7 +57,8 @@ class Evaluator:
     def __init__(self, cfg: Config, buffers: SharedBuffers, queues: Queues, obs_space, action_space):
         self.cfg, self.buffers = cfg, buffers
         self.requests, self.reports = queues.eval_requests, queues.reports
-        os.nice(19)  # never take a core from training
+        if not cfg.serial_mode:  # a process of its own: never take a core from training
+            os.nice(19)
         self.model = build_model(obs_space, action_space, cfg).eval()
         self.env = make_env(cfg.env, **cfg.env_kwargs())
         self.seeds = [EVAL_SEED_BASE + i for i in range(cfg.eval_episodes)]

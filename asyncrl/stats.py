@@ -50,7 +50,8 @@ class StatsWriter:
         self.policies = [PolicyStats(p, window) for p in range(num_policies)]
         self.tb = [SummaryWriter(os.path.join(experiment_dir, "tb", f"policy_{p}")) for p in range(num_policies)]
         self.jsonl = open(os.path.join(experiment_dir, "stats.jsonl"), "a")
-        self.eval_jsonl = open(os.path.join(experiment_dir, "eval.jsonl"), "a")
+        self.eval_jsonl_path = os.path.join(experiment_dir, "eval.jsonl")
+        self.eval_jsonl = None  # opened at the first evaluation
         self.env_errors = 0  # exceptions raised by envs (caught, the env restarted)
         self.worker_restarts = 0
         self.timing: dict[str, tuple[dict, dict]] = {}  # role -> (phase fractions, counts) of its last report
@@ -75,6 +76,7 @@ class StatsWriter:
     def write_evaluation(self, policy_id: int, result: dict) -> None:
         """An evaluator's result: a row of eval.jsonl and eval/ curves in the policy's TensorBoard."""
         row = {"time_s": round(self.elapsed(), 3), "policy_id": policy_id, **result}
+        self.eval_jsonl = self.eval_jsonl or open(self.eval_jsonl_path, "a")
         self.eval_jsonl.write(json.dumps(row) + "\n")
         self.eval_jsonl.flush()
         for key, value in result.items():
@@ -167,7 +169,8 @@ class StatsWriter:
         for tb in self.tb:
             tb.close()
         self.jsonl.close()
-        self.eval_jsonl.close()
+        if self.eval_jsonl is not None:
+            self.eval_jsonl.close()
 
 
 def _fmt(value, spec: str) -> str:

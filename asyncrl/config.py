@@ -128,8 +128,9 @@ class Config:
         """All cross-field checks, in one place. Raises ConfigError with a message that says how to fix it."""
         if not self.env:
             raise ConfigError("--env is required (e.g. --env CartPole-v1; `asyncrl envs` lists the registered ones)")
-        positive = ["num_workers", "num_envs_per_worker", "worker_num_splits", "num_policies", "rollout", "batch_size", "num_batches_per_epoch", "num_epochs", "rnn_size", "torch_threads",
-                    "keep_checkpoints", "stats_avg", "max_policy_lag"]
+        positive = ["num_workers", "num_envs_per_worker", "worker_num_splits", "num_policies", "rollout", "batch_size",
+                    "num_batches_per_epoch", "num_epochs", "rnn_size", "torch_threads", "keep_checkpoints", "stats_avg",
+                    "max_policy_lag"]
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name} must be positive, got {getattr(self, name)}")

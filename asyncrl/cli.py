@@ -6,20 +6,15 @@ line on stderr and exit code 2, before any worker process starts.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 
 from asyncrl.checkpoint import CheckpointError
-from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config, default_value
+from asyncrl.config import (Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config,
+                            experiment_dir_of, read_saved_config)
 from asyncrl.envs import ENTRY_POINT_GROUP, EnvError, env_entry, plugin_envs, registered_envs
 from asyncrl.tune import with_tuned_flags
 
 USER_ERRORS = (ConfigError, EnvError, CheckpointError)
-
-
-def _default(name: str):
-    return default_value(Config.__dataclass_fields__[name])
 
 
 def config_from_args(argv: list[str]) -> Config:
@@ -27,22 +22,12 @@ def config_from_args(argv: list[str]) -> Config:
     parser = OneLineErrorParser(prog="asyncrl train", description="Train with asynchronous APPO.")
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
-    experiment_dir = os.path.join(given.get("train_dir", _default("train_dir")),
-                                  given.get("experiment", _default("experiment")))
-    saved = None
-    saved_path = os.path.join(experiment_dir, "config.json")
-    if given.get("restart_behavior", _default("restart_behavior")) == "resume" and os.path.isfile(saved_path):
-        try:
-            with open(saved_path) as f:
-                saved = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(f"cannot read {saved_path} to resume ({e}); fix or delete it, "
-                              f"or use --restart_behavior restart") from None
+    resume = given.get("restart_behavior", Config.restart_behavior) == "resume"
+    saved = read_saved_config(experiment_dir_of(given)) if resume else None
     env_name = given.get("env") or (saved or {}).get("env")
     if not env_name:
         raise ConfigError("--env is required (e.g. --env CartPole-v1; `asyncrl envs` lists the registered ones)")
     return build_config(given, with_tuned_flags(given, env_entry(env_name).default_config), saved)
-
 
 
 def cmd_train(argv: list[str]) -> int:

@@ -183,7 +183,24 @@ def default_value(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
-def _parse_bool(text: str) -> bool:
+def experiment_dir_of(given: dict) -> str:
+    """<train_dir>/<experiment> for the flags given (the defaults where not given)."""
+    return os.path.join(given.get("train_dir", Config.train_dir), given.get("experiment", Config.experiment))
+
+
+def read_saved_config(experiment_dir: str) -> dict | None:
+    """The config.json a run left in experiment_dir, or None if there is none; ConfigError if it is unreadable."""
+    path = os.path.join(experiment_dir, "config.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"cannot read {path} ({e}); fix or delete it, or use --restart_behavior restart") from None
+
+
+def parse_bool(text: str) -> bool:
     lowered = text.lower()
     if lowered in ("true", "1", "yes"):
         return True
@@ -208,7 +225,7 @@ def _optional_int(text: str) -> Optional[int]:
     return None if text.lower() == "none" else int(text)
 
 
-_PARSERS = {"bool": _parse_bool, "int": int, "float": float, "str": str, "list": _parse_json(list),
+_PARSERS = {"bool": parse_bool, "int": int, "float": float, "str": str, "list": _parse_json(list),
             "dict": _parse_json(dict), "Optional[int]": _optional_int, "Optional[str]": str}
 
 

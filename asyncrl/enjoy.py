@@ -9,7 +9,6 @@ Flags follow Sample Factory's enjoy (--env, --train_dir, --experiment, --max_num
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -17,7 +16,8 @@ import torch
 
 from asyncrl.checkpoint import (CheckpointError, best_checkpoint_path, check_compatible, checkpoint_dir,
                                 list_checkpoints, load_checkpoint)
-from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config
+from asyncrl.config import (Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config,
+                            experiment_dir_of, parse_bool, read_saved_config)
 from asyncrl.envs import EnvError, env_entry, env_frameskip, make_env
 from asyncrl.evaluator import play_episode
 from asyncrl.model import build_model
@@ -30,7 +30,7 @@ def parse_enjoy_args(argv: list[str]) -> tuple[dict, Config]:
                         help="latest: the newest checkpoint; best: best_checkpoint.pth (written by evaluation).")
     parser.add_argument("--checkpoint", default=None, help="A checkpoint file to load instead (any run's).")
     parser.add_argument("--policy_index", type=int, default=0, help="Which policy of the run acts.")
-    parser.add_argument("--save_video", type=lambda t: t.lower() in ("true", "1", "yes"), default=False,
+    parser.add_argument("--save_video", type=parse_bool, default=False,
                         help="Write the episodes as a video into the experiment folder.")
     parser.add_argument("--video_name", default="replay.mp4", help="Video file name (.mp4, or .gif).")
     parser.add_argument("--fps", type=float, default=None,
@@ -41,11 +41,8 @@ def parse_enjoy_args(argv: list[str]) -> tuple[dict, Config]:
                                       "save_video", "video_name", "fps")}
     if args["max_num_episodes"] <= 0:
         raise ConfigError(f"--max_num_episodes must be positive, got {args['max_num_episodes']}")
-    experiment_dir = os.path.join(given.get("train_dir", Config.train_dir), given.get("experiment", Config.experiment))
-    saved = {}
-    if os.path.isfile(os.path.join(experiment_dir, "config.json")):
-        with open(os.path.join(experiment_dir, "config.json")) as f:
-            saved = json.load(f)
+    experiment_dir = experiment_dir_of(given)
+    saved = read_saved_config(experiment_dir) or {}
     env = given.get("env") or saved.get("env")
     if not env:
         raise ConfigError(f"no run in {experiment_dir} (no config.json) and no --env: give --train_dir and --experiment "

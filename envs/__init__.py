@@ -37,6 +37,7 @@ class EnvEntry:
 
 
 _REGISTRY: dict[str, EnvEntry] = {}
+_RESOLVED: dict[str, EnvEntry] = {}  # plugins, import paths and gymnasium ids, resolved once
 
 
 def register_env(name: str, make_fn: Callable[..., gym.Env], description: str = "", default_config: dict | None = None):
@@ -91,6 +92,13 @@ def env_entry(name: str) -> EnvEntry:
     _register_builtin()
     if name in _REGISTRY:
         return _REGISTRY[name]
+    if name not in _RESOLVED:  # a gymnasium id's entry makes an env to choose its defaults: once per process
+        _RESOLVED[name] = _resolve(name)
+    return _RESOLVED[name]
+
+
+def _resolve(name: str) -> EnvEntry:
+    """The entry of a name that was not registered: a plugin, an import path or a gymnasium id."""
     plugin = next((ep for ep in _plugins() if ep.name == name), None)
     if plugin is not None:
         try:

@@ -56,6 +56,16 @@ def train_and_watch(train_args: list[str], experiment_dir: str, timeout_s: float
     return rows
 
 
+def first_reaching(rows: list[dict], target: float) -> tuple[dict | None, float | None]:
+    """The first stats row whose mean episode return reaches target, and the lowest mean return from then on
+    (None, None if it never does)."""
+    scored = [r for r in rows if r["episode_reward_mean"] is not None]
+    first = next((i for i, r in enumerate(scored) if r["episode_reward_mean"] >= target), None)
+    if first is None:
+        return None, None
+    return scored[first], min(r["episode_reward_mean"] for r in scored[first:])
+
+
 def asyncrl_bench(flags: list[str], train_dir: str) -> tuple[dict, str]:
     """Run `asyncrl bench FLAGS` with its runs under train_dir; returns its --out JSON and what it printed."""
     out = os.path.join(train_dir, "result.json")

@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 
-from _run import machine, train_and_watch, write_result
+from _run import first_reaching, machine, train_and_watch, write_result
 
 
 def main():
@@ -27,9 +27,9 @@ def main():
         rows = train_and_watch(["--env", "CartPole-v1", "--train_dir", train_dir, "--experiment", f"run{i}",
                                 "--train_for_seconds", str(args.seconds), "--experiment_summaries_interval", "1"],
                                os.path.join(train_dir, f"run{i}"), timeout_s=args.seconds + 120)
-        solved = next((r["wall_s"] for r in rows if (r["episode_reward_mean"] or 0) >= 475), None)
+        solved_row, lowest_after = first_reaching(rows, 475)
+        solved = solved_row and solved_row["wall_s"]
         final = rows[-1]["episode_reward_mean"]
-        lowest_after = min((r["episode_reward_mean"] for r in rows if solved and r["wall_s"] >= solved), default=None)
         runs.append({"first_475_s_after_launch": solved, "final_reward_mean": final, "lowest_after_solved": lowest_after,
                      "env_steps": rows[-1]["env_steps"], "mean_fps": rows[-1]["env_steps"] / rows[-1]["time_s"]})
         print(f"run {i}: >= 475 at {solved} s after launch, final mean return {final:.1f}, "

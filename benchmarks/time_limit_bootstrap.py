@@ -14,19 +14,18 @@ import shutil
 import statistics
 import tempfile
 
-from _run import RESULTS, machine, train_and_watch, write_result
+from _run import RESULTS, first_reaching, machine, train_and_watch, write_result
 
 from asyncrl.plot import plot_runs
 
 
 def summarize(rows: list[dict]) -> dict:
     scored = [r for r in rows if r["episode_reward_mean"] is not None]
-    solved = next((r for r in scored if r["episode_reward_mean"] >= 475), None)
+    solved, lowest_after = first_reaching(rows, 475)
     second_half = [r["episode_reward_mean"] for r in scored if r["env_steps"] >= scored[-1]["env_steps"] / 2]
     return {"env_steps_to_475": solved and solved["env_steps"], "seconds_to_475": solved and solved["wall_s"],
-            "lowest_after_475": min((r["episode_reward_mean"] for r in scored if solved and r["env_steps"] >= solved["env_steps"]),
-                                    default=None),
-            "second_half_mean": statistics.mean(second_half), "final": scored[-1]["episode_reward_mean"]}
+            "lowest_after_475": lowest_after, "second_half_mean": statistics.mean(second_half),
+            "final": scored[-1]["episode_reward_mean"]}
 
 
 def main():

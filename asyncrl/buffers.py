@@ -25,7 +25,8 @@ Agents (A = num_workers * num_envs_per_worker * agents_per_env): what a policy w
 serve an agent's request, written by its rollout worker before the request is sent.
     agent_slot      [A]     slot the agent is filling
     agent_step      [A]     step t within that slot
-    agent_policy    [A]     policy acting for the agent this episode
+    agent_policy    [A]     policy acting for the agent this episode; NO_POLICY while the agent's episode has
+                            ended and the other agents of its env play on (nobody computes its actions)
     agent_rnn_state [A, H]  recurrent state before the next step (zeroed at episode starts)
 
 Liveness: worker_heartbeat [num_workers], time.monotonic() when each rollout worker last showed it was
@@ -36,6 +37,12 @@ counter is odd while the learner writes; a reader that saw it change retries lat
     policy_weights     [P, N]  parameters and buffers, flattened (model.state_tensors order)
     policy_weights_seq [P]
     policy_version     [P]     learner's train step of the published weights
+
+Per-policy hyperparameters and PBT (pbt.py):
+    policy_hparams  [P, K]  each policy's own hyperparameters (config.PER_POLICY_HPARAMS order): set by the runner from
+                            the config, mutated by PBT, read by the learner at every batch
+    learner_state   [P, M]  with --with_pbt only (else M = 0): a learner's weights and Adam state, written when PBT
+                            asks it to, for a bottom policy's learner to copy (learner.pack_state)
 """
 
 from __future__ import annotations
@@ -45,10 +52,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from asyncrl.config import Config
+from asyncrl.config import PER_POLICY_HPARAMS, Config
 from asyncrl.model import state_tensors
 
-AGENTS_PER_ENV = 1  # multi-agent envs (self-play) will raise this; every index already accounts for it
+NO_POLICY = -1  # agent_policy of an agent that is out of its env's episode (it waits for the others)
 
 
 def torch_dtype(np_dtype) -> torch.dtype:
@@ -60,23 +67,28 @@ def slots_per_batch(cfg: Config) -> int:
 
 
 def num_agents(cfg: Config) -> int:
-    return cfg.num_workers * cfg.num_envs_per_worker * AGENTS_PER_ENV
+    assert cfg.agents_per_env > 0, "the runner's decide_auto sets agents_per_env from the env"
+    return cfg.num_workers * cfg.num_envs_per_worker * cfg.agents_per_env
 
 
 def num_slots(cfg: Config) -> int:
-    """Each agent fills one slot; every policy's learner may hold one batch and have one more waiting."""
-    return num_agents(cfg) + 2 * cfg.num_policies * slots_per_batch(cfg)
+    """Each agent fills one slot; every policy's learner may hold one batch and have one more waiting; and one
+    rollout worker's step may send a slot for each of its agents before a learner runs (in serial mode, where
+    nobody can wait for a free slot)."""
+    agents_per_worker = cfg.num_envs_per_worker * cfg.agents_per_env
+    return num_agents(cfg) + agents_per_worker + 2 * cfg.num_policies * slots_per_batch(cfg)
 
 
 def split_agents(cfg: Config, worker: int, split: int) -> np.ndarray:
-    """Global agent indices of one env group of one rollout worker (contiguous by construction)."""
-    envs_per_split = cfg.envs_per_split * AGENTS_PER_ENV
-    start = (worker * cfg.num_envs_per_worker * AGENTS_PER_ENV) + split * envs_per_split
-    return np.arange(start, start + envs_per_split)
+    """Global agent indices of one env group of one rollout worker: contiguous, env by env, each env's agents in
+    their order."""
+    agents_per_split = cfg.envs_per_split * cfg.agents_per_env
+    start = worker * cfg.num_envs_per_worker * cfg.agents_per_env + split * agents_per_split
+    return np.arange(start, start + agents_per_split)
 
 
 def buffer_layout(cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Space, rnn_state_size: int,
-                  num_weights: int) -> dict[str, tuple[tuple, torch.dtype]]:
+                  num_weights: int, learner_state_floats: int) -> dict[str, tuple[tuple, torch.dtype]]:
     """name -> (shape, dtype) of every shared tensor, as the module docstring describes them."""
     S, T, A, P, H = num_slots(cfg), cfg.rollout, num_agents(cfg), cfg.num_policies, rnn_state_size
     discrete = isinstance(action_space, gym.spaces.Discrete)
@@ -99,6 +111,8 @@ def buffer_layout(cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Spac
         "policy_weights": ((P, num_weights), torch.float32),
         "policy_weights_seq": ((P,), torch.int64),
         "policy_version": ((P,), torch.int64),
+        "policy_hparams": ((P, len(PER_POLICY_HPARAMS)), torch.float64),
+        "learner_state": ((P, learner_state_floats if cfg.with_pbt else 0), torch.float32),
     }
 
 
@@ -118,6 +132,12 @@ class SharedBuffers:
         self.policy_weights[policy_id].copy_(flat)
         self.policy_version[policy_id] = version
         self.policy_weights_seq[policy_id] += 1
+
+    def hparams(self, policy_id: int) -> dict[str, float]:
+        return dict(zip(PER_POLICY_HPARAMS, self.policy_hparams[policy_id].tolist()))
+
+    def set_hparams(self, policy_id: int, values: dict[str, float]) -> None:
+        self.policy_hparams[policy_id] = torch.tensor([values[name] for name in PER_POLICY_HPARAMS], dtype=torch.float64)
 
     def read_weights(self, policy_id: int, model: nn.Module, known_version: int) -> int:
         """Load the newest published weights into `model` if newer than `known_version`; returns the

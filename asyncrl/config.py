@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 
+# Learning hyperparameters each policy holds for itself: --policy_overrides sets them per policy, PBT mutates them.
+PER_POLICY_HPARAMS = ("learning_rate", "exploration_loss_coeff", "value_loss_coeff", "max_grad_norm", "ppo_clip_ratio",
+                      "ppo_clip_value", "gamma")
+
+
 class ConfigError(ValueError):
     """A user error: the CLI prints it as one line and exits with code 2, before any process starts."""
 
@@ -45,7 +50,9 @@ class Config:
     num_workers: int = _f(2, "Rollout worker processes.")
     num_envs_per_worker: int = _f(4, "Envs per rollout worker, split into --worker_num_splits groups stepped alternately.")
     worker_num_splits: int = _f(2, "Env groups per rollout worker (2 = double-buffered sampling: one group simulates while the other's actions are computed). With inference on the same CPU cores as simulation there is little to overlap; 1 and 2 measured within the noise there (benchmarks/splits_ab.py).")
-    num_policies: int = _f(1, "Policies trained at once; each episode is assigned to one of them.")
+    num_policies: int = _f(1, "Policies trained at once; each agent's episode is assigned to one of them at random.")
+    pbt_mix_policies_in_one_env: bool = _f(True, "In a multi-agent env, each agent draws its own policy per episode; False: all agents of an env play an episode with one policy.")
+    agents_per_env: int = _f(-1, "Agents in each env: -1 (auto) takes the env's own count (1 for a gymnasium env, its possible_agents for a PettingZoo env); another value must equal it (a check that --env is the env you mean).")
     policy_workers_per_policy: int = _f(-1, "Inference processes per policy. -1 (auto): 1, or 2 when nothing learns on the CPU (--sampler_only on a CPU), where one single-threaded policy worker cannot use the cores a learner would take (doom_basic 2x16 sampler on 2 cores: 0.52 -> 0.83 of its compute limit); next to a CPU learner a second one takes the learner's core (training 30% slower).")
     rollout: int = _f(32, "Length of a trajectory slot: env steps per agent sent to the learner at once.")
     max_policy_lag: int = _f(100, "Samples more than this many policy versions older than the learner are masked from the loss.")
@@ -103,6 +110,20 @@ class Config:
     eval_episodes: int = _f(10, "Episodes per evaluation.")
     eval_deterministic: bool = _f(False, "Evaluate (and `asyncrl enjoy`) with the most likely action instead of a sampled one.")
 
+    # --- per-policy hyperparameters and population-based training (Sample Factory's flags and defaults)
+    policy_overrides: dict = _f({}, "Starting hyperparameters per policy, as JSON: '{\"1\": {\"learning_rate\": 1e-7}}'. Keys: learning_rate, exploration_loss_coeff, value_loss_coeff, max_grad_norm, ppo_clip_ratio, ppo_clip_value, gamma.")
+    with_pbt: bool = _f(False, "Population-based training: every --pbt_period_env_steps, a policy in the bottom --pbt_replace_fraction copies a top policy's weights and optimizer state (in memory) and hyperparameters; every policy's hyperparameters mutate. Decisions go to <experiment>/pbt.jsonl.")
+    pbt_period_env_steps: int = _f(5_000_000, "Env steps of a policy between its PBT updates.")
+    pbt_start_mutation: int = _f(20_000_000, "A policy's first PBT update comes after this many of its env steps.")
+    pbt_replace_fraction: float = _f(0.3, "Fraction of the population (rounded up) that counts as bottom, and as top; in (0, 0.5].")
+    pbt_mutation_rate: float = _f(0.15, "Probability that each hyperparameter mutates at a PBT update.")
+    pbt_replace_reward_gap: float = _f(0.1, "A bottom policy copies a top one only if the top one's objective is higher by this fraction of its magnitude (and by --pbt_replace_reward_gap_absolute).")
+    pbt_replace_reward_gap_absolute: float = _f(1e-6, "The least objective gap for a copy (see --pbt_replace_reward_gap).")
+    pbt_optimize_gamma: bool = _f(False, "Mutate gamma too (through 1 - gamma).")
+    pbt_perturb_min: float = _f(1.1, "A mutation multiplies or divides a hyperparameter by U[min, max].")
+    pbt_perturb_max: float = _f(1.5, "See --pbt_perturb_min.")
+    pbt_target_objective: str = _f("true_objective", "The episode stat (info['episode_stats']) PBT ranks policies by, averaged over the last --stats_avg episodes; envs without it are ranked by return.")
+
     # ------------------------------------------------------------------
     @property
     def experiment_dir(self) -> str:
@@ -134,6 +155,8 @@ class Config:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name} must be positive, got {getattr(self, name)}")
+        if self.agents_per_env <= 0 and self.agents_per_env != -1:
+            raise ConfigError(f"--agents_per_env must be positive or -1 (auto), got {self.agents_per_env}")
         if self.policy_workers_per_policy <= 0 and self.policy_workers_per_policy != -1:
             raise ConfigError(f"--policy_workers_per_policy must be positive or -1 (auto), got {self.policy_workers_per_policy}")
         if self.env_frameskip is not None and self.env_frameskip <= 0:
@@ -167,6 +190,39 @@ class Config:
             raise ConfigError(f"--encoder_mlp_layers must be a list of positive ints, got {self.encoder_mlp_layers}")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise ConfigError(f"--device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        self._validate_pbt()
+
+    def policy_hparams(self, policy_id: int) -> dict:
+        """The starting values of a policy's own hyperparameters (PER_POLICY_HPARAMS): the flags, then --policy_overrides."""
+        return {**{name: float(getattr(self, name)) for name in PER_POLICY_HPARAMS},
+                **self.policy_overrides.get(str(policy_id), {})}
+
+    def _validate_pbt(self) -> None:
+        for key, overrides in self.policy_overrides.items():
+            if not (key.isdigit() and int(key) < self.num_policies):
+                raise ConfigError(f"--policy_overrides: {key!r} is not a policy index (0..{self.num_policies - 1})")
+            if not isinstance(overrides, dict):
+                raise ConfigError(f"--policy_overrides: policy {key} needs an object of hyperparameters, got {overrides!r}")
+            for name, value in overrides.items():
+                if name not in PER_POLICY_HPARAMS:
+                    raise ConfigError(f"--policy_overrides: unknown key {name!r} for policy {key}; per-policy keys: "
+                                      f"{', '.join(PER_POLICY_HPARAMS)}")
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                    raise ConfigError(f"--policy_overrides: {name} of policy {key} must be a number >= 0, got {value!r}")
+        if not self.with_pbt:
+            return
+        if self.num_policies < 2:
+            raise ConfigError("--with_pbt True needs a population: --num_policies 2 or more")
+        if not 0 < self.pbt_replace_fraction <= 0.5:
+            raise ConfigError(f"--pbt_replace_fraction must be in (0, 0.5] (bottom and top must not overlap), "
+                              f"got {self.pbt_replace_fraction}")
+        if not 0 <= self.pbt_mutation_rate <= 1:
+            raise ConfigError(f"--pbt_mutation_rate must be in [0, 1], got {self.pbt_mutation_rate}")
+        if not 1 < self.pbt_perturb_min <= self.pbt_perturb_max:
+            raise ConfigError(f"--pbt_perturb_min/max must satisfy 1 < min <= max, got {self.pbt_perturb_min}, "
+                              f"{self.pbt_perturb_max}")
+        if self.pbt_period_env_steps <= 0 or self.pbt_start_mutation < 0:
+            raise ConfigError("--pbt_period_env_steps must be positive and --pbt_start_mutation >= 0")
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

@@ -18,7 +18,7 @@ from asyncrl.checkpoint import (CheckpointError, best_checkpoint_path, check_com
                                 list_checkpoints, load_checkpoint)
 from asyncrl.config import (Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config,
                             experiment_dir_of, parse_bool, read_saved_config)
-from asyncrl.envs import EnvError, env_entry, env_frameskip, make_env
+from asyncrl.envs import EnvError, env_entry, make_agents
 from asyncrl.evaluator import play_episode
 from asyncrl.model import build_model
 
@@ -70,7 +70,7 @@ def make_video_env(cfg: Config):
     """The env with render_mode="rgb_array", checked to give frames; EnvError if it cannot."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame-drawn gymnasium envs: frames only, no window
     try:
-        env = make_env(cfg.env, **cfg.env_kwargs(), render_mode="rgb_array")
+        env = make_agents(cfg.env, **cfg.env_kwargs(), render_mode="rgb_array")
     except (TypeError, EnvError) as e:
         raise EnvError(f"--save_video: env {cfg.env!r} gives no frames (it takes no render_mode='rgb_array': {e})") from None
     env.reset(seed=0)
@@ -97,7 +97,7 @@ def write_video(frames: list[np.ndarray], path: str, fps: float) -> None:
 def enjoy(argv: list[str]) -> int:
     args, cfg = parse_enjoy_args(argv)
     path = checkpoint_to_load(args, cfg)
-    env = make_video_env(cfg) if args["save_video"] else make_env(cfg.env, **cfg.env_kwargs())
+    env = make_video_env(cfg) if args["save_video"] else make_agents(cfg.env, **cfg.env_kwargs())
     model = build_model(env.observation_space, env.action_space, cfg).eval()
     state = load_checkpoint(path, ("model",))
     check_compatible(path, state["model"], model)
@@ -114,7 +114,7 @@ def enjoy(argv: list[str]) -> int:
     finally:
         env.close()
     if frames is not None:
-        fps = args["fps"] or env.metadata.get("render_fps", 30) / env_frameskip(env)
+        fps = args["fps"] or env.metadata.get("render_fps", 30) / env.frameskip
         video = os.path.join(cfg.experiment_dir, args["video_name"])
         os.makedirs(cfg.experiment_dir, exist_ok=True)
         write_video(frames, video, fps)

@@ -16,7 +16,7 @@ import torch
 from asyncrl.buffers import SharedBuffers
 from asyncrl.checkpoint import CheckpointError, best_checkpoint_path, load_checkpoint, save_best_checkpoint
 from asyncrl.config import Config
-from asyncrl.envs import make_env
+from asyncrl.envs import make_agents
 from asyncrl.model import ActorCritic, build_model
 from asyncrl.queues import Empty, Queues
 from asyncrl.rollout_worker import env_actions
@@ -27,23 +27,29 @@ EVAL_SEED_BASE = 1_000_000  # fixed: the same episodes for every evaluation, of 
 @torch.no_grad()
 def play_episode(model: ActorCritic, env, deterministic: bool, seed: int | None = None,
                  frames: list | None = None) -> dict:
-    """One episode with `model` acting (argmax/mean actions if deterministic, else sampled); returns its return,
-    length and the env's episode stats. With `frames`, appends env.render() after the reset and after every step."""
+    """One episode of `env` (a list of agents, make_agents) with `model` acting for every agent (argmax/mean actions
+    if deterministic, else sampled). Returns the return (the mean over agents), the length in env steps and the
+    env's episode stats (the mean over agents). With `frames`, appends env.render() after the reset and every step."""
     obs, _ = env.reset(seed=seed)
-    state = torch.zeros(1, model.rnn_state_size)
-    total, length, info = 0.0, 0, {}
-    while True:
+    n = env.num_agents
+    state = torch.zeros(n, model.rnn_state_size)
+    returns, playing, stats, length = np.zeros(n), [True] * n, [{}] * n, 0
+    while any(playing):
         if frames is not None:
             frames.append(env.render())
-        params, _, state = model.forward_step(torch.as_tensor(obs).unsqueeze(0), state)
-        action = model.greedy_actions(params) if deterministic else model.sample_actions(params)[0]
-        obs, reward, terminated, truncated, info = env.step(env_actions(env.action_space, action.numpy())[0])
-        total, length = total + float(reward), length + 1
-        if terminated or truncated:
-            break
+        params, _, state = model.forward_step(torch.as_tensor(np.stack(obs)), state)
+        actions = model.greedy_actions(params) if deterministic else model.sample_actions(params)[0]
+        obs, rewards, terminated, truncated, infos = env.step(env_actions(env.action_space, actions.numpy()))
+        length += 1
+        for i in range(n):
+            if playing[i]:
+                returns[i] += float(rewards[i])
+                if terminated[i] or truncated[i]:
+                    playing[i], stats[i] = False, infos[i].get("episode_stats", {})
     if frames is not None:
         frames.append(env.render())
-    return {"return": total, "length": length, "stats": {k: float(v) for k, v in info.get("episode_stats", {}).items()}}
+    return {"return": float(returns.mean()), "length": length,
+            "stats": {k: float(np.mean([float(s.get(k, np.nan)) for s in stats])) for k in stats[0]}}
 
 
 def saved_best_score(path: str) -> float:
@@ -60,7 +66,7 @@ class Evaluator:
         if not cfg.serial_mode:  # a process of its own: never take a core from training
             os.nice(19)
         self.model = build_model(obs_space, action_space, cfg).eval()
-        self.env = make_env(cfg.env, **cfg.env_kwargs())
+        self.env = make_agents(cfg.env, **cfg.env_kwargs())
         self.seeds = [EVAL_SEED_BASE + i for i in range(cfg.eval_episodes)]
         self.best_paths = [best_checkpoint_path(cfg.experiment_dir, p) for p in range(cfg.num_policies)]
         self.best_scores = [saved_best_score(path) for path in self.best_paths]

@@ -11,7 +11,7 @@ from asyncrl import losses
 from asyncrl.buffers import SharedBuffers, slots_per_batch
 from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint, save_checkpoint
 from asyncrl.config import Config
-from asyncrl.model import build_model, low_precision
+from asyncrl.model import build_model, low_precision, num_state_floats, state_tensors
 from asyncrl.queues import Empty, Queues
 from asyncrl.timing import Timing
 from asyncrl.vtrace import from_importance_weights
@@ -20,6 +20,42 @@ MAX_NAN_UPDATES_IN_A_ROW = 10
 # The input normalizer's statistics are updated from this many random valid observations per batch: as good an
 # estimate of per-pixel mean and variance over a run, at a quarter of the cost of using a whole 1024-sample batch.
 NORMALIZER_SAMPLES_PER_BATCH = 256
+
+
+def learner_state_floats(model: torch.nn.Module) -> int:
+    """Floats of a learner's state as pack_state writes it: weights and buffers, Adam's two moments, Adam's step."""
+    return num_state_floats(model) + 2 * sum(p.numel() for p in model.parameters()) + 1
+
+
+def pack_state(model: torch.nn.Module, optimizer: torch.optim.Adam, out: torch.Tensor) -> None:
+    """Write the model's state tensors and the Adam state of its parameters into the flat tensor `out` (a parameter
+    Adam has not stepped yet counts as zero moments)."""
+    params = list(model.parameters())
+    moments = [optimizer.state.get(p, {}) for p in params]
+    parts = [t.detach().reshape(-1).float().cpu() for t in state_tensors(model)]
+    for key in ("exp_avg", "exp_avg_sq"):
+        parts += [m[key].reshape(-1).float().cpu() if key in m else torch.zeros(p.numel()) for p, m in zip(params, moments)]
+    step = max([float(m["step"]) for m in moments if "step" in m], default=0.0)
+    out.copy_(torch.cat([*parts, torch.tensor([step])]))
+
+
+def unpack_state(model: torch.nn.Module, optimizer: torch.optim.Adam, flat: torch.Tensor) -> None:
+    """The inverse of pack_state: load weights, buffers and Adam state from `flat`."""
+    flat, offset = flat.clone(), 0
+
+    def take(like: torch.Tensor) -> torch.Tensor:
+        nonlocal offset
+        offset += like.numel()
+        return flat[offset - like.numel():offset].view_as(like).to(like.device, like.dtype)
+    with torch.no_grad():
+        for t in state_tensors(model):
+            t.copy_(take(t))
+        params = list(model.parameters())
+        moments = {key: [take(p) for p in params] for key in ("exp_avg", "exp_avg_sq")}
+        step = float(flat[offset])
+    for i, p in enumerate(params):
+        optimizer.state[p] = {"step": torch.tensor(step), "exp_avg": moments["exp_avg"][i].clone(),
+                              "exp_avg_sq": moments["exp_avg_sq"][i].clone()}
 
 
 def _sample_observations(obs: torch.Tensor, valid: torch.Tensor, n: int) -> torch.Tensor:
@@ -33,6 +69,7 @@ class Learner:
                  obs_space, action_space, device: torch.device, frameskip: int):
         self.policy_id, self.cfg, self.buffers, self.device, self.frameskip = policy_id, cfg, buffers, device, frameskip
         self.full_slots, self.free_slots, self.reports = queues.full_slots[policy_id], queues.free_slots, queues.reports
+        self.commands = queues.learner_commands[policy_id]  # from PBT (pbt.py)
         self.model = build_model(obs_space, action_space, cfg).to(device).train()
         self.autocast_dtype = low_precision(cfg, device, self.model)  # of the encoder; master weights stay float32
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
@@ -44,14 +81,30 @@ class Learner:
         self.pending_slots: list[int] = []
         self.last_checkpoint = time.monotonic()
         self.timing = Timing(f"learner_{policy_id}")
+        self.hp = cfg.policy_hparams(policy_id)  # this policy's own hyperparameters, re-read from shared memory per batch
         self._load_latest_checkpoint()
+        buffers.set_hparams(policy_id, self.hp)
         buffers.publish_weights(policy_id, self.model, self.train_step)
-        self.reports.put(("learner", policy_id, {"train_step": self.train_step, "env_steps": self.env_steps}))
+        self.reports.put(("learner", policy_id, {"train_step": self.train_step, "env_steps": self.env_steps,
+                                                 **self._hp_stats()}))
 
     # --- lifecycle
     def poll(self, timeout: float) -> bool:
+        """Learn from one batch if one is complete; in serial mode from every complete one (there a rollout worker
+        cannot wait for the learner to free a slot)."""
         if self.timing.due():
             self.reports.put(self.timing.report())
+        self._run_commands()
+        learned = False
+        while (slots := self._next_batch(timeout)) is not None:
+            self._learn(slots)
+            learned, timeout = True, 0.0
+            if not self.cfg.serial_mode:
+                break
+        return learned
+
+    def _next_batch(self, timeout: float) -> torch.Tensor | None:
+        """The slots of the next batch, once --batch_size samples' worth have arrived."""
         needed = slots_per_batch(self.cfg) - len(self.pending_slots)
         try:
             with self.timing.phase("wait_batch"):  # time here means sampling is the bottleneck
@@ -60,11 +113,14 @@ class Learner:
         except Empty:
             pass
         if len(self.pending_slots) < slots_per_batch(self.cfg):
-            return False
+            return None
         slots, self.pending_slots = torch.tensor(self.pending_slots), []
+        return slots
+
+    def _learn(self, slots: torch.Tensor) -> None:
         if self.cfg.sampler_only:
             self._count_and_recycle(slots)
-            return True
+            return
         with self.timing.phase("gather"):
             batch = self._gather(slots)
             self.free_slots.put_many(slots.tolist())
@@ -75,7 +131,24 @@ class Learner:
         self.reports.put(("learner", self.policy_id, stats))
         if time.monotonic() - self.last_checkpoint >= self.cfg.save_every_sec:
             self.save()
-        return True
+
+    def _run_commands(self) -> None:
+        """PBT's requests: "export" writes this learner's weights and Adam state to its learner_state row; ("import",
+        src) loads src's row, and moves the version past --max_policy_lag so that samples the replaced weights
+        collected are masked from the loss."""
+        try:
+            commands = self.commands.get_many(block=False)
+        except Empty:
+            return
+        for command in commands:
+            if command[0] == "export":
+                pack_state(self.model, self.optimizer, self.buffers.learner_state[self.policy_id])
+                self.reports.put(("pbt_exported", self.policy_id))
+            elif command[0] == "import":
+                unpack_state(self.model, self.optimizer, self.buffers.learner_state[command[1]])
+                self.train_step += self.cfg.max_policy_lag + 1
+                self.buffers.publish_weights(self.policy_id, self.model, self.train_step)
+                self.reports.put(("pbt_imported", self.policy_id, command[1]))
 
     def _count_and_recycle(self, slots: torch.Tensor) -> None:
         """--sampler_only: count the samples and hand the slots straight back (measures sampling alone)."""
@@ -91,7 +164,7 @@ class Learner:
         self.last_checkpoint = time.monotonic()
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "train_step": self.train_step, "env_steps": self.env_steps, "policy_id": self.policy_id,
-                 "nan_updates": self.nan_updates}
+                 "nan_updates": self.nan_updates, "hparams": self.buffers.hparams(self.policy_id)}
         return save_checkpoint(self.checkpoint_dir, state, self.cfg.keep_checkpoints)
 
     def _load_latest_checkpoint(self) -> None:
@@ -104,6 +177,8 @@ class Learner:
         self.optimizer.load_state_dict(state["optimizer"])
         self.train_step, self.env_steps = int(state["train_step"]), int(state["env_steps"])
         self.nan_updates = int(state.get("nan_updates", 0))
+        if self.cfg.with_pbt and "hparams" in state:  # PBT's mutations survive a resume; without PBT the config rules
+            self.hp = {**self.hp, **state["hparams"]}
 
     # --- one batch
     def _gather(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -123,6 +198,7 @@ class Learner:
         valid = batch["valid"]
         batch["mask"] = valid & (lag <= cfg.max_policy_lag)
         self.env_steps += int(valid.sum()) * self.frameskip
+        self.hp = self.buffers.hparams(self.policy_id)
         if self.model.normalizer is not None:
             self.model.normalizer.update(_sample_observations(batch["obs"][:-1], valid, NORMALIZER_SAMPLES_PER_BATCH))
         lr = self._learning_rate()
@@ -136,6 +212,7 @@ class Learner:
                 stats = self._optimizer_step({k: v.index_select(1, minibatch.to(v.device)) for k, v in batch.items()})
         self.train_step += 1
         valid_lag = lag[valid].float()
+        stats.update(self._hp_stats())
         stats.update(train_step=self.train_step, env_steps=self.env_steps, lr=lr, nan_updates=self.nan_updates,
                      policy_lag_min=float(valid_lag.min()), policy_lag_mean=float(valid_lag.mean()),
                      policy_lag_max=float(valid_lag.max()), masked_fraction=1.0 - float(batch["mask"].sum()) / max(1, int(valid.sum())))
@@ -148,7 +225,7 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
-                                                   self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf"))
+                                                   self.hp["max_grad_norm"] if self.hp["max_grad_norm"] > 0 else float("inf"))
         if not torch.isfinite(grad_norm):
             return self._skip_update(stats)
         self.optimizer.step()
@@ -165,7 +242,7 @@ class Learner:
         return stats
 
     def _loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        cfg, mask, valid = self.cfg, mb["mask"], mb["valid"]
+        cfg, hp, mask, valid = self.cfg, self.hp, mb["mask"], mb["valid"]
         action_params, values = self.model.forward_sequence(mb["obs"], mb["chunk_states"], mb["dones"], cfg.bptt_len,
                                                             self.autocast_dtype)
         dist = self.model.distribution(action_params[:-1])
@@ -173,7 +250,7 @@ class Learner:
         # padding steps hold stale actions and log-probs: give them ratio 1 so nothing overflows
         log_ratio = torch.where(valid, logp - mb["behavior_logp"], torch.zeros_like(logp))
         rewards = (mb["rewards"] * cfg.reward_scale).clamp(-cfg.reward_clip, cfg.reward_clip)
-        discounts = cfg.gamma * (~mb["dones"]).float()
+        discounts = hp["gamma"] * (~mb["dones"]).float()
         values_now, bootstrap = values[:-1].detach(), values[-1].detach()
         if cfg.with_vtrace:
             vt = from_importance_weights(log_ratio.detach(), discounts, rewards, values_now, bootstrap,
@@ -184,15 +261,18 @@ class Learner:
         if cfg.normalize_advantage:
             advantages = losses.normalize(advantages, mask)
 
-        policy_loss = losses.ppo_policy_loss(torch.exp(log_ratio), advantages, cfg.ppo_clip_ratio, mask)
-        value_loss = losses.value_loss(values[:-1], targets, mb["behavior_values"], cfg.ppo_clip_value, mask)
+        policy_loss = losses.ppo_policy_loss(torch.exp(log_ratio), advantages, hp["ppo_clip_ratio"], mask)
+        value_loss = losses.value_loss(values[:-1], targets, mb["behavior_values"], hp["ppo_clip_value"], mask)
         entropy = losses.masked_mean(dist.entropy(), mask)
-        loss = policy_loss + cfg.value_loss_coeff * value_loss - cfg.exploration_loss_coeff * entropy
+        loss = policy_loss + hp["value_loss_coeff"] * value_loss - hp["exploration_loss_coeff"] * entropy
         stats = {"loss": loss.item(), "policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
                  "entropy": entropy.item(), "value": losses.masked_mean(values_now, mask).item()}
         return loss, stats
 
+    def _hp_stats(self) -> dict:
+        return {f"hp_{name}": value for name, value in self.hp.items()}
+
     def _learning_rate(self) -> float:
         if self.cfg.lr_schedule == "linear_decay":
-            return self.cfg.learning_rate * max(0.0, 1.0 - self.env_steps / self.cfg.train_for_env_steps)
-        return self.cfg.learning_rate
+            return self.hp["learning_rate"] * max(0.0, 1.0 - self.env_steps / self.cfg.train_for_env_steps)
+        return self.hp["learning_rate"]

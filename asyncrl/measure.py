@@ -23,26 +23,36 @@ import psutil
 import torch
 
 from asyncrl.config import Config
-from asyncrl.envs import adopt_entry, env_frameskip, make_env, portable_entry
+from asyncrl.envs import adopt_entry, make_agents, portable_entry
+from asyncrl.envs.multi_agent import random_step
 from asyncrl.processes import keep_freed_memory_for_reuse, mp_context
 
 
 # --- raw: the env alone
-def _step_randomly(envs: list) -> None:
-    """One step of each env with a random action; an env whose episode ended is reset."""
-    for env in envs:
-        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-        if terminated or truncated:
-            env.reset()
+class RandomPlay:
+    """Envs (as lists of agents) stepped in turn with random actions, as a rollout worker steps its envs."""
+
+    def __init__(self, cfg_env: str, env_kwargs: dict, num_envs: int, seed: int):
+        self.envs = [make_agents(cfg_env, **env_kwargs) for _ in range(num_envs)]
+        for i, env in enumerate(self.envs):
+            env.reset(seed=seed + i)
+            env.action_space.seed(seed + i)
+        self.playing = [[True] * env.num_agents for env in self.envs]
+        self.frameskip = self.envs[0].frameskip
+
+    def step(self) -> int:
+        """One step of every env; returns the agent steps taken."""
+        return sum(random_step(env, playing) for env, playing in zip(self.envs, self.playing))
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
 
 
 def _raw_worker(env: tuple[str, bytes], env_kwargs: dict, num_envs: int, seed: int, warmup: float, seconds: float,
                 results):
     adopt_entry(*env)
-    envs = [make_env(env[0], **env_kwargs) for _ in range(num_envs)]
-    for i, env in enumerate(envs):
-        env.reset(seed=seed + i)
-        env.action_space.seed(seed + i)
+    play = RandomPlay(env[0], env_kwargs, num_envs, seed)
     steps, start = 0, time.perf_counter()
     measured_from, steps_at_warmup = None, 0
     while True:
@@ -51,11 +61,9 @@ def _raw_worker(env: tuple[str, bytes], env_kwargs: dict, num_envs: int, seed: i
             measured_from, steps_at_warmup = now, steps
         if now - start >= warmup + seconds:
             break
-        _step_randomly(envs)
-        steps += num_envs
-    results.put((steps - steps_at_warmup) * env_frameskip(envs[0]) / (now - measured_from))
-    for env in envs:
-        env.close()
+        steps += play.step()
+    results.put((steps - steps_at_warmup) * play.frameskip / (now - measured_from))
+    play.close()
 
 
 def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
@@ -156,21 +164,18 @@ def seconds_per_call(fn, min_seconds: float = 2.0, min_calls: int = 3, clock=tim
 @contextlib.contextmanager
 def simulation_workload(cfg: Config, num_envs: int):
     """(step, agent steps per call, frameskip): `step` steps num_envs envs in turn with random actions (resets
-    included), as a rollout worker steps its envs; the envs are closed on exit."""
-    envs = [make_env(cfg.env, **cfg.env_kwargs()) for _ in range(num_envs)]
+    included), as a rollout worker steps its envs; the envs are closed on exit. Agent steps count every agent of
+    an env, as if none left an episode early."""
+    play = RandomPlay(cfg.env, cfg.env_kwargs(), num_envs, 0)
     try:
-        for i, env in enumerate(envs):
-            env.reset(seed=i)
-            env.action_space.seed(i)
         rounds = max(1, 50 // num_envs)
 
         def step():
             for _ in range(rounds):
-                _step_randomly(envs)
-        yield step, rounds * num_envs, env_frameskip(envs[0])
+                play.step()
+        yield step, rounds * num_envs * play.envs[0].num_agents, play.frameskip
     finally:
-        for env in envs:
-            env.close()
+        play.close()
 
 
 @contextlib.contextmanager
@@ -181,11 +186,12 @@ def model_workloads(cfg: Config, inference_batch: int):
     from asyncrl.learner import Learner
     from asyncrl.policy_worker import PolicyWorker
     from asyncrl.queues import Queues
-    from asyncrl.runner import model_and_layout, probe_env
+    from asyncrl.runner import decide_auto, model_and_layout, probe_env
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = dataclasses.replace(cfg, train_dir=tmp, num_policies=1, num_workers=max(1, -(-inference_batch // cfg.num_envs_per_worker)))
         env = probe_env(cfg)
+        cfg = decide_auto(cfg, torch.device("cpu"), env)
         _, layout = model_and_layout(cfg, env)
         b, queues, cpu = SharedBuffers(layout), Queues(cfg, num_slots(cfg)), torch.device("cpu")
         b.traj_obs.copy_(torch.as_tensor(np.stack([env.obs_space.sample() for _ in range(b.traj_obs.shape[1])])))

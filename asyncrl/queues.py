@@ -7,6 +7,7 @@ dict of numbers): the data itself stays in the shared tensors of `buffers.py`.
     actions_ready[w]    -> rollout worker w     (split, policy): actions for that group are written
     reports             -> runner               ("episodes" | "learner" | ..., payload) statistics
     eval_requests       -> evaluator            (policy, env steps): evaluate that policy's newest weights
+    learner_commands[p] -> learner p            ("export",) or ("import", source policy): PBT's weight copies
 """
 
 from __future__ import annotations
@@ -31,4 +32,5 @@ class Queues:
         self.actions_ready = [Queue(max_size_bytes=_BYTES) for _ in range(cfg.num_workers)]
         self.reports = Queue(max_size_bytes=16 * _BYTES)
         self.eval_requests = Queue(max_size_bytes=_BYTES)
+        self.learner_commands = [Queue(max_size_bytes=_BYTES) for _ in range(cfg.num_policies)]
         self.free_slots.put_many(list(range(num_slots)))

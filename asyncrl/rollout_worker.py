@@ -15,11 +15,11 @@ import traceback
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.buffers import AGENTS_PER_ENV, SharedBuffers, split_agents
+from asyncrl.buffers import NO_POLICY, SharedBuffers, split_agents
 from asyncrl.config import Config
 from asyncrl.queues import Empty, Queues
 from asyncrl.timing import Timing
-from asyncrl.envs import make_env
+from asyncrl.envs import EnvError, make_agents
 
 REPORT_INTERVAL_S = 1.0
 MAX_CONSECUTIVE_ENV_ERRORS = 3
@@ -49,7 +49,7 @@ class RolloutWorker:
         base_seed = cfg.seed if cfg.seed is not None else secrets.randbits(31)
         self.rng = np.random.default_rng([base_seed, worker_idx])  # policy assignment
 
-        self.envs = [make_env(cfg.env, **cfg.env_kwargs()) for _ in range(cfg.num_envs_per_worker)]
+        self.envs = [self._make_env() for _ in range(cfg.num_envs_per_worker)]
         self.env_seeds = [env_seed(base_seed, worker_idx, i) for i in range(cfg.num_envs_per_worker)]
         self.action_space = self.envs[0].action_space
         k = cfg.envs_per_split
@@ -71,7 +71,8 @@ class RolloutWorker:
         self.agent_rnn_state = buffers.agent_rnn_state.numpy()
         self.heartbeat = buffers.worker_heartbeat.numpy()
 
-        num_local_agents = cfg.num_envs_per_worker * AGENTS_PER_ENV
+        num_local_agents = cfg.num_envs_per_worker * cfg.agents_per_env
+        self.playing = np.zeros(num_local_agents, bool)  # the agent is in its env's episode (else it waits for the rest)
         self.episode_return = np.zeros(num_local_agents)  # the env's own reward, unscaled
         self.episode_length = np.zeros(num_local_agents, np.int64)
         self.finished_episodes: list[tuple] = []  # (policy, return, length, env stats)
@@ -82,15 +83,21 @@ class RolloutWorker:
         self.last_report = time.monotonic()
         self.timing = Timing(f"rollout_{worker_idx}")
 
+    def _make_env(self):
+        env = make_agents(self.cfg.env, **self.cfg.env_kwargs())
+        if env.num_agents != self.cfg.agents_per_env:  # the runner's probe env had another count
+            raise EnvError(f"env {self.cfg.env!r} made an env with {env.num_agents} agents, another with "
+                           f"{self.cfg.agents_per_env}: an env's agent count must be fixed")
+        return env
+
     # --- lifecycle
     def start(self) -> None:
         """Reset every env, give each agent a slot and a policy, and request the first actions."""
-        for split, (envs, agents) in enumerate(zip(self.split_envs, self.split_agent_ids)):
-            for env, agent, seed in zip(envs, agents, self.env_seeds[split * len(envs):]):
-                obs, _ = env.reset(seed=seed)
-                self.agent_policy[agent] = self.rng.integers(self.cfg.num_policies)
-                self.agent_rnn_state[agent] = 0
-                self._begin_slot(agent, obs)
+        for split, agents in enumerate(self.split_agent_ids):
+            for agent in agents:
+                self._begin_slot(agent)
+            for i, env in enumerate(self.split_envs[split]):
+                self._start_episode(split, i, env.reset(seed=self.env_seeds[split * len(self.split_envs[split]) + i])[0])
             self._request_actions(split)
 
     def stop(self) -> None:
@@ -118,69 +125,119 @@ class RolloutWorker:
     # --- the hot path
     def _step_split(self, split: int) -> None:
         agents, local, envs = self.split_agent_ids[split], self.split_local_ids[split], self.split_envs[split]
+        n = self.cfg.agents_per_env
         slots, steps = self.agent_slot[agents], self.agent_step[agents]
         actions = env_actions(self.action_space, self.traj_actions[slots, steps])
-        rewards, dones, terminal = np.zeros(len(envs)), np.zeros(len(envs), bool), np.zeros(len(envs), bool)
-        ended, failed, truncated_at = [], [], []  # truncated_at: (i, the next episode's first observation)
+        stepped = self.playing[local]  # a copy: the agents that act in this step
+        playing = stepped.tolist()
+        rewards, ended, terminal = np.zeros(len(agents)), np.zeros(len(agents), bool), np.zeros(len(agents), bool)
+        episode_stats, resets, failed = {}, [], []  # resets: (env, its next episode's first observations)
         with self.timing.phase("env_step"):
             for i, env in enumerate(envs):
+                first = i * n
                 try:
-                    obs, rewards[i], terminated, truncated, info = env.step(actions[i])
-                    if terminated or truncated:
-                        first_obs, _ = env.reset()
-                        if truncated and not terminated and self.cfg.value_bootstrap:
-                            truncated_at.append((i, first_obs))  # obs stays the final one: the learner needs it
-                        else:
-                            obs, terminal[i] = first_obs, True
-                        dones[i] = True
-                        ended.append((i, info.get("episode_stats", {})))
+                    obs, env_rewards, terminated, truncated, infos = env.step(actions[first:first + n])
                 except Exception as error:
                     failed.append((i, error))  # recovered below, once this group's shared writes are done
+                    stepped[first:first + n] = False
                     continue
-                self.traj_obs[slots[i], steps[i] + 1] = obs
+                still_playing = 0
+                for j in range(n):
+                    a = first + j
+                    if not playing[a]:
+                        continue
+                    rewards[a] = env_rewards[j]
+                    self.traj_obs[slots[a], steps[a] + 1] = obs[j]  # a truncated episode's final obs stays: see below
+                    if terminated[j] or truncated[j]:
+                        ended[a], episode_stats[a] = True, infos[j].get("episode_stats", {})
+                        terminal[a] = terminated[j] or not self.cfg.value_bootstrap
+                    else:
+                        still_playing += 1
+                if still_playing == 0:
+                    resets.append((i, env.reset()[0]))
         # whole-group writes: a few numpy calls per group instead of several per env (the worker's cache is cold
         # after every engine step, so each call costs microseconds)
-        self.traj_rewards[slots, steps] = rewards
-        self.traj_dones[slots, steps] = terminal  # a truncated episode's state goes on into its final observation
+        self.traj_rewards[slots[stepped], steps[stepped]] = rewards[stepped]
+        self.traj_dones[slots[stepped], steps[stepped]] = terminal[stepped]  # a truncated state goes on: final obs
         self.episode_return[local] += rewards
-        self.episode_length[local] += 1
-        for i, env_stats in ended:
-            self._end_episode(agents[i], local[i], env_stats)
-            self.consecutive_errors[local[i] // AGENTS_PER_ENV] = 0  # a whole episode went through
-        final_states = self.agent_rnn_state[agents[[i for i, _ in truncated_at]]]  # a copy, before the reset below
-        if ended:
-            self.agent_rnn_state[agents[dones]] = 0
-        self.agent_step[agents] = steps + 1
-        for (i, first_obs), final_state in zip(truncated_at, final_states):
-            self._add_final_observation_row(agents[i], first_obs, final_state)
-        finished = (self.agent_step[agents] == self.cfg.rollout) | dones
-        if failed:
-            finished[[i for i, _ in failed]] = False
-        for i in np.flatnonzero(finished):
-            self._after_step(agents[i], dones[i])
+        self.episode_length[local[stepped]] += 1
+        self.agent_step[agents[stepped]] += 1
+        self._end_episodes(split, ended, terminal, episode_stats)
+        reset_agents = np.zeros(len(agents), bool)
+        for i, first_obs in resets:
+            self._start_episode(split, i, first_obs)
+            reset_agents[i * n:(i + 1) * n] = True
+        for a in np.flatnonzero(ended & ~reset_agents):
+            self._leave_episode(agents[a], local[a])
+        for a in np.flatnonzero(self.agent_step[agents] == self.cfg.rollout):
+            self._finish_slot(agents[a], self.cfg.rollout)
         for i, error in failed:
-            self._recover_env(split * len(envs) + i, agents[i], local[i], error)
+            self._recover_env(split, i, error)
         self._request_actions(split)
 
-    def _add_final_observation_row(self, agent: int, first_obs: np.ndarray, final_state: np.ndarray) -> None:
+    def _end_episodes(self, split: int, ended: np.ndarray, terminal: np.ndarray, episode_stats: dict) -> None:
+        """Record the episodes that ended; a truncated one's final observation becomes a row the learner bootstraps
+        from (see _mark_final_row); recurrent states restart from zero."""
+        agents, local = self.split_agent_ids[split], self.split_local_ids[split]
+        truncated = np.flatnonzero(ended & ~terminal)
+        final_states = self.agent_rnn_state[agents[truncated]]  # a copy, before the reset below
+        self.agent_rnn_state[agents[ended]] = 0
+        for a in np.flatnonzero(ended):
+            self._end_episode(agents[a], local[a], episode_stats[a])
+            self.consecutive_errors[local[a] // self.cfg.agents_per_env] = 0  # a whole episode went through
+        for a, final_state in zip(truncated, final_states):
+            self._mark_final_row(agents[a], final_state)
+
+    def _mark_final_row(self, agent: int, final_state: np.ndarray) -> None:
         """A truncated episode's final observation is in the row after its last step, so the learner can bootstrap
         from its value (vtrace.py). That row becomes a step without a sample (not valid, done: the episode ends
-        there) that holds the episode's recurrent state (a BPTT chunk may start on it); the next episode's first
-        observation goes after it, in this slot or, if the final row was the slot's last, in a new one."""
+        there) that holds the episode's recurrent state (a BPTT chunk may start on it); the next episode starts
+        after it. If the final row is the slot's bootstrap row (T), the slot is full and is sent as it is."""
         slot, row = self.agent_slot[agent], self.agent_step[agent]
-        if row == self.cfg.rollout:  # the slot's bootstrap row
-            self._finish_slot(agent, row, next_obs=first_obs)
+        if row == self.cfg.rollout:
             return
         self.traj_valid[slot, row] = False
         self.traj_dones[slot, row] = True
         self.traj_rewards[slot, row] = 0
         self.traj_rnn_states[slot, row] = final_state
-        self.traj_obs[slot, row + 1] = first_obs
         self.agent_step[agent] = row + 1
 
-    def _recover_env(self, env_idx: int, agent: int, local: int, error: Exception) -> None:
-        """An env raised: log it (once per env), throw away its unfinished trajectory and episode, and
+    def _start_episode(self, split: int, env_in_split: int, first_obs: list) -> None:
+        """An env was reset: each of its agents draws a policy and goes on from its first observation, in the row
+        after its last episode's (in a new slot if its slot is full or it changes policy: a slot holds the samples
+        of one policy)."""
+        n = self.cfg.agents_per_env
+        first = env_in_split * n
+        agents, local = self.split_agent_ids[split][first:first + n], self.split_local_ids[split][first:first + n]
+        for agent, obs, policy in zip(agents, first_obs, self._draw_policies(n)):
+            step = self.agent_step[agent]
+            if step == self.cfg.rollout or (step > 0 and policy != self.agent_policy[agent]):
+                self._finish_slot(agent, step, next_obs=obs)
+            else:
+                self.traj_obs[self.agent_slot[agent], step] = obs
+            self.agent_policy[agent] = policy
+        self.playing[local] = True
+
+    def _draw_policies(self, n: int) -> np.ndarray:
+        """Policies for an env's n agents for one episode: one each, or one for all (--pbt_mix_policies_in_one_env)."""
+        if self.cfg.num_policies == 1:
+            return np.zeros(n, np.int64)
+        if self.cfg.pbt_mix_policies_in_one_env:
+            return self.rng.integers(self.cfg.num_policies, size=n)
+        return np.full(n, self.rng.integers(self.cfg.num_policies))
+
+    def _leave_episode(self, agent: int, local: int) -> None:
+        """The agent's episode ended while others in its env play on: send what its slot holds and wait, in a new
+        slot, with no policy acting for it, until its env is reset."""
+        if self.agent_step[agent] > 0:
+            self._finish_slot(agent, self.agent_step[agent])
+        self.agent_policy[agent] = NO_POLICY
+        self.playing[local] = False
+
+    def _recover_env(self, split: int, env_in_split: int, error: Exception) -> None:
+        """An env raised: log it (once per env), throw away its agents' unfinished trajectories and episodes, and
         start over from a reset, or from a new env if this one keeps failing."""
+        env_idx = split * self.cfg.envs_per_split + env_in_split
         self.env_errors += 1
         self.consecutive_errors[env_idx] += 1
         if env_idx not in self.logged_errors:
@@ -189,13 +246,18 @@ class RolloutWorker:
                   f"discarded (further errors of this env are only counted):\n{''.join(traceback.format_exception(error))}",
                   file=sys.stderr, flush=True)
         obs = self._restart_env(env_idx)
-        old_slot = self.agent_slot[agent]
+        n = self.cfg.agents_per_env
+        agents = self.split_agent_ids[split][env_in_split * n:(env_in_split + 1) * n]
+        local = self.split_local_ids[split][env_in_split * n:(env_in_split + 1) * n]
+        old_slots = self.agent_slot[agents].tolist()
         self.episode_return[local], self.episode_length[local] = 0, 0
-        self.agent_rnn_state[agent] = 0
-        self._begin_slot(agent, obs)
-        self.queues.free_slots.put(int(old_slot))  # never reaches a learner: no corrupt sample is trained on
+        self.agent_rnn_state[agents] = 0
+        for agent in agents:
+            self._begin_slot(agent)
+        self.queues.free_slots.put_many(old_slots)  # never reach a learner: no corrupt sample is trained on
+        self._start_episode(split, env_in_split, obs)
 
-    def _restart_env(self, env_idx: int):
+    def _restart_env(self, env_idx: int) -> list:
         """Reset the env; after MAX_CONSECUTIVE_ENV_ERRORS errors in a row (or if reset fails), recreate it."""
         env = self.envs[env_idx]
         if self.consecutive_errors[env_idx] < MAX_CONSECUTIVE_ENV_ERRORS:
@@ -207,21 +269,11 @@ class RolloutWorker:
             env.close()
         except Exception:
             pass
-        env = self.envs[env_idx] = make_env(self.cfg.env, **self.cfg.env_kwargs())
+        env = self.envs[env_idx] = self._make_env()
         k = self.cfg.envs_per_split
         self.split_envs[env_idx // k][env_idx % k] = env
         self.consecutive_errors[env_idx] = 0
         return env.reset(seed=self.env_seeds[env_idx] + 1_000_003 * self.env_errors)[0]
-
-    def _after_step(self, agent: int, done: bool) -> None:
-        """Send a full slot to the learner; at an episode end, maybe switch the agent to another policy
-        (a slot holds one policy's samples, so a switch closes the current slot early)."""
-        step = self.agent_step[agent]
-        new_policy = self.rng.integers(self.cfg.num_policies) if done and self.cfg.num_policies > 1 else None
-        if step == self.cfg.rollout or (new_policy is not None and new_policy != self.agent_policy[agent] and step > 0):
-            self._finish_slot(agent, step)
-        if new_policy is not None:
-            self.agent_policy[agent] = new_policy
 
     def _finish_slot(self, agent: int, end_step: int, next_obs: np.ndarray | None = None) -> None:
         """Send the agent's slot, filled up to end_step, to its policy's learner; the agent goes on in a new slot
@@ -235,9 +287,10 @@ class RolloutWorker:
         self._begin_slot(agent, next_obs)  # copy the bootstrap obs before the learner may recycle the slot
         self.queues.full_slots[self.agent_policy[agent]].put(int(slot))
 
-    def _begin_slot(self, agent: int, first_obs: np.ndarray) -> None:
+    def _begin_slot(self, agent: int, first_obs: np.ndarray | None = None) -> None:
         slot = self._acquire_free_slot()
-        self.traj_obs[slot, 0] = first_obs
+        if first_obs is not None:
+            self.traj_obs[slot, 0] = first_obs
         self.traj_valid[slot] = True
         self.agent_slot[agent] = slot
         self.agent_step[agent] = 0
@@ -255,10 +308,14 @@ class RolloutWorker:
                     raise RuntimeError("no free trajectory slot in serial mode; slots are sized so this cannot happen")
 
     def _request_actions(self, split: int) -> None:
-        policies = np.unique(self.agent_policy[self.split_agent_ids[split]]) if self.cfg.num_policies > 1 else (0,)
+        if self.cfg.num_policies == 1 and self.cfg.agents_per_env == 1:  # no agent ever waits: skip the unique
+            policies = (0,)
+        else:
+            policies = np.unique(self.agent_policy[self.split_agent_ids[split]])
+            policies = policies[policies != NO_POLICY]
         self.pending_responses[split] = len(policies)
         for p in policies:
-            self.queues.policy_requests[p].put((self.worker_idx, split))
+            self.queues.policy_requests[p].put((self.worker_idx, int(split)))
 
     # --- statistics
     def _end_episode(self, agent: int, local: int, env_stats: dict) -> None:

@@ -17,14 +17,16 @@ import torch
 from asyncrl.buffers import SharedBuffers, buffer_layout, layout_nbytes, num_slots
 from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint
 from asyncrl.config import Config, ConfigError
-from asyncrl.learner import Learner
+from asyncrl.learner import Learner, learner_state_floats
 from asyncrl.model import build_model, num_state_floats
+from asyncrl.pbt import PopulationBasedTraining
 from asyncrl.policy_worker import PolicyWorker
 from asyncrl.processes import StopFlag, plan_cores, start_child
 from asyncrl.queues import Empty, Queues
 from asyncrl.rollout_worker import RolloutWorker
 from asyncrl.stats import StatsWriter
-from asyncrl.envs import env_frameskip, make_env, portable_entry
+from asyncrl.envs import make_agents, portable_entry
+from asyncrl.envs.multi_agent import SingleAgent
 from asyncrl.evaluator import Evaluator
 
 SHUTDOWN_TIMEOUT_S = 10.0
@@ -46,6 +48,7 @@ class EnvInfo:
     obs_space: object
     action_space: object
     frameskip: int
+    num_agents: int
     portable: tuple[str, bytes]  # (name, entry) for the worker processes: see asyncrl.envs.portable_entry
 
 
@@ -58,10 +61,14 @@ def resolve_device(cfg: Config) -> torch.device:
 
 
 def probe_env(cfg: Config) -> EnvInfo:
-    """Make one env in the main process to learn the spaces that size the shared buffers."""
-    env = make_env(cfg.env, **cfg.env_kwargs())
+    """Make one env in the main process to learn the spaces and agent count that size the shared buffers. A
+    multi-agent env is also reset once: it must start an episode with every agent it declares."""
+    env = make_agents(cfg.env, **cfg.env_kwargs())
     try:
-        return EnvInfo(env.observation_space, env.action_space, env_frameskip(env), (cfg.env, portable_entry(cfg.env)))
+        if not isinstance(env, SingleAgent):
+            env.reset(seed=0)
+        return EnvInfo(env.observation_space, env.action_space, env.frameskip, env.num_agents,
+                       (cfg.env, portable_entry(cfg.env)))
     finally:
         env.close()
 
@@ -69,7 +76,8 @@ def probe_env(cfg: Config) -> EnvInfo:
 def model_and_layout(cfg: Config, env: EnvInfo) -> tuple[torch.nn.Module, dict]:
     """The run's model (its sizes set the recurrent-state and weight tensors) and its shared-memory layout."""
     model = build_model(env.obs_space, env.action_space, cfg)
-    return model, buffer_layout(cfg, env.obs_space, env.action_space, model.rnn_state_size, num_state_floats(model))
+    return model, buffer_layout(cfg, env.obs_space, env.action_space, model.rnn_state_size, num_state_floats(model),
+                                learner_state_floats(model))
 
 
 def prepare_experiment_dir(cfg: Config) -> None:
@@ -101,6 +109,8 @@ class Runner:
         self.stats_state_path = os.path.join(cfg.experiment_dir, "stats_state.json")
         self.stats.load_state(self.stats_state_path)
         self.next_evaluation: list[int | None] = [None] * cfg.num_policies  # env steps of each policy's next one
+        self.pbt = PopulationBasedTraining(cfg, self.buffers, self.queues.learner_commands, self.stats.policies) \
+            if cfg.with_pbt else None
         self.processes: dict = {}      # title -> process (multi-process mode)
         self.restart_times: list[float] = []
         self.components: list = []     # the same components, in this process (serial mode)
@@ -150,6 +160,8 @@ class Runner:
                     component.poll(0.0)
                 self._check_children()
                 self._request_evaluations()
+                if self.pbt is not None:
+                    self.pbt.update()
                 if time.monotonic() - last_summary >= self.cfg.experiment_summaries_interval:
                     last_summary = time.monotonic()
                     self.stats.summarize(self._seconds_left(), self._fraction_done())
@@ -204,7 +216,10 @@ class Runner:
         except Empty:
             return
         for message in messages:
-            self.stats.handle(message)
+            if message[0] in ("pbt_exported", "pbt_imported"):
+                self.pbt.handle(message)
+            else:
+                self.stats.handle(message)
 
     def _check_children(self) -> None:
         """A dead learner stops the run (its last checkpoint stays); a dead worker restarts the workers;
@@ -242,6 +257,8 @@ class Runner:
         self._stop_children()
         self._drain_reports(timeout=0.0)
         self.queues = Queues(self.cfg, num_slots(self.cfg))
+        if self.pbt is not None:
+            self.pbt.restart(self.queues.learner_commands)
         self.stop_flag = StopFlag()
         self.buffers.worker_heartbeat.zero_()
         self.processes = {}
@@ -279,12 +296,15 @@ def check_shared_memory(layout: dict, shm_dir: str = "/dev/shm") -> None:
                           f"--num_workers/--num_envs_per_worker/--batch_size/--rollout")
 
 
-def decide_auto(cfg: Config, device: torch.device) -> Config:
-    """The config with its automatic values decided for this run (config.json keeps them automatic)."""
+def decide_auto(cfg: Config, device: torch.device, env: EnvInfo) -> Config:
+    """The config with its automatic values decided for this run and env (config.json keeps them automatic)."""
     policy_workers = cfg.policy_workers_per_policy
     if policy_workers == -1:  # see the flag's help: 2 only where no CPU learner needs a core
         policy_workers = min(2, len(os.sched_getaffinity(0))) if cfg.sampler_only and device.type == "cpu" else 1
-    return dataclasses.replace(cfg, policy_workers_per_policy=policy_workers)
+    if cfg.agents_per_env not in (-1, env.num_agents):
+        raise ConfigError(f"--agents_per_env {cfg.agents_per_env}, but env {cfg.env!r} has {env.num_agents} agent(s); "
+                          f"drop the flag or choose the env you mean")
+    return dataclasses.replace(cfg, policy_workers_per_policy=policy_workers, agents_per_env=env.num_agents)
 
 
 def train(cfg: Config) -> int:
@@ -292,8 +312,9 @@ def train(cfg: Config) -> int:
     cfg.validate()
     device = resolve_device(cfg)
     env = probe_env(cfg)
-    model, layout = model_and_layout(cfg, env)
+    run_cfg = decide_auto(cfg, device, env)
+    model, layout = model_and_layout(run_cfg, env)
     check_shared_memory(layout)
     prepare_experiment_dir(cfg)
     check_checkpoints(cfg, model)
-    return Runner(decide_auto(cfg, device), env, device, layout).run()
+    return Runner(run_cfg, env, device, layout).run()

@@ -31,6 +31,12 @@ class PolicyStats:
             self.env_stats.setdefault(key, deque(maxlen=self.episode_returns.maxlen)).append(value)
         self.episodes_total += 1
 
+    def clear_episodes(self) -> None:
+        """Forget the recent episodes (PBT replaced the weights that played them)."""
+        self.episode_returns.clear()
+        self.episode_lengths.clear()
+        self.env_stats.clear()
+
     def add_learner_report(self, stats: dict) -> None:
         self.learner = stats
         self.env_steps = int(stats["env_steps"])

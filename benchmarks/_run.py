@@ -66,11 +66,12 @@ def first_reaching(rows: list[dict], target: float) -> tuple[dict | None, float 
     return scored[first], min(r["episode_reward_mean"] for r in scored[first:])
 
 
-def asyncrl_bench(flags: list[str], train_dir: str) -> tuple[dict, str]:
-    """Run `asyncrl bench FLAGS` with its runs under train_dir; returns its --out JSON and what it printed."""
+def asyncrl_bench(flags: list[str], train_dir: str, repo: str = REPO) -> tuple[dict, str]:
+    """Run `asyncrl bench FLAGS` with its runs under train_dir (the asyncrl of the checkout `repo`); returns its
+    --out JSON and what it printed."""
     out = os.path.join(train_dir, "result.json")
     printed = subprocess.run([sys.executable, "-m", "asyncrl", "bench", *flags, "--train_dir", train_dir, "--out", out],
-                             cwd=REPO, check=True, capture_output=True, text=True).stdout
+                             cwd=repo, check=True, capture_output=True, text=True).stdout
     with open(out) as f:
         return json.load(f), printed
 

@@ -5,8 +5,9 @@
 2. an installed package's entry point in the `asyncrl.envs` group (name = the env's name, value = its factory);
 3. an import path `package.module:factory` (any importable module, e.g. the user's own);
 4. a gymnasium id.
-A factory is called as `factory(**options)` and returns a gymnasium.Env; it may carry a `default_config` dict
-attribute (Config fields that suit the env, e.g. {"reward_scale": 0.1}).
+A factory is called as `factory(**options)` and returns a gymnasium.Env, or a PettingZoo ParallelEnv (or AECEnv) for
+a multi-agent env; it may carry a `default_config` dict attribute (Config fields that suit the env, e.g.
+{"reward_scale": 0.1}). Rollout workers step every env as a list of agents (`make_agents`, multi_agent.py).
 
 The runner resolves the env once and ships its entry to the worker processes (`portable_entry`), so an env
 registered in a user's script before `asyncrl.cli.main(...)` reaches spawned workers too.
@@ -116,15 +117,25 @@ def _resolve(name: str) -> EnvEntry:
     raise EnvError(f"unknown env {name!r}{hint} (your own env: --env package.module:factory)")
 
 
-def make_env(name: str, **options) -> gym.Env:
-    """The env a rollout worker steps, for `name` with constructor `options`: the factory's env, checked, with
-    HWC image observations turned CHW."""
+def make_env(name: str, **options):
+    """The env of `name` with constructor `options`: the factory's gymnasium.Env, checked, with HWC image
+    observations turned CHW; or its PettingZoo env as it is."""
     from asyncrl.envs.gym_adapter import adapt
+    from asyncrl.envs.multi_agent import is_multi_agent_env
 
     env = env_entry(name).make_fn(**options)
+    if is_multi_agent_env(env):
+        return env
     if not isinstance(env, gym.Env):
-        raise EnvError(f"env {name!r}: its factory returned a {type(env).__name__}, not a gymnasium.Env")
+        raise EnvError(f"env {name!r}: its factory returned a {type(env).__name__}, not a gymnasium.Env or a "
+                       f"PettingZoo ParallelEnv")
     return adapt(name, env)
+
+
+def make_agents(name: str, **options):
+    """The env of `name` as a rollout worker steps it: a list of agents (see multi_agent.py)."""
+    from asyncrl.envs.multi_agent import as_agents
+    return as_agents(name, make_env(name, **options))
 
 
 def portable_entry(name: str) -> bytes:
@@ -144,8 +155,10 @@ def adopt_entry(name: str, blob: bytes) -> None:
     _REGISTRY[name] = cloudpickle.loads(blob)
 
 
-def env_frameskip(env: gym.Env) -> int:
+def env_frameskip(env) -> int:
     """Env frames per agent step (Sample Factory counts env steps in frames, frameskip included)."""
+    if not isinstance(env, gym.Env):  # a multi-agent env, or the agents of any env (multi_agent.py)
+        return int(getattr(env, "frameskip", 1))
     try:
         return int(env.get_wrapper_attr("frameskip"))
     except AttributeError:

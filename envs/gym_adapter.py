@@ -12,30 +12,32 @@ class ChannelsFirst(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        space = env.observation_space
-        low = np.transpose(space.low, (2, 0, 1))
-        high = np.transpose(space.high, (2, 0, 1))
-        self.observation_space = gym.spaces.Box(low, high, dtype=np.uint8)
+        self.observation_space = channels_first(env.observation_space)
 
     def observation(self, observation):
         return np.ascontiguousarray(np.transpose(observation, (2, 0, 1)))
+
+
+def channels_first(space: gym.spaces.Box) -> gym.spaces.Box:
+    return gym.spaces.Box(np.transpose(space.low, (2, 0, 1)), np.transpose(space.high, (2, 0, 1)), dtype=np.uint8)
 
 
 def is_image_space(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8
 
 
+def is_hwc_image(space: gym.Space) -> bool:
+    return is_image_space(space) and space.shape[-1] in (1, 3, 4)
+
+
 def adapt(name: str, env: gym.Env) -> gym.Env:
     """Any env as the engine takes it: spaces checked, HWC image observations turned CHW."""
-    check_spaces(name, env)
-    if is_image_space(env.observation_space) and env.observation_space.shape[-1] in (1, 3, 4):
-        env = ChannelsFirst(env)
-    return env
+    check_spaces(name, env.observation_space, env.action_space)
+    return ChannelsFirst(env) if is_hwc_image(env.observation_space) else env
 
 
-def check_spaces(name: str, env: gym.Env) -> None:
+def check_spaces(name: str, obs: gym.Space, act: gym.Space) -> None:
     from asyncrl.envs import EnvError
-    obs, act = env.observation_space, env.action_space
     if not isinstance(obs, gym.spaces.Box):
         raise EnvError(f"env {name!r}: observation space {obs} is not supported yet (Box observations only)")
     if not isinstance(act, (gym.spaces.Discrete, gym.spaces.Box)) or (isinstance(act, gym.spaces.Box) and len(act.shape) != 1):

@@ -8,6 +8,9 @@ simulator would (a busy loop, not a sleep).
 - synthetic_constant: every step costs `step_us` microseconds.
 - synthetic_heterogeneous: each env has its own mean cost (log-normal across envs around `step_us`)
   and each step a heavy-tailed multiple of it (Pareto), so some envs and some steps are stragglers.
+- synthetic_multi: a PettingZoo ParallelEnv of `num_agents` such agents, each with its own target; agent i's
+  episode ends (terminated) after agent_episode_lens[i] steps if given, the others' at the time limit
+  `episode_len` (truncated), so agents can leave an episode before the rest.
 Options for fault tests: `error_prob` makes a step raise with that probability; `hang_once_file` makes the
 first env that reaches step 50 hang forever, unless that file exists (it creates it first).
 """
@@ -19,6 +22,7 @@ import time
 
 import gymnasium as gym
 import numpy as np
+from pettingzoo import ParallelEnv
 
 from asyncrl.envs import EnvError, register_env
 from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS
@@ -91,6 +95,45 @@ class SyntheticEnv(gym.Env):
         return self._render_target(), reward, False, self._t >= self.episode_len, {}
 
 
+class SyntheticMultiAgentEnv(ParallelEnv):
+    """`num_agents` synthetic agents in one env (PettingZoo's parallel API); the other options are SyntheticEnv's."""
+
+    metadata = {"name": "synthetic_multi", "render_modes": []}
+
+    def __init__(self, num_agents: int = 2, agent_episode_lens: list | None = None, episode_len: int = 20,
+                 **options):
+        lens = list(agent_episode_lens or [episode_len] * num_agents)
+        if num_agents < 1 or len(lens) != num_agents or min(lens) < 1:
+            raise EnvError(f"synthetic_multi: agent_episode_lens {lens} must hold num_agents={num_agents} positive "
+                           f"lengths")
+        self.possible_agents = [f"agent_{i}" for i in range(num_agents)]
+        # each agent's own env never ends by itself: this env decides who leaves when
+        self.sims = {a: SyntheticEnv(episode_len=10**9, **options) for a in self.possible_agents}
+        self.lens, self.episode_len = dict(zip(self.possible_agents, lens)), episode_len
+        self.agents, self.t = [], 0
+
+    def observation_space(self, agent):
+        return self.sims[agent].observation_space
+
+    def action_space(self, agent):
+        return self.sims[agent].action_space
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.t = list(self.possible_agents), 0
+        obs = {a: self.sims[a].reset(seed=None if seed is None else seed + i)[0] for i, a in enumerate(self.agents)}
+        return obs, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        obs, rewards, terminated, truncated, infos = {}, {}, {}, {}, {}
+        for a in self.agents:
+            obs[a], rewards[a], _, _, infos[a] = self.sims[a].step(actions[a])
+            terminated[a] = self.t >= self.lens[a] and self.lens[a] < self.episode_len
+            truncated[a] = self.t >= self.episode_len and not terminated[a]
+        self.agents = [a for a in self.agents if not (terminated[a] or truncated[a])]
+        return obs, rewards, terminated, truncated, infos
+
+
 SYNTHETIC_DEFAULTS = dict(VECTOR_ENV_DEFAULTS)
 
 register_env("synthetic_constant", lambda **options: SyntheticEnv(**options),
@@ -99,3 +142,5 @@ register_env("synthetic_constant", lambda **options: SyntheticEnv(**options),
 register_env("synthetic_heterogeneous",
              lambda **options: SyntheticEnv(**{"env_spread": 0.5, "step_tail": 1.5, **options}),
              "synthetic: step cost differs across envs (log-normal) and per step (Pareto tail)", SYNTHETIC_DEFAULTS)
+register_env("synthetic_multi", lambda **options: SyntheticMultiAgentEnv(**options),
+             "synthetic: several agents in one env (PettingZoo), who may leave an episode early", SYNTHETIC_DEFAULTS)

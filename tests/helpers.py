@@ -90,3 +90,51 @@ def wait_for_training(experiment_dir, proc, min_train_step=1, timeout=120) -> di
                 return rows[-1]
         time.sleep(0.3)
     raise TimeoutError("the run did not start training in time")
+
+
+# --- the engine's components in this process (serial mode)
+def serial_runner(tmp_path, **overrides):
+    """A started serial-mode Runner (CartPole, 2 workers x 4 envs, tiny model unless overridden): the test drives
+    it by polling runner.components."""
+    import torch
+
+    from asyncrl.config import Config
+    from asyncrl.runner import Runner, decide_auto, model_and_layout, prepare_experiment_dir, probe_env
+
+    fields = dict(env="CartPole-v1", train_dir=str(tmp_path), experiment="t", serial_mode=True, num_workers=2,
+                  num_envs_per_worker=4, worker_num_splits=2, rollout=4, batch_size=32, use_rnn=False,
+                  encoder_mlp_layers=[16], seed=1, device="cpu")
+    fields.update(overrides)
+    cfg = Config(**fields)
+    cfg.validate()
+    prepare_experiment_dir(cfg)
+    env = probe_env(cfg)
+    cfg = decide_auto(cfg, torch.device("cpu"), env)
+    _, layout = model_and_layout(cfg, env)
+    runner = Runner(cfg, env, torch.device("cpu"), layout)
+    runner._start()
+    return runner
+
+
+def drain(q) -> list:
+    """Everything in faster-fifo queue q, put back in the same order (FIFO order is preserved)."""
+    from asyncrl.queues import Empty
+    items = []
+    while True:
+        try:
+            items += q.get_many(block=False)
+        except Empty:
+            break
+    if items:
+        q.put_many(items)
+    return items
+
+
+def slot_owners(runner) -> list[int]:
+    """Every slot index wherever it is now: queues, agents filling one, learners holding a partial batch."""
+    from asyncrl.learner import Learner
+    q = runner.queues
+    owned = drain(q.free_slots) + [s for fq in q.full_slots for s in drain(fq)]
+    owned += runner.buffers.agent_slot.tolist()
+    owned += [s for c in runner.components if isinstance(c, Learner) for s in c.pending_slots]
+    return owned

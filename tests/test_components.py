@@ -4,47 +4,11 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import drain, serial_runner, slot_owners
+
 from asyncrl.buffers import num_slots
 from asyncrl.config import Config
 from asyncrl.learner import Learner
-from asyncrl.queues import Empty
-from asyncrl.runner import Runner, decide_auto, model_and_layout, prepare_experiment_dir, probe_env
-
-
-def serial_runner(tmp_path, **overrides) -> Runner:
-    fields = dict(env="CartPole-v1", train_dir=str(tmp_path), experiment="t", serial_mode=True, num_workers=2,
-                  num_envs_per_worker=4, worker_num_splits=2, rollout=4, batch_size=32, use_rnn=False,
-                  encoder_mlp_layers=[16], seed=1, device="cpu")
-    fields.update(overrides)
-    cfg = Config(**fields)
-    cfg.validate()
-    prepare_experiment_dir(cfg)
-    env = probe_env(cfg)
-    _, layout = model_and_layout(cfg, env)
-    runner = Runner(decide_auto(cfg, torch.device("cpu")), env, torch.device("cpu"), layout)
-    runner._start()
-    return runner
-
-
-def drain(q) -> list:
-    items = []
-    while True:
-        try:
-            items += q.get_many(block=False)
-        except Empty:
-            break
-    if items:
-        q.put_many(items)  # back in the same order: FIFO order is preserved
-    return items
-
-
-def slot_owners(runner) -> list[int]:
-    """Every slot index wherever it is now: queues, agents filling one, learners holding a partial batch."""
-    q = runner.queues
-    owned = drain(q.free_slots) + [s for fq in q.full_slots for s in drain(fq)]
-    owned += runner.buffers.agent_slot.tolist()
-    owned += [s for c in runner.components if isinstance(c, Learner) for s in c.pending_slots]
-    return owned
 
 
 def test_slot_lifecycle_no_slot_lost_or_used_twice(tmp_path):
@@ -190,7 +154,7 @@ def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monk
     workers = [c for c in runner.components if isinstance(c, RolloutWorker)]
     b, expected, episodes = runner.buffers, {}, {}
     for w in workers:
-        for env_idx, env in enumerate(w.envs):
+        for env_idx, env in enumerate(e.env for e in w.envs):  # the gymnasium env of each (single) agent
             agent = w.split_agent_ids[0][0] + env_idx
             running = {"return": 0.0, "length": 0}
 
@@ -263,11 +227,12 @@ def test_bfloat16_inference_model_acts_like_the_float32_one():
     from asyncrl.model import build_model, low_precision, num_state_floats
 
     torch.manual_seed(0)
-    cfg = Config(env="x", encoder="conv", rnn_size=64, normalize_input=True, precision="bfloat16", num_workers=1)
+    cfg = Config(env="x", encoder="conv", rnn_size=64, normalize_input=True, precision="bfloat16", num_workers=1,
+                 agents_per_env=1)
     obs_space, action_space = gym.spaces.Box(0, 255, (3, 72, 128), "uint8"), gym.spaces.Discrete(5)
     learner_model = build_model(obs_space, action_space, cfg)
     assert low_precision(cfg, torch.device("cpu"), learner_model) == torch.bfloat16
-    layout = buffer_layout(cfg, obs_space, action_space, learner_model.rnn_state_size, num_state_floats(learner_model))
+    layout = buffer_layout(cfg, obs_space, action_space, learner_model.rnn_state_size, num_state_floats(learner_model), 0)
     buffers = SharedBuffers(layout)
     buffers.publish_weights(0, learner_model, version=3)
     actor = build_model(obs_space, action_space, cfg).store_weights_as(torch.bfloat16)
@@ -318,7 +283,7 @@ def test_truncated_episode_leaves_its_final_observation_for_the_learner(tmp_path
                            value_bootstrap=value_bootstrap)
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
     b, truncations = runner.buffers, []
-    for env_idx, env in enumerate(worker.envs):
+    for env_idx, env in enumerate(e.env for e in worker.envs):  # the gymnasium env of each (single) agent
         agent = worker.split_agent_ids[0][0] + env_idx
 
         def recording_step(action, step=env.step, reset=env.reset, agent=agent):
@@ -346,15 +311,17 @@ def test_truncated_episode_leaves_its_final_observation_for_the_learner(tmp_path
                 checked += 1
                 assert b.traj_valid[slot, t] and bool(b.traj_dones[slot, t]) != value_bootstrap
                 next_rows = b.traj_obs[slot, t + 1:].numpy()
-                if not value_bootstrap:
-                    np.testing.assert_array_equal(next_rows[0], tr["first_obs"])
+                if not value_bootstrap:  # a death: the next episode starts in the next row (or in the next slot)
+                    if t + 1 < T:
+                        np.testing.assert_array_equal(next_rows[0], tr["first_obs"])
                     continue
                 np.testing.assert_array_equal(next_rows[0], tr["final_obs"])
                 if t + 1 < T:  # the final row is a step of its own: no sample, done, the episode's state
                     assert not b.traj_valid[slot, t + 1] and b.traj_dones[slot, t + 1] and b.traj_rewards[slot, t + 1] == 0
                     torch.testing.assert_close(b.traj_rnn_states[slot, t + 1], tr["state"])
+                if t + 2 < T:
                     np.testing.assert_array_equal(next_rows[1], tr["first_obs"])
-                else:  # the final row was the slot's bootstrap row: the next episode began a new slot
+                else:  # the final row was the slot's last step or its bootstrap row: the next episode began a new slot
                     assert int(b.agent_slot[tr["agent"]]) != slot
             truncations.clear()
     assert checked > 20

@@ -16,6 +16,10 @@ ALL_ENVS = sorted(registered_envs()) + GYM_IDS
 @pytest.mark.parametrize("name", ALL_ENVS)
 def test_env_steps_headless_and_passes_check_env(name):
     env = make_env(name)
+    if not isinstance(env, gym.Env):  # a multi-agent env: PettingZoo's own API test
+        from pettingzoo.test import parallel_api_test
+        parallel_api_test(env, num_cycles=30)
+        return
     try:
         check_env(env, skip_render_check=True)
         obs, _ = env.reset(seed=1)

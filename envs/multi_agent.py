@@ -1,0 +1,133 @@
+"""Every env as a rollout worker steps it: a fixed number of agents, with one list entry per agent.
+
+A gymnasium env is the case of one agent (`SingleAgent`); a PettingZoo `ParallelEnv` (or an `AECEnv`, turned
+parallel by PettingZoo's own `aec_to_parallel`) has one agent per entry of its `possible_agents`
+(`ParallelEnvAgents`). Both follow PettingZoo's parallel semantics, with lists in agent order instead of dicts:
+
+    reset(seed) -> (observations, infos)
+    step(actions) -> (observations, rewards, terminated, truncated, infos)
+
+An agent whose episode ended (terminated or truncated) is out until every agent's episode has ended: its
+action is ignored and what is returned for it means nothing. Then the caller resets the env. A truncated
+agent's observation is its final one (the learner bootstraps from its value).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from asyncrl.envs.gym_adapter import channels_first, check_spaces, is_hwc_image
+
+
+class SingleAgent:
+    """A gymnasium env as one agent."""
+
+    num_agents = 1
+
+    def __init__(self, env: gym.Env):
+        from asyncrl.envs import env_frameskip
+
+        self.env, self.frameskip, self.metadata = env, env_frameskip(env), env.metadata
+        self.observation_space, self.action_space = env.observation_space, env.action_space
+
+    def reset(self, seed: int | None = None):
+        obs, info = self.env.reset(seed=seed)
+        return [obs], [info]
+
+    def step(self, actions: list):
+        obs, reward, terminated, truncated, info = self.env.step(actions[0])
+        return [obs], [reward], [terminated], [truncated], [info]
+
+    def render(self):
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class ParallelEnvAgents:
+    """A PettingZoo ParallelEnv's agents in the order of its `possible_agents` (a fixed list: the shared-memory
+    layout has a row per agent). Every agent must have the same observation and action space."""
+
+    def __init__(self, name: str, env):
+        from asyncrl.envs import EnvError
+
+        self.name, self.env, self.frameskip = name, env, int(getattr(env, "frameskip", 1))
+        self.metadata = getattr(env, "metadata", {})
+        self.agent_ids = list(env.possible_agents)
+        self.num_agents = len(self.agent_ids)
+        if not self.agent_ids:
+            raise EnvError(f"env {name!r}: its possible_agents is empty")
+        obs_space, act_space = env.observation_space(self.agent_ids[0]), env.action_space(self.agent_ids[0])
+        for agent in self.agent_ids[1:]:
+            if env.observation_space(agent) != obs_space or env.action_space(agent) != act_space:
+                raise EnvError(f"env {name!r}: agent {agent!r} has other spaces than agent {self.agent_ids[0]!r}; "
+                               f"every agent of an env must share its observation and action space")
+        check_spaces(name, obs_space, act_space)
+        self.to_chw = is_hwc_image(obs_space)
+        self.observation_space = channels_first(obs_space) if self.to_chw else obs_space
+        self.action_space = act_space
+        self.blank_obs = np.zeros(obs_space.shape, obs_space.dtype)  # for an agent that is out of the episode
+
+    def reset(self, seed: int | None = None):
+        obs, infos = self.env.reset(seed=seed)
+        if set(obs) != set(self.agent_ids):
+            from asyncrl.envs import EnvError
+            raise EnvError(f"env {self.name!r}: reset returned observations for agents {sorted(map(str, obs))}, "
+                           f"but its possible_agents are {sorted(map(str, self.agent_ids))}: every agent must start "
+                           f"every episode (the agent count is fixed per env)")
+        return self._observations(obs), [infos.get(a, {}) for a in self.agent_ids]
+
+    def step(self, actions: list):
+        live = set(self.env.agents)
+        obs, rewards, terminated, truncated, infos = self.env.step(
+            {a: action for a, action in zip(self.agent_ids, actions) if a in live})
+        return (self._observations(obs), [rewards.get(a, 0.0) for a in self.agent_ids],
+                [terminated.get(a, a not in live) for a in self.agent_ids],
+                [truncated.get(a, False) for a in self.agent_ids], [infos.get(a, {}) for a in self.agent_ids])
+
+    def _observations(self, obs: dict) -> list:
+        listed = [obs.get(a, self.blank_obs) for a in self.agent_ids]
+        return [np.ascontiguousarray(np.transpose(o, (2, 0, 1))) for o in listed] if self.to_chw else listed
+
+    def render(self):
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def is_multi_agent_env(env) -> bool:
+    """A PettingZoo ParallelEnv or AECEnv (pettingzoo is imported only for an env that is not a gymnasium.Env)."""
+    if isinstance(env, gym.Env):
+        return False
+    from pettingzoo import AECEnv, ParallelEnv
+    return isinstance(env, (ParallelEnv, AECEnv))
+
+
+def as_agents(name: str, env):
+    """The env (a checked gymnasium.Env, or a PettingZoo env) as a list of agents."""
+    if isinstance(env, gym.Env):
+        return SingleAgent(env)
+    from pettingzoo import AECEnv
+    if isinstance(env, AECEnv):
+        from pettingzoo.utils.conversions import aec_to_parallel
+        env = aec_to_parallel(env)
+    return ParallelEnvAgents(name, env)
+
+
+def random_step(env, playing: list[bool]) -> int:
+    """One step of `env` (as_agents) with random actions; once no agent is playing, the env is reset. `playing`
+    (whose episode goes on) is updated in place. Returns the agent steps taken."""
+    actions = [env.action_space.sample() for _ in range(env.num_agents)]
+    _, _, terminated, truncated, _ = env.step(actions)
+    taken = 0
+    for i in range(env.num_agents):
+        if playing[i]:
+            taken += 1
+            playing[i] = not (terminated[i] or truncated[i])
+    if not any(playing):
+        env.reset()
+        playing[:] = [True] * env.num_agents
+    return taken

@@ -1,0 +1,119 @@
+"""Per-policy hyperparameters and population-based training: mutation and copy rules, the in-memory copy of a
+learner's weights and Adam state, and a real run (pbt.jsonl, hyperparameters in the stats, resume)."""
+
+import json
+import random
+
+import gymnasium as gym
+import pytest
+import torch
+from helpers import read_stats, run_cli
+
+from asyncrl.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
+from asyncrl.config import PER_POLICY_HPARAMS, Config
+from asyncrl.learner import learner_state_floats, pack_state, unpack_state
+from asyncrl.model import build_model
+from asyncrl.pbt import MUTATED, copy_source, mutate
+
+
+def test_mutation_multiplies_or_divides_within_the_range_and_gamma_only_when_asked():
+    cfg = Config(env="x", pbt_mutation_rate=1.0)
+    start = cfg.policy_hparams(0)
+    for seed in range(20):
+        out = mutate(start, cfg, random.Random(seed))
+        for name in MUTATED:
+            factor = out[name] / start[name]
+            assert 1.1 <= factor <= 1.5 or 1 / 1.5 <= factor <= 1 / 1.1, (name, factor)
+        assert out["gamma"] == start["gamma"]
+    gamma_cfg = Config(env="x", pbt_mutation_rate=1.0, pbt_optimize_gamma=True)
+    horizons = {round((1 - mutate(start, gamma_cfg, random.Random(s))["gamma"]) / (1 - start["gamma"]), 6)
+                for s in range(20)}
+    assert all(1.1 <= h <= 1.5 or 1 / 1.5 <= h <= 1 / 1.1 for h in horizons) and len(horizons) > 1
+    assert mutate(start, Config(env="x", pbt_mutation_rate=0.0), random.Random(0)) == start
+
+
+def test_only_a_bottom_policy_trailing_by_the_gaps_copies_a_top_one():
+    cfg = Config(env="x", num_policies=4)  # ceil(0.3 * 4) = 2 bottom, 2 top
+    objectives = [100.0, 89.0, 10.0, 95.0]
+    assert copy_source(0, objectives, cfg, random.Random(0)) is None  # top
+    assert copy_source(2, objectives, cfg, random.Random(0)) in (0, 3)
+    assert {copy_source(1, objectives, cfg, random.Random(s)) for s in range(20)} == {None, 0}  # from 95: gap < 10%; from 100: > 10%
+    assert copy_source(2, [1.0, 1.0, 1.0, 1.0], cfg, random.Random(0)) is None
+
+
+def test_packed_state_carries_weights_and_adam_moments():
+    """After a copy through the flat tensor, the two learners are the same learner: the same weights, and the same
+    next Adam step on the same gradient."""
+    cfg = Config(env="x", use_rnn=False, encoder_mlp_layers=[8])
+    obs_space, action_space = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3)
+    models = [build_model(obs_space, action_space, cfg) for _ in range(2)]
+    optimizers = [torch.optim.Adam(m.parameters(), lr=1e-2) for m in models]
+    x = torch.randn(16, 4)
+
+    def step(model, optimizer):
+        optimizer.zero_grad()
+        params, values, _ = model.forward_step(x, torch.zeros(16, model.rnn_state_size))
+        (params.pow(2).mean() + values.pow(2).mean()).backward()
+        optimizer.step()
+    for _ in range(3):
+        step(models[0], optimizers[0])
+    flat = torch.zeros(learner_state_floats(models[0]))
+    pack_state(models[0], optimizers[0], flat)
+    unpack_state(models[1], optimizers[1], flat)
+    step(models[0], optimizers[0])
+    step(models[1], optimizers[1])
+    for a, b in zip(models[0].state_dict().values(), models[1].state_dict().values()):
+        torch.testing.assert_close(a, b)
+
+
+def test_pbt_run_copies_and_mutates_in_memory_logs_and_resumes_its_hyperparameters(tmp_path):
+    """CartPole, 3 policies, policy 2 starts with a learning rate that cannot learn: PBT copies weights into bottom
+    policies and mutates; pbt.jsonl holds every decision; the stats report each policy's hyperparameters; a resumed
+    run starts from the hyperparameters its checkpoints saved (not the command line's)."""
+    flags = ["--env", "CartPole-v1", "--num_policies", 3, "--with_pbt", "True", "--pbt_period_env_steps", 4000,
+             "--pbt_start_mutation", 4000, "--pbt_mutation_rate", 0.5, "--policy_overrides",
+             '{"2": {"learning_rate": 1e-7}}', "--train_dir", tmp_path, "--experiment", "pbt", "--seed", 1,
+             "--experiment_summaries_interval", 2, "--num_envs_per_worker", 8]
+    r = run_cli("train", *flags, "--train_for_seconds", 40, timeout=180)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    decisions = [json.loads(line) for line in (tmp_path / "pbt" / "pbt.jsonl").read_text().splitlines()]
+    assert len(decisions) >= 6 and {d["policy"] for d in decisions} == {0, 1, 2}
+    assert any(d["copied_from"] is not None for d in decisions), decisions
+    for d in decisions:
+        assert len(d["objectives"]) == 3 and set(d["hparams_before"]) == set(d["hparams_after"]) == set(PER_POLICY_HPARAMS)
+    first = next(d for d in decisions if d["policy"] == 2)
+    assert first["hparams_before"]["learning_rate"] == 1e-7
+    rows = read_stats(tmp_path / "pbt")
+    assert {row["policy_id"] for row in rows if "hp_learning_rate" in row} == {0, 1, 2}
+
+    saved = [load_checkpoint(list_checkpoints(checkpoint_dir(str(tmp_path / "pbt"), p))[-1])["hparams"] for p in range(3)]
+    resumed_from = len(rows)
+    r = run_cli("train", *flags, "--train_for_seconds", 15, "--pbt_start_mutation", 10**9, timeout=180)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    new_rows = read_stats(tmp_path / "pbt")[resumed_from:]
+    for p in range(3):
+        row = next(row for row in new_rows if row["policy_id"] == p and "hp_learning_rate" in row)
+        assert {name: row[f"hp_{name}"] for name in PER_POLICY_HPARAMS} == pytest.approx(saved[p])
+
+
+def test_policy_overrides_without_pbt_reach_the_learner(tmp_path):
+    r = run_cli("train", "--env", "CartPole-v1", "--num_policies", 2, "--learning_rate", 3e-4, "--policy_overrides",
+                '{"1": {"learning_rate": 2e-5, "gamma": 0.9}}', "--train_dir", tmp_path, "--experiment", "o",
+                "--train_for_env_steps", 20_000, "--seed", 1, timeout=180)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rows = [row for row in read_stats(tmp_path / "o") if "hp_learning_rate" in row]
+    by_policy = {row["policy_id"]: row for row in rows}
+    assert by_policy[0]["hp_learning_rate"] == 3e-4 and by_policy[0]["hp_gamma"] == Config.gamma
+    assert by_policy[1]["hp_learning_rate"] == 2e-5 and by_policy[1]["hp_gamma"] == 0.9
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--num_policies", 2, "--with_pbt", "True", "--pbt_replace_fraction", 0.7], "--pbt_replace_fraction must be in (0, 0.5]"),
+    (["--num_policies", 2, "--with_pbt", "True", "--pbt_mutation_rate", 1.5], "--pbt_mutation_rate must be in [0, 1]"),
+    (["--with_pbt", "True"], "needs a population"),
+    (["--num_policies", 2, "--policy_overrides", '{"1": {"learning_rat": 1e-7}}'], "unknown key 'learning_rat'"),
+    (["--num_policies", 2, "--policy_overrides", '{"2": {"learning_rate": 1e-7}}'], "'2' is not a policy index"),
+])
+def test_bad_pbt_flags_are_one_line_and_exit_2(tmp_path, flags, needle):
+    r = run_cli("train", "--env", "CartPole-v1", *flags, "--train_dir", tmp_path, timeout=60)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr

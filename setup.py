@@ -24,6 +24,7 @@ setup(
         "imageio>=2.28",  # `asyncrl enjoy --save_video`: mp4 through imageio-ffmpeg, GIF through Pillow
         "imageio-ffmpeg>=0.4.8",  # ships an ffmpeg binary in its wheel: no system ffmpeg needed
         "pettingzoo>=1.24",  # the multi-agent env API (ParallelEnv/AECEnv) users' envs already speak; imported lazily
+        "openskill>=5.0",  # skill ratings of policies and frozen versions from match outcomes (maintained Bayesian rating)
     ],
     extras_require={"test": ["pytest>=7"]},
     entry_points={"console_scripts": ["asyncrl=asyncrl.cli:main"]},

@@ -25,8 +25,9 @@ Agents (A = num_workers * num_envs_per_worker * agents_per_env): what a policy w
 serve an agent's request, written by its rollout worker before the request is sent.
     agent_slot      [A]     slot the agent is filling
     agent_step      [A]     step t within that slot
-    agent_policy    [A]     policy acting for the agent this episode; NO_POLICY while the agent's episode has
-                            ended and the other agents of its env play on (nobody computes its actions)
+    agent_policy    [A]     who acts for the agent this episode: a policy p < P, or a frozen past version of one,
+                            P + p * K + k (see frozen_id); NO_POLICY while the agent's episode has ended and the
+                            other agents of its env play on (nobody computes its actions)
     agent_rnn_state [A, H]  recurrent state before the next step (zeroed at episode starts)
 
 Liveness: worker_heartbeat [num_workers], time.monotonic() when each rollout worker last showed it was
@@ -37,6 +38,14 @@ counter is odd while the learner writes; a reader that saw it change retries lat
     policy_weights     [P, N]  parameters and buffers, flattened (model.state_tensors order)
     policy_weights_seq [P]
     policy_version     [P]     learner's train step of the published weights
+
+Frozen past versions for self-play, K = --selfplay_pool_size per policy (K = 0 without snapshots), written by the
+policy's learner every --selfplay_snapshot_every_env_steps, read by its policy workers (a seqlock per entry, as above):
+    frozen_weights  [P, K, N]
+    frozen_seq      [P, K]
+    frozen_version  [P, K]  the learner's train step at the snapshot; -1: empty
+    rating_mu       [P + P*K]  skill rating (openskill mu) of every policy and frozen version, by acting id, written by
+                            the runner (ratings.py), read by rollout workers for --matchmaking rating
 
 Per-policy hyperparameters and PBT (pbt.py):
     policy_hparams  [P, K]  each policy's own hyperparameters (config.PER_POLICY_HPARAMS order): set by the runner from
@@ -56,6 +65,11 @@ from asyncrl.config import PER_POLICY_HPARAMS, Config
 from asyncrl.model import state_tensors
 
 NO_POLICY = -1  # agent_policy of an agent that is out of its env's episode (it waits for the others)
+
+
+def frozen_id(cfg: Config, policy: int, k: int) -> int:
+    """The acting id of frozen version k of `policy` (agent_policy values at or above P are frozen versions)."""
+    return cfg.num_policies + policy * cfg.frozen_pool_size + k
 
 
 def torch_dtype(np_dtype) -> torch.dtype:
@@ -111,6 +125,10 @@ def buffer_layout(cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Spac
         "policy_weights": ((P, num_weights), torch.float32),
         "policy_weights_seq": ((P,), torch.int64),
         "policy_version": ((P,), torch.int64),
+        "frozen_weights": ((P, cfg.frozen_pool_size, num_weights), torch.float32),
+        "frozen_seq": ((P, cfg.frozen_pool_size), torch.int64),
+        "frozen_version": ((P, cfg.frozen_pool_size), torch.int64),
+        "rating_mu": ((P + P * cfg.frozen_pool_size,), torch.float64),
         "policy_hparams": ((P, len(PER_POLICY_HPARAMS)), torch.float64),
         "learner_state": ((P, learner_state_floats if cfg.with_pbt else 0), torch.float32),
     }
@@ -124,34 +142,55 @@ class SharedBuffers:
     def __init__(self, layout: dict[str, tuple[tuple, torch.dtype]]):
         for name, (shape, dtype) in layout.items():
             setattr(self, name, torch.zeros(shape, dtype=dtype).share_memory_())
+        self.frozen_version.fill_(-1)
 
     # --- weights: learner -> policy workers
     def publish_weights(self, policy_id: int, model: nn.Module, version: int) -> None:
-        flat = torch.cat([t.detach().reshape(-1).float().cpu() for t in state_tensors(model)])
-        self.policy_weights_seq[policy_id] += 1  # odd: write in progress
-        self.policy_weights[policy_id].copy_(flat)
-        self.policy_version[policy_id] = version
-        self.policy_weights_seq[policy_id] += 1
+        _write_weights(self.policy_weights, self.policy_weights_seq, self.policy_version, policy_id, model, version)
 
+    def read_weights(self, policy_id: int, model: nn.Module, known_version: int) -> int:
+        """Load the newest published weights into `model` if newer than `known_version`; returns the
+        version the model now has."""
+        return _read_weights(self.policy_weights, self.policy_weights_seq, self.policy_version, policy_id, model,
+                             known_version)
+
+    # --- frozen past versions: learner -> policy workers
+    def snapshot_weights(self, policy_id: int, k: int, model: nn.Module, version: int) -> None:
+        _write_weights(self.frozen_weights, self.frozen_seq, self.frozen_version, (policy_id, k), model, version)
+
+    def read_frozen_weights(self, policy_id: int, k: int, model: nn.Module, known_version: int) -> int:
+        return _read_weights(self.frozen_weights, self.frozen_seq, self.frozen_version, (policy_id, k), model,
+                             known_version)
+
+    # --- per-policy hyperparameters: learner and PBT
     def hparams(self, policy_id: int) -> dict[str, float]:
         return dict(zip(PER_POLICY_HPARAMS, self.policy_hparams[policy_id].tolist()))
 
     def set_hparams(self, policy_id: int, values: dict[str, float]) -> None:
         self.policy_hparams[policy_id] = torch.tensor([values[name] for name in PER_POLICY_HPARAMS], dtype=torch.float64)
 
-    def read_weights(self, policy_id: int, model: nn.Module, known_version: int) -> int:
-        """Load the newest published weights into `model` if newer than `known_version`; returns the
-        version the model now has."""
-        seq = int(self.policy_weights_seq[policy_id])
-        version = int(self.policy_version[policy_id])
-        if seq % 2 == 1 or seq == 0 or version == known_version:
-            return known_version
-        flat = self.policy_weights[policy_id].clone()
-        if int(self.policy_weights_seq[policy_id]) != seq:  # the learner wrote meanwhile: torn copy
-            return known_version
-        offset = 0
-        with torch.no_grad():
-            for t in state_tensors(model):
-                t.copy_(flat[offset:offset + t.numel()].view_as(t))
-                offset += t.numel()
-        return version
+
+def _write_weights(weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tensor, index, model: nn.Module,
+                   version: int) -> None:
+    flat = torch.cat([t.detach().reshape(-1).float().cpu() for t in state_tensors(model)])
+    seq[index] += 1  # odd: write in progress
+    weights[index].copy_(flat)
+    versions[index] = version
+    seq[index] += 1
+
+
+def _read_weights(weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tensor, index, model: nn.Module,
+                  known_version: int) -> int:
+    seen = int(seq[index])
+    version = int(versions[index])
+    if seen % 2 == 1 or seen == 0 or version == known_version:
+        return known_version
+    flat = weights[index].clone()
+    if int(seq[index]) != seen:  # the writer wrote meanwhile: torn copy
+        return known_version
+    offset = 0
+    with torch.no_grad():
+        for t in state_tensors(model):
+            t.copy_(flat[offset:offset + t.numel()].view_as(t))
+            offset += t.numel()
+    return version

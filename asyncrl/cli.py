@@ -63,13 +63,18 @@ def cmd_enjoy(argv: list[str]) -> int:
     return enjoy(argv)
 
 
+def cmd_match(argv: list[str]) -> int:
+    from asyncrl.match import match
+    return match(argv)
+
+
 def cmd_tune(argv: list[str]) -> int:
     from asyncrl.tune import cmd_tune as tune
     return tune(argv)
 
 
-COMMANDS = {"train": cmd_train, "enjoy": cmd_enjoy, "bench": cmd_bench, "tune": cmd_tune, "envs": cmd_envs,
-            "plot": cmd_plot}
+COMMANDS = {"train": cmd_train, "enjoy": cmd_enjoy, "match": cmd_match, "bench": cmd_bench, "tune": cmd_tune,
+            "envs": cmd_envs, "plot": cmd_plot}
 
 
 def main(argv: list[str] | None = None) -> int:

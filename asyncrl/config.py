@@ -110,6 +110,12 @@ class Config:
     eval_episodes: int = _f(10, "Episodes per evaluation.")
     eval_deterministic: bool = _f(False, "Evaluate (and `asyncrl enjoy`) with the most likely action instead of a sampled one.")
 
+    # --- self-play against frozen past versions (multi-agent envs)
+    selfplay_snapshot_every_env_steps: int = _f(0, "Every this many env steps of a policy, a frozen copy of its weights joins that policy's pool of past versions in shared memory (up to --selfplay_pool_size; the oldest is replaced). 0: no pool.")
+    selfplay_pool_size: int = _f(4, "Frozen past versions kept per policy.")
+    selfplay_frozen_fraction: float = _f(0.5, "Fraction of a multi-agent env's episodes in which one learning policy plays against frozen past versions (once a pool holds any); their samples never reach a learner.")
+    matchmaking: str = _f("uniform", "How frozen opponents are chosen: uniform, or rating (likelier the closer their skill rating to the learning policy's).", choices=["uniform", "rating"])
+
     # --- per-policy hyperparameters and population-based training (Sample Factory's flags and defaults)
     policy_overrides: dict = _f({}, "Starting hyperparameters per policy, as JSON: '{\"1\": {\"learning_rate\": 1e-7}}'. Keys: learning_rate, exploration_loss_coeff, value_loss_coeff, max_grad_norm, ppo_clip_ratio, ppo_clip_value, gamma.")
     with_pbt: bool = _f(False, "Population-based training: every --pbt_period_env_steps, a policy in the bottom --pbt_replace_fraction copies a top policy's weights and optimizer state (in memory) and hyperparameters; every policy's hyperparameters mutate. Decisions go to <experiment>/pbt.jsonl.")
@@ -190,12 +196,21 @@ class Config:
             raise ConfigError(f"--encoder_mlp_layers must be a list of positive ints, got {self.encoder_mlp_layers}")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise ConfigError(f"--device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        if self.selfplay_snapshot_every_env_steps < 0 or self.selfplay_pool_size <= 0:
+            raise ConfigError("--selfplay_snapshot_every_env_steps must be >= 0 and --selfplay_pool_size positive")
+        if not 0 <= self.selfplay_frozen_fraction <= 1:
+            raise ConfigError(f"--selfplay_frozen_fraction must be in [0, 1], got {self.selfplay_frozen_fraction}")
         self._validate_pbt()
 
     def policy_hparams(self, policy_id: int) -> dict:
         """The starting values of a policy's own hyperparameters (PER_POLICY_HPARAMS): the flags, then --policy_overrides."""
         return {**{name: float(getattr(self, name)) for name in PER_POLICY_HPARAMS},
                 **self.policy_overrides.get(str(policy_id), {})}
+
+    @property
+    def frozen_pool_size(self) -> int:
+        """Frozen past versions per policy in shared memory (0 without self-play snapshots)."""
+        return self.selfplay_pool_size if self.selfplay_snapshot_every_env_steps else 0
 
     def _validate_pbt(self) -> None:
         for key, overrides in self.policy_overrides.items():

@@ -41,13 +41,19 @@ def parse_enjoy_args(argv: list[str]) -> tuple[dict, Config]:
                                       "save_video", "video_name", "fps")}
     if args["max_num_episodes"] <= 0:
         raise ConfigError(f"--max_num_episodes must be positive, got {args['max_num_episodes']}")
+    return args, config_of_run(given)
+
+
+def config_of_run(given: dict) -> Config:
+    """The config of the run that --train_dir/--experiment name (its config.json), with the flags given on top; without
+    a run, --env and the flags (for a --checkpoint file)."""
     experiment_dir = experiment_dir_of(given)
     saved = read_saved_config(experiment_dir) or {}
     env = given.get("env") or saved.get("env")
     if not env:
         raise ConfigError(f"no run in {experiment_dir} (no config.json) and no --env: give --train_dir and --experiment "
                           f"of a run, or --env with --checkpoint")
-    return args, build_config(given, env_entry(env).default_config, saved)
+    return build_config(given, env_entry(env).default_config, saved)
 
 
 def checkpoint_to_load(args: dict, cfg: Config) -> str:

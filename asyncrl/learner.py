@@ -79,10 +79,12 @@ class Learner:
         self.env_steps = 0   # frames (frameskip included) of the samples this learner received
         self.nan_updates, self.nan_updates_in_a_row = 0, 0
         self.pending_slots: list[int] = []
+        self.snapshots = 0  # frozen past versions this learner has written to its pool (self-play)
         self.last_checkpoint = time.monotonic()
         self.timing = Timing(f"learner_{policy_id}")
         self.hp = cfg.policy_hparams(policy_id)  # this policy's own hyperparameters, re-read from shared memory per batch
         self._load_latest_checkpoint()
+        self.next_snapshot = self.env_steps + cfg.selfplay_snapshot_every_env_steps
         buffers.set_hparams(policy_id, self.hp)
         buffers.publish_weights(policy_id, self.model, self.train_step)
         self.reports.put(("learner", policy_id, {"train_step": self.train_step, "env_steps": self.env_steps,
@@ -129,8 +131,18 @@ class Learner:
         with self.timing.phase("publish"):
             self.buffers.publish_weights(self.policy_id, self.model, self.train_step)
         self.reports.put(("learner", self.policy_id, stats))
+        if self.cfg.frozen_pool_size and self.env_steps >= self.next_snapshot:
+            self._snapshot()
         if time.monotonic() - self.last_checkpoint >= self.cfg.save_every_sec:
             self.save()
+
+    def _snapshot(self) -> None:
+        """A frozen copy of the current weights joins this policy's pool, replacing the oldest once it is full."""
+        k = self.snapshots % self.cfg.frozen_pool_size
+        self.buffers.snapshot_weights(self.policy_id, k, self.model, self.train_step)
+        self.snapshots += 1
+        self.next_snapshot = self.env_steps + self.cfg.selfplay_snapshot_every_env_steps
+        self.reports.put(("snapshot", self.policy_id, k, self.train_step, self.env_steps))
 
     def _run_commands(self) -> None:
         """PBT's requests: "export" writes this learner's weights and Adam state to its learner_state row; ("import",

@@ -201,7 +201,7 @@ def model_workloads(cfg: Config, inference_batch: int):
         policy = PolicyWorker(0, 0, cfg, b, queues, env.obs_space, env.action_space, cpu)
         agents = torch.arange(inference_batch)
         b.agent_slot[agents] = agents
-        yield (lambda: policy._act(agents)), (lambda: learner._train(learner._gather(slots)))
+        yield (lambda: policy._act(agents, policy.model, 0)), (lambda: learner._train(learner._gather(slots)))
 
 
 def simulation_cost(cfg: Config) -> tuple[float, int]:

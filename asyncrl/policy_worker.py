@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 
 import torch
+from torch import nn
 
-from asyncrl.buffers import SharedBuffers, split_agents
+from asyncrl.buffers import SharedBuffers, frozen_id, split_agents
 from asyncrl.config import Config
 from asyncrl.model import build_model, low_precision
 from asyncrl.queues import Empty, Queues
@@ -27,10 +28,12 @@ class PolicyWorker:
         self.requests = queues.policy_requests[policy_id]
         self.actions_ready, self.reports = queues.actions_ready, queues.reports
         self.timing = Timing(f"policy_{policy_id}" + (f"_{worker_idx}" if cfg.policy_workers_per_policy > 1 else ""))
-        self.model = build_model(obs_space, action_space, cfg).to(device).eval()
-        if (dtype := low_precision(cfg, device, self.model)) is not None:
-            self.model.store_weights_as(dtype)  # the learner's float32 weights are converted as they are loaded
+        self.obs_space, self.action_space = obs_space, action_space
+        self.model = self._new_model()
         self.version = -1  # weights not loaded yet
+        # frozen past versions of this policy (self-play): acting id -> [model, version], built when first needed
+        self.frozen: dict[int, list] = {}
+        self.first_frozen_id = frozen_id(cfg, policy_id, 0)
         # [slots * steps, ...] views of the trajectory tensors this worker reads and writes
         self.obs_rows = buffers.traj_obs.flatten(0, 1)
         self.step_rows = {name: getattr(buffers, name).flatten(0, 1) for name in
@@ -56,27 +59,55 @@ class PolicyWorker:
             self.version = self.buffers.read_weights(self.policy_id, self.model, self.version)
         with self.timing.phase("inference"):
             agents = torch.cat([self.split_agents[r] for r in requests])
-            agents = agents[self.buffers.agent_policy[agents] == self.policy_id]
-            self._act(agents)
+            acting = self.buffers.agent_policy[agents]
+            if self.cfg.frozen_pool_size:  # some agents may be played by frozen versions of this policy
+                self._act_frozen(agents, acting)
+            agents = agents[acting == self.policy_id]
+            if len(agents):
+                self._act(agents, self.model, self.version)
         for worker, split in requests:
             self.actions_ready[worker].put((split, self.policy_id))
         self.timing.count("batches", 1)
         self.timing.count("batch_agents", len(agents))
         return True
 
+    def _act_frozen(self, agents: torch.Tensor, acting: torch.Tensor) -> None:
+        """The agents a frozen past version of this policy plays, one forward pass per version."""
+        frozen = (acting >= self.first_frozen_id) & (acting < self.first_frozen_id + self.cfg.frozen_pool_size)
+        for acting_id in acting[frozen].unique().tolist():
+            model, version = self._frozen_model(acting_id)
+            self._act(agents[acting == acting_id], model, version)
+
+    def _frozen_model(self, acting_id: int) -> tuple[nn.Module, int]:
+        """The model of a frozen version, with that pool entry's newest weights (an entry is reused once the pool is
+        full; a new snapshot there has a new version)."""
+        entry = self.frozen.setdefault(acting_id, [self._new_model(), -1])
+        k = acting_id - self.first_frozen_id
+        entry[1] = self.buffers.read_frozen_weights(self.policy_id, k, entry[0], entry[1])
+        while entry[1] < 0:  # first use, while the learner rewrites that entry: never act with a random init
+            time.sleep(0.001)
+            entry[1] = self.buffers.read_frozen_weights(self.policy_id, k, entry[0], entry[1])
+        return entry[0], entry[1]
+
+    def _new_model(self) -> nn.Module:
+        model = build_model(self.obs_space, self.action_space, self.cfg).to(self.device).eval()
+        if (dtype := low_precision(self.cfg, self.device, model)) is not None:
+            model.store_weights_as(dtype)  # the learner's float32 weights are converted as they are loaded
+        return model
+
     @torch.no_grad()
-    def _act(self, agents: torch.Tensor) -> None:
+    def _act(self, agents: torch.Tensor, model: nn.Module, version: int) -> None:
         b, rollout = self.buffers, self.cfg.rollout
         slots, steps = b.agent_slot[agents], b.agent_step[agents]
         # one flat row index per agent: index_select copies whole rows, ~13x faster than indexing by (slot, step)
         obs = self.obs_rows.index_select(0, slots * (rollout + 1) + steps).to(self.device, non_blocking=True)
         rows = slots * rollout + steps
         rnn_state = b.agent_rnn_state[agents]
-        action_params, values, new_rnn_state = self.model.forward_step(obs, rnn_state.to(self.device))
-        actions, logp = self.model.sample_actions(action_params)
+        action_params, values, new_rnn_state = model.forward_step(obs, rnn_state.to(self.device))
+        actions, logp = model.sample_actions(action_params)
         self.step_rows["traj_actions"][rows] = actions.cpu()
         self.step_rows["traj_action_logp"][rows] = logp.cpu()
         self.step_rows["traj_values"][rows] = values.cpu()
-        self.step_rows["traj_policy_version"][rows] = self.version
+        self.step_rows["traj_policy_version"][rows] = version
         self.step_rows["traj_rnn_states"][rows] = rnn_state
         b.agent_rnn_state[agents] = new_rnn_state.cpu()

@@ -20,6 +20,7 @@ from asyncrl.config import Config
 from asyncrl.queues import Empty, Queues
 from asyncrl.timing import Timing
 from asyncrl.envs import EnvError, make_agents
+from asyncrl.matchmaking import draw_players, owner_policies
 
 REPORT_INTERVAL_S = 1.0
 MAX_CONSECUTIVE_ENV_ERRORS = 3
@@ -69,6 +70,7 @@ class RolloutWorker:
         self.agent_step = buffers.agent_step.numpy()
         self.agent_policy = buffers.agent_policy.numpy()
         self.agent_rnn_state = buffers.agent_rnn_state.numpy()
+        self.frozen_version, self.rating_mu = buffers.frozen_version.numpy(), buffers.rating_mu.numpy()  # matchmaking
         self.heartbeat = buffers.worker_heartbeat.numpy()
 
         num_local_agents = cfg.num_envs_per_worker * cfg.agents_per_env
@@ -76,6 +78,8 @@ class RolloutWorker:
         self.episode_return = np.zeros(num_local_agents)  # the env's own reward, unscaled
         self.episode_length = np.zeros(num_local_agents, np.int64)
         self.finished_episodes: list[tuple] = []  # (policy, return, length, env stats)
+        self.match_scores: list[list] = [[] for _ in self.envs]  # per env: (acting id, score) of its agents' episodes
+        self.matches: list[tuple] = []  # (acting ids, scores) of finished multi-agent episodes
         self.env_errors = 0  # exceptions raised by this worker's envs, reported to the runner
         self.reported_env_errors = 0
         self.consecutive_errors = np.zeros(cfg.num_envs_per_worker, np.int64)
@@ -209,7 +213,9 @@ class RolloutWorker:
         n = self.cfg.agents_per_env
         first = env_in_split * n
         agents, local = self.split_agent_ids[split][first:first + n], self.split_local_ids[split][first:first + n]
-        for agent, obs, policy in zip(agents, first_obs, self._draw_policies(n)):
+        self._report_match(split * self.cfg.envs_per_split + env_in_split)
+        players = draw_players(n, self.cfg, self.rng, self.frozen_version, self.rating_mu)
+        for agent, obs, policy in zip(agents, first_obs, players):
             step = self.agent_step[agent]
             if step == self.cfg.rollout or (step > 0 and policy != self.agent_policy[agent]):
                 self._finish_slot(agent, step, next_obs=obs)
@@ -217,14 +223,6 @@ class RolloutWorker:
                 self.traj_obs[self.agent_slot[agent], step] = obs
             self.agent_policy[agent] = policy
         self.playing[local] = True
-
-    def _draw_policies(self, n: int) -> np.ndarray:
-        """Policies for an env's n agents for one episode: one each, or one for all (--pbt_mix_policies_in_one_env)."""
-        if self.cfg.num_policies == 1:
-            return np.zeros(n, np.int64)
-        if self.cfg.pbt_mix_policies_in_one_env:
-            return self.rng.integers(self.cfg.num_policies, size=n)
-        return np.full(n, self.rng.integers(self.cfg.num_policies))
 
     def _leave_episode(self, agent: int, local: int) -> None:
         """The agent's episode ended while others in its env play on: send what its slot holds and wait, in a new
@@ -285,7 +283,11 @@ class RolloutWorker:
             self.traj_rewards[slot, end_step:] = 0
         next_obs = self.traj_obs[slot, end_step] if next_obs is None else next_obs
         self._begin_slot(agent, next_obs)  # copy the bootstrap obs before the learner may recycle the slot
-        self.queues.full_slots[self.agent_policy[agent]].put(int(slot))
+        player = self.agent_policy[agent]
+        if player < self.cfg.num_policies:
+            self.queues.full_slots[player].put(int(slot))
+        else:  # a frozen past version played: its samples are never trained on
+            self.queues.free_slots.put(int(slot))
 
     def _begin_slot(self, agent: int, first_obs: np.ndarray | None = None) -> None:
         slot = self._acquire_free_slot()
@@ -311,20 +313,34 @@ class RolloutWorker:
         if self.cfg.num_policies == 1 and self.cfg.agents_per_env == 1:  # no agent ever waits: skip the unique
             policies = (0,)
         else:
-            policies = np.unique(self.agent_policy[self.split_agent_ids[split]])
-            policies = policies[policies != NO_POLICY]
+            players = self.agent_policy[self.split_agent_ids[split]]
+            policies = np.unique(owner_policies(self.cfg, players[players != NO_POLICY]))
         self.pending_responses[split] = len(policies)
         for p in policies:
             self.queues.policy_requests[p].put((self.worker_idx, int(split)))
 
     # --- statistics
     def _end_episode(self, agent: int, local: int, env_stats: dict) -> None:
-        """Record the finished episode: its return, length, and the env's own counters (info["episode_stats"])."""
-        policy = int(self.agent_policy[agent])
-        self.finished_episodes.append((policy, float(self.episode_return[local]), int(self.episode_length[local]),
-                                       {k: float(v) for k, v in env_stats.items()}))
+        """Record the finished episode: its return, length, and the env's own counters (info["episode_stats"]) for a
+        learning policy's stats; in a multi-agent env, the agent's score (its true_objective, else its return) for
+        the match's rating."""
+        player = int(self.agent_policy[agent])
+        episode_return = float(self.episode_return[local])
+        if player < self.cfg.num_policies:
+            self.finished_episodes.append((player, episode_return, int(self.episode_length[local]),
+                                           {k: float(v) for k, v in env_stats.items()}))
+        if self.cfg.agents_per_env > 1:
+            score = float(env_stats.get("true_objective", episode_return))
+            self.match_scores[local // self.cfg.agents_per_env].append((player, score))
         self.episode_return[local] = 0
         self.episode_length[local] = 0
+
+    def _report_match(self, env_idx: int) -> None:
+        """An env's episode is over: report who played it and their scores (for the ratings), once every agent's
+        score is in (not after an env error, nor at the start)."""
+        scores, self.match_scores[env_idx] = self.match_scores[env_idx], []
+        if len(scores) == self.cfg.agents_per_env > 1:
+            self.matches.append(([p for p, _ in scores], [s for _, s in scores]))
 
     def _maybe_report(self) -> None:
         if time.monotonic() - self.last_report >= REPORT_INTERVAL_S:
@@ -335,6 +351,9 @@ class RolloutWorker:
         if self.finished_episodes:
             self.queues.reports.put(("episodes", self.finished_episodes))
             self.finished_episodes = []
+        if self.matches:
+            self.queues.reports.put(("matches", self.matches))
+            self.matches = []
         if self.env_errors > self.reported_env_errors:
             self.queues.reports.put(("env_errors", self.env_errors - self.reported_env_errors))
             self.reported_env_errors = self.env_errors

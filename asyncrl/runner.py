@@ -20,6 +20,7 @@ from asyncrl.config import Config, ConfigError
 from asyncrl.learner import Learner, learner_state_floats
 from asyncrl.model import build_model, num_state_floats
 from asyncrl.pbt import PopulationBasedTraining
+from asyncrl.ratings import Ratings
 from asyncrl.policy_worker import PolicyWorker
 from asyncrl.processes import StopFlag, plan_cores, start_child
 from asyncrl.queues import Empty, Queues
@@ -111,6 +112,9 @@ class Runner:
         self.next_evaluation: list[int | None] = [None] * cfg.num_policies  # env steps of each policy's next one
         self.pbt = PopulationBasedTraining(cfg, self.buffers, self.queues.learner_commands, self.stats.policies) \
             if cfg.with_pbt else None
+        self.ratings = Ratings(cfg, self.buffers) if cfg.agents_per_env > 1 else None
+        if self.ratings is not None:
+            self.stats.policy_extras = self.ratings.policy_stats
         self.processes: dict = {}      # title -> process (multi-process mode)
         self.restart_times: list[float] = []
         self.components: list = []     # the same components, in this process (serial mode)
@@ -177,6 +181,8 @@ class Runner:
             self.stats.summarize(self._seconds_left(), self._fraction_done())
             self.stats.save_state(self.stats_state_path)
             self.stats.close()
+            if self.ratings is not None:
+                self.ratings.save()
         return status
 
     def _request_evaluations(self) -> None:
@@ -218,6 +224,10 @@ class Runner:
         for message in messages:
             if message[0] in ("pbt_exported", "pbt_imported"):
                 self.pbt.handle(message)
+            elif message[0] == "matches" and self.ratings is not None:
+                self.ratings.add_matches(message[1])
+            elif message[0] == "snapshot" and self.ratings is not None:
+                self.ratings.add_snapshot(*message[1:4])
             else:
                 self.stats.handle(message)
 

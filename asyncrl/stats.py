@@ -63,6 +63,7 @@ class StatsWriter:
         self.timing: dict[str, tuple[dict, dict]] = {}  # role -> (phase fractions, counts) of its last report
         self.start_time = time.monotonic()
         self.last_summary_time = self.start_time
+        self.policy_extras = None  # policy id -> more stats for its rows (the runner's ratings), if set
         self.progress = ProgressDisplay(sys.stdout.isatty(), os.path.basename(os.path.normpath(experiment_dir)))
 
     def handle(self, message: tuple) -> None:
@@ -132,6 +133,8 @@ class StatsWriter:
             row.update({f"episode_{k}_mean": float(np.mean(v)) for k, v in p.env_stats.items()})
             row.update({k: v for k, v in p.learner.items() if k not in row})
             row.update(self.timing_summary(p.policy_id))
+            if self.policy_extras is not None:
+                row.update(self.policy_extras(p.policy_id))
             p.last_summary_env_steps = p.env_steps
             rows.append(row)
             self.jsonl.write(json.dumps(row) + "\n")

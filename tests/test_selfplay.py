@@ -1,0 +1,112 @@
+"""Self-play: matchmaking against frozen past versions, frozen versions acting through the policy workers with
+their own weights and never trained on, ratings, the grid_duel env and `asyncrl match`."""
+
+import json
+
+import numpy as np
+import pytest
+from helpers import drain, run_cli, serial_runner
+
+from asyncrl.buffers import frozen_id
+from asyncrl.config import Config
+from asyncrl.learner import Learner
+from asyncrl.matchmaking import draw_players
+from asyncrl.rollout_worker import RolloutWorker
+
+
+def test_matchmaking_seats_one_learner_against_frozen_versions_and_prefers_close_ratings():
+    cfg = Config(env="x", num_policies=2, selfplay_snapshot_every_env_steps=1000, selfplay_pool_size=3,
+                 selfplay_frozen_fraction=1.0, agents_per_env=2)
+    rng = np.random.default_rng(0)
+    frozen_version = np.full((2, 3), -1)
+    mu = np.full(2 + 6, 25.0)
+    assert all(max(draw_players(2, cfg, rng, frozen_version, mu)) < 2 for _ in range(50))  # empty pool: learners only
+    frozen_version[0, :2] = [10, 20]
+    frozen_version[1, 0] = 5
+    available = {frozen_id(cfg, 0, 0), frozen_id(cfg, 0, 1), frozen_id(cfg, 1, 0)}
+    seats = [draw_players(2, cfg, rng, frozen_version, mu) for _ in range(400)]
+    assert all(sorted(s)[0] < 2 and sorted(s)[1] in available for s in seats)
+    assert 0.4 < np.mean([s[0] < 2 for s in seats]) < 0.6  # the learner sits on either seat
+    mu[frozen_id(cfg, 0, 0)] = 60.0  # far above every learning policy: rarely chosen by rating, a third uniformly
+    rated = Config(**{**cfg.to_json(), "matchmaking": "rating"})
+    picks = [max(draw_players(2, rated, rng, frozen_version, mu)) for _ in range(400)]
+    assert picks.count(frozen_id(cfg, 0, 0)) < 10
+    half = Config(**{**cfg.to_json(), "selfplay_frozen_fraction": 0.5})
+    assert 0.35 < np.mean([max(draw_players(2, half, rng, frozen_version, mu)) >= 2 for _ in range(400)]) < 0.65
+
+
+def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a_learner(tmp_path, monkeypatch):
+    """Serial grid_duel, a snapshot every 300 env steps, 3 versions kept, every episode against the pool once it has
+    any: rows a frozen version played carry the version of a snapshot written to its pool entry (a replaced entry
+    plays on with the newer snapshot); every step a learning policy played is exactly
+    one sample (counted against the envs' steps), and none of the frozen versions'; matches are reported with
+    frozen players and rated."""
+    from asyncrl import rollout_worker
+    monkeypatch.setattr(rollout_worker, "REPORT_INTERVAL_S", 1e9)
+    runner = serial_runner(tmp_path, env="grid_duel", rollout=8, batch_size=64, selfplay_snapshot_every_env_steps=300,
+                           selfplay_pool_size=3, selfplay_frozen_fraction=1.0, env_options={"max_steps": 12})
+    workers = [c for c in runner.components if isinstance(c, RolloutWorker)]
+    learner = next(c for c in runner.components if isinstance(c, Learner))
+    b, cfg = runner.buffers, runner.cfg
+    learning_steps, frozen_rows = [0], []  # (pool entry, version of the weights that acted)
+    for w in workers:
+        for agents_env, env_agents in zip(w.envs, np.split(np.concatenate(w.split_agent_ids), len(w.envs))):
+            def counting_step(actions, step=agents_env.env.step, env=agents_env.env, ids=env_agents):
+                playing = b.agent_policy[ids].numpy()[:len(env.agents)]
+                learning_steps[0] += int((playing < cfg.num_policies).sum()) if env.agents else 0
+                return step(actions)
+            agents_env.env.step = counting_step
+    for _ in range(600):
+        for c in runner.components:
+            c.poll(0.0)
+            if isinstance(c, RolloutWorker):  # rows the frozen versions just filled, before any reuse of the slot
+                for agent in c.split_agent_ids[0].tolist() + c.split_agent_ids[1].tolist():
+                    player, t = int(b.agent_policy[agent]), int(b.agent_step[agent])
+                    if player >= cfg.num_policies and t > 0 and b.traj_valid[b.agent_slot[agent], t - 1]:
+                        frozen_rows.append((player - frozen_id(cfg, 0, 0),
+                                            int(b.traj_policy_version[b.agent_slot[agent], t - 1])))
+    snapshots = {(k, version) for kind, *rest in drain(runner.queues.reports) if kind == "snapshot"
+                 for _, k, version, _ in [rest]}
+    assert len(frozen_rows) > 100 and set(frozen_rows) <= snapshots and len(set(frozen_rows)) > 3
+    in_flight = sum(int(b.traj_valid[s].sum()) for s in drain(runner.queues.full_slots[0]) + learner.pending_slots)
+    in_flight += sum(int(b.traj_valid[s, :t].sum()) for s, t, p in
+                     zip(b.agent_slot.tolist(), b.agent_step.tolist(), b.agent_policy.tolist()) if p == 0)
+    assert learner.env_steps + in_flight == learning_steps[0]
+    for w in workers:
+        w._report()
+    matches = [m for kind, *rest in drain(runner.queues.reports) if kind == "matches" for m in rest[0]]
+    assert len(matches) > 50 and all(max(players) >= cfg.num_policies for players, _ in matches[-20:])
+    for _ in range(100):  # each call takes one batch of messages
+        runner._drain_reports(0.0)
+    assert runner.ratings.matches == len(matches)
+    runner._stop_children()
+
+
+def test_selfplay_run_rates_its_snapshots_and_match_plays_them(tmp_path):
+    """A real grid_duel self-play run: ratings.json holds the snapshots and the stats the ratings; `asyncrl match`
+    plays the run's latest checkpoint against the scripted opponent and against random, and refuses what cannot
+    play (a single-agent env, a scripted opponent the env lacks, a bad file) with one line and exit 2."""
+    r = run_cli("train", "--env", "grid_duel", "--train_dir", tmp_path, "--experiment", "sp", "--seed", 1,
+                "--train_for_env_steps", 150_000, "--selfplay_snapshot_every_env_steps", 30_000, timeout=240)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    ratings = json.loads((tmp_path / "sp" / "ratings.json").read_text())
+    assert len(ratings["snapshots"]) >= 3 and ratings["matches"] > 100
+    rows = [json.loads(line) for line in (tmp_path / "sp" / "stats.jsonl").read_text().splitlines()]
+    assert "rating_ordinal" in rows[-1] and "pool_rating_ordinal_max" in rows[-1]
+    out = tmp_path / "match.json"
+    r = run_cli("match", "--train_dir", tmp_path, "--experiment", "sp", "--players", "latest", "scripted",
+                "--episodes", 50, "--out", out, timeout=120)
+    assert r.returncode == 0 and "latest vs scripted:" in r.stdout, r.stdout + r.stderr
+    result = json.loads(out.read_text())
+    assert result["wins"] + result["draws"] + result["losses"] == 50 and len(result["ratings_mu"]) == 2
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--env", "CartPole-v1", "--players", "random", "random"], "plays two players: env 'CartPole-v1' has 1"),
+    (["--env", "synthetic_multi", "--players", "scripted", "random"], "has no scripted opponent"),
+    (["--env", "grid_duel", "--players", "no_such_file.pth", "random"], "no_such_file.pth"),
+    (["--env", "grid_duel", "--players", "random"], "expected 2 arguments"),
+])
+def test_bad_match_input_is_one_line_and_exit_2(tmp_path, flags, needle):
+    r = run_cli("match", *flags, "--train_dir", tmp_path, timeout=60)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr

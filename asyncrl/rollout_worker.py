@@ -132,8 +132,7 @@ class RolloutWorker:
         n = self.cfg.agents_per_env
         slots, steps = self.agent_slot[agents], self.agent_step[agents]
         actions = env_actions(self.action_space, self.traj_actions[slots, steps])
-        stepped = self.playing[local]  # a copy: the agents that act in this step
-        playing = stepped.tolist()
+        playing = self.playing[local].tolist()  # the agents that act in this step
         rewards, ended, terminal = np.zeros(len(agents)), np.zeros(len(agents), bool), np.zeros(len(agents), bool)
         episode_stats, resets, failed = {}, [], []  # resets: (env, its next episode's first observations)
         with self.timing.phase("env_step"):
@@ -143,7 +142,7 @@ class RolloutWorker:
                     obs, env_rewards, terminated, truncated, infos = env.step(actions[first:first + n])
                 except Exception as error:
                     failed.append((i, error))  # recovered below, once this group's shared writes are done
-                    stepped[first:first + n] = False
+                    playing[first:first + n] = [False] * n
                     continue
                 still_playing = 0
                 for j in range(n):
@@ -160,19 +159,21 @@ class RolloutWorker:
                 if still_playing == 0:
                     resets.append((i, env.reset()[0]))
         # whole-group writes: a few numpy calls per group instead of several per env (the worker's cache is cold
-        # after every engine step, so each call costs microseconds)
+        # after every engine step, so each call costs microseconds); `stepped` selects all agents in the common case
+        stepped = slice(None) if all(playing) else np.array(playing)
         self.traj_rewards[slots[stepped], steps[stepped]] = rewards[stepped]
         self.traj_dones[slots[stepped], steps[stepped]] = terminal[stepped]  # a truncated state goes on: final obs
         self.episode_return[local] += rewards
         self.episode_length[local[stepped]] += 1
         self.agent_step[agents[stepped]] += 1
-        self._end_episodes(split, ended, terminal, episode_stats)
-        reset_agents = np.zeros(len(agents), bool)
-        for i, first_obs in resets:
-            self._start_episode(split, i, first_obs)
-            reset_agents[i * n:(i + 1) * n] = True
-        for a in np.flatnonzero(ended & ~reset_agents):
-            self._leave_episode(agents[a], local[a])
+        if episode_stats:  # some episodes ended
+            self._end_episodes(split, ended, terminal, episode_stats)
+            left = ended.copy()
+            for i, first_obs in resets:
+                self._start_episode(split, i, first_obs)
+                left[i * n:(i + 1) * n] = False
+            for a in np.flatnonzero(left):
+                self._leave_episode(agents[a], local[a])
         for a in np.flatnonzero(self.agent_step[agents] == self.cfg.rollout):
             self._finish_slot(agents[a], self.cfg.rollout)
         for i, error in failed:

@@ -20,11 +20,10 @@ import time
 import numpy as np
 
 from asyncrl.buffers import SharedBuffers
-from asyncrl.config import Config
+from asyncrl.config import PER_POLICY_HPARAMS, Config
 from asyncrl.stats import PolicyStats
 
-MUTATED = ("learning_rate", "exploration_loss_coeff", "value_loss_coeff", "max_grad_norm", "ppo_clip_ratio",
-           "ppo_clip_value")
+MUTATED = tuple(name for name in PER_POLICY_HPARAMS if name != "gamma")  # gamma only with --pbt_optimize_gamma
 MAX_GAMMA = 0.9999
 
 

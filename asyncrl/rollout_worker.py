@@ -211,11 +211,9 @@ class RolloutWorker:
         """An env was reset: each of its agents draws a policy and goes on from its first observation, in the row
         after its last episode's (in a new slot if its slot is full or it changes policy: a slot holds the samples
         of one policy)."""
-        n = self.cfg.agents_per_env
-        first = env_in_split * n
-        agents, local = self.split_agent_ids[split][first:first + n], self.split_local_ids[split][first:first + n]
+        agents, local = self._env_agents(split, env_in_split)
         self._report_match(split * self.cfg.envs_per_split + env_in_split)
-        players = draw_players(n, self.cfg, self.rng, self.frozen_version, self.rating_mu)
+        players = draw_players(len(agents), self.cfg, self.rng, self.frozen_version, self.rating_mu)
         for agent, obs, policy in zip(agents, first_obs, players):
             step = self.agent_step[agent]
             if step == self.cfg.rollout or (step > 0 and policy != self.agent_policy[agent]):
@@ -224,6 +222,12 @@ class RolloutWorker:
                 self.traj_obs[self.agent_slot[agent], step] = obs
             self.agent_policy[agent] = policy
         self.playing[local] = True
+
+    def _env_agents(self, split: int, env_in_split: int) -> tuple[np.ndarray, np.ndarray]:
+        """Global and worker-local indices of one env's agents."""
+        n = self.cfg.agents_per_env
+        first = env_in_split * n
+        return self.split_agent_ids[split][first:first + n], self.split_local_ids[split][first:first + n]
 
     def _leave_episode(self, agent: int, local: int) -> None:
         """The agent's episode ended while others in its env play on: send what its slot holds and wait, in a new
@@ -245,9 +249,7 @@ class RolloutWorker:
                   f"discarded (further errors of this env are only counted):\n{''.join(traceback.format_exception(error))}",
                   file=sys.stderr, flush=True)
         obs = self._restart_env(env_idx)
-        n = self.cfg.agents_per_env
-        agents = self.split_agent_ids[split][env_in_split * n:(env_in_split + 1) * n]
-        local = self.split_local_ids[split][env_in_split * n:(env_in_split + 1) * n]
+        agents, local = self._env_agents(split, env_in_split)
         old_slots = self.agent_slot[agents].tolist()
         self.episode_return[local], self.episode_length[local] = 0, 0
         self.agent_rnn_state[agents] = 0

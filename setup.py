@@ -1,12 +1,31 @@
+import importlib.util
+import os
+
 from setuptools import setup
+from setuptools.command.build_py import build_py
+
+
+class BuildPyWithProto(build_py):
+    """Generates the gRPC code of asyncrl/remote/ude.proto (not committed) before the modules are collected."""
+
+    def run(self):
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "asyncrl", "remote", "protoc.py")
+        spec = importlib.util.spec_from_file_location("asyncrl_protoc", path)
+        protoc = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(protoc)
+        protoc.compile_proto()
+        super().run()
+
 
 setup(
     name="asyncrl",
     version="0.1.0",
     description="Asynchronous APPO reinforcement learning at high throughput, in the style of Sample Factory",
     # the repository's top-level envs/ folder installs as asyncrl.envs: no top-level `envs` in site-packages
-    packages=["asyncrl", "asyncrl.envs"],
+    packages=["asyncrl", "asyncrl.envs", "asyncrl.remote"],
     package_dir={"asyncrl.envs": "envs"},
+    package_data={"asyncrl.remote": ["ude.proto"]},
+    cmdclass={"build_py": BuildPyWithProto},
     python_requires=">=3.10",
     install_requires=[
         # a range, not a pin: an installed torch (CPU or CUDA build) is accepted as it is
@@ -25,7 +44,11 @@ setup(
         "imageio-ffmpeg>=0.4.8",  # ships an ffmpeg binary in its wheel: no system ffmpeg needed
         "pettingzoo>=1.24",  # the multi-agent env API (ParallelEnv/AECEnv) users' envs already speak; imported lazily
         "openskill>=5.0",  # skill ratings of policies and frozen versions from match outcomes (maintained Bayesian rating)
+        "grpcio>=1.60",  # remote envs (asyncrl env-server, --env remote:...): gRPC, deadlines, TLS, interceptors
+        "grpcio-tools>=1.60",  # protoc for ude.proto at install (and on first import from a never-installed checkout)
+        "protobuf>=4.25",  # the typed messages of ude.proto: no pickle on the wire
     ],
-    extras_require={"test": ["pytest>=7"]},
+    # cryptography: the TLS test makes itself a self-signed certificate
+    extras_require={"test": ["pytest>=7", "cryptography>=41"]},
     entry_points={"console_scripts": ["asyncrl=asyncrl.cli:main"]},
 )

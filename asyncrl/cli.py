@@ -1,4 +1,4 @@
-"""`asyncrl` command line: `asyncrl train|enjoy|bench|tune|envs|plot ...`.
+"""`asyncrl` command line: `asyncrl train|enjoy|match|bench|tune|envs|plot|env-server ...`.
 
 Every user error (bad flag, impossible config, unknown env, unusable checkpoint or train_dir) is one
 line on stderr and exit code 2, before any worker process starts.
@@ -11,7 +11,7 @@ import sys
 from asyncrl.checkpoint import CheckpointError
 from asyncrl.config import (Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config,
                             experiment_dir_of, read_saved_config)
-from asyncrl.envs import ENTRY_POINT_GROUP, EnvError, env_entry, plugin_envs, registered_envs
+from asyncrl.envs import ENTRY_POINT_GROUP, EnvError, connect_remote, env_entry, plugin_envs, registered_envs
 from asyncrl.tune import with_tuned_flags
 
 USER_ERRORS = (ConfigError, EnvError, CheckpointError)
@@ -27,6 +27,9 @@ def config_from_args(argv: list[str]) -> Config:
     env_name = given.get("env") or (saved or {}).get("env")
     if not env_name:
         raise ConfigError("--env is required (e.g. --env CartPole-v1; `asyncrl envs` lists the registered ones)")
+    if env_name.startswith("remote:"):  # the servers are asked for the env's spaces and defaults, with our credentials
+        from asyncrl.remote.client import settings_from_flags
+        connect_remote(env_name, settings_from_flags({**(saved or {}), **given}))
     return build_config(given, with_tuned_flags(given, env_entry(env_name).default_config), saved)
 
 
@@ -45,6 +48,7 @@ def cmd_envs(argv: list[str]) -> int:
         print(f"{name:<{width}}  {description}")
     print(f"{'<gymnasium id>':<{width}}  any installed gymnasium env, e.g. CartPole-v1, LunarLander-v3")
     print(f"{'<module>:<factory>':<{width}}  your own env's factory by import path, e.g. my_pkg.envs:make_env")
+    print(f"{'remote:<host>:<port>':<{width}}  envs served by `asyncrl env-server` (several servers: comma-separated)")
     return 0
 
 
@@ -68,13 +72,18 @@ def cmd_match(argv: list[str]) -> int:
     return match(argv)
 
 
+def cmd_env_server(argv: list[str]) -> int:
+    from asyncrl.remote.server import cmd_env_server as serve
+    return serve(argv)
+
+
 def cmd_tune(argv: list[str]) -> int:
     from asyncrl.tune import cmd_tune as tune
     return tune(argv)
 
 
 COMMANDS = {"train": cmd_train, "enjoy": cmd_enjoy, "match": cmd_match, "bench": cmd_bench, "tune": cmd_tune,
-            "envs": cmd_envs, "plot": cmd_plot}
+            "envs": cmd_envs, "plot": cmd_plot, "env-server": cmd_env_server}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -97,6 +97,14 @@ class Config:
     recurrence: int = _f(-1, "BPTT length in steps; must divide --rollout. -1: --rollout with an RNN, 1 without.")
     precision: str = _f("auto", "float32, or bfloat16: learners run the encoder under bfloat16 autocast (float32 master weights, core and heads) and policy workers keep the model's weights in bfloat16 (outputs float32). auto: bfloat16 for a conv encoder on hardware with native bfloat16 (CPUs with AVX512-BF16/AMX, recent GPUs), else float32.", choices=["auto", "float32", "bfloat16"])
 
+    # --- remote envs (--env remote:HOST:PORT[,HOST:PORT...], served by `asyncrl env-server`)
+    remote_reconnect: bool = _f(False, "When an env server cannot be reached, wait for it (its envs rejoin when it is back) while the other envs train; False: stop the run with one line (the checkpoint is kept).")
+    remote_timeout: float = _f(10.0, "Seconds an env server call may take before it counts as failed (safe calls are retried with backoff first).")
+    remote_auth_token_file: Optional[str] = _f(None, "A file whose first line is the env servers' auth token (their --auth_token).")
+    remote_tls_ca_cert: Optional[str] = _f(None, "PEM certificate (the servers' own or their CA's) to reach env servers over TLS.")
+    remote_agents: list = _f([], "The agents of each remote env this run acts for (another run, or another client, acts for the rest: UDE's multi-client envs); []: all.")
+    env_side_channel: dict = _f({}, "Side-channel values sent to remote envs when they are opened, as JSON (e.g. '{\"difficulty\": 2}'); values are bool, int, float, str.")
+
     # --- when to stop, what to save
     train_for_env_steps: int = _f(10_000_000_000, "Stop when every policy has this many env frames (frameskip included).")
     train_for_seconds: float = _f(10_000_000_000, "Stop after this many seconds of this launch.")

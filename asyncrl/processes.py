@@ -16,6 +16,7 @@ import torch.multiprocessing as mp
 from asyncrl.envs import adopt_entry
 
 POLL_TIMEOUT_S = 0.1
+RUN_STOPPED_EXIT_CODE = 3  # a child's error that stops the run instead of restarting the workers (RunStopped)
 
 # spawn, not fork: forking a parent whose torch/OpenMP thread pools already ran can deadlock the child
 mp_context = mp.get_context("spawn")
@@ -124,9 +125,9 @@ def child_main(title: str, make_component, stop_flag, torch_threads: int, parent
         os.sched_setaffinity(0, cores)
     torch.set_num_threads(torch_threads)
     adopt_entry(*env)
-    from asyncrl.rollout_worker import StopRequested
+    from asyncrl.rollout_worker import RunStopped, StopRequested
 
-    component, failed = None, False
+    component, exit_code = None, 0
     try:
         component = make_component()
         if hasattr(component, "start"):
@@ -137,15 +138,17 @@ def child_main(title: str, make_component, stop_flag, torch_threads: int, parent
             component.stop()  # a normal stop only: a failed learner must not overwrite its last good checkpoint
     except StopRequested:
         pass
+    except RunStopped:  # the component told the runner why (a "fatal" report); no traceback
+        exit_code = RUN_STOPPED_EXIT_CODE
     except Exception:
         sys.stderr.write(f"{title} failed:\n{traceback.format_exc()}")
         sys.stderr.flush()
-        failed = True
+        exit_code = 1
     finally:
         if component is not None and hasattr(component, "close"):
             component.close()
-    if failed:
-        os._exit(1)  # skip interpreter teardown: queues and tensors are the runner's to release
+    if exit_code:
+        os._exit(exit_code)  # skip interpreter teardown: queues and tensors are the runner's to release
 
 
 def start_child(title: str, make_component, stop_flag, torch_threads: int, cores: list[int] | None,

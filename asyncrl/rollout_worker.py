@@ -19,15 +19,21 @@ from asyncrl.buffers import NO_POLICY, SharedBuffers, split_agents
 from asyncrl.config import Config
 from asyncrl.queues import Empty, Queues
 from asyncrl.timing import Timing
-from asyncrl.envs import EnvError, make_agents
+from asyncrl.envs import EnvError, EnvUnavailable, make_agents
 from asyncrl.matchmaking import draw_players, owner_policies
 
 REPORT_INTERVAL_S = 1.0
 MAX_CONSECUTIVE_ENV_ERRORS = 3
+RECONNECT_INTERVAL_S = 2.0
 
 
 class StopRequested(Exception):
     """The run is stopping while this worker waited for a free slot."""
+
+
+class RunStopped(Exception):
+    """An error that must stop the run, not restart the workers (a remote env's server is gone, without
+    --remote_reconnect): the runner prints its message as the run's one error line."""
 
 
 def env_seed(base_seed: int, worker: int, env: int) -> int:
@@ -53,6 +59,10 @@ class RolloutWorker:
         self.envs = [self._make_env() for _ in range(cfg.num_envs_per_worker)]
         self.env_seeds = [env_seed(base_seed, worker_idx, i) for i in range(cfg.num_envs_per_worker)]
         self.action_space = self.envs[0].action_space
+        # envs that batch a group's step (remote envs: one request per server) send it before each env's step()
+        self.begin_group_step = getattr(type(self.envs[0]), "begin_group_step", None)
+        self.unavailable: set[int] = set()  # envs whose host is unreachable (--remote_reconnect): retried, not stepped
+        self.last_reconnect = np.zeros(cfg.worker_num_splits)  # when each split last tried its unavailable envs
         k = cfg.envs_per_split
         self.split_envs = [self.envs[s * k:(s + 1) * k] for s in range(cfg.worker_num_splits)]
         self.split_agent_ids = [split_agents(cfg, worker_idx, s) for s in range(cfg.worker_num_splits)]
@@ -101,7 +111,11 @@ class RolloutWorker:
             for agent in agents:
                 self._begin_slot(agent)
             for i, env in enumerate(self.split_envs[split]):
-                self._start_episode(split, i, env.reset(seed=self.env_seeds[split * len(self.split_envs[split]) + i])[0])
+                env_idx = split * self.cfg.envs_per_split + i
+                try:
+                    self._start_episode(split, i, env.reset(seed=self.env_seeds[env_idx])[0])
+                except EnvUnavailable as error:
+                    self._set_unavailable(split, i, error)
             self._request_actions(split)
 
     def stop(self) -> None:
@@ -123,6 +137,10 @@ class RolloutWorker:
             self.pending_responses[split] -= 1
             if self.pending_responses[split] == 0:
                 self._step_split(split)
+        if self.unavailable:
+            for split in np.flatnonzero(self.pending_responses == 0):  # every env of it waits for its host
+                if self._reconnect(split):
+                    self._request_actions(split)
         self._maybe_report()
         return bool(messages)
 
@@ -136,8 +154,12 @@ class RolloutWorker:
         rewards, ended, terminal = np.zeros(len(agents)), np.zeros(len(agents), bool), np.zeros(len(agents), bool)
         episode_stats, resets, failed = {}, [], []  # resets: (env, its next episode's first observations)
         with self.timing.phase("env_step"):
+            if self.begin_group_step is not None:
+                self.begin_group_step(envs, [actions[i * n:(i + 1) * n] for i in range(len(envs))])
             for i, env in enumerate(envs):
                 first = i * n
+                if self.unavailable and split * len(envs) + i in self.unavailable:
+                    continue
                 try:
                     obs, env_rewards, terminated, truncated, infos = env.step(actions[first:first + n])
                 except Exception as error:
@@ -178,6 +200,8 @@ class RolloutWorker:
             self._finish_slot(agents[a], self.cfg.rollout)
         for i, error in failed:
             self._recover_env(split, i, error)
+        if self.unavailable:
+            self._reconnect(split)
         self._request_actions(split)
 
     def _end_episodes(self, split: int, ended: np.ndarray, terminal: np.ndarray, episode_stats: dict) -> None:
@@ -243,12 +267,11 @@ class RolloutWorker:
         env_idx = split * self.cfg.envs_per_split + env_in_split
         self.env_errors += 1
         self.consecutive_errors[env_idx] += 1
-        if env_idx not in self.logged_errors:
+        if env_idx not in self.logged_errors and not isinstance(error, EnvUnavailable):  # that one: one line below
             self.logged_errors.add(env_idx)
             print(f"asyncrl-rollout-{self.worker_idx}: env {env_idx} raised; its unfinished trajectory is "
                   f"discarded (further errors of this env are only counted):\n{''.join(traceback.format_exception(error))}",
                   file=sys.stderr, flush=True)
-        obs = self._restart_env(env_idx)
         agents, local = self._env_agents(split, env_in_split)
         old_slots = self.agent_slot[agents].tolist()
         self.episode_return[local], self.episode_length[local] = 0, 0
@@ -256,14 +279,57 @@ class RolloutWorker:
         for agent in agents:
             self._begin_slot(agent)
         self.queues.free_slots.put_many(old_slots)  # never reach a learner: no corrupt sample is trained on
+        try:
+            obs = self._restart_env(env_idx)
+        except EnvUnavailable as unavailable:
+            self._set_unavailable(split, env_in_split, unavailable)
+            return
         self._start_episode(split, env_in_split, obs)
 
+    def _set_unavailable(self, split: int, env_in_split: int, error: Exception) -> None:
+        """The env's host (a remote env's server) cannot be reached: stop the run with one line, or with
+        --remote_reconnect let the env's agents wait, without a policy, until _reconnect gets it back."""
+        env_idx = split * self.cfg.envs_per_split + env_in_split
+        if not self.cfg.remote_reconnect:
+            message = f"{error}; the run stops (--remote_reconnect True waits for the server instead)"
+            self.queues.reports.put(("fatal", message))
+            raise RunStopped(message)
+        if not self.unavailable:
+            print(f"asyncrl-rollout-{self.worker_idx}: {error}; waiting for it (--remote_reconnect)", flush=True)
+        self.unavailable.add(env_idx)
+        for agent, local in zip(*self._env_agents(split, env_in_split)):
+            self.agent_policy[agent] = NO_POLICY
+            self.playing[local] = False
+
+    def _reconnect(self, split: int) -> bool:
+        """Try again (every RECONNECT_INTERVAL_S) the split's envs whose host was unreachable; those that reset
+        start an episode. Returns whether any came back."""
+        now = time.monotonic()
+        if now - self.last_reconnect[split] < RECONNECT_INTERVAL_S:
+            return False
+        self.last_reconnect[split] = now
+        k, back = self.cfg.envs_per_split, False
+        for env_idx in sorted(e for e in self.unavailable if e // k == split):
+            try:
+                obs = self.envs[env_idx].reset(seed=self.env_seeds[env_idx] + 1_000_003 * self.env_errors)[0]
+            except (EnvUnavailable, RuntimeError):  # still down, or came back without our lease: next time
+                continue
+            self.unavailable.discard(env_idx)
+            self._start_episode(split, env_idx % k, obs)
+            back = True
+        if back:
+            print(f"asyncrl-rollout-{self.worker_idx}: envs back; {len(self.unavailable)} still waiting", flush=True)
+        return back
+
     def _restart_env(self, env_idx: int) -> list:
-        """Reset the env; after MAX_CONSECUTIVE_ENV_ERRORS errors in a row (or if reset fails), recreate it."""
+        """Reset the env; after MAX_CONSECUTIVE_ENV_ERRORS errors in a row (or if reset fails), recreate it.
+        EnvUnavailable if its host cannot be reached."""
         env = self.envs[env_idx]
         if self.consecutive_errors[env_idx] < MAX_CONSECUTIVE_ENV_ERRORS:
             try:
                 return env.reset()[0]
+            except EnvUnavailable:
+                raise
             except Exception:
                 pass
         try:

@@ -22,12 +22,12 @@ from asyncrl.model import build_model, num_state_floats
 from asyncrl.pbt import PopulationBasedTraining
 from asyncrl.ratings import Ratings
 from asyncrl.policy_worker import PolicyWorker
-from asyncrl.processes import StopFlag, plan_cores, start_child
+from asyncrl.processes import RUN_STOPPED_EXIT_CODE, StopFlag, plan_cores, start_child
 from asyncrl.queues import Empty, Queues
-from asyncrl.rollout_worker import RolloutWorker
+from asyncrl.rollout_worker import RolloutWorker, RunStopped
 from asyncrl.stats import StatsWriter
 from asyncrl.envs import make_agents, portable_entry
-from asyncrl.envs.multi_agent import SingleAgent
+from asyncrl.envs.multi_agent import SingleAgent, is_agents
 from asyncrl.evaluator import Evaluator
 
 SHUTDOWN_TIMEOUT_S = 10.0
@@ -62,11 +62,12 @@ def resolve_device(cfg: Config) -> torch.device:
 
 
 def probe_env(cfg: Config) -> EnvInfo:
-    """Make one env in the main process to learn the spaces and agent count that size the shared buffers. A
-    multi-agent env is also reset once: it must start an episode with every agent it declares."""
+    """Make one env in the main process to learn the spaces and agent count that size the shared buffers. A local
+    multi-agent env is also reset once: it must start an episode with every agent it declares (a remote one's
+    server checks that itself, and the env is not even opened here)."""
     env = make_agents(cfg.env, **cfg.env_kwargs())
     try:
-        if not isinstance(env, SingleAgent):
+        if not isinstance(env, SingleAgent) and not is_agents(env):
             env.reset(seed=0)
         return EnvInfo(env.observation_space, env.action_space, env.frameskip, env.num_agents,
                        (cfg.env, portable_entry(cfg.env)))
@@ -118,6 +119,7 @@ class Runner:
         self.processes: dict = {}      # title -> process (multi-process mode)
         self.restart_times: list[float] = []
         self.components: list = []     # the same components, in this process (serial mode)
+        self.fatal: str | None = None  # a child's error that stops the run (a "fatal" report)
 
     def _component_factories(self) -> list[tuple[str, partial]]:
         """Learners first (they publish the initial weights), then policy workers, then rollout workers."""
@@ -171,7 +173,7 @@ class Runner:
                     self.stats.summarize(self._seconds_left(), self._fraction_done())
         except KeyboardInterrupt:
             print("asyncrl: stopping, saving a checkpoint (Ctrl-C again to force)", flush=True)
-        except ChildFailed as e:
+        except (ChildFailed, RunStopped) as e:  # RunStopped: from a component in this process (serial mode)
             print(f"asyncrl: error: {e}", flush=True)
             status = 1
         finally:
@@ -226,6 +228,8 @@ class Runner:
                 self.pbt.handle(message)
             elif message[0] == "matches" and self.ratings is not None:
                 self.ratings.add_matches(message[1])
+            elif message[0] == "fatal":
+                self.fatal = self.fatal or message[1]
             elif message[0] == "snapshot" and self.ratings is not None:
                 self.ratings.add_snapshot(*message[1:4])
             else:
@@ -234,6 +238,8 @@ class Runner:
     def _check_children(self) -> None:
         """A dead learner stops the run (its last checkpoint stays); a dead worker restarts the workers;
         a rollout worker stuck in an env for --env_step_timeout is killed, and so counts as dead."""
+        if self.fatal:
+            raise ChildFailed(self.fatal)
         now = time.monotonic()
         for w, beat in enumerate(self.buffers.worker_heartbeat.tolist()):
             process = self.processes.get(rollout_title(w))
@@ -245,6 +251,9 @@ class Runner:
         for title, process in self.processes.items():
             if process.exitcode is None:
                 continue
+            if process.exitcode == RUN_STOPPED_EXIT_CODE:
+                self._drain_reports(timeout=1.0)
+                raise ChildFailed(self.fatal or f"{title} stopped the run")
             if "learner" in title:
                 raise ChildFailed(f"{title} exited with code {process.exitcode} (its traceback is above); "
                                   f"the last checkpoint is kept")

@@ -3,8 +3,9 @@
 `--env NAME` is looked up in this order:
 1. a name given to `register_env` (the VizDoom scenarios, the synthetic envs, a user's own calls);
 2. an installed package's entry point in the `asyncrl.envs` group (name = the env's name, value = its factory);
-3. an import path `package.module:factory` (any importable module, e.g. the user's own);
-4. a gymnasium id.
+3. `remote:HOST:PORT[,HOST:PORT...]`: envs served by `asyncrl env-server` (asyncrl/remote);
+4. an import path `package.module:factory` (any importable module, e.g. the user's own);
+5. a gymnasium id.
 A factory is called as `factory(**options)` and returns a gymnasium.Env, or a PettingZoo ParallelEnv (or AECEnv) for
 a multi-agent env; it may carry a `default_config` dict attribute (Config fields that suit the env, e.g.
 {"reward_scale": 0.1}). Rollout workers step every env as a list of agents (`make_agents`, multi_agent.py).
@@ -28,6 +29,10 @@ ENTRY_POINT_GROUP = "asyncrl.envs"
 
 class EnvError(ValueError):
     """The env cannot be made (unknown name, missing files, unsupported space); the message says why."""
+
+
+class EnvUnavailable(Exception):
+    """The env's host cannot be reached now (a remote env's server is down); it may come back."""
 
 
 @dataclass
@@ -106,6 +111,9 @@ def _resolve(name: str) -> EnvEntry:
             return _factory_entry(plugin.load(), f"the {ENTRY_POINT_GROUP} entry point {name} = {plugin.value}")
         except (ImportError, AttributeError) as e:
             raise EnvError(f"the {ENTRY_POINT_GROUP} entry point {name} = {plugin.value} cannot be loaded ({e})") from None
+    if name.startswith("remote:"):
+        from asyncrl.remote.client import remote_entry
+        return remote_entry(name)
     if ":" in name:
         return _import_path_entry(name)
     if name in gym.envs.registry:
@@ -117,14 +125,20 @@ def _resolve(name: str) -> EnvEntry:
     raise EnvError(f"unknown env {name!r}{hint} (your own env: --env package.module:factory)")
 
 
+def connect_remote(name: str, settings) -> None:
+    """Resolve `remote:...` with these client settings (token, TLS, side channel; asyncrl/remote/client.py)."""
+    from asyncrl.remote.client import remote_entry
+    _RESOLVED[name] = remote_entry(name, settings)
+
+
 def make_env(name: str, **options):
     """The env of `name` with constructor `options`: the factory's gymnasium.Env, checked, with HWC image
-    observations turned CHW; or its PettingZoo env as it is."""
+    observations turned CHW; or its PettingZoo env, or a remote env's agents, as it is."""
     from asyncrl.envs.gym_adapter import adapt
-    from asyncrl.envs.multi_agent import is_multi_agent_env
+    from asyncrl.envs.multi_agent import is_agents, is_multi_agent_env
 
     env = env_entry(name).make_fn(**options)
-    if is_multi_agent_env(env):
+    if is_agents(env) or is_multi_agent_env(env):
         return env
     if not isinstance(env, gym.Env):
         raise EnvError(f"env {name!r}: its factory returned a {type(env).__name__}, not a gymnasium.Env or a "

@@ -106,8 +106,15 @@ def is_multi_agent_env(env) -> bool:
     return isinstance(env, (ParallelEnv, AECEnv))
 
 
+def is_agents(env) -> bool:
+    """Already a list of agents (it says so with `is_agents_env`): a remote env (asyncrl/remote) is made that way."""
+    return getattr(env, "is_agents_env", False)
+
+
 def as_agents(name: str, env):
     """The env (a checked gymnasium.Env, or a PettingZoo env) as a list of agents."""
+    if is_agents(env):
+        return env
     if isinstance(env, gym.Env):
         return SingleAgent(env)
     from pettingzoo import AECEnv

@@ -1,0 +1,390 @@
+"""Remote envs as rollout workers step them: `--env remote:HOST:PORT[,HOST:PORT...]`.
+
+Each `RemoteAgents` is one env instance on an env server (server.py), with the engine's list-of-agents interface
+(envs/multi_agent.py). A process keeps one gRPC channel and one lease per server (`Connection`), and
+`begin_group_step` sends a whole env group's actions as one request per server, all in flight at once, before
+the rollout worker reads each env's results. Observations arrive as typed arrays whose bytes the worker copies
+straight into its shared slots.
+
+Faults: every call has a deadline; calls that are safe to repeat are retried with backoff while the server is
+unreachable. A server that restarted (its run id changed) or that cannot be reached makes the env raise
+(`ServerRestarted`, `ServerUnavailable`): the rollout worker discards the env's unfinished trajectory, and
+reopens it, waits for the server (--remote_reconnect True) or stops the run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+
+import grpc
+import gymnasium as gym
+import numpy as np
+
+from asyncrl.envs import EnvEntry, EnvError, EnvUnavailable
+from asyncrl.remote.wire import decode, decode_values, encode, encode_values, pb, pb_grpc
+
+PREFIX = "remote:"
+RETRY_BACKOFF_S = (0.1, 0.3, 1.0)  # waits between tries of a safe call while its server is unavailable
+
+
+class RemoteEnvError(RuntimeError):
+    """A remote env's call failed; the env must be reset (which reopens it if need be)."""
+
+
+class ServerUnavailable(RemoteEnvError, EnvUnavailable):
+    """The env server cannot be reached (down, or the network)."""
+
+
+class ServerRestarted(RemoteEnvError):
+    """The env server restarted since the env was opened: its episode is gone."""
+
+
+@dataclass
+class RemoteSettings:
+    """How a client talks to env servers (the training flags --remote_*, --env_side_channel)."""
+    auth_token: str | None = None
+    tls_ca_cert: bytes | None = None  # PEM: the server's certificate or its CA
+    timeout: float = 10.0  # seconds per call (a step that waits on other clients' agents may take longer)
+    side_channel: dict = field(default_factory=dict)  # sent when envs are opened
+    agents: tuple[int, ...] = ()  # the agents of each env this client acts for; empty: all
+
+
+def parse_addresses(name: str) -> list[str]:
+    """`remote:HOST:PORT[,HOST:PORT...]` -> the addresses; EnvError if malformed."""
+    addresses = [a.strip() for a in name[len(PREFIX):].split(",") if a.strip()]
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise EnvError(f"--env {name}: {address!r} is not HOST:PORT (e.g. remote:127.0.0.1:50051)")
+    if not addresses:
+        raise EnvError(f"--env {name}: give the env servers as remote:HOST:PORT[,HOST:PORT...]")
+    return addresses
+
+
+class Connection:
+    """One channel and one lease per env server, agent set and process; every RemoteAgents on it shares them."""
+
+    _open: dict[tuple, "Connection"] = {}
+
+    @classmethod
+    def to(cls, address: str, settings: RemoteSettings) -> "Connection":
+        key = (address, settings.agents, settings.auth_token, settings.tls_ca_cert)
+        if key not in cls._open:
+            cls._open[key] = cls(address, settings)
+        return cls._open[key]
+
+    def __init__(self, address: str, settings: RemoteSettings):
+        self.address, self.settings = address, settings
+        options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", 64 * 2 ** 20),
+                   # a server that comes back is seen within 2 s (gRPC's default backoff grows to 2 minutes)
+                   ("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
+                   ("grpc.max_reconnect_backoff_ms", 2000)]
+        if settings.tls_ca_cert:
+            credentials = grpc.ssl_channel_credentials(root_certificates=settings.tls_ca_cert)
+            self.channel = grpc.secure_channel(address, credentials, options=options)
+        else:
+            self.channel = grpc.insecure_channel(address, options=options)
+        self.stub = pb_grpc.EnvServerStub(self.channel)
+        self.metadata = [("authorization", f"Bearer {settings.auth_token}")] if settings.auth_token else None
+        self.lease = ""
+        self.down = False  # the last call found the server unavailable: the next ones fail fast, without retries
+
+    def call(self, method: str, request, retry: bool = True, timeout: float | None = None):
+        """One RPC with a deadline; retried with backoff while the server is unavailable if `retry` (unless it
+        already was at the last call: a worker checking on a dead server must not stall its other envs)."""
+        timeout = self.settings.timeout if timeout is None else timeout
+        for attempt in itertools.count():
+            try:
+                reply = getattr(self.stub, method)(request, timeout=timeout, metadata=self.metadata)
+                self.down = False
+                return reply
+            except grpc.RpcError as e:
+                unavailable = e.code() == grpc.StatusCode.UNAVAILABLE
+                if retry and unavailable and not self.down and attempt < len(RETRY_BACKOFF_S):
+                    time.sleep(RETRY_BACKOFF_S[attempt])
+                    continue
+                self.down = unavailable
+                raise self.error(method, e) from None
+
+    def send(self, method: str, request):
+        """The RPC sent without waiting: a future whose result() is the reply."""
+        return getattr(self.stub, method).future(request, timeout=self.settings.timeout, metadata=self.metadata)
+
+    def error(self, method: str, e: grpc.RpcError) -> Exception:
+        where = f"env server {self.address}: {method}"
+        if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return ServerUnavailable(f"{where}: {e.code().name} ({e.details()})")
+        if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
+            return ServerRestarted(f"{where}: {e.details()}")
+        return RemoteEnvError(f"{where}: {e.code().name}: {e.details()}")
+
+    def open_env(self) -> tuple[int, str]:
+        """Open one more env on this connection's lease (a new lease if it has none, or lost it)."""
+        request = pb.OpenRequest(num_envs=1, agents=self.settings.agents, lease=self.lease)
+        encode_values(self.settings.side_channel, request.side_channel)
+        try:
+            reply = self.call("Open", request)
+        except ServerRestarted:
+            request.lease = self.lease = ""
+            reply = self.call("Open", request)
+        self.lease = reply.lease
+        return reply.env_ids[0], reply.run_id
+
+    def side_channel(self, values: dict | None = None, whole_server: bool = False) -> dict:
+        request = pb.SideChannelRequest(lease="" if whole_server else self.lease)
+        encode_values(values or {}, request.values)
+        return decode_values(self.call("SideChannel", request).values)
+
+
+class RemoteAgents:
+    """One remote env instance, stepped as a list of this client's agents (envs/multi_agent.py's interface)."""
+
+    is_agents_env = True
+
+    def __init__(self, address: str, description: pb.DescribeReply, settings: RemoteSettings):
+        self.connection = Connection.to(address, settings)
+        self.observation_space, self.action_space = spaces_of(description)
+        self.agents = list(settings.agents) or list(range(len(description.agent_ids)))
+        self.agent_ids = [description.agent_ids[a] for a in self.agents]
+        self.num_agents, self.frameskip, self.metadata = len(self.agents), max(1, description.frameskip), {}
+        self.all_agents = self.agents == list(range(len(description.agent_ids)))
+        self.env_id: int | None = None  # opened lazily, at the first reset: making the env contacts no server
+        self.run_id = ""
+        self.episode = 0  # the last episode whose start this client saw
+        self.next_first_obs = None  # the env reset itself at the end of the last step: the next episode's start
+        self.reply, self.reply_index = None, 0  # the group request in flight, and this env's place in it
+        self.last_results: pb.Results | None = None  # every agent's results of the last step (UDE: all see all)
+
+    def reset(self, seed: int | None = None):
+        if self.next_first_obs is not None and seed is None:
+            obs, self.next_first_obs = self.next_first_obs, None
+            return self._mine(obs), [{} for _ in self.agents]
+        if self.env_id is None:
+            self.env_id, self.run_id = self.connection.open_env()
+            self.episode, self.next_first_obs = 0, None
+        request = pb.ResetRequest(lease=self.connection.lease, env_id=self.env_id, seen_episode=self.episode,
+                                  seeded=seed is not None, seed=seed or 0)
+        try:
+            reply = self.connection.call("Reset", request, timeout=self.connection.settings.timeout * 3)
+            self._check_run(reply.run_id)
+        except RemoteEnvError:
+            self.env_id = None  # reopened at the next reset
+            raise
+        self.episode = reply.results.episode
+        return self._mine(decode(reply.results.obs)), [{} for _ in self.agents]
+
+    def step(self, actions: list):
+        if self.reply is None:
+            begin_group_step([self], [actions])
+        reply, self.reply = self.reply, None
+        try:
+            results = reply.result().results[self.reply_index]
+            self._check_run(reply.result().run_id)
+        except grpc.RpcError as e:
+            self.env_id = None
+            raise self.connection.error("Step", e) from None
+        except RemoteEnvError:
+            self.env_id = None
+            raise
+        self.last_results = results
+        mine = slice(None) if self.all_agents else self.agents
+        obs, rewards = self._mine(decode(results.obs)), decode(results.rewards)[mine].tolist()
+        terminated, truncated = decode(results.terminated)[mine].tolist(), decode(results.truncated)[mine].tolist()
+        stats = [results.episode_stats[a].values for a in self.agents]
+        infos = [{"episode_stats": dict(s)} if (te or tr) else {} for s, te, tr in zip(stats, terminated, truncated)]
+        if results.HasField("next_episode_obs"):
+            self.next_first_obs, self.episode = decode(results.next_episode_obs), results.episode + 1
+        return obs, rewards, terminated, truncated, infos
+
+    def side_channel(self, values: dict | None = None) -> dict:
+        """Set side-channel values for this client's envs on the server (and read every value set there)."""
+        return self.connection.side_channel(values)
+
+    def _mine(self, obs: np.ndarray) -> list:
+        return list(obs) if self.all_agents else list(obs[self.agents])
+
+    def _check_run(self, run_id: str) -> None:
+        if run_id != self.run_id:
+            raise ServerRestarted(f"env server {self.connection.address} restarted (run id {self.run_id} -> "
+                                  f"{run_id}): the env's episode is gone")
+
+    begin_group_step = staticmethod(lambda envs, actions: begin_group_step(envs, actions))
+
+    def render(self):
+        raise EnvError("a remote env cannot render here; watch it on its server")
+
+    def close(self) -> None:
+        if self.env_id is not None:
+            try:
+                self.connection.call("Close", pb.CloseRequest(lease=self.connection.lease, env_ids=[self.env_id]),
+                                     retry=False, timeout=2.0)
+            except RemoteEnvError:
+                pass  # the server is gone or the lease expired: nothing left to release
+            self.env_id = None
+
+
+def begin_group_step(envs: list[RemoteAgents], actions: list) -> None:
+    """Send the actions of a group of remote envs, one request per server (each with its envs' actions), all in
+    flight before any reply is awaited; each env's step() then reads its part of its server's reply. An env
+    that is not open (a reset failed) is left out: its step() raises."""
+    by_connection: dict[Connection, list[int]] = {}
+    for i, env in enumerate(envs):
+        if env.env_id is not None:
+            by_connection.setdefault(env.connection, []).append(i)
+    for connection, members in by_connection.items():
+        batch = np.asarray([actions[i] for i in members])
+        request = pb.StepRequest(lease=connection.lease, env_ids=[envs[i].env_id for i in members])
+        encode(batch.astype(np.int64) if batch.dtype.kind in "iub" else batch.astype(np.float32), request.actions)
+        reply = connection.send("Step", request)
+        for place, i in enumerate(members):
+            envs[i].reply, envs[i].reply_index = reply, place
+
+
+def spaces_of(description: pb.DescribeReply) -> tuple[gym.spaces.Box, gym.Space]:
+    low, high = decode(description.obs_low), decode(description.obs_high)
+    observation_space = gym.spaces.Box(low, high, dtype=low.dtype)
+    if description.num_actions:
+        return observation_space, gym.spaces.Discrete(description.num_actions)
+    action_low, action_high = decode(description.action_low), decode(description.action_high)
+    return observation_space, gym.spaces.Box(action_low, action_high, dtype=np.float32)
+
+
+def describe(address: str, settings: RemoteSettings) -> pb.DescribeReply:
+    try:
+        return Connection.to(address, settings).call("Describe", pb.DescribeRequest())
+    except RemoteEnvError as e:
+        raise EnvError(f"cannot use the env server at {address}: {e} (is `asyncrl env-server` running there, "
+                       f"with this token/TLS?)") from None
+
+
+class RemoteFactory:
+    """The factory of a `remote:` env: each call makes a RemoteAgents on the next server, round robin."""
+
+    _made = itertools.count()
+
+    def __init__(self, addresses: list[str], descriptions: list[pb.DescribeReply], settings: RemoteSettings):
+        self.addresses, self.settings = addresses, settings
+        self.descriptions = [d.SerializeToString() for d in descriptions]  # messages do not pickle
+
+    def __call__(self, **options) -> RemoteAgents:
+        if options:
+            raise EnvError(f"remote envs take their options on the server (asyncrl env-server --env_options), "
+                           f"not {sorted(options)}")
+        i = next(self._made) % len(self.addresses)
+        return RemoteAgents(self.addresses[i], pb.DescribeReply.FromString(self.descriptions[i]), self.settings)
+
+
+def remote_entry(name: str, settings: RemoteSettings | None = None) -> EnvEntry:
+    """The registry entry of `remote:HOST:PORT[,...]`: its spaces and defaults from the servers, which must all
+    serve the same env. EnvError if a server cannot be reached or they differ."""
+    settings = settings or RemoteSettings()
+    addresses = parse_addresses(name)
+    descriptions = [describe(a, settings) for a in addresses]
+    first = descriptions[0]
+    for address, d in zip(addresses[1:], descriptions[1:]):
+        if (d.env, d.agent_ids, d.obs_low, d.obs_high, d.num_actions) != \
+                (first.env, first.agent_ids, first.obs_low, first.obs_high, first.num_actions):
+            raise EnvError(f"--env {name}: {address} serves {d.env!r}, {addresses[0]} serves {first.env!r} "
+                           f"(with other spaces or agents): every server of a run must serve the same env")
+    if any(not 0 <= a < len(first.agent_ids) for a in settings.agents):
+        raise EnvError(f"--remote_agents {list(settings.agents)}: the env has agents 0..{len(first.agent_ids) - 1}")
+    return EnvEntry(RemoteFactory(addresses, descriptions, settings),
+                    f"{first.env} served at {', '.join(addresses)}", json.loads(first.default_config_json or "{}"))
+
+
+class RemoteEnv(gym.Env):
+    """A remote single-agent env (or one agent of a multi-agent one) as a gymnasium.Env, usable on its own:
+    `env = RemoteEnv("127.0.0.1:50051")`."""
+
+    def __init__(self, address: str, agent: int = 0, settings: RemoteSettings | None = None, **settings_kwargs):
+        settings = settings or RemoteSettings(agents=(agent,), **settings_kwargs)
+        self.remote = RemoteAgents(address, describe(address, settings), settings)
+        self.observation_space, self.action_space = self.remote.observation_space, self.remote.action_space
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        obs, infos = self.remote.reset(seed=seed)
+        return obs[0], infos[0]
+
+    def step(self, action):
+        obs, rewards, terminated, truncated, infos = self.remote.step([action])
+        return obs[0], rewards[0], terminated[0], truncated[0], infos[0]
+
+    def side_channel(self, values: dict | None = None) -> dict:
+        return self.remote.side_channel(values)
+
+    def close(self) -> None:
+        self.remote.close()
+
+
+def remote_parallel_env(address: str, settings: RemoteSettings | None = None, **settings_kwargs):
+    """A remote env as a PettingZoo ParallelEnv (dicts keyed by agent id) of this client's agents."""
+    from pettingzoo import ParallelEnv
+
+    class RemoteParallelEnv(ParallelEnv):
+        metadata = {"name": f"remote {address}"}
+
+        def __init__(self):
+            nonlocal settings
+            settings = settings or RemoteSettings(**settings_kwargs)
+            self.remote = RemoteAgents(address, describe(address, settings), settings)
+            self.possible_agents = list(self.remote.agent_ids)
+            self.agents: list[str] = []
+
+        def observation_space(self, agent):
+            return self.remote.observation_space
+
+        def action_space(self, agent):
+            return self.remote.action_space
+
+        def reset(self, seed=None, options=None):
+            obs, infos = self.remote.reset(seed=seed)
+            self.agents = list(self.possible_agents)
+            return dict(zip(self.possible_agents, obs)), dict(zip(self.possible_agents, infos))
+
+        def step(self, actions: dict):
+            listed = [actions.get(a, self.remote.action_space.sample()) for a in self.possible_agents]
+            results = [dict(zip(self.possible_agents, r)) for r in self.remote.step(listed)]
+            obs, rewards, terminated, truncated, infos = results
+            before, self.agents = self.agents, [a for a in self.agents if not (terminated[a] or truncated[a])]
+            return tuple({a: r[a] for a in before} for r in results)
+
+        def side_channel(self, values: dict | None = None) -> dict:
+            return self.remote.side_channel(values)
+
+        def close(self):
+            self.remote.close()
+
+    return RemoteParallelEnv()
+
+
+def side_channel(address: str, values: dict | None = None, whole_server: bool = True,
+                 settings: RemoteSettings | None = None) -> dict:
+    """Set side-channel values on an env server (every env it serves; e.g. a curriculum's difficulty from training
+    code) and return every value set there."""
+    return Connection.to(address, settings or RemoteSettings()).side_channel(values, whole_server)
+
+
+def settings_from_flags(flags: dict) -> RemoteSettings:
+    """The client settings of a run's flags (Config's remote_* fields and env_side_channel; their defaults where
+    absent). EnvError if the token or certificate file cannot be read."""
+    import dataclasses
+    from asyncrl.config import Config, ConfigError, default_value
+    from asyncrl.remote.server import read_token
+
+    values = {f.name: default_value(f) for f in dataclasses.fields(Config)}
+    values.update({k: v for k, v in flags.items() if k in values})
+    try:
+        token = read_token(None, values["remote_auth_token_file"])
+        ca = open(values["remote_tls_ca_cert"], "rb").read() if values["remote_tls_ca_cert"] else None
+    except ConfigError as e:
+        raise EnvError(str(e).replace("--auth_token_file", "--remote_auth_token_file")) from None
+    except OSError as e:
+        raise EnvError(f"--remote_tls_ca_cert {values['remote_tls_ca_cert']}: {e.strerror}") from None
+    if not all(isinstance(a, int) for a in values["remote_agents"]):
+        raise EnvError(f"--remote_agents must be a JSON list of agent indices, got {values['remote_agents']}")
+    return RemoteSettings(token, ca, float(values["remote_timeout"]), dict(values["env_side_channel"]),
+                          tuple(values["remote_agents"]))

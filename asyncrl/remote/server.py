@@ -1,0 +1,489 @@
+"""`asyncrl env-server`: serves N instances of any env over gRPC (ude.proto), for trainers on this or other machines.
+
+Each instance is an env as rollout workers step it (a list of agents, make_agents). A client opens instances for
+some of their agents and gets a lease; an instance steps once the owner of every still-playing agent has sent its
+actions (UDE's several clients per env), and every owner gets every agent's results. An instance resets itself
+when all its agents' episodes ended and sends the next episode's first observations with that step's results.
+
+Nothing a client sends can crash or stall the server: each request is decoded and checked (lease, env ids,
+array dtypes/shapes/sizes, actions inside the action space) and refused with a gRPC status; a request waiting on
+another owner's actions gives up after --step_timeout; a client that vanishes loses its lease after
+--lease_timeout, and its envs go to the next client that opens some.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import json
+import secrets
+import signal
+import sys
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import gymnasium as gym
+import numpy as np
+
+from asyncrl.config import ConfigError, OneLineErrorParser
+from asyncrl.envs import EnvError, env_entry, make_agents
+from google.protobuf.message import DecodeError
+
+from asyncrl.remote.wire import WireError, decode, decode_values, encode, encode_values, pb
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class Refused(Exception):
+    """A request the server will not carry out: answered with this gRPC status code and message."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class EnvInstance:
+    """One env of the server: who owns which agent, which agents still play, and the step being gathered."""
+
+    def __init__(self, env_id: int, make):
+        self.env_id, self.make = env_id, make
+        self.env = make()
+        self.num_agents = self.env.num_agents
+        self.owner: list[str | None] = [None] * self.num_agents  # lease of each agent
+        self.changed = threading.Condition()
+        self.started = False  # an episode is running (else the next Reset starts one)
+        self.episode = 0
+        self.playing = np.zeros(self.num_agents, bool)
+        self.pending: dict[int, object] = {}  # agent -> action, for the step being gathered
+        self.steps = 0
+        self.last: pb.Results | None = None  # the last step's results, which every waiting owner gets
+        self.first_obs: np.ndarray | None = None  # the running episode's first observations
+        self.error: str | None = None  # why the last step failed, for the owners that waited on it
+        self.idle_action = np.zeros(self.env.action_space.shape, self.env.action_space.dtype)
+
+    # --- called with self.changed held
+    def submit(self, agents: list[int], actions: np.ndarray, timeout: float) -> pb.Results:
+        if not self.started:
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"env {self.env_id} has no episode running: reset it")
+        for agent, action in zip(agents, actions):
+            if self.playing[agent]:
+                self.pending[agent] = action
+        target = self.steps + 1
+        if not self._step_if_complete() and not self.changed.wait_for(lambda: self.steps >= target, timeout):
+            missing = self._missing()
+            raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED, f"env {self.env_id}: no actions for agents {missing} "
+                                                             f"(other clients') within {timeout:g} s")
+        if self.error is not None:
+            raise Refused(grpc.StatusCode.INTERNAL, self.error)
+        return self.last
+
+    def _missing(self) -> list[int]:
+        """The playing agents with an owner whose actions for the next step are not in yet (an agent nobody owns
+        takes the idle action)."""
+        return [int(a) for a in np.flatnonzero(self.playing) if self.owner[a] is not None and a not in self.pending]
+
+    def _step_if_complete(self) -> bool:
+        if self.started and self.pending and not self._missing():
+            self._step()
+            return True
+        return False
+
+    def _step(self) -> None:
+        """Step the env with the gathered actions; the owners waiting on this step wake up once it is done (they
+        wait on self.changed, which the caller holds)."""
+        actions = [self.pending.get(a, self.idle_action) for a in range(self.num_agents)]
+        self.pending.clear()
+        self.steps += 1
+        self.changed.notify_all()
+        try:
+            self.last, self.error = self._results(*self.env.step(actions)), None
+        except Exception as e:  # the env is broken: its owners recover with a reset, which remakes it
+            self.error, self.started = f"env {self.env_id} raised in step: {type(e).__name__}: {e}", False
+
+    def _results(self, obs, rewards, terminated, truncated, infos) -> pb.Results:
+        ended = (np.asarray(terminated, bool) | np.asarray(truncated, bool)) & self.playing
+        results = pb.Results(env_id=self.env_id, episode=self.episode)
+        encode(np.stack(obs), results.obs)
+        encode(np.asarray(rewards, np.float64), results.rewards)
+        encode(np.asarray(terminated, bool), results.terminated)
+        encode(np.asarray(truncated, bool), results.truncated)
+        for agent in range(self.num_agents):
+            stats = results.episode_stats.add()
+            if ended[agent]:
+                stats.values.update({k: float(v) for k, v in infos[agent].get("episode_stats", {}).items()})
+        self.playing &= ~ended
+        if not self.playing.any():
+            self._reset(seed=None)
+            encode(self.first_obs, results.next_episode_obs)
+        return results
+
+    def reset(self, lease: str, seen_episode: int, seed: int | None, timeout: float) -> pb.Results:
+        """The first observations of an episode after `seen_episode`: an episode already started by another owner
+        or by the env's own reset at the end of the last one, else a new one (if this lease owns every playing
+        agent; otherwise it waits for the others' episodes to end)."""
+        mine = all(self.owner[a] in (lease, None) for a in np.flatnonzero(self.playing))
+        if not (self.started and self.episode > seen_episode):
+            if not self.started or mine:
+                self._reset(seed)
+            elif not self.changed.wait_for(lambda: self.episode > seen_episode, timeout):
+                raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED,
+                              f"env {self.env_id}: the other owners' agents did not end their episode in {timeout:g} s")
+        results = pb.Results(env_id=self.env_id, episode=self.episode)
+        encode(self.first_obs, results.obs)
+        return results
+
+    def _reset(self, seed: int | None) -> None:
+        try:
+            obs = self.env.reset(seed=seed)[0]
+        except Exception:  # remake a broken env once; a second failure goes to the client
+            self.env.close()
+            self.env = self.make()
+            obs = self.env.reset(seed=seed)[0]
+        self.first_obs = np.stack(obs)
+        self.started, self.episode, self.error = True, self.episode + 1, None
+        self.playing[:] = True
+        self.pending.clear()
+        self.changed.notify_all()
+
+    def release(self, lease: str) -> None:
+        """The lease's agents are free; an env nobody owns starts its next client from a reset."""
+        self.owner = [None if o == lease else o for o in self.owner]
+        for agent in [a for a in self.pending if self.owner[a] is None]:
+            del self.pending[agent]
+        if all(o is None for o in self.owner):
+            self.started = False
+        else:
+            self._step_if_complete()  # the other owners' actions may have waited only for this lease's
+
+
+class Lease:
+    def __init__(self, env_ids: list[int], agents: list[int]):
+        self.env_ids, self.agents, self.last_used = env_ids, agents, time.monotonic()
+
+
+class EnvService:
+    """The gRPC service: every method checks its request, then works on the instances it names."""
+
+    def __init__(self, env_name: str, env_options: dict, num_envs: int, step_timeout: float, lease_timeout: float,
+                 max_array_bytes: int):
+        self.env_name, self.step_timeout, self.lease_timeout = env_name, step_timeout, lease_timeout
+        self.max_array_bytes = max_array_bytes
+        self.run_id = secrets.token_hex(8)
+        self.instances = [EnvInstance(i, lambda: make_agents(env_name, **env_options)) for i in range(num_envs)]
+        self.default_config = env_entry(env_name).default_config
+        self.leases: dict[str, Lease] = {}
+        self.side_channel: dict = {}
+        self.lock = threading.Lock()  # leases and ownership
+        env = self.instances[0].env
+        self.num_agents, self.action_space = env.num_agents, env.action_space
+        self.agent_ids = [str(a) for a in getattr(env, "agent_ids", range(env.num_agents))]
+        self.description = self._describe(env)
+
+    def _describe(self, env) -> pb.DescribeReply:
+        reply = pb.DescribeReply(run_id=self.run_id, env=self.env_name, num_envs=len(self.instances),
+                                 agent_ids=self.agent_ids, frameskip=int(env.frameskip),
+                                 default_config_json=json.dumps(self.default_config))
+        encode(env.observation_space.low, reply.obs_low)
+        encode(env.observation_space.high, reply.obs_high)
+        if isinstance(env.action_space, gym.spaces.Discrete):
+            reply.num_actions = int(env.action_space.n)
+        else:
+            encode(env.action_space.low, reply.action_low)
+            encode(env.action_space.high, reply.action_high)
+        return reply
+
+    # --- the RPCs
+    def Describe(self, request, context):
+        return self.description
+
+    def Open(self, request, context):
+        agents = list(request.agents) or list(range(self.num_agents))
+        if len(set(agents)) != len(agents) or not all(0 <= a < self.num_agents for a in agents):
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"agents {agents}: this env's agents are "
+                                                            f"0..{self.num_agents - 1}, each at most once")
+        if not 0 < request.num_envs <= len(self.instances):
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"num_envs {request.num_envs}: this server has "
+                                                            f"{len(self.instances)} envs")
+        side_channel = self._checked_values(request.side_channel)
+        with self.lock:
+            self._expire_leases()
+            lease_id = request.lease or secrets.token_hex(16)
+            lease = self.leases.get(lease_id) if request.lease else Lease([], agents)
+            if lease is None or lease.agents != agents:
+                raise Refused(grpc.StatusCode.FAILED_PRECONDITION, "unknown or expired lease (or other agents): "
+                                                                   "open the envs again without it")
+            env_ids = self._free_envs(agents, request.num_envs)
+            lease.env_ids += env_ids
+            lease.last_used = time.monotonic()
+            self.leases[lease_id] = lease
+            for env_id in env_ids:
+                instance = self.instances[env_id]
+                with instance.changed:
+                    for a in agents:
+                        instance.owner[a] = lease_id
+        self._apply_side_channel(side_channel, env_ids)
+        return pb.OpenReply(run_id=self.run_id, lease=lease_id, env_ids=env_ids, num_agents=self.num_agents)
+
+    def Reset(self, request, context):
+        lease = self._lease(request.lease, [request.env_id])
+        instance = self.instances[request.env_id]
+        with instance.changed:
+            results = instance.reset(request.lease, request.seen_episode, request.seed if request.seeded else None,
+                                     self.step_timeout)
+        lease.last_used = time.monotonic()
+        return pb.ResetReply(run_id=self.run_id, results=results)
+
+    def Step(self, request, context):
+        env_ids = list(request.env_ids)
+        lease = self._lease(request.lease, env_ids)
+        actions = self._checked_actions(request.actions, len(env_ids), len(lease.agents))
+        reply = pb.StepReply(run_id=self.run_id)
+        for env_id, env_actions in zip(env_ids, actions):
+            instance = self.instances[env_id]
+            with instance.changed:
+                reply.results.append(instance.submit(lease.agents, env_actions, self.step_timeout))
+            lease.last_used = time.monotonic()
+        return reply
+
+    def SideChannel(self, request, context):
+        values = self._checked_values(request.values)
+        if request.lease:
+            env_ids = self._lease(request.lease, []).env_ids
+        else:
+            env_ids = list(range(len(self.instances)))
+        self._apply_side_channel(values, env_ids)
+        reply = pb.SideChannelReply()
+        encode_values(self.side_channel, reply.values)
+        return reply
+
+    def Close(self, request, context):
+        with self.lock:
+            lease = self.leases.get(request.lease)
+            if lease is None:
+                return pb.CloseReply()
+            closing = [e for e in request.env_ids if e in lease.env_ids] if request.env_ids else lease.env_ids
+            lease.env_ids = [e for e in lease.env_ids if e not in closing]
+            if not request.env_ids:
+                del self.leases[request.lease]
+            for env_id in closing:
+                with self.instances[env_id].changed:
+                    self.instances[env_id].release(request.lease)
+        return pb.CloseReply()
+
+    # --- checks and helpers
+    def _lease(self, lease_id: str, env_ids: list[int]) -> Lease:
+        lease = self.leases.get(lease_id)
+        if lease is None:
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, "unknown or expired lease: open the envs again")
+        if not set(env_ids) <= set(lease.env_ids):
+            raise Refused(grpc.StatusCode.PERMISSION_DENIED, f"env ids {sorted(set(env_ids) - set(lease.env_ids))} "
+                                                             f"are not in this lease")
+        return lease
+
+    def _checked_actions(self, message, num_envs: int, num_agents: int) -> np.ndarray:
+        try:
+            actions = decode(message, self.max_array_bytes)
+        except WireError as e:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"actions: {e}") from None
+        space = self.action_space
+        shape = (num_envs, num_agents, *space.shape)
+        if actions.shape != shape:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"actions of shape {actions.shape}, expected {shape} "
+                                                            f"(envs, agents of the lease, action)")
+        if isinstance(space, gym.spaces.Discrete):
+            if actions.dtype.kind not in "iu" or ((actions < space.start) | (actions >= space.start + space.n)).any():
+                raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"actions must be integers in {space}")
+        elif actions.dtype.kind != "f" or not np.all((actions >= space.low) & (actions <= space.high)):
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"actions must be floats inside {space}")
+        return actions
+
+    def _checked_values(self, messages) -> dict:
+        try:
+            return decode_values(messages)
+        except WireError as e:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"side channel: {e}") from None
+
+    def _free_envs(self, agents: list[int], count: int) -> list[int]:
+        """`count` instances whose `agents` nobody owns: first those another client already owns agents of (the
+        clients of a multi-client env pair up in the order they open), then unowned ones."""
+        free = [i for i in self.instances if all(i.owner[a] is None for a in agents)]
+        free.sort(key=lambda i: all(o is None for o in i.owner))
+        if len(free) < count:
+            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"{count} envs asked for agents {agents}, {len(free)} free of {len(self.instances)}: "
+                          f"start the server with more --num_envs (leases unused for {self.lease_timeout:g} s expire)")
+        return [i.env_id for i in free[:count]]
+
+    def _expire_leases(self) -> None:
+        now = time.monotonic()
+        for lease_id in [k for k, v in self.leases.items() if now - v.last_used > self.lease_timeout]:
+            for env_id in self.leases.pop(lease_id).env_ids:
+                with self.instances[env_id].changed:
+                    self.instances[env_id].release(lease_id)
+
+    def _apply_side_channel(self, values: dict, env_ids: list[int]) -> None:
+        """Remember the values and hand each to the envs that take them (an `on_side_channel(key, value)` method
+        on the env, its gymnasium wrappers or its PettingZoo env)."""
+        if not values:
+            return
+        self.side_channel.update(values)
+        for env_id in env_ids:
+            instance = self.instances[env_id]
+            with instance.changed:
+                hook = side_channel_hook(instance.env)
+                for key, value in values.items():
+                    if hook is not None:
+                        hook(key, value)
+
+
+def side_channel_hook(agents_env):
+    inner = getattr(agents_env, "env", agents_env)
+    if isinstance(inner, gym.Env):
+        try:
+            return inner.get_wrapper_attr("on_side_channel")
+        except AttributeError:
+            return None
+    return getattr(inner, "on_side_channel", None)
+
+
+RPCS = {"Describe": (pb.DescribeRequest, pb.DescribeReply), "Open": (pb.OpenRequest, pb.OpenReply),
+        "Reset": (pb.ResetRequest, pb.ResetReply), "Step": (pb.StepRequest, pb.StepReply),
+        "SideChannel": (pb.SideChannelRequest, pb.SideChannelReply), "Close": (pb.CloseRequest, pb.CloseReply)}
+
+
+def service_handler(service: EnvService) -> grpc.GenericRpcHandler:
+    """The gRPC handler of every RPC of `service`. Requests are parsed here, not by gRPC, so a malformed one is an
+    INVALID_ARGUMENT like any other bad request (gRPC's own parser logs a traceback per bad message); a Refused
+    becomes its status, anything else INTERNAL."""
+    def wrap(method, request_type):
+        def handler(raw: bytes, context):
+            try:
+                return method(request_type.FromString(raw), context)
+            except DecodeError:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed {request_type.__name__}")
+            except Refused as e:
+                context.abort(e.code, str(e))
+            except Exception as e:  # a bug or an env's error: the client hears of it, the server serves on
+                context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+        return handler
+    handlers = {name: grpc.unary_unary_rpc_method_handler(wrap(getattr(service, name), request),
+                                                          response_serializer=reply.SerializeToString)
+                for name, (request, reply) in RPCS.items()}
+    return grpc.method_handlers_generic_handler("asyncrl.remote.EnvServer", handlers)
+
+
+class TokenCheck(grpc.ServerInterceptor):
+    """Every call must carry `authorization: Bearer <token>` (compared in constant time)."""
+
+    def __init__(self, token: str):
+        self.expected = f"Bearer {token}".encode()
+
+        def deny(request, context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong auth token")
+        self.denied = grpc.unary_unary_rpc_method_handler(deny)
+
+    def intercept_service(self, continuation, handler_call_details):
+        given = dict(handler_call_details.invocation_metadata).get("authorization", "")
+        if hmac.compare_digest(given.encode(), self.expected):
+            return continuation(handler_call_details)
+        return self.denied
+
+
+def server_arguments() -> OneLineErrorParser:
+    parser = OneLineErrorParser(prog="asyncrl env-server", description="Serve envs over gRPC to asyncrl trainers.")
+    add = parser.add_argument
+    add("--env", required=True, help="Env to serve: any name `asyncrl train --env` takes.")
+    add("--env_options", type=json.loads, default={}, help="The env constructor's keyword options, as JSON.")
+    add("--num_envs", type=int, default=8, help="Env instances to serve (clients open some each).")
+    add("--host", default="127.0.0.1", help="Address to listen on; any but loopback needs --auth_token(_file).")
+    add("--port", type=int, default=50051, help="Port to listen on (0: any free one, printed at start).")
+    add("--auth_token", default=None, help="Every call must present this token (prefer --auth_token_file: a "
+                                           "command line is visible to every user of the machine).")
+    add("--auth_token_file", default=None, help="A file whose first line is the token.")
+    add("--tls_cert", default=None, help="PEM certificate chain: serve over TLS (needs --tls_key).")
+    add("--tls_key", default=None, help="PEM private key of --tls_cert.")
+    add("--max_message_mb", type=float, default=4.0, help="Largest request accepted, in MiB.")
+    add("--step_timeout", type=float, default=30.0, help="Seconds a step waits for the other owners' actions.")
+    add("--lease_timeout", type=float, default=60.0, help="Seconds after which a silent client's envs are freed.")
+    return parser
+
+
+def read_token(token: str | None, token_file: str | None) -> str | None:
+    """The token given inline or in a file's first line; ConfigError if the file cannot be read or is empty."""
+    if token_file:
+        try:
+            with open(token_file) as f:
+                token = f.readline().strip()
+        except OSError as e:
+            raise ConfigError(f"--auth_token_file {token_file}: {e.strerror}") from None
+        if not token:
+            raise ConfigError(f"--auth_token_file {token_file} is empty")
+    return token
+
+
+def _read_file(flag: str, path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ConfigError(f"{flag} {path}: {e.strerror}") from None
+
+
+def build_server(args) -> tuple[grpc.Server, EnvService, int]:
+    """The server for parsed `args` (not started) and its port. ConfigError for what the user must fix."""
+    token = read_token(args.auth_token, args.auth_token_file)
+    if args.host not in LOOPBACK and not token:
+        raise ConfigError(f"--host {args.host} serves envs beyond this machine: give --auth_token_file (or "
+                          f"--auth_token) so only your trainers can use them, or serve on 127.0.0.1")
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ConfigError("--tls_cert and --tls_key go together")
+    if args.num_envs <= 0 or args.max_message_mb <= 0 or args.step_timeout <= 0 or args.lease_timeout <= 0:
+        raise ConfigError("--num_envs, --max_message_mb, --step_timeout and --lease_timeout must be positive")
+    credentials = None
+    if args.tls_cert:
+        credentials = grpc.ssl_server_credentials([(_read_file("--tls_key", args.tls_key),
+                                                    _read_file("--tls_cert", args.tls_cert))])
+    max_bytes = int(args.max_message_mb * 2 ** 20)
+    service = EnvService(args.env, args.env_options, args.num_envs, args.step_timeout, args.lease_timeout, max_bytes)
+    threads = 4 + 2 * args.num_envs  # a step may wait on another client's actions: one thread per waiting request
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), maximum_concurrent_rpcs=4 * threads,
+                         interceptors=[TokenCheck(token)] if token else [],
+                         options=[("grpc.max_receive_message_length", max_bytes),
+                                  ("grpc.max_send_message_length", -1),
+                                  ("grpc.so_reuseport", 0)])
+    server.add_generic_rpc_handlers((service_handler(service),))
+    address = f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"
+    try:
+        port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    except RuntimeError as e:
+        raise ConfigError(f"cannot listen on {address} ({e}): is the port in use?") from None
+    return server, service, port
+
+
+def cmd_env_server(argv: list[str]) -> int:
+    args = server_arguments().parse_args(argv)
+    try:
+        env_entry(args.env)
+    except EnvError as e:
+        raise ConfigError(str(e)) from None
+    server, service, port = build_server(args)
+    server.start()
+    print(f"asyncrl env-server: serving {args.num_envs} x {args.env} ({service.num_agents} agents each) on "
+          f"{args.host}:{port}, run id {service.run_id}{', TLS' if args.tls_cert else ''}"
+          f"{', token required' if args.auth_token or args.auth_token_file else ''}", flush=True)
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    try:
+        stopped.wait()
+    except KeyboardInterrupt:
+        pass
+    server.stop(grace=1.0).wait()
+    for instance in service.instances:
+        instance.env.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cmd_env_server(sys.argv[1:]))

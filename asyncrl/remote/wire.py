@@ -1,0 +1,94 @@
+"""The messages of ude.proto as numpy: arrays as (dtype, shape, bytes), side-channel values as typed oneofs.
+
+The generated modules (ude_pb2, ude_pb2_grpc) are built from ude.proto at install (setup.py); a source checkout
+that was never installed builds them on first import, here.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+from asyncrl.remote.protoc import compile_proto
+
+# dtypes an array on the wire may have: numbers and bools only (an object dtype would need pickle)
+WIRE_DTYPES = {np.dtype(t).str for t in (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.int32, np.uint32,
+                                         np.int64, np.uint64, np.float16, np.float32, np.float64)}
+MAX_ARRAY_DIMS = 8
+
+
+class WireError(ValueError):
+    """A message that does not decode: the text says what is wrong with it."""
+
+
+def _generated():
+    try:
+        return importlib.import_module("asyncrl.remote.ude_pb2"), importlib.import_module("asyncrl.remote.ude_pb2_grpc")
+    except ImportError:
+        compile_proto()
+        importlib.invalidate_caches()
+        return importlib.import_module("asyncrl.remote.ude_pb2"), importlib.import_module("asyncrl.remote.ude_pb2_grpc")
+
+
+pb, pb_grpc = _generated()
+
+
+def encode(array: np.ndarray, out=None):
+    """A numpy array as an Array message (written into `out`, a message field, if given)."""
+    array = np.ascontiguousarray(array)
+    message = pb.Array() if out is None else out
+    message.dtype = array.dtype.str
+    message.shape[:] = array.shape
+    message.data = array.tobytes()
+    return message
+
+
+def decode(message, max_bytes: int | None = None) -> np.ndarray:
+    """An Array message as a read-only numpy array (a view of its bytes). WireError if it is not a valid one."""
+    if message.dtype not in WIRE_DTYPES:
+        raise WireError(f"array dtype {message.dtype!r} is not one of the numeric dtypes allowed on the wire")
+    shape = tuple(message.shape)
+    if len(shape) > MAX_ARRAY_DIMS or any(d < 0 for d in shape):
+        raise WireError(f"array shape {shape} is not a valid shape")
+    dtype = np.dtype(message.dtype)
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if shape else dtype.itemsize
+    if max_bytes is not None and expected > max_bytes:
+        raise WireError(f"array of shape {shape} is larger than {max_bytes} bytes")
+    if len(message.data) != expected:
+        raise WireError(f"array of shape {shape} and dtype {message.dtype} needs {expected} bytes, "
+                        f"got {len(message.data)}")
+    return np.frombuffer(message.data, dtype).reshape(shape)
+
+
+def encode_value(value, out) -> None:
+    """A side-channel value (bool, int, float, str or bytes) into a Value message."""
+    if isinstance(value, (bool, np.bool_)):
+        out.bool_value = bool(value)
+    elif isinstance(value, (int, np.integer)):
+        out.int_value = int(value)
+    elif isinstance(value, (float, np.floating)):
+        out.float_value = float(value)
+    elif isinstance(value, str):
+        out.str_value = value
+    elif isinstance(value, bytes):
+        out.bytes_value = value
+    else:
+        raise WireError(f"side-channel value {value!r} is a {type(value).__name__}; "
+                        f"values are bool, int, float, str or bytes")
+
+
+def decode_value(message):
+    kind = message.WhichOneof("kind")
+    if kind is None:
+        raise WireError("a side-channel value without a value")
+    return getattr(message, kind)
+
+
+def encode_values(values: dict, out) -> None:
+    for key, value in values.items():
+        encode_value(value, out[str(key)])
+
+
+def decode_values(messages) -> dict:
+    return {key: decode_value(value) for key, value in messages.items()}

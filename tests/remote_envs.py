@@ -1,0 +1,38 @@
+"""Envs the remote-env tests serve from `asyncrl env-server` processes (imported there by path: tests.remote_envs)."""
+
+import os
+
+import gymnasium as gym
+import numpy as np
+
+
+class MarkedEnv(gym.Env):
+    """Each observation says where and when it was made: (server process id, episode number of this env, step in
+    the episode). Episodes last 20 steps; the reward is 1 when the action is 1. Takes a side-channel `bonus`
+    added to every reward."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0, np.inf, (3,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.episode, self.t, self.bonus = 0, 0, 0.0
+
+    def on_side_channel(self, key, value):
+        if key == "bonus":
+            self.bonus = float(value)
+
+    def _obs(self):
+        return np.array([os.getpid(), self.episode, self.t], np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.episode, self.t = self.episode + 1, 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        reward = float(action == 1) + self.bonus
+        return self._obs(), reward, self.t >= 20, False, {"episode_stats": {"bonus": self.bonus}} if self.t >= 20 else {}
+
+
+def make_marked(**options):
+    return MarkedEnv()

@@ -1,0 +1,270 @@
+"""Remote envs (asyncrl/remote): real `asyncrl env-server` processes on loopback, trained against."""
+
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+import grpc
+import numpy as np
+import psutil
+import pytest
+
+from asyncrl.envs import EnvError
+from asyncrl.queues import Empty
+from asyncrl.remote import RemoteEnv, RemoteSettings, remote_parallel_env, side_channel
+from asyncrl.remote.wire import encode, pb
+from helpers import read_stats, run_cli, serial_runner, start_cli
+
+MARKED = "tests.remote_envs:make_marked"
+
+
+def start_server(*flags, port=0, timeout=60):
+    """An `asyncrl env-server` process and its address, once it serves. Its output goes to a file: a pipe nobody
+    reads would fill up and block the server."""
+    log = tempfile.NamedTemporaryFile("w+", prefix="env-server-", suffix=".log", delete=False)
+    proc = start_cli("env-server", *flags, "--port", port, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        found = re.search(r"on ([\d.]+:\d+)", open(log.name).read())
+        if found:
+            return proc, found.group(1)
+        time.sleep(0.2)
+    raise AssertionError(f"env server did not start:\n{open(log.name).read()}")
+
+
+def test_remote_env_alone_as_gymnasium_env_with_side_channel():
+    server, address = start_server("--env", MARKED, "--num_envs", "2")
+    env = RemoteEnv(address)
+    obs, _ = env.reset(seed=3)
+    assert obs.tolist() == [server.pid, 1, 0]  # made on the server, episode 1, step 0
+    assert side_channel(address, {"bonus": 0.5, "level": "hard"}) == {"bonus": 0.5, "level": "hard"}
+    total, steps = 0.0, 0
+    while True:
+        obs, reward, terminated, truncated, info = env.step(1)
+        total, steps = total + reward, steps + 1
+        if terminated:
+            break
+    assert steps == 20 and total == pytest.approx(30.0) and info["episode_stats"] == {"bonus": 0.5}
+    assert env.reset()[0].tolist() == [server.pid, 2, 0]  # the server reset it at the episode's end
+    env.close()
+
+
+def test_trains_through_two_env_servers(tmp_path):
+    """CartPole through two loopback servers: the env's defaults come from the servers, the run learns."""
+    servers = [start_server("--env", "CartPole-v1", "--num_envs", "8") for _ in range(2)]
+    env = "remote:" + ",".join(address for _, address in servers)
+    result = run_cli("train", "--env", env, "--train_dir", tmp_path, "--experiment", "r", "--num_workers", "2",
+                     "--num_envs_per_worker", "8", "--train_for_env_steps", "60000", "--seed", "1", timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_stats(tmp_path / "r")
+    assert rows[-1]["env_steps"] >= 60000
+    assert rows[-1]["episode_reward_mean"] > 60  # random play: ~22
+    assert '"reward_scale": 0.1' in (tmp_path / "r" / "config.json").read_text()  # CartPole's default, via Describe
+
+
+def _self_signed(tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    import datetime
+    import ipaddress
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                         serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))
+    return tmp_path / "cert.pem", tmp_path / "key.pem"
+
+
+def test_security_token_tls_and_bad_actions(tmp_path):
+    result = run_cli("env-server", "--env", "CartPole-v1", "--host", "0.0.0.0", timeout=60)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "--auth_token" in result.stderr
+
+    (tmp_path / "token").write_text("s3cret\n")
+    cert, key = _self_signed(tmp_path)
+    _, address = start_server("--env", "CartPole-v1", "--num_envs", "2", "--auth_token_file", tmp_path / "token",
+                              "--tls_cert", cert, "--tls_key", key)
+    tls = cert.read_bytes()
+    with pytest.raises(EnvError, match="UNAUTHENTICATED"):
+        RemoteEnv(address, settings=RemoteSettings(auth_token="wrong", tls_ca_cert=tls))
+    with pytest.raises(EnvError, match="UNAVAILABLE"):  # plain text to a TLS server never gets through
+        RemoteEnv(address, settings=RemoteSettings(auth_token="s3cret", timeout=3))
+    env = RemoteEnv(address, settings=RemoteSettings(auth_token="s3cret", tls_ca_cert=tls))
+    env.reset(seed=1)
+    env.step(1)
+    with pytest.raises(RuntimeError, match="INVALID_ARGUMENT.*Discrete"):
+        env.step(7)
+
+    # the train command: a token file, a CA, and a clear line when the token is wrong
+    (tmp_path / "bad").write_text("nope\n")
+    common = ["train", "--env", f"remote:{address}", "--remote_tls_ca_cert", cert, "--train_dir", tmp_path]
+    result = run_cli(*common, "--remote_auth_token_file", tmp_path / "bad", timeout=60)
+    assert result.returncode == 2 and "UNAUTHENTICATED" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
+    """10,000+ malformed, truncated, oversized, unauthenticated and ill-typed requests: each one gets an error
+    status, a well-behaved client steps throughout, and the server's memory grows less than 10%."""
+    server, address = start_server("--env", MARKED, "--num_envs", "2", "--auth_token", "tok",
+                                   "--max_message_mb", "0.05")
+    settings = RemoteSettings(auth_token="tok")
+    good = RemoteEnv(address, settings=settings)
+    good.reset()
+    stop, good_steps, good_errors = threading.Event(), [0], []
+
+    def play():
+        while not stop.is_set():
+            try:
+                _, _, terminated, _, _ = good.step(1)
+                if terminated:
+                    good.reset()
+                good_steps[0] += 1
+            except Exception as e:  # noqa: BLE001 - recorded and asserted on
+                good_errors.append(e)
+    lease = good.remote.connection.lease
+    channel = grpc.insecure_channel(address)
+    raw = {m: channel.unary_unary(f"/asyncrl.remote.EnvServer/{m}") for m in ("Step", "Reset", "Open", "Describe")}
+    auth = [("authorization", "Bearer tok")]
+    rng = np.random.default_rng(0)
+    valid = pb.StepRequest(lease=lease, env_ids=[good.remote.env_id])
+    encode(np.ones((1, 1), np.int64), valid.actions)
+    valid_bytes = valid.SerializeToString()
+
+    def bad_message(i):
+        kind = i % 5
+        if kind == 0:  # random bytes
+            return "Step", rng.bytes(int(rng.integers(1, 200))), auth
+        if kind == 1:  # a valid request truncated
+            return "Step", valid_bytes[:int(rng.integers(1, len(valid_bytes)))], auth
+        if kind == 2:  # no token, or a wrong one
+            return ["Describe", "Open", "Step"][i % 3], valid_bytes, [("authorization", "Bearer x")] if i % 2 else None
+        request = pb.StepRequest(lease=lease, env_ids=[good.remote.env_id])
+        if kind == 3:  # ill-typed arrays: wrong dtype, shape, byte count, out-of-space actions
+            choice = i % 4
+            array = [np.ones((1, 1), np.float64), np.ones((2, 1), np.int64), np.full((1, 1), 5, np.int64),
+                     np.ones((1, 1), np.int64)][choice]
+            encode(array, request.actions)
+            if choice == 3:
+                request.actions.data = b"\x01\x02"
+            return "Step", request.SerializeToString(), auth
+        request.env_ids[:] = [int(rng.integers(-5, 50))] if i % 2 else []  # envs not in the lease, or none
+        request.lease = request.lease if i % 2 else "forged"
+        return "Step", request.SerializeToString(), auth
+
+    def send_all(messages):
+        """Every message, 16 in flight at a time; the status code of each (None if it was accepted)."""
+        codes = []
+        for first in range(0, len(messages), 16):
+            calls = [raw[m].future(payload, metadata=md, timeout=30) for m, payload, md in messages[first:first + 16]]
+            for call in calls:
+                try:
+                    call.result()
+                    codes.append(None)
+                except grpc.RpcError as e:
+                    codes.append(e.code())
+        return codes
+
+    player = threading.Thread(target=play)
+    player.start()
+    process = psutil.Process(server.pid)
+    assert None not in send_all([bad_message(i) for i in range(500)])  # warms up the server's allocations
+    rss_before, steps_before = process.memory_info().rss, good_steps[0]
+    oversized = [("Reset", b"\x0a" + rng.bytes(60_000), auth)] * 200  # each takes gRPC ~0.2 s to refuse: fewer
+    codes = send_all([bad_message(i) for i in range(10_000)]) + send_all(oversized)
+    assert None not in codes, f"message {codes.index(None)} was accepted"
+    stop.set()
+    player.join()
+    assert not good_errors, good_errors[:3]
+    assert good_steps[0] > steps_before + 100  # the good client kept stepping during the fuzzing
+    assert process.memory_info().rss < 1.10 * rss_before
+    assert {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED,
+            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED} <= set(codes)
+    good.close()
+
+
+def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path, monkeypatch):
+    """Two servers; one is killed mid-run and restarted. The other's envs keep training, the killed one's envs
+    rejoin, and no slot sent to a learner after the kill holds a step of the killed server's episodes."""
+    from asyncrl import rollout_worker
+    monkeypatch.setattr(rollout_worker, "RECONNECT_INTERVAL_S", 0.2)
+    (killed, address_a), (_, address_b) = [start_server("--env", MARKED, "--num_envs", "4") for _ in range(2)]
+    runner = serial_runner(tmp_path, env=f"remote:{address_a},{address_b}", remote_reconnect=True, remote_timeout=3.0)
+    sent = []  # (server pid of each valid row, whether it was sent after the kill)
+    killed_at = [None]
+    obs, valid = runner.buffers.traj_obs.numpy(), runner.buffers.traj_valid.numpy()
+    for q in runner.queues.full_slots:
+        def recording_put(slot, *args, put=q.put, **kwargs):
+            sent.append((set(obs[slot][:-1][valid[slot]][:, 0].astype(int).tolist()), killed_at[0] is not None))
+            return put(slot, *args, **kwargs)
+        q.put = recording_put
+
+    def run_for(seconds):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            for component in runner.components:
+                component.poll(0.0)
+    run_for(3)
+    workers = [c for c in runner.components if isinstance(c, rollout_worker.RolloutWorker)]
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    killed_at[0] = time.time()
+    run_for(3)
+    assert all(len(w.unavailable) == 2 for w in workers)  # each worker's 2 envs on the killed server wait
+    sent_while_down = len(sent)
+    run_for(2)
+    assert len(sent) > sent_while_down  # the other server's envs train on
+    restarted, _ = start_server("--env", MARKED, "--num_envs", "4", port=address_a.rsplit(":", 1)[1])
+    run_for(4)
+    assert all(not w.unavailable for w in workers)  # the killed server's envs rejoined
+    servers_after = set().union(*(pids for pids, after in sent if after))
+    assert restarted.pid in servers_after
+    assert killed.pid not in servers_after  # nothing of the interrupted episodes reached a learner
+    runner._stop_children()
+
+
+def test_killed_server_without_reconnect_stops_the_run_with_one_line(tmp_path):
+    server, address = start_server("--env", "CartPole-v1", "--num_envs", "8")
+    run = start_cli("train", "--env", f"remote:{address}", "--train_dir", tmp_path, "--experiment", "k",
+                    "--num_workers", "2", "--num_envs_per_worker", "4", "--save_every_sec", "1")
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((tmp_path / "k").glob("**/checkpoint_*.pth")):
+        time.sleep(0.5)
+    os.kill(server.pid, signal.SIGKILL)
+    out, _ = run.communicate(timeout=120)
+    assert run.returncode == 1
+    errors = [line for line in out.splitlines() if "error" in line.lower() or "Traceback" in line]
+    assert len(errors) == 1 and "UNAVAILABLE" in errors[0] and "--remote_reconnect True" in errors[0], out[-2000:]
+    assert list((tmp_path / "k").glob("**/checkpoint_*.pth"))
+
+
+def test_two_clients_each_own_one_agent_of_a_two_agent_env(tmp_path):
+    """UDE's distributed multi-agent case: two training runs on one server, each acting for one agent of grid_duel;
+    each env steps once both runs' actions are in, and both runs train."""
+    _, address = start_server("--env", "grid_duel", "--num_envs", "4", "--step_timeout", "90")
+    env = remote_parallel_env(address)  # the PettingZoo face of a remote env (both agents)
+    assert len(env.possible_agents) == 2
+    env.close()
+    runs = [start_cli("train", "--env", f"remote:{address}", "--remote_agents", f"[{agent}]", "--remote_timeout",
+                      "90", "--train_dir", tmp_path, "--experiment", f"agent{agent}", "--num_workers", "1",
+                      "--num_envs_per_worker", "4", "--train_for_env_steps", "20000", "--seed", str(agent))
+            for agent in (0, 1)]
+    for run in runs:
+        out, _ = run.communicate(timeout=300)
+        assert run.returncode == 0, out[-3000:]
+    for agent in (0, 1):
+        assert read_stats(tmp_path / f"agent{agent}")[-1]["env_steps"] >= 20000

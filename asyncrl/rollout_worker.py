@@ -25,6 +25,7 @@ from asyncrl.matchmaking import draw_players, owner_policies
 REPORT_INTERVAL_S = 1.0
 MAX_CONSECUTIVE_ENV_ERRORS = 3
 RECONNECT_INTERVAL_S = 2.0
+ENV_RESULTS = -2  # in place of a policy id on actions_ready: a group's remote envs have all replied
 
 
 class StopRequested(Exception):
@@ -59,8 +60,10 @@ class RolloutWorker:
         self.envs = [self._make_env() for _ in range(cfg.num_envs_per_worker)]
         self.env_seeds = [env_seed(base_seed, worker_idx, i) for i in range(cfg.num_envs_per_worker)]
         self.action_space = self.envs[0].action_space
-        # envs that batch a group's step (remote envs: one request per server) send it before each env's step()
+        # envs stepped elsewhere (remote envs) take a group's actions in one request per server; the worker goes on
+        # with its other groups until their replies are in (ENV_RESULTS), then reads each env's step() at once
         self.begin_group_step = getattr(type(self.envs[0]), "begin_group_step", None)
+        self.awaiting_env_results = np.zeros(cfg.worker_num_splits, bool)
         self.unavailable: set[int] = set()  # envs whose host is unreachable (--remote_reconnect): retried, not stepped
         self.last_reconnect = np.zeros(cfg.worker_num_splits)  # when each split last tried its unavailable envs
         k = cfg.envs_per_split
@@ -133,12 +136,19 @@ class RolloutWorker:
                 messages = self.actions_ready.get_many(block=timeout > 0, timeout=timeout)
         except Empty:
             messages = []
-        for split, _policy in messages:
+        for split, policy in messages:
+            if policy == ENV_RESULTS:
+                self.awaiting_env_results[split] = False
+                self._step_split(split)
+                continue
             self.pending_responses[split] -= 1
             if self.pending_responses[split] == 0:
-                self._step_split(split)
-        if self.unavailable:
-            for split in np.flatnonzero(self.pending_responses == 0):  # every env of it waits for its host
+                if self.begin_group_step is None:
+                    self._step_split(split)
+                else:
+                    self._send_actions(split)
+        if self.unavailable:  # a split neither waiting for actions nor for its envs: every env of it waits for its host
+            for split in np.flatnonzero((self.pending_responses == 0) & ~self.awaiting_env_results):
                 if self._reconnect(split):
                     self._request_actions(split)
         self._maybe_report()
@@ -154,8 +164,6 @@ class RolloutWorker:
         rewards, ended, terminal = np.zeros(len(agents)), np.zeros(len(agents), bool), np.zeros(len(agents), bool)
         episode_stats, resets, failed = {}, [], []  # resets: (env, its next episode's first observations)
         with self.timing.phase("env_step"):
-            if self.begin_group_step is not None:
-                self.begin_group_step(envs, [actions[i * n:(i + 1) * n] for i in range(len(envs))])
             for i, env in enumerate(envs):
                 first = i * n
                 if self.unavailable and split * len(envs) + i in self.unavailable:
@@ -203,6 +211,14 @@ class RolloutWorker:
         if self.unavailable:
             self._reconnect(split)
         self._request_actions(split)
+
+    def _send_actions(self, split: int) -> None:
+        """Send a group's actions to its remote envs; their results come back as an ENV_RESULTS message."""
+        agents, n = self.split_agent_ids[split], self.cfg.agents_per_env
+        actions = env_actions(self.action_space, self.traj_actions[self.agent_slot[agents], self.agent_step[agents]])
+        self.awaiting_env_results[split] = True
+        self.begin_group_step(self.split_envs[split], [actions[i * n:(i + 1) * n] for i in range(len(actions) // n)],
+                              lambda: self.actions_ready.put((split, ENV_RESULTS)))
 
     def _end_episodes(self, split: int, ended: np.ndarray, terminal: np.ndarray, episode_stats: dict) -> None:
         """Record the episodes that ended; a truncated one's final observation becomes a row the learner bootstraps

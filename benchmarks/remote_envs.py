@@ -4,8 +4,8 @@
 
 Learning: CartPole-v1 and doom_basic trained with the same flags and seed, once with local envs and once
 through an `asyncrl env-server` on 127.0.0.1 (--env remote:...); curves in one PNG.
-Throughput: doom_basic, --sampler_only, 2 workers x 8 envs: local (2 rollout workers run the 16 envs) vs through 2
-env servers (8 envs each; the 2 rollout workers only relay), in --pairs interleaved A/B pairs of --seconds each;
+Throughput: doom_basic, --sampler_only, 2 workers x 16 envs: local (2 rollout workers run the 32 envs) vs through
+2 env servers (16 envs each; the 2 rollout workers only relay), in --pairs interleaved A/B pairs of --seconds each;
 the ratio of frames/s (remote / local) per pair. Writes benchmarks/results/remote_envs.{md,json,png}.
 """
 
@@ -68,12 +68,12 @@ def steady_fps(rows: list[dict], skip_s: float = 10.0) -> float:
 
 
 def throughput(pairs: int, seconds: float, train_dir: str) -> list[dict]:
-    flags = ["--sampler_only", "True", "--num_workers", "2", "--num_envs_per_worker", "8", "--worker_num_splits", "2",
+    flags = ["--sampler_only", "True", "--num_workers", "2", "--num_envs_per_worker", "16", "--worker_num_splits", "2",
              "--train_for_seconds", str(seconds)]
     results = []
     for pair in range(pairs):
         local = steady_fps(train("doom_basic", f"fps_local_{pair}", train_dir, flags, seconds + 300))
-        remote = steady_fps(with_servers("doom_basic", 2, 8, train_dir, lambda e: train(
+        remote = steady_fps(with_servers("doom_basic", 2, 16, train_dir, lambda e: train(
             e, f"fps_remote_{pair}", train_dir, flags, seconds + 300)))
         results.append({"local_fps": local, "remote_fps": remote, "ratio": remote / local})
         print(results[-1], flush=True)
@@ -118,8 +118,8 @@ def main():
                f"--cartpole_steps {args.cartpole_steps} --doom_steps {args.doom_steps}")
     median = statistics.median(p["ratio"] for p in pairs)
     lines = ["# Remote envs (asyncrl env-server on loopback) vs local envs", "", f"Machine: {machine()}", "",
-             f"Command: `{command}`", "", "## Throughput: doom_basic, sampler only, 2 workers x 8 envs", "",
-             "Local: 2 rollout workers step the 16 envs. Remote: 2 env servers with 8 envs each; the 2 rollout "
+             f"Command: `{command}`", "", "## Throughput: doom_basic, sampler only, 2 workers x 16 envs", "",
+             "Local: 2 rollout workers step the 32 envs. Remote: 2 env servers with 16 envs each; the 2 rollout "
              "workers relay (one request per server per env group).", "",
              "| pair | local frames/s | remote frames/s | remote / local |", "| --- | --- | --- | --- |"]
     lines += [f"| {i} | {p['local_fps']:,.0f} | {p['remote_fps']:,.0f} | {p['ratio']:.2f} |" for i, p in enumerate(pairs)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -155,8 +156,8 @@ class RemoteAgents:
         self.run_id = ""
         self.episode = 0  # the last episode whose start this client saw
         self.next_first_obs = None  # the env reset itself at the end of the last step: the next episode's start
-        self.reply, self.reply_index = None, 0  # the group request in flight, and this env's place in it
-        self.last_results: pb.Results | None = None  # every agent's results of the last step (UDE: all see all)
+        self.reply, self.reply_index = None, 0  # the group request in flight (GroupReply), this env's place in it
+        self.last_results = None  # (GroupReply's results, this env's place): every agent's (UDE: all see all)
 
     def reset(self, seed: int | None = None):
         if self.next_first_obs is not None and seed is None:
@@ -173,31 +174,30 @@ class RemoteAgents:
         except RemoteEnvError:
             self.env_id = None  # reopened at the next reset
             raise
-        self.episode = reply.results.episode
-        return self._mine(decode(reply.results.obs)), [{} for _ in self.agents]
+        self.episode = reply.episode
+        return self._mine(decode(reply.obs)), [{} for _ in self.agents]
 
     def step(self, actions: list):
         if self.reply is None:
             begin_group_step([self], [actions])
         reply, self.reply = self.reply, None
         try:
-            results = reply.result().results[self.reply_index]
-            self._check_run(reply.result().run_id)
+            results = reply.results()
+            self._check_run(results.run_id)
         except grpc.RpcError as e:
             self.env_id = None
             raise self.connection.error("Step", e) from None
         except RemoteEnvError:
             self.env_id = None
             raise
-        self.last_results = results
-        mine = slice(None) if self.all_agents else self.agents
-        obs, rewards = self._mine(decode(results.obs)), decode(results.rewards)[mine].tolist()
-        terminated, truncated = decode(results.terminated)[mine].tolist(), decode(results.truncated)[mine].tolist()
-        stats = [results.episode_stats[a].values for a in self.agents]
-        infos = [{"episode_stats": dict(s)} if (te or tr) else {} for s, te, tr in zip(stats, terminated, truncated)]
-        if results.HasField("next_episode_obs"):
-            self.next_first_obs, self.episode = decode(results.next_episode_obs), results.episode + 1
-        return obs, rewards, terminated, truncated, infos
+        k, mine = self.reply_index, slice(None) if self.all_agents else self.agents
+        self.last_results = (results, k)
+        terminated, truncated = results.terminated[k][mine].tolist(), results.truncated[k][mine].tolist()
+        ended = results.ended.get(k, {})
+        infos = [{"episode_stats": ended[a]} if a in ended else {} for a in self.agents]
+        if k in results.next_obs:
+            self.next_first_obs, self.episode = results.next_obs[k], results.episodes[k] + 1
+        return self._mine(results.obs[k]), results.rewards[k][mine].tolist(), terminated, truncated, infos
 
     def side_channel(self, values: dict | None = None) -> dict:
         """Set side-channel values for this client's envs on the server (and read every value set there)."""
@@ -211,7 +211,7 @@ class RemoteAgents:
             raise ServerRestarted(f"env server {self.connection.address} restarted (run id {self.run_id} -> "
                                   f"{run_id}): the env's episode is gone")
 
-    begin_group_step = staticmethod(lambda envs, actions: begin_group_step(envs, actions))
+    begin_group_step = staticmethod(lambda envs, actions, on_replied=None: begin_group_step(envs, actions, on_replied))
 
     def render(self):
         raise EnvError("a remote env cannot render here; watch it on its server")
@@ -226,21 +226,58 @@ class RemoteAgents:
             self.env_id = None
 
 
-def begin_group_step(envs: list[RemoteAgents], actions: list) -> None:
+def begin_group_step(envs: list[RemoteAgents], actions: list, on_replied=None) -> None:
     """Send the actions of a group of remote envs, one request per server (each with its envs' actions), all in
     flight before any reply is awaited; each env's step() then reads its part of its server's reply. An env
-    that is not open (a reset failed) is left out: its step() raises."""
+    that is not open (a reset failed) is left out (its step() opens it). on_replied() is called, from a gRPC
+    thread, once every server has replied or failed."""
     by_connection: dict[Connection, list[int]] = {}
     for i, env in enumerate(envs):
         if env.env_id is not None:
             by_connection.setdefault(env.connection, []).append(i)
+    if on_replied is not None:
+        outstanding, lock = [len(by_connection)], threading.Lock()
+
+        def one_replied(_future):
+            with lock:
+                outstanding[0] -= 1
+                done = outstanding[0] == 0
+            if done:
+                on_replied()
+        if not by_connection:
+            on_replied()
     for connection, members in by_connection.items():
         batch = np.asarray([actions[i] for i in members])
         request = pb.StepRequest(lease=connection.lease, env_ids=[envs[i].env_id for i in members])
         encode(batch.astype(np.int64) if batch.dtype.kind in "iub" else batch.astype(np.float32), request.actions)
-        reply = connection.send("Step", request)
+        reply = GroupReply(connection.send("Step", request))
         for place, i in enumerate(members):
             envs[i].reply, envs[i].reply_index = reply, place
+        if on_replied is not None:
+            reply.future.add_done_callback(one_replied)
+
+
+class GroupReply:
+    """A server's reply to one group step, decoded once for all the envs it names."""
+
+    def __init__(self, future):
+        self.future, self.decoded = future, None
+
+    def results(self) -> "StepResults":
+        if self.decoded is None:
+            self.decoded = StepResults(self.future.result())
+        return self.decoded
+
+
+class StepResults:
+    def __init__(self, reply: pb.StepReply):
+        self.run_id, self.episodes = reply.run_id, list(reply.episodes)
+        self.obs, self.rewards = decode(reply.obs), decode(reply.rewards)
+        self.terminated, self.truncated = decode(reply.terminated), decode(reply.truncated)
+        self.ended: dict[int, dict] = {}  # env index -> agent -> episode_stats
+        for end in reply.ended:
+            self.ended.setdefault(end.env_index, {})[end.agent] = dict(end.episode_stats)
+        self.next_obs = {n.env_index: decode(n.obs) for n in reply.next_episodes}
 
 
 def spaces_of(description: pb.DescribeReply) -> tuple[gym.spaces.Box, gym.Space]:

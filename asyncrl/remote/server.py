@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from concurrent import futures
+from dataclasses import dataclass
 
 import grpc
 import gymnasium as gym
@@ -44,6 +45,18 @@ class Refused(Exception):
         self.code = code
 
 
+@dataclass
+class StepResult:
+    """One env's step as every agent of it sees it (a reply stacks those of the envs it names)."""
+    episode: int
+    obs: np.ndarray  # [num_agents, *obs_shape]
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    ended: dict  # agent -> its episode_stats, for the agents whose episode ended in this step
+    next_obs: np.ndarray | None  # every agent ended: the env was reset, the next episode's first observations
+
+
 class EnvInstance:
     """One env of the server: who owns which agent, which agents still play, and the step being gathered."""
 
@@ -58,13 +71,13 @@ class EnvInstance:
         self.playing = np.zeros(self.num_agents, bool)
         self.pending: dict[int, object] = {}  # agent -> action, for the step being gathered
         self.steps = 0
-        self.last: pb.Results | None = None  # the last step's results, which every waiting owner gets
+        self.last: StepResult | None = None  # the last step's results, which every waiting owner gets
         self.first_obs: np.ndarray | None = None  # the running episode's first observations
         self.error: str | None = None  # why the last step failed, for the owners that waited on it
         self.idle_action = np.zeros(self.env.action_space.shape, self.env.action_space.dtype)
 
     # --- called with self.changed held
-    def submit(self, agents: list[int], actions: np.ndarray, timeout: float) -> pb.Results:
+    def submit(self, agents: list[int], actions: np.ndarray, timeout: float) -> StepResult:
         if not self.started:
             raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"env {self.env_id} has no episode running: reset it")
         for agent, action in zip(agents, actions):
@@ -102,24 +115,18 @@ class EnvInstance:
         except Exception as e:  # the env is broken: its owners recover with a reset, which remakes it
             self.error, self.started = f"env {self.env_id} raised in step: {type(e).__name__}: {e}", False
 
-    def _results(self, obs, rewards, terminated, truncated, infos) -> pb.Results:
-        ended = (np.asarray(terminated, bool) | np.asarray(truncated, bool)) & self.playing
-        results = pb.Results(env_id=self.env_id, episode=self.episode)
-        encode(np.stack(obs), results.obs)
-        encode(np.asarray(rewards, np.float64), results.rewards)
-        encode(np.asarray(terminated, bool), results.terminated)
-        encode(np.asarray(truncated, bool), results.truncated)
-        for agent in range(self.num_agents):
-            stats = results.episode_stats.add()
-            if ended[agent]:
-                stats.values.update({k: float(v) for k, v in infos[agent].get("episode_stats", {}).items()})
+    def _results(self, obs, rewards, terminated, truncated, infos) -> StepResult:
+        terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
+        ended = (terminated | truncated) & self.playing
+        result = StepResult(self.episode, np.stack(obs), np.asarray(rewards, np.float64), terminated, truncated,
+                            {int(a): infos[a].get("episode_stats", {}) for a in np.flatnonzero(ended)}, None)
         self.playing &= ~ended
         if not self.playing.any():
             self._reset(seed=None)
-            encode(self.first_obs, results.next_episode_obs)
-        return results
+            result.next_obs = self.first_obs
+        return result
 
-    def reset(self, lease: str, seen_episode: int, seed: int | None, timeout: float) -> pb.Results:
+    def reset(self, lease: str, seen_episode: int, seed: int | None, timeout: float) -> pb.ResetReply:
         """The first observations of an episode after `seen_episode`: an episode already started by another owner
         or by the env's own reset at the end of the last one, else a new one (if this lease owns every playing
         agent; otherwise it waits for the others' episodes to end)."""
@@ -130,9 +137,9 @@ class EnvInstance:
             elif not self.changed.wait_for(lambda: self.episode > seen_episode, timeout):
                 raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED,
                               f"env {self.env_id}: the other owners' agents did not end their episode in {timeout:g} s")
-        results = pb.Results(env_id=self.env_id, episode=self.episode)
-        encode(self.first_obs, results.obs)
-        return results
+        reply = pb.ResetReply(episode=self.episode)
+        encode(self.first_obs, reply.obs)
+        return reply
 
     def _reset(self, seed: int | None) -> None:
         try:
@@ -230,22 +237,23 @@ class EnvService:
         lease = self._lease(request.lease, [request.env_id])
         instance = self.instances[request.env_id]
         with instance.changed:
-            results = instance.reset(request.lease, request.seen_episode, request.seed if request.seeded else None,
-                                     self.step_timeout)
+            reply = instance.reset(request.lease, request.seen_episode, request.seed if request.seeded else None,
+                                   self.step_timeout)
         lease.last_used = time.monotonic()
-        return pb.ResetReply(run_id=self.run_id, results=results)
+        reply.run_id = self.run_id
+        return reply
 
     def Step(self, request, context):
         env_ids = list(request.env_ids)
         lease = self._lease(request.lease, env_ids)
         actions = self._checked_actions(request.actions, len(env_ids), len(lease.agents))
-        reply = pb.StepReply(run_id=self.run_id)
+        results = []
         for env_id, env_actions in zip(env_ids, actions):
             instance = self.instances[env_id]
             with instance.changed:
-                reply.results.append(instance.submit(lease.agents, env_actions, self.step_timeout))
+                results.append(instance.submit(lease.agents, env_actions, self.step_timeout))
             lease.last_used = time.monotonic()
-        return reply
+        return step_reply(self.run_id, results)
 
     def SideChannel(self, request, context):
         values = self._checked_values(request.values)
@@ -336,6 +344,19 @@ class EnvService:
                 for key, value in values.items():
                     if hook is not None:
                         hook(key, value)
+
+
+def step_reply(run_id: str, results: list[StepResult]) -> pb.StepReply:
+    """The results of a request's envs, stacked: a few arrays per reply, not a few per env."""
+    reply = pb.StepReply(run_id=run_id, episodes=[r.episode for r in results])
+    for name in ("obs", "rewards", "terminated", "truncated"):
+        encode(np.stack([getattr(r, name) for r in results]), getattr(reply, name))
+    for k, r in enumerate(results):
+        for agent, stats in r.ended.items():
+            reply.ended.add(env_index=k, agent=agent).episode_stats.update({s: float(v) for s, v in stats.items()})
+        if r.next_obs is not None:
+            encode(r.next_obs, reply.next_episodes.add(env_index=k).obs)
+    return reply
 
 
 def side_channel_hook(agents_env):

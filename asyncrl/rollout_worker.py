@@ -19,7 +19,7 @@ from asyncrl.buffers import NO_POLICY, SharedBuffers, split_agents
 from asyncrl.config import Config
 from asyncrl.queues import Empty, Queues
 from asyncrl.timing import Timing
-from asyncrl.envs import EnvError, EnvUnavailable, make_agents
+from asyncrl.envs import EnvError, EnvUnavailable, env_entry, make_agents
 from asyncrl.matchmaking import draw_players, owner_policies
 
 REPORT_INTERVAL_S = 1.0
@@ -57,6 +57,9 @@ class RolloutWorker:
         base_seed = cfg.seed if cfg.seed is not None else secrets.randbits(31)
         self.rng = np.random.default_rng([base_seed, worker_idx])  # policy assignment
 
+        plan = getattr(env_entry(cfg.env).make_fn, "plan_for_worker", None)  # remote envs: which server for which
+        if plan is not None:
+            plan(cfg, worker_idx)
         self.envs = [self._make_env() for _ in range(cfg.num_envs_per_worker)]
         self.env_seeds = [env_seed(base_seed, worker_idx, i) for i in range(cfg.num_envs_per_worker)]
         self.action_space = self.envs[0].action_space

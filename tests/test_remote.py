@@ -181,7 +181,7 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
 
     player = threading.Thread(target=play)
     player.start()
-    process = psutil.Process(server.pid)
+    process = next(p for p in psutil.Process(server.pid).children() if p.cmdline()[0] == "asyncrl-env-server")
     assert None not in send_all([bad_message(i) for i in range(500)])  # warms up the server's allocations
     rss_before, steps_before = process.memory_info().rss, good_steps[0]
     oversized = [("Reset", b"\x0a" + rng.bytes(60_000), auth)] * 200  # each takes gRPC ~0.2 s to refuse: fewer
@@ -268,3 +268,25 @@ def test_two_clients_each_own_one_agent_of_a_two_agent_env(tmp_path):
         assert run.returncode == 0, out[-3000:]
     for agent in (0, 1):
         assert read_stats(tmp_path / f"agent{agent}")[-1]["env_steps"] >= 20000
+
+
+def test_sigkilled_env_server_leaves_no_engine_or_segment(clean_machine):
+    """VizDoom's engines are processes of their own: a server killed outright takes them (and their /dev/shm
+    segments) along."""
+    server, address = start_server("--env", "doom_basic", "--num_envs", "2")
+    env = RemoteEnv(address)
+    env.reset(seed=1)
+    env.step(0)
+    os.kill(server.pid, signal.SIGKILL)
+    server.wait()
+
+
+def test_env_server_bad_flags_are_one_line_exit_2():
+    for flags, needle in [(["--env", "no_such_env"], "unknown env"), (["--env", "CartPole-v1", "--num_envs", "0"],
+                                                                       "must be positive"),
+                          (["--env", "CartPole-v1", "--tls_cert", "x.pem"], "go together")]:
+        result = run_cli("env-server", *flags, timeout=60)
+        assert result.returncode == 2 and needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    _, address = start_server("--env", "CartPole-v1", "--num_envs", "1")
+    result = run_cli("env-server", "--env", "CartPole-v1", "--port", address.rsplit(":", 1)[1], timeout=60)
+    assert result.returncode == 2 and "port" in result.stderr

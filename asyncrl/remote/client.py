@@ -18,6 +18,7 @@ import itertools
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import grpc
@@ -90,6 +91,7 @@ class Connection:
             self.channel = grpc.insecure_channel(address, options=options)
         self.stub = pb_grpc.EnvServerStub(self.channel)
         self.metadata = [("authorization", f"Bearer {settings.auth_token}")] if settings.auth_token else None
+        self.sender = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"asyncrl-remote-{address}")
         self.lease = ""
         self.down = False  # the last call found the server unavailable: the next ones fail fast, without retries
 
@@ -111,8 +113,11 @@ class Connection:
                 raise self.error(method, e) from None
 
     def send(self, method: str, request):
-        """The RPC sent without waiting: a future whose result() is the reply."""
-        return getattr(self.stub, method).future(request, timeout=self.settings.timeout, metadata=self.metadata)
+        """The RPC sent without waiting: a future whose result() is the reply (or raises its grpc.RpcError). Made
+        by a blocking call on a thread of our own: gRPC's own futures start a thread per call when none is in
+        flight, which cost a rollout worker more than the call itself."""
+        return self.sender.submit(getattr(self.stub, method), request, timeout=self.settings.timeout,
+                                  metadata=self.metadata)
 
     def error(self, method: str, e: grpc.RpcError) -> Exception:
         where = f"env server {self.address}: {method}"
@@ -298,19 +303,27 @@ def describe(address: str, settings: RemoteSettings) -> pb.DescribeReply:
 
 
 class RemoteFactory:
-    """The factory of a `remote:` env: each call makes a RemoteAgents on the next server, round robin."""
-
-    _made = itertools.count()
+    """The factory of a `remote:` env. A rollout worker's env groups go to the servers round robin over all workers'
+    groups (plan_for_worker), each group to one server, so that a group's step is one request (doom_basic 2x16
+    sampler through 2 servers: 5.2k -> 5.8k frames/s, against one request per server per group); without a plan
+    (an env made alone), envs go round robin."""
 
     def __init__(self, addresses: list[str], descriptions: list[pb.DescribeReply], settings: RemoteSettings):
         self.addresses, self.settings = addresses, settings
         self.descriptions = [d.SerializeToString() for d in descriptions]  # messages do not pickle
+        self.made, self.envs_per_group = 0, 1
+
+    def plan_for_worker(self, cfg, worker_idx: int) -> None:
+        """Called by rollout worker `worker_idx` before it makes its envs (in its own copy of the factory)."""
+        self.envs_per_group = cfg.envs_per_split
+        self.made = worker_idx * cfg.num_envs_per_worker
 
     def __call__(self, **options) -> RemoteAgents:
         if options:
             raise EnvError(f"remote envs take their options on the server (asyncrl env-server --env_options), "
                            f"not {sorted(options)}")
-        i = next(self._made) % len(self.addresses)
+        i = (self.made // self.envs_per_group) % len(self.addresses)
+        self.made += 1
         return RemoteAgents(self.addresses[i], pb.DescribeReply.FromString(self.descriptions[i]), self.settings)
 
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 import argparse
 import hmac
 import json
+import os
 import secrets
 import signal
+import socket
 import sys
 import threading
 import time
@@ -187,6 +189,8 @@ class EnvService:
         self.num_agents, self.action_space = env.num_agents, env.action_space
         self.agent_ids = [str(a) for a in getattr(env, "agent_ids", range(env.num_agents))]
         self.description = self._describe(env)
+        # steps of a request's envs run at once; each owner of each env may wait on the others': one thread apiece
+        self.stepper = futures.ThreadPoolExecutor(max_workers=num_envs * self.num_agents, thread_name_prefix="step")
 
     def _describe(self, env) -> pb.DescribeReply:
         reply = pb.DescribeReply(run_id=self.run_id, env=self.env_name, num_envs=len(self.instances),
@@ -246,13 +250,17 @@ class EnvService:
     def Step(self, request, context):
         env_ids = list(request.env_ids)
         lease = self._lease(request.lease, env_ids)
+        if not env_ids:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "a step names no env")
         actions = self._checked_actions(request.actions, len(env_ids), len(lease.agents))
-        results = []
-        for env_id, env_actions in zip(env_ids, actions):
+        def step(env_id: int, env_actions: np.ndarray) -> StepResult:
             instance = self.instances[env_id]
             with instance.changed:
-                results.append(instance.submit(lease.agents, env_actions, self.step_timeout))
-            lease.last_used = time.monotonic()
+                return instance.submit(lease.agents, env_actions, self.step_timeout)
+        # the envs of a request step at once: a simulator that runs outside Python (VizDoom's engine) releases the
+        # GIL, and a request's envs would otherwise wait for each other
+        results = list(self.stepper.map(step, env_ids, actions)) if len(env_ids) > 1 else [step(env_ids[0], actions[0])]
+        lease.last_used = time.monotonic()
         return step_reply(self.run_id, results)
 
     def SideChannel(self, request, context):
@@ -452,8 +460,8 @@ def _read_file(flag: str, path: str) -> bytes:
         raise ConfigError(f"{flag} {path}: {e.strerror}") from None
 
 
-def build_server(args) -> tuple[grpc.Server, EnvService, int]:
-    """The server for parsed `args` (not started) and its port. ConfigError for what the user must fix."""
+def checked_security(args) -> tuple[str | None, tuple[bytes, bytes] | None]:
+    """The token and (key, certificate) the flags give; ConfigError for what the user must fix."""
     token = read_token(args.auth_token, args.auth_token_file)
     if args.host not in LOOPBACK and not token:
         raise ConfigError(f"--host {args.host} serves envs beyond this machine: give --auth_token_file (or "
@@ -462,10 +470,25 @@ def build_server(args) -> tuple[grpc.Server, EnvService, int]:
         raise ConfigError("--tls_cert and --tls_key go together")
     if args.num_envs <= 0 or args.max_message_mb <= 0 or args.step_timeout <= 0 or args.lease_timeout <= 0:
         raise ConfigError("--num_envs, --max_message_mb, --step_timeout and --lease_timeout must be positive")
-    credentials = None
-    if args.tls_cert:
-        credentials = grpc.ssl_server_credentials([(_read_file("--tls_key", args.tls_key),
-                                                    _read_file("--tls_cert", args.tls_cert))])
+    tls = (_read_file("--tls_key", args.tls_key), _read_file("--tls_cert", args.tls_cert)) if args.tls_cert else None
+    return token, tls
+
+
+def check_port_free(host: str, port: int) -> None:
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds: a just-closed port is free
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            raise ConfigError(f"cannot listen on {host}:{port} ({e.strerror}): is another server using the port? "
+                              f"(--port 0 picks a free one)") from None
+
+
+def build_server(args, token: str | None, tls: tuple[bytes, bytes] | None) -> tuple[grpc.Server, EnvService, int]:
+    """The server for parsed `args` (not started) and its port."""
     max_bytes = int(args.max_message_mb * 2 ** 20)
     service = EnvService(args.env, args.env_options, args.num_envs, args.step_timeout, args.lease_timeout, max_bytes)
     threads = 4 + 2 * args.num_envs  # a step may wait on another client's actions: one thread per waiting request
@@ -476,34 +499,54 @@ def build_server(args) -> tuple[grpc.Server, EnvService, int]:
                                   ("grpc.so_reuseport", 0)])
     server.add_generic_rpc_handlers((service_handler(service),))
     address = f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"
-    try:
-        port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
-    except RuntimeError as e:
-        raise ConfigError(f"cannot listen on {address} ({e}): is the port in use?") from None
+    port = server.add_secure_port(address, grpc.ssl_server_credentials([tls])) if tls else \
+        server.add_insecure_port(address)
     return server, service, port
 
 
+def serve(args, token: str | None, tls: tuple[bytes, bytes] | None, parent_pid: int) -> None:
+    """The server process: it and what its envs start (VizDoom engines) form a process group that a reaper kills
+    once the process is gone, however it went; it dies with the `asyncrl env-server` process that started it."""
+    from asyncrl.processes import die_with_parent, lead_group_with_reaper, set_process_title
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent forwards Ctrl-C as SIGTERM
+    die_with_parent()
+    if os.getppid() != parent_pid:
+        return
+    lead_group_with_reaper()
+    set_process_title("asyncrl-env-server")
+    server, service, port = build_server(args, token, tls)
+    server.start()
+    print(f"asyncrl env-server: serving {args.num_envs} x {args.env} ({service.num_agents} agents each) on "
+          f"{args.host}:{port}, run id {service.run_id}{', TLS' if tls else ''}{', token required' if token else ''}",
+          flush=True)
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    stopped.wait()
+    server.stop(grace=1.0).wait()
+    for instance in service.instances:
+        instance.env.close()
+
+
 def cmd_env_server(argv: list[str]) -> int:
+    """Check the flags (exit 2 on bad ones, before anything starts), then run the server in a child process until
+    Ctrl-C or SIGTERM."""
+    from asyncrl.processes import mp_context
     args = server_arguments().parse_args(argv)
     try:
         env_entry(args.env)
     except EnvError as e:
         raise ConfigError(str(e)) from None
-    server, service, port = build_server(args)
-    server.start()
-    print(f"asyncrl env-server: serving {args.num_envs} x {args.env} ({service.num_agents} agents each) on "
-          f"{args.host}:{port}, run id {service.run_id}{', TLS' if args.tls_cert else ''}"
-          f"{', token required' if args.auth_token or args.auth_token_file else ''}", flush=True)
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    try:
-        stopped.wait()
-    except KeyboardInterrupt:
-        pass
-    server.stop(grace=1.0).wait()
-    for instance in service.instances:
-        instance.env.close()
-    return 0
+    token, tls = checked_security(args)
+    check_port_free(args.host, args.port)
+    child = mp_context.Process(target=serve, args=(args, token, tls, os.getpid()), name="asyncrl-env-server")
+    child.start()
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(child.pid, signal.SIGTERM))
+    while child.is_alive():
+        try:
+            child.join()
+        except KeyboardInterrupt:
+            os.kill(child.pid, signal.SIGTERM)
+    return 0 if child.exitcode in (0, -signal.SIGTERM) else 1
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ import psutil
 import pytest
 
 from asyncrl.envs import EnvError
-from asyncrl.queues import Empty
 from asyncrl.remote import RemoteEnv, RemoteSettings, remote_parallel_env, side_channel
 from asyncrl.remote.wire import encode, pb
 from helpers import read_stats, run_cli, serial_runner, start_cli
@@ -197,43 +196,54 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
     good.close()
 
 
+def _one_trajectory(rows) -> bool:
+    """MarkedEnv rows (server, episode, step) that follow each other: the same server, each row the next step of its
+    episode or the first of the next one."""
+    return all(b[0] == a[0] and ((b[1] == a[1] and b[2] == a[2] + 1) or (b[1] == a[1] + 1 and b[2] == 0))
+               for a, b in zip(rows[:-1], rows[1:]))
+
+
 def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path, monkeypatch):
     """Two servers; one is killed mid-run and restarted. The other's envs keep training, the killed one's envs
-    rejoin, and no slot sent to a learner after the kill holds a step of the killed server's episodes."""
+    rejoin, and the trajectories the kill interrupted never reach a learner: with one policy a slot is sent only
+    when full, so an interrupted one would arrive short, or glued to what came after; every slot sent is one whole
+    unbroken trajectory."""
     from asyncrl import rollout_worker
     monkeypatch.setattr(rollout_worker, "RECONNECT_INTERVAL_S", 0.2)
     (killed, address_a), (_, address_b) = [start_server("--env", MARKED, "--num_envs", "4") for _ in range(2)]
     runner = serial_runner(tmp_path, env=f"remote:{address_a},{address_b}", remote_reconnect=True, remote_timeout=3.0)
-    sent = []  # (server pid of each valid row, whether it was sent after the kill)
+    sent = []  # per slot sent to a learner: (servers of its rows, after the kill, whole unbroken trajectory)
     killed_at = [None]
     obs, valid = runner.buffers.traj_obs.numpy(), runner.buffers.traj_valid.numpy()
     for q in runner.queues.full_slots:
         def recording_put(slot, *args, put=q.put, **kwargs):
-            sent.append((set(obs[slot][:-1][valid[slot]][:, 0].astype(int).tolist()), killed_at[0] is not None))
+            rows = obs[slot][:-1][valid[slot]].astype(int).tolist()
+            whole = bool(valid[slot].all()) and _one_trajectory(rows)
+            sent.append(({r[0] for r in rows}, killed_at[0] is not None, whole))
             return put(slot, *args, **kwargs)
         q.put = recording_put
 
-    def run_for(seconds):
-        deadline = time.time() + seconds
-        while time.time() < deadline:
+    def run_until(done, timeout):
+        deadline = time.time() + timeout
+        while not done():
+            assert time.time() < deadline, "timed out"
             for component in runner.components:
                 component.poll(0.0)
-    run_for(3)
+    run_until(lambda: len(sent) > 20, 60)
     workers = [c for c in runner.components if isinstance(c, rollout_worker.RolloutWorker)]
+    serving = psutil.Process(killed.pid).children()  # the process that serves, which dies with the command
     os.kill(killed.pid, signal.SIGKILL)
     killed.wait()
+    psutil.wait_procs(serving, timeout=10)
     killed_at[0] = time.time()
-    run_for(3)
-    assert all(len(w.unavailable) == 2 for w in workers)  # each worker's 2 envs on the killed server wait
+    run_until(lambda: all(len(w.unavailable) == 2 for w in workers), 30)  # each worker's 2 envs on it wait
     sent_while_down = len(sent)
-    run_for(2)
-    assert len(sent) > sent_while_down  # the other server's envs train on
+    run_until(lambda: len(sent) > sent_while_down + 10, 30)  # the other server's envs train on
     restarted, _ = start_server("--env", MARKED, "--num_envs", "4", port=address_a.rsplit(":", 1)[1])
-    run_for(4)
-    assert all(not w.unavailable for w in workers)  # the killed server's envs rejoined
-    servers_after = set().union(*(pids for pids, after in sent if after))
-    assert restarted.pid in servers_after
-    assert killed.pid not in servers_after  # nothing of the interrupted episodes reached a learner
+    run_until(lambda: not any(w.unavailable for w in workers), 30)  # the killed server's envs rejoin
+    run_until(lambda: any(restarted.pid in servers for servers, _, _ in sent), 30)
+    assert any(killed.pid in servers for servers, _, _ in sent)
+    assert all(whole for _, _, whole in sent)  # no interrupted (short or glued) trajectory reached a learner
     runner._stop_children()
 
 
@@ -257,7 +267,10 @@ def test_two_clients_each_own_one_agent_of_a_two_agent_env(tmp_path):
     each env steps once both runs' actions are in, and both runs train."""
     _, address = start_server("--env", "grid_duel", "--num_envs", "4", "--step_timeout", "90")
     env = remote_parallel_env(address)  # the PettingZoo face of a remote env (both agents)
-    assert len(env.possible_agents) == 2
+    obs, _ = env.reset(seed=0)
+    assert len(env.possible_agents) == 2 and set(obs) == set(env.agents) == set(env.possible_agents)
+    obs, rewards, terminated, truncated, infos = env.step({agent: 0 for agent in env.agents})
+    assert set(obs) == set(rewards) == set(env.possible_agents)
     env.close()
     runs = [start_cli("train", "--env", f"remote:{address}", "--remote_agents", f"[{agent}]", "--remote_timeout",
                       "90", "--train_dir", tmp_path, "--experiment", f"agent{agent}", "--num_workers", "1",

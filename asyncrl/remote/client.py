@@ -1,9 +1,9 @@
 """Remote envs as rollout workers step them: `--env remote:HOST:PORT[,HOST:PORT...]`.
 
-Each `RemoteAgents` is one env instance on an env server (server.py), with the engine's list-of-agents interface
+Each `RemoteAgents` is one env instance on an env server (service.py), with the engine's list-of-agents interface
 (envs/multi_agent.py). A process keeps one gRPC channel and one lease per server (`Connection`), and
-`begin_group_step` sends a whole env group's actions as one request per server, all in flight at once, before
-the rollout worker reads each env's results. Observations arrive as typed arrays whose bytes the worker copies
+`begin_group_step` sends a whole env group's actions as one request per server (a rollout worker's group is
+placed on one server: `RemoteFactory`); the worker reads each env's results once the replies are in. Observations arrive as typed arrays whose bytes the worker copies
 straight into its shared slots.
 
 Faults: every call has a deadline; calls that are safe to repeat are retried with backoff while the server is
@@ -186,6 +186,8 @@ class RemoteAgents:
         if self.reply is None:
             begin_group_step([self], [actions])
         reply, self.reply = self.reply, None
+        if reply is None:
+            raise RemoteEnvError(f"env server {self.connection.address}: the env is not open (its last reset failed)")
         try:
             results = reply.results()
             self._check_run(results.run_id)
@@ -398,7 +400,7 @@ def remote_parallel_env(address: str, settings: RemoteSettings | None = None, **
         def step(self, actions: dict):
             listed = [actions.get(a, self.remote.action_space.sample()) for a in self.possible_agents]
             results = [dict(zip(self.possible_agents, r)) for r in self.remote.step(listed)]
-            obs, rewards, terminated, truncated, infos = results
+            terminated, truncated = results[2], results[3]
             before, self.agents = self.agents, [a for a in self.agents if not (terminated[a] or truncated[a])]
             return tuple({a: r[a] for a in before} for r in results)
 

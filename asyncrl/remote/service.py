@@ -1,0 +1,411 @@
+"""The env service behind `asyncrl env-server` (server.py): N instances of an env, leased to clients over gRPC.
+
+Each instance is an env as rollout workers step it (a list of agents, make_agents). A client opens instances for
+some of their agents and gets a lease; an instance steps once the owner of every still-playing agent has sent its
+actions (UDE's several clients per env), and every owner gets every agent's results. An instance resets itself
+when all its agents' episodes ended and sends the next episode's first observations with that step's results.
+
+Nothing a client sends can crash or stall the server: each request is parsed and checked here (lease, env ids,
+array dtypes/shapes/sizes, actions inside the action space) and refused with a gRPC status; a request waiting on
+another owner's actions gives up after the step timeout; a client that vanishes loses its lease after the lease
+timeout, and its envs go to the next client that opens some.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+import gymnasium as gym
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from asyncrl.envs import env_entry, make_agents
+from asyncrl.remote.wire import WireError, decode, decode_values, encode, encode_values, pb
+
+
+class Refused(Exception):
+    """A request the server will not carry out: answered with this gRPC status code and message."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class StepResult:
+    """One env's step as every agent of it sees it (a reply stacks those of the envs it names)."""
+    episode: int
+    obs: np.ndarray  # [num_agents, *obs_shape]
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    ended: dict  # agent -> its episode_stats, for the agents whose episode ended in this step
+    next_obs: np.ndarray | None  # every agent ended: the env was reset, the next episode's first observations
+
+
+class EnvInstance:
+    """One env of the server: who owns which agent, which agents still play, and the step being gathered."""
+
+    def __init__(self, env_id: int, make):
+        self.env_id, self.make = env_id, make
+        self.env = make()
+        self.num_agents = self.env.num_agents
+        self.owner: list[str | None] = [None] * self.num_agents  # lease of each agent
+        self.changed = threading.Condition()
+        self.started = False  # an episode is running (else the next Reset starts one)
+        self.episode = 0
+        self.playing = np.zeros(self.num_agents, bool)
+        self.pending: dict[int, object] = {}  # agent -> action, for the step being gathered
+        self.steps = 0
+        self.last: StepResult | None = None  # the last step's results, which every waiting owner gets
+        self.first_obs: np.ndarray | None = None  # the running episode's first observations
+        self.error: str | None = None  # why the last step failed, for the owners that waited on it
+        self.idle_action = np.zeros(self.env.action_space.shape, self.env.action_space.dtype)
+
+    # --- called with self.changed held
+    def submit(self, agents: list[int], actions: np.ndarray, timeout: float) -> StepResult:
+        if not self.started:
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"env {self.env_id} has no episode running: reset it")
+        for agent, action in zip(agents, actions):
+            if self.playing[agent]:
+                self.pending[agent] = action
+        target = self.steps + 1
+        if not self._step_if_complete() and not self.changed.wait_for(lambda: self.steps >= target, timeout):
+            missing = self._missing()
+            raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED, f"env {self.env_id}: no actions for agents {missing} "
+                                                             f"(other clients') within {timeout:g} s")
+        if self.error is not None:
+            raise Refused(grpc.StatusCode.INTERNAL, self.error)
+        return self.last
+
+    def _missing(self) -> list[int]:
+        """The playing agents with an owner whose actions for the next step are not in yet (an agent nobody owns
+        takes the idle action)."""
+        return [int(a) for a in np.flatnonzero(self.playing) if self.owner[a] is not None and a not in self.pending]
+
+    def _step_if_complete(self) -> bool:
+        if self.started and self.pending and not self._missing():
+            self._step()
+            return True
+        return False
+
+    def _step(self) -> None:
+        """Step the env with the gathered actions; the owners waiting on this step wake up once it is done (they
+        wait on self.changed, which the caller holds)."""
+        actions = [self.pending.get(a, self.idle_action) for a in range(self.num_agents)]
+        self.pending.clear()
+        self.steps += 1
+        self.changed.notify_all()
+        try:
+            self.last, self.error = self._results(*self.env.step(actions)), None
+        except Exception as e:  # the env is broken: its owners recover with a reset, which remakes it
+            self.error, self.started = f"env {self.env_id} raised in step: {type(e).__name__}: {e}", False
+
+    def _results(self, obs, rewards, terminated, truncated, infos) -> StepResult:
+        terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
+        ended = (terminated | truncated) & self.playing
+        result = StepResult(self.episode, np.stack(obs), np.asarray(rewards, np.float64), terminated, truncated,
+                            {int(a): infos[a].get("episode_stats", {}) for a in np.flatnonzero(ended)}, None)
+        self.playing &= ~ended
+        if not self.playing.any():
+            self._reset(seed=None)
+            result.next_obs = self.first_obs
+        return result
+
+    def reset(self, lease: str, seen_episode: int, seed: int | None, timeout: float) -> pb.ResetReply:
+        """The first observations of an episode after `seen_episode`: an episode already started by another owner
+        or by the env's own reset at the end of the last one, else a new one (if this lease owns every playing
+        agent; otherwise it waits for the others' episodes to end)."""
+        mine = all(self.owner[a] in (lease, None) for a in np.flatnonzero(self.playing))
+        if not (self.started and self.episode > seen_episode):
+            if not self.started or mine:
+                self._reset(seed)
+            elif not self.changed.wait_for(lambda: self.episode > seen_episode, timeout):
+                raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED,
+                              f"env {self.env_id}: the other owners' agents did not end their episode in {timeout:g} s")
+        reply = pb.ResetReply(episode=self.episode)
+        encode(self.first_obs, reply.obs)
+        return reply
+
+    def _reset(self, seed: int | None) -> None:
+        try:
+            obs = self.env.reset(seed=seed)[0]
+        except Exception:  # remake a broken env once; a second failure goes to the client
+            self.env.close()
+            self.env = self.make()
+            obs = self.env.reset(seed=seed)[0]
+        self.first_obs = np.stack(obs)
+        self.started, self.episode, self.error = True, self.episode + 1, None
+        self.playing[:] = True
+        self.pending.clear()
+        self.changed.notify_all()
+
+    def release(self, lease: str) -> None:
+        """The lease's agents are free; an env nobody owns starts its next client from a reset."""
+        self.owner = [None if o == lease else o for o in self.owner]
+        for agent in [a for a in self.pending if self.owner[a] is None]:
+            del self.pending[agent]
+        if all(o is None for o in self.owner):
+            self.started = False
+        else:
+            self._step_if_complete()  # the other owners' actions may have waited only for this lease's
+
+
+class Lease:
+    def __init__(self, env_ids: list[int], agents: list[int]):
+        self.env_ids, self.agents, self.last_used = env_ids, agents, time.monotonic()
+
+
+class EnvService:
+    """The gRPC service: every method checks its request, then works on the instances it names."""
+
+    def __init__(self, env_name: str, env_options: dict, num_envs: int, step_timeout: float, lease_timeout: float,
+                 max_array_bytes: int):
+        self.env_name, self.step_timeout, self.lease_timeout = env_name, step_timeout, lease_timeout
+        self.max_array_bytes = max_array_bytes
+        self.run_id = secrets.token_hex(8)
+        self.instances = [EnvInstance(i, lambda: make_agents(env_name, **env_options)) for i in range(num_envs)]
+        self.default_config = env_entry(env_name).default_config
+        self.leases: dict[str, Lease] = {}
+        self.side_channel: dict = {}
+        self.lock = threading.Lock()  # leases and ownership
+        env = self.instances[0].env
+        self.num_agents, self.action_space = env.num_agents, env.action_space
+        self.agent_ids = [str(a) for a in getattr(env, "agent_ids", range(env.num_agents))]
+        self.description = self._describe(env)
+        # steps of a request's envs run at once; each owner of each env may wait on the others': one thread apiece
+        self.stepper = futures.ThreadPoolExecutor(max_workers=num_envs * self.num_agents, thread_name_prefix="step")
+
+    def _describe(self, env) -> pb.DescribeReply:
+        reply = pb.DescribeReply(run_id=self.run_id, env=self.env_name, num_envs=len(self.instances),
+                                 agent_ids=self.agent_ids, frameskip=int(env.frameskip),
+                                 default_config_json=json.dumps(self.default_config))
+        encode(env.observation_space.low, reply.obs_low)
+        encode(env.observation_space.high, reply.obs_high)
+        if isinstance(env.action_space, gym.spaces.Discrete):
+            reply.num_actions = int(env.action_space.n)
+        else:
+            encode(env.action_space.low, reply.action_low)
+            encode(env.action_space.high, reply.action_high)
+        return reply
+
+    # --- the RPCs
+    def Describe(self, request, context):
+        return self.description
+
+    def Open(self, request, context):
+        agents = list(request.agents) or list(range(self.num_agents))
+        if len(set(agents)) != len(agents) or not all(0 <= a < self.num_agents for a in agents):
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"agents {agents}: this env's agents are "
+                                                            f"0..{self.num_agents - 1}, each at most once")
+        if not 0 < request.num_envs <= len(self.instances):
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"num_envs {request.num_envs}: this server has "
+                                                            f"{len(self.instances)} envs")
+        side_channel = self._checked_values(request.side_channel)
+        with self.lock:
+            self._expire_leases()
+            lease_id = request.lease or secrets.token_hex(16)
+            lease = self.leases.get(lease_id) if request.lease else Lease([], agents)
+            if lease is None or lease.agents != agents:
+                raise Refused(grpc.StatusCode.FAILED_PRECONDITION, "unknown or expired lease (or other agents): "
+                                                                   "open the envs again without it")
+            env_ids = self._free_envs(agents, request.num_envs)
+            lease.env_ids += env_ids
+            lease.last_used = time.monotonic()
+            self.leases[lease_id] = lease
+            for env_id in env_ids:
+                instance = self.instances[env_id]
+                with instance.changed:
+                    for a in agents:
+                        instance.owner[a] = lease_id
+        self._apply_side_channel(side_channel, env_ids)
+        return pb.OpenReply(run_id=self.run_id, lease=lease_id, env_ids=env_ids, num_agents=self.num_agents)
+
+    def Reset(self, request, context):
+        lease = self._lease(request.lease, [request.env_id])
+        instance = self.instances[request.env_id]
+        with instance.changed:
+            reply = instance.reset(request.lease, request.seen_episode, request.seed if request.seeded else None,
+                                   self.step_timeout)
+        lease.last_used = time.monotonic()
+        reply.run_id = self.run_id
+        return reply
+
+    def Step(self, request, context):
+        env_ids = list(request.env_ids)
+        lease = self._lease(request.lease, env_ids)
+        if not env_ids:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "a step names no env")
+        actions = self._checked_actions(request.actions, len(env_ids), len(lease.agents))
+        def step(env_id: int, env_actions: np.ndarray) -> StepResult:
+            instance = self.instances[env_id]
+            with instance.changed:
+                return instance.submit(lease.agents, env_actions, self.step_timeout)
+        # the envs of a request step at once: a simulator that runs outside Python (VizDoom's engine) releases the
+        # GIL, and a request's envs would otherwise wait for each other
+        results = list(self.stepper.map(step, env_ids, actions)) if len(env_ids) > 1 else [step(env_ids[0], actions[0])]
+        lease.last_used = time.monotonic()
+        return step_reply(self.run_id, results)
+
+    def SideChannel(self, request, context):
+        values = self._checked_values(request.values)
+        if request.lease:
+            env_ids = self._lease(request.lease, []).env_ids
+        else:
+            env_ids = list(range(len(self.instances)))
+        self._apply_side_channel(values, env_ids)
+        reply = pb.SideChannelReply()
+        encode_values(self.side_channel, reply.values)
+        return reply
+
+    def Close(self, request, context):
+        with self.lock:
+            lease = self.leases.get(request.lease)
+            if lease is None:
+                return pb.CloseReply()
+            closing = [e for e in request.env_ids if e in lease.env_ids] if request.env_ids else lease.env_ids
+            lease.env_ids = [e for e in lease.env_ids if e not in closing]
+            if not request.env_ids:
+                del self.leases[request.lease]
+            for env_id in closing:
+                with self.instances[env_id].changed:
+                    self.instances[env_id].release(request.lease)
+        return pb.CloseReply()
+
+    # --- checks and helpers
+    def _lease(self, lease_id: str, env_ids: list[int]) -> Lease:
+        lease = self.leases.get(lease_id)
+        if lease is None:
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, "unknown or expired lease: open the envs again")
+        if not set(env_ids) <= set(lease.env_ids):
+            raise Refused(grpc.StatusCode.PERMISSION_DENIED, f"env ids {sorted(set(env_ids) - set(lease.env_ids))} "
+                                                             f"are not in this lease")
+        return lease
+
+    def _checked_actions(self, message, num_envs: int, num_agents: int) -> np.ndarray:
+        try:
+            actions = decode(message, self.max_array_bytes)
+        except WireError as e:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"actions: {e}") from None
+        space = self.action_space
+        shape = (num_envs, num_agents, *space.shape)
+        if actions.shape != shape:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"actions of shape {actions.shape}, expected {shape} "
+                                                            f"(envs, agents of the lease, action)")
+        if isinstance(space, gym.spaces.Discrete):
+            if actions.dtype.kind not in "iu" or ((actions < space.start) | (actions >= space.start + space.n)).any():
+                raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"actions must be integers in {space}")
+        elif actions.dtype.kind != "f" or not np.all((actions >= space.low) & (actions <= space.high)):
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"actions must be floats inside {space}")
+        return actions
+
+    def _checked_values(self, messages) -> dict:
+        try:
+            return decode_values(messages)
+        except WireError as e:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"side channel: {e}") from None
+
+    def _free_envs(self, agents: list[int], count: int) -> list[int]:
+        """`count` instances whose `agents` nobody owns: first those another client already owns agents of (the
+        clients of a multi-client env pair up in the order they open), then unowned ones."""
+        free = [i for i in self.instances if all(i.owner[a] is None for a in agents)]
+        free.sort(key=lambda i: all(o is None for o in i.owner))
+        if len(free) < count:
+            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"{count} envs asked for agents {agents}, {len(free)} free of {len(self.instances)}: "
+                          f"start the server with more --num_envs (leases unused for {self.lease_timeout:g} s expire)")
+        return [i.env_id for i in free[:count]]
+
+    def _expire_leases(self) -> None:
+        now = time.monotonic()
+        for lease_id in [k for k, v in self.leases.items() if now - v.last_used > self.lease_timeout]:
+            for env_id in self.leases.pop(lease_id).env_ids:
+                with self.instances[env_id].changed:
+                    self.instances[env_id].release(lease_id)
+
+    def _apply_side_channel(self, values: dict, env_ids: list[int]) -> None:
+        """Remember the values and hand each to the envs that take them (an `on_side_channel(key, value)` method
+        on the env, its gymnasium wrappers or its PettingZoo env)."""
+        if not values:
+            return
+        self.side_channel.update(values)
+        for env_id in env_ids:
+            instance = self.instances[env_id]
+            with instance.changed:
+                hook = side_channel_hook(instance.env)
+                for key, value in values.items():
+                    if hook is not None:
+                        hook(key, value)
+
+
+def step_reply(run_id: str, results: list[StepResult]) -> pb.StepReply:
+    """The results of a request's envs, stacked: a few arrays per reply, not a few per env."""
+    reply = pb.StepReply(run_id=run_id, episodes=[r.episode for r in results])
+    for name in ("obs", "rewards", "terminated", "truncated"):
+        encode(np.stack([getattr(r, name) for r in results]), getattr(reply, name))
+    for k, r in enumerate(results):
+        for agent, stats in r.ended.items():
+            reply.ended.add(env_index=k, agent=agent).episode_stats.update({s: float(v) for s, v in stats.items()})
+        if r.next_obs is not None:
+            encode(r.next_obs, reply.next_episodes.add(env_index=k).obs)
+    return reply
+
+
+def side_channel_hook(agents_env):
+    inner = getattr(agents_env, "env", agents_env)
+    if isinstance(inner, gym.Env):
+        try:
+            return inner.get_wrapper_attr("on_side_channel")
+        except AttributeError:
+            return None
+    return getattr(inner, "on_side_channel", None)
+
+
+RPCS = {"Describe": (pb.DescribeRequest, pb.DescribeReply), "Open": (pb.OpenRequest, pb.OpenReply),
+        "Reset": (pb.ResetRequest, pb.ResetReply), "Step": (pb.StepRequest, pb.StepReply),
+        "SideChannel": (pb.SideChannelRequest, pb.SideChannelReply), "Close": (pb.CloseRequest, pb.CloseReply)}
+
+
+def service_handler(service: EnvService) -> grpc.GenericRpcHandler:
+    """The gRPC handler of every RPC of `service`. Requests are parsed here, not by gRPC, so a malformed one is an
+    INVALID_ARGUMENT like any other bad request (gRPC's own parser logs a traceback per bad message); a Refused
+    becomes its status, anything else INTERNAL."""
+    def wrap(method, request_type):
+        def handler(raw: bytes, context):
+            try:
+                return method(request_type.FromString(raw), context)
+            except DecodeError:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed {request_type.__name__}")
+            except Refused as e:
+                context.abort(e.code, str(e))
+            except Exception as e:  # a bug or an env's error: the client hears of it, the server serves on
+                context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+        return handler
+    handlers = {name: grpc.unary_unary_rpc_method_handler(wrap(getattr(service, name), request),
+                                                          response_serializer=reply.SerializeToString)
+                for name, (request, reply) in RPCS.items()}
+    return grpc.method_handlers_generic_handler("asyncrl.remote.EnvServer", handlers)
+
+
+class TokenCheck(grpc.ServerInterceptor):
+    """Every call must carry `authorization: Bearer <token>` (compared in constant time)."""
+
+    def __init__(self, token: str):
+        self.expected = f"Bearer {token}".encode()
+
+        def deny(request, context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong auth token")
+        self.denied = grpc.unary_unary_rpc_method_handler(deny)
+
+    def intercept_service(self, continuation, handler_call_details):
+        given = dict(handler_call_details.invocation_metadata).get("authorization", "")
+        if hmac.compare_digest(given.encode(), self.expected):
+            return continuation(handler_call_details)
+        return self.denied

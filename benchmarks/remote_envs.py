@@ -120,7 +120,7 @@ def main():
     lines = ["# Remote envs (asyncrl env-server on loopback) vs local envs", "", f"Machine: {machine()}", "",
              f"Command: `{command}`", "", "## Throughput: doom_basic, sampler only, 2 workers x 16 envs", "",
              "Local: 2 rollout workers step the 32 envs. Remote: 2 env servers with 16 envs each; the 2 rollout "
-             "workers relay (one request per server per env group).", "",
+             "workers relay (each env group on one server: one request per group step).", "",
              "| pair | local frames/s | remote frames/s | remote / local |", "| --- | --- | --- | --- |"]
     lines += [f"| {i} | {p['local_fps']:,.0f} | {p['remote_fps']:,.0f} | {p['ratio']:.2f} |" for i, p in enumerate(pairs)]
     lines += ["", f"Median ratio: **{median:.2f}**", "", "## Learning at equal env steps (seed 1, default flags)", "",

@@ -36,7 +36,7 @@ pb, pb_grpc = _generated()
 
 def encode(array: np.ndarray, out=None):
     """A numpy array as an Array message (written into `out`, a message field, if given)."""
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array)  # tobytes() writes C order; ascontiguousarray would make a 0-d array 1-d
     message = pb.Array() if out is None else out
     message.dtype = array.dtype.str
     message.shape[:] = array.shape
@@ -52,7 +52,7 @@ def decode(message, max_bytes: int | None = None) -> np.ndarray:
     if len(shape) > MAX_ARRAY_DIMS or any(d < 0 for d in shape):
         raise WireError(f"array shape {shape} is not a valid shape")
     dtype = np.dtype(message.dtype)
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if shape else dtype.itemsize
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize  # a 0-d array: prod(()) is 1
     if max_bytes is not None and expected > max_bytes:
         raise WireError(f"array of shape {shape} is larger than {max_bytes} bytes")
     if len(message.data) != expected:

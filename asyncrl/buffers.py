@@ -19,7 +19,8 @@ full index queues hand slots back and forth.
                                         for the row after a truncated episode's last step, which holds that
                                         episode's final observation (and recurrent state) for the learner to
                                         bootstrap from (--value_bootstrap; see vtrace.py)
-    traj_policy_version [S, T]          version of the weights that chose a_t (policy lag = learner's - this)
+    traj_policy_version [S, T]          version of the weights that chose a_t (policy lag = learner's - this); -1 in a
+                                        row no policy has acted in yet
 
 Agents (A = num_workers * num_envs_per_worker * agents_per_env): what a policy worker must know to
 serve an agent's request, written by its rollout worker before the request is sent.
@@ -46,6 +47,15 @@ policy's learner every --selfplay_snapshot_every_env_steps, read by its policy w
     frozen_version  [P, K]  the learner's train step at the snapshot; -1: empty
     rating_mu       [P + P*K]  skill rating (openskill mu) of every policy and frozen version, by acting id, written by
                             the runner (ratings.py), read by rollout workers for --matchmaking rating
+
+Synchronous algorithms (--algo ppo/ver), per policy: the policy worker hands out actions under one version until the
+rollout's budget is spent, then closes the rollout; the learner learns once it holds every sample of it.
+    rollout_issued  [P]     actions handed out under the current version once its rollout is closed (written by the
+                            policy worker), -1 while it is open (set by the learner before it publishes a version)
+
+Several ranks (torchrun, distributed.py):
+    stop_requested  [1]     the runner asks its learner to stop together with the other ranks' learners (they agree at
+                            an update, so none is left waiting in an all-reduce)
 
 Per-policy hyperparameters and PBT (pbt.py):
     policy_hparams  [P, K]  each policy's own hyperparameters (config.PER_POLICY_HPARAMS order): set by the runner from
@@ -90,7 +100,10 @@ def num_slots(cfg: Config) -> int:
     rollout worker's step may send a slot for each of its agents before a learner runs (in serial mode, where
     nobody can wait for a free slot)."""
     agents_per_worker = cfg.num_envs_per_worker * cfg.agents_per_env
-    return num_agents(cfg) + agents_per_worker + 2 * cfg.num_policies * slots_per_batch(cfg)
+    slots = num_agents(cfg) + agents_per_worker + 2 * cfg.num_policies * slots_per_batch(cfg)
+    # ppo/ver: at a rollout's end every agent sends its part-filled slot and starts a new one while the learner holds
+    # the rollout's slots (up to one part-filled slot per agent on top of the full ones)
+    return slots + num_agents(cfg) if cfg.synchronous else slots
 
 
 def split_agents(cfg: Config, worker: int, split: int) -> np.ndarray:
@@ -131,6 +144,8 @@ def buffer_layout(cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Spac
         "rating_mu": ((P + P * cfg.frozen_pool_size,), torch.float64),
         "policy_hparams": ((P, len(PER_POLICY_HPARAMS)), torch.float64),
         "learner_state": ((P, learner_state_floats if cfg.with_pbt else 0), torch.float32),
+        "rollout_issued": ((P,), torch.int64),
+        "stop_requested": ((1,), torch.bool),
     }
 
 
@@ -143,6 +158,8 @@ class SharedBuffers:
         for name, (shape, dtype) in layout.items():
             setattr(self, name, torch.zeros(shape, dtype=dtype).share_memory_())
         self.frozen_version.fill_(-1)
+        self.traj_policy_version.fill_(-1)
+        self.rollout_issued.fill_(-1)
 
     # --- weights: learner -> policy workers
     def publish_weights(self, policy_id: int, model: nn.Module, version: int) -> None:

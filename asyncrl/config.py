@@ -19,6 +19,11 @@ PER_POLICY_HPARAMS = ("learning_rate", "exploration_loss_coeff", "value_loss_coe
                       "ppo_clip_value", "gamma")
 
 
+# Synchronous (on-policy) algorithms: weights do not change while a rollout is collected (see policy_worker.py).
+SYNC_ALGOS = ("ppo", "ver")
+ALGOS = ("appo", *SYNC_ALGOS)
+
+
 class ConfigError(ValueError):
     """A user error: the CLI prints it as one line and exits with code 2, before any process starts."""
 
@@ -45,6 +50,11 @@ class Config:
     torch_threads: int = _f(1, "torch threads per process (rollout/policy workers; learners too unless pinned to cores of their own); 1 avoids oversubscribing cores.")
     tune: bool = _f(False, "Use the fastest sampling and learning flags `asyncrl tune` measured for this env on this machine (~/.cache/asyncrl/tune/<env>.json; tunes first if there are none, about 5 minutes). Flags you give win.")
     set_workers_cpu_affinity: bool = _f(True, "Pin processes to cores: a CPU learner gets half the cores to itself, each rollout worker (and its VizDoom engines) one of the rest, round-robin.")
+
+    # --- algorithm
+    algo: str = _f("appo", "appo: asynchronous PPO with V-trace (collection never waits for learning). ppo: synchronous PPO, every env steps exactly --rollout steps per update in lock-step (Sample Factory's --async_rl False). ver: synchronous PPO with variable experience rollouts (VER): each update learns from --batch_size steps of whichever envs produced them, so fast envs contribute more and slow ones do not hold them back. ppo and ver learn on-policy (weights fixed during collection) with GAE.", choices=list(ALGOS))
+
+    dist_timeout: float = _f(30.0, "Under torchrun (several ranks): seconds a rank waits for the others in a collective (the gradient all-reduce) before it declares one dead and stops the run.")
 
     # --- sampling
     num_workers: int = _f(2, "Rollout worker processes.")
@@ -181,7 +191,7 @@ class Config:
             raise ConfigError(f"--eval_episodes must be positive, got {self.eval_episodes}")
         if self.max_worker_restarts < 0:
             raise ConfigError(f"--max_worker_restarts must be >= 0, got {self.max_worker_restarts}")
-        for name in ["learning_rate", "env_step_timeout", "train_for_env_steps", "train_for_seconds", "save_every_sec",
+        for name in ["learning_rate", "env_step_timeout", "dist_timeout", "train_for_env_steps", "train_for_seconds", "save_every_sec",
                      "experiment_summaries_interval", "reward_scale"]:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name} must be positive, got {getattr(self, name)}")
@@ -209,6 +219,26 @@ class Config:
         if not 0 <= self.selfplay_frozen_fraction <= 1:
             raise ConfigError(f"--selfplay_frozen_fraction must be in [0, 1], got {self.selfplay_frozen_fraction}")
         self._validate_pbt()
+        self._validate_sync()
+
+    @property
+    def synchronous(self) -> bool:
+        """ppo and ver: collection waits for each update (policy_worker.py's rollout budget)."""
+        return self.algo in SYNC_ALGOS
+
+    def _validate_sync(self) -> None:
+        """Options only asynchronous APPO has: with --algo ppo/ver one line that says which to drop."""
+        if not self.synchronous:
+            return
+        only_appo = [("--with_vtrace True", self.with_vtrace), ("--num_policies > 1", self.num_policies > 1),
+                     ("--with_pbt True", self.with_pbt), ("--selfplay_snapshot_every_env_steps",
+                                                          self.selfplay_snapshot_every_env_steps > 0),
+                     ("--policy_workers_per_policy > 1", self.policy_workers_per_policy > 1),
+                     ("--remote_reconnect True", self.remote_reconnect)]
+        given = [name for name, used in only_appo if used]
+        if given:
+            raise ConfigError(f"--algo {self.algo} is synchronous and on-policy: {', '.join(given)} only works with "
+                              f"--algo appo; drop it or use --algo appo")
 
     def policy_hparams(self, policy_id: int) -> dict:
         """The starting values of a policy's own hyperparameters (PER_POLICY_HPARAMS): the flags, then --policy_overrides."""
@@ -326,4 +356,17 @@ def build_config(given: dict, env_defaults: dict, saved: Optional[dict] = None) 
         known = {f.name for f in dataclasses.fields(Config)}
         values.update({k: v for k, v in saved.items() if k in known})
     values.update(given)
+    values.update({k: v for k, v in algo_defaults(values).items() if k not in given})
     return Config(**values)
+
+
+def algo_defaults(values: dict) -> dict:
+    """Fields whose default follows --algo: ppo and ver learn on-policy with GAE, and ppo's batch is every agent's
+    --rollout steps (agents per env: 1 until the env says otherwise, which the runner then checks)."""
+    if values["algo"] not in SYNC_ALGOS:
+        return {}
+    defaults = {"with_vtrace": False}
+    if values["algo"] == "ppo":  # under torchrun (WORLD_SIZE ranks) --batch_size is the batch of all ranks together
+        defaults["batch_size"] = (values["num_workers"] * values["num_envs_per_worker"] * max(1, values["agents_per_env"])
+                                  * values["rollout"] * int(os.environ.get("WORLD_SIZE", 1)))
+    return defaults

@@ -3,6 +3,7 @@ publishes the new weights to shared memory, where the policy workers pick them u
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 import torch
@@ -11,8 +12,10 @@ from asyncrl import losses
 from asyncrl.buffers import SharedBuffers, slots_per_batch
 from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint, save_checkpoint
 from asyncrl.config import Config
+from asyncrl.distributed import Collective, RankLost, this_rank
 from asyncrl.model import build_model, low_precision, num_state_floats, state_tensors
-from asyncrl.queues import Empty, Queues
+from asyncrl.queues import NEW_VERSION, Empty, Queues
+from asyncrl.rollout_worker import RunStopped
 from asyncrl.timing import Timing
 from asyncrl.vtrace import from_importance_weights
 
@@ -70,6 +73,7 @@ class Learner:
         self.policy_id, self.cfg, self.buffers, self.device, self.frameskip = policy_id, cfg, buffers, device, frameskip
         self.full_slots, self.free_slots, self.reports = queues.full_slots[policy_id], queues.free_slots, queues.reports
         self.commands = queues.learner_commands[policy_id]  # from PBT (pbt.py)
+        self.policy_requests = queues.policy_requests[policy_id]  # ppo/ver: wakes the policy workers for a new version
         self.model = build_model(obs_space, action_space, cfg).to(device).train()
         self.autocast_dtype = low_precision(cfg, device, self.model)  # of the encoder; master weights stay float32
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
@@ -79,11 +83,18 @@ class Learner:
         self.env_steps = 0   # frames (frameskip included) of the samples this learner received
         self.nan_updates, self.nan_updates_in_a_row = 0, 0
         self.pending_slots: list[int] = []
+        self.pending_actions = 0  # ppo/ver: actions of the current version whose samples are in pending_slots
         self.snapshots = 0  # frozen past versions this learner has written to its pool (self-play)
         self.last_checkpoint = time.monotonic()
         self.timing = Timing(f"learner_{policy_id}")
         self.hp = cfg.policy_hparams(policy_id)  # this policy's own hyperparameters, re-read from shared memory per batch
-        self._load_latest_checkpoint()
+        self.rank = this_rank()  # under torchrun: this learner's place among the ranks that train together
+        self.collective = Collective(self.rank, device, cfg.dist_timeout) if self.rank.distributed else None
+        self.stopped = False  # under torchrun: the ranks agreed to stop; no more batches
+        if self.rank.writes:
+            self._load_latest_checkpoint()
+        if self.collective is not None:
+            self._start_from_rank_0()
         self.next_snapshot = self.env_steps + cfg.selfplay_snapshot_every_env_steps
         buffers.set_hparams(policy_id, self.hp)
         buffers.publish_weights(policy_id, self.model, self.train_step)
@@ -94,6 +105,17 @@ class Learner:
     def poll(self, timeout: float) -> bool:
         """Learn from one batch if one is complete; in serial mode from every complete one (there a rollout worker
         cannot wait for the learner to free a slot)."""
+        try:
+            return self._poll(timeout)
+        except RankLost as e:
+            message = f"{e}; the run stops (run the same command again to resume from rank 0's last checkpoint)"
+            self.reports.put(("fatal", message))
+            raise RunStopped(message) from None
+
+    def _poll(self, timeout: float) -> bool:
+        if self.stopped:
+            time.sleep(timeout)
+            return False
         if self.timing.due():
             self.reports.put(self.timing.report())
         self._run_commands()
@@ -107,6 +129,8 @@ class Learner:
 
     def _next_batch(self, timeout: float) -> torch.Tensor | None:
         """The slots of the next batch, once --batch_size samples' worth have arrived."""
+        if self.cfg.synchronous:
+            return self._next_rollout(timeout)
         needed = slots_per_batch(self.cfg) - len(self.pending_slots)
         try:
             with self.timing.phase("wait_batch"):  # time here means sampling is the bottleneck
@@ -119,6 +143,35 @@ class Learner:
         slots, self.pending_slots = torch.tensor(self.pending_slots), []
         return slots
 
+    def _next_rollout(self, timeout: float) -> torch.Tensor | None:
+        """ppo/ver: every slot of the current version's rollout, once the policy worker has closed it and the samples
+        of all the actions it handed out have arrived (the rows acted with this version; stale rows hold older ones)."""
+        try:
+            with self.timing.phase("wait_batch"):
+                new = self.full_slots.get_many(block=timeout > 0, timeout=timeout)
+        except Empty:
+            new = []
+        if new:
+            self.pending_slots += new
+            self.pending_actions += int((self.buffers.traj_policy_version[new] == self.train_step).sum())
+        issued = int(self.buffers.rollout_issued[self.policy_id])
+        if issued < 0 or self.pending_actions < issued:
+            return None
+        if self.pending_actions > issued:
+            raise RuntimeError(f"policy {self.policy_id}: {self.pending_actions} samples of version {self.train_step} "
+                               f"arrived, but {issued} actions were handed out")
+        slots, self.pending_slots, self.pending_actions = torch.tensor(self.pending_slots), [], 0
+        return slots
+
+    def _publish(self) -> None:
+        """New weights for the policy workers. ppo/ver: they open the next rollout, and the policy workers, whose
+        requests all wait for it, are woken."""
+        if self.cfg.synchronous:
+            self.buffers.rollout_issued[self.policy_id] = -1
+        self.buffers.publish_weights(self.policy_id, self.model, self.train_step)
+        if self.cfg.synchronous:
+            self.policy_requests.put((NEW_VERSION, self.train_step))
+
     def _learn(self, slots: torch.Tensor) -> None:
         if self.cfg.sampler_only:
             self._count_and_recycle(slots)
@@ -129,12 +182,39 @@ class Learner:
         with self.timing.phase("train"):
             stats = self._train(batch)
         with self.timing.phase("publish"):
-            self.buffers.publish_weights(self.policy_id, self.model, self.train_step)
+            self._publish()
         self.reports.put(("learner", self.policy_id, stats))
         if self.cfg.frozen_pool_size and self.env_steps >= self.next_snapshot:
             self._snapshot()
+        if self.collective is not None:
+            self._maybe_stop_together()
         if time.monotonic() - self.last_checkpoint >= self.cfg.save_every_sec:
             self.save()
+
+    def _maybe_stop_together(self) -> None:
+        """Under torchrun every rank must stop after the same update, or the others would wait in an all-reduce for
+        it: the ranks agree after each update (their env steps are counted over all ranks, so the step limit is
+        reached by all at once; a time limit or Ctrl-C reaches one runner, which sets stop_requested)."""
+        wants = bool(self.buffers.stop_requested[0]) or self.env_steps >= self.cfg.train_for_env_steps
+        if self.collective.any(wants):
+            self.stopped = True
+            self.save()
+            self.reports.put(("learner_stopped", self.policy_id))
+
+    def _start_from_rank_0(self) -> None:
+        """Every rank starts from rank 0's weights, Adam state and counters (rank 0 alone reads checkpoints)."""
+        state = torch.zeros(learner_state_floats(self.model), device=self.device)
+        if self.rank.writes:
+            pack_state(self.model, self.optimizer, state)
+        unpack_state(self.model, self.optimizer, self.collective.broadcast(state))
+        counters = self.collective.broadcast(torch.tensor([self.train_step, self.env_steps, self.nan_updates],
+                                                          device=self.device))
+        self.train_step, self.env_steps, self.nan_updates = map(int, counters.tolist())
+
+    def weights_digest(self) -> str:
+        """A short hash of the weights: equal on every rank of a distributed run (printed when a learner stops)."""
+        flat = torch.cat([t.detach().reshape(-1).float().cpu() for t in state_tensors(self.model)])
+        return hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]
 
     def _snapshot(self) -> None:
         """A frozen copy of the current weights joins this policy's pool, replacing the oldest once it is full."""
@@ -166,14 +246,28 @@ class Learner:
         """--sampler_only: count the samples and hand the slots straight back (measures sampling alone)."""
         self.env_steps += int(self.buffers.traj_valid[slots].sum()) * self.frameskip
         self.free_slots.put_many(slots.tolist())
+        if self.cfg.synchronous:  # the next rollout needs a new version
+            self.train_step += 1
+            self._publish()
         self.reports.put(("learner", self.policy_id, {"train_step": self.train_step, "env_steps": self.env_steps}))
 
     def stop(self) -> None:
         if not self.cfg.sampler_only:
             self.save()
+        if self.collective is not None:
+            print(f"asyncrl-learner-{self.policy_id} (rank {self.rank.rank} of {self.rank.world_size}): train step "
+                  f"{self.train_step}, env steps {self.env_steps:,} (all ranks), weights {self.weights_digest()}",
+                  flush=True)
 
-    def save(self) -> str:
+    def close(self) -> None:
+        if self.collective is not None:
+            self.collective.close()
+
+    def save(self) -> str | None:
+        """A checkpoint (rank 0 alone writes them)."""
         self.last_checkpoint = time.monotonic()
+        if not self.rank.writes:
+            return None
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "train_step": self.train_step, "env_steps": self.env_steps, "policy_id": self.policy_id,
                  "nan_updates": self.nan_updates, "hparams": self.buffers.hparams(self.policy_id)}
@@ -209,7 +303,10 @@ class Learner:
         lag = self.train_step - batch["policy_version"]
         valid = batch["valid"]
         batch["mask"] = valid & (lag <= cfg.max_policy_lag)
-        self.env_steps += int(valid.sum()) * self.frameskip
+        samples = valid.sum()
+        if self.collective is not None:  # env steps count every rank's (the same on all ranks)
+            samples = self.collective.sum(samples.reshape(1))[0]
+        self.env_steps += int(samples) * self.frameskip
         self.hp = self.buffers.hparams(self.policy_id)
         if self.model.normalizer is not None:
             self.model.normalizer.update(_sample_observations(batch["obs"][:-1], valid, NORMALIZER_SAMPLES_PER_BATCH))
@@ -226,16 +323,19 @@ class Learner:
         valid_lag = lag[valid].float()
         stats.update(self._hp_stats())
         stats.update(train_step=self.train_step, env_steps=self.env_steps, lr=lr, nan_updates=self.nan_updates,
+                     batch_samples=int(valid.sum()),
                      policy_lag_min=float(valid_lag.min()), policy_lag_mean=float(valid_lag.mean()),
                      policy_lag_max=float(valid_lag.max()), masked_fraction=1.0 - float(batch["mask"].sum()) / max(1, int(valid.sum())))
         return stats
 
     def _optimizer_step(self, mb: dict[str, torch.Tensor]) -> dict:
         loss, stats = self._loss(mb)
-        if not torch.isfinite(loss):
+        if not torch.isfinite(loss) and self.collective is None:
             return self._skip_update(stats)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.collective is not None:  # a rank's non-finite loss makes every rank's gradient non-finite: all skip
+            self.collective.average_gradients(list(self.model.parameters()))
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
                                                    self.hp["max_grad_norm"] if self.hp["max_grad_norm"] > 0 else float("inf"))
         if not torch.isfinite(grad_norm):
@@ -271,7 +371,7 @@ class Learner:
         else:
             advantages, targets = losses.gae(rewards, values_now, bootstrap, discounts, cfg.gae_lambda, valid)
         if cfg.normalize_advantage:
-            advantages = losses.normalize(advantages, mask)
+            advantages = losses.normalize(advantages, mask, self.collective and self.collective.sum)
 
         policy_loss = losses.ppo_policy_loss(torch.exp(log_ratio), advantages, hp["ppo_clip_ratio"], mask)
         value_loss = losses.value_loss(values[:-1], targets, mb["behavior_values"], hp["ppo_clip_value"], mask)

@@ -29,9 +29,19 @@ def gae(rewards, values, bootstrap_value, discounts, gae_lambda, valid=None):
     return advantages, advantages + values
 
 
-def normalize(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    mean = masked_mean(advantages, mask)
-    std = masked_mean((advantages - mean) ** 2, mask).sqrt()
+def normalize(advantages: torch.Tensor, mask: torch.Tensor, sum_over_ranks=None) -> torch.Tensor:
+    """(A - mean) / std over the masked entries. With sum_over_ranks (a function that sums a tensor over DD-PPO's ranks,
+    distributed.Collective.sum), the mean and std are those of every rank's minibatch together."""
+    if sum_over_ranks is None:
+        mean = masked_mean(advantages, mask)
+        std = masked_mean((advantages - mean) ** 2, mask).sqrt()
+        return (advantages - mean) / (std + 1e-8)
+    zero = torch.zeros_like(advantages)
+    moments = torch.stack([torch.where(mask, advantages, zero).sum(), torch.where(mask, advantages ** 2, zero).sum(),
+                           mask.sum().to(advantages.dtype)])
+    total, total_sq, count = sum_over_ranks(moments).unbind()
+    mean = total / count.clamp(min=1)
+    std = (total_sq / count.clamp(min=1) - mean ** 2).clamp(min=0).sqrt()
     return (advantages - mean) / (std + 1e-8)
 
 

@@ -3,6 +3,9 @@
 A request names an env group (worker, split); the agents, their slots and steps are read from the
 shared agent tables, observations and recurrent states from the shared trajectory slots. Actions,
 log-probs, values, the weights' version and the new recurrent states are written back in place.
+
+With --algo ppo/ver the policy worker also decides when a rollout ends (RolloutBudget): the requests past the
+budget wait for the next version, and their groups are told to send their slots to the learner.
 """
 
 from __future__ import annotations
@@ -15,10 +18,50 @@ from torch import nn
 from asyncrl.buffers import SharedBuffers, frozen_id, split_agents
 from asyncrl.config import Config
 from asyncrl.model import build_model, low_precision
-from asyncrl.queues import Empty, Queues
+from asyncrl.queues import END_ROLLOUT, NEW_VERSION, Empty, Queues
 from asyncrl.timing import Timing
 
 MAX_REQUESTS_PER_BATCH = 4096
+
+
+class RolloutBudget:
+    """ppo/ver: the actions one version may hand out, and the requests that wait for the next version.
+
+    ver (variable experience rollouts): --batch_size actions per version, to whichever groups ask first, so fast envs
+    contribute more steps than slow ones; the budget may overrun by part of one group (a group is served whole).
+    ppo (lock-step): --rollout actions per agent per version; the rollout ends once every group waits.
+    A closed rollout's count goes to shared memory (rollout_issued), where the learner waits for that many samples."""
+
+    def __init__(self, cfg: Config, policy_id: int, rollout_issued: torch.Tensor, agent_policy: torch.Tensor):
+        self.cfg, self.policy_id, self.rollout_issued, self.agent_policy = cfg, policy_id, rollout_issued, agent_policy
+        self.version, self.issued, self.closed = -1, 0, False
+        self.agent_actions = torch.zeros(len(agent_policy), dtype=torch.int64)  # ppo: actions of each agent this version
+        self.waiting: list[tuple[int, int]] = []  # requests for the next version
+        self.num_groups = cfg.num_workers * cfg.worker_num_splits
+
+    def admit(self, requests: list, version: int, group_agents: dict) -> tuple[list, list]:
+        """(requests to serve now, requests that now wait for the next version: their groups end the rollout)."""
+        if version != self.version:  # a new rollout: the requests that waited for it come first
+            self.version, self.issued, self.closed = version, 0, False
+            self.agent_actions.zero_()
+            requests, self.waiting = self.waiting + requests, []
+        served, deferred = [], []
+        for request in requests:
+            agents = group_agents[request]
+            agents = agents[self.agent_policy[agents] == self.policy_id]
+            if self.closed or (self.cfg.algo == "ppo" and bool((self.agent_actions[agents] >= self.cfg.rollout).any())):
+                deferred.append(request)
+                continue
+            served.append(request)
+            self.issued += len(agents)
+            self.agent_actions[agents] += 1
+            self.closed = self.cfg.algo == "ver" and self.issued >= self.cfg.batch_size
+        self.waiting += deferred
+        if self.cfg.algo == "ppo" and len(self.waiting) == self.num_groups:
+            self.closed = True
+        if self.closed:
+            self.rollout_issued[self.policy_id] = self.issued
+        return served, deferred
 
 
 class PolicyWorker:
@@ -40,6 +83,8 @@ class PolicyWorker:
                           ("traj_actions", "traj_action_logp", "traj_values", "traj_policy_version", "traj_rnn_states")}
         self.split_agents = {(w, s): torch.from_numpy(split_agents(cfg, w, s))
                              for w in range(cfg.num_workers) for s in range(cfg.worker_num_splits)}
+        self.budget = RolloutBudget(cfg, policy_id, buffers.rollout_issued, buffers.agent_policy) \
+            if cfg.synchronous else None
 
     def poll(self, timeout: float) -> bool:
         if self.version < 0:  # act only with the learner's weights, never with a random init of our own
@@ -57,6 +102,13 @@ class PolicyWorker:
             return False
         with self.timing.phase("read_weights"):
             self.version = self.buffers.read_weights(self.policy_id, self.model, self.version)
+        if self.budget is not None:
+            requests, deferred = self.budget.admit([r for r in requests if r[0] != NEW_VERSION], self.version,
+                                                   self.split_agents)
+            for worker, split in deferred:
+                self.actions_ready[worker].put((split, END_ROLLOUT))
+            if not requests:
+                return True
         with self.timing.phase("inference"):
             agents = torch.cat([self.split_agents[r] for r in requests])
             acting = self.buffers.agent_policy[agents]

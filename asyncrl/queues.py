@@ -3,8 +3,12 @@ dict of numbers): the data itself stays in the shared tensors of `buffers.py`.
 
     free_slots          -> rollout workers      slot index ready to be filled
     full_slots[p]       -> learner p            slot index of a finished trajectory of policy p
-    policy_requests[p]  -> policy workers of p  (worker, split): that env group waits for actions
-    actions_ready[w]    -> rollout worker w     (split, policy): actions for that group are written
+    policy_requests[p]  -> policy workers of p  (worker, split): that env group waits for actions;
+                                                (NEW_VERSION, version): ppo/ver's next rollout may start
+    actions_ready[w]    -> rollout worker w     (split, policy): actions for that group are written;
+                                                (split, ENV_RESULTS): that group's remote envs have all replied;
+                                                (split, END_ROLLOUT): ppo/ver's rollout is closed, send the group's
+                                                slots to the learner (its actions come with the next version)
     reports             -> runner               ("episodes" | "learner" | ..., payload) statistics
     eval_requests       -> evaluator            (policy, env steps): evaluate that policy's newest weights
     learner_commands[p] -> learner p            ("export",) or ("import", source policy): PBT's weight copies
@@ -20,6 +24,11 @@ from asyncrl.config import Config
 
 Empty = queue.Empty
 Full = queue.Full
+
+# in place of a policy id on actions_ready (see above)
+ENV_RESULTS = -2
+END_ROLLOUT = -3
+NEW_VERSION = -1  # in place of a worker index on policy_requests
 
 _BYTES = 1 << 20  # 1 MiB per queue holds tens of thousands of index messages
 

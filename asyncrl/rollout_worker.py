@@ -7,6 +7,7 @@ compute that group's actions, the worker steps the other group (double-buffered 
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 import time
@@ -17,15 +18,14 @@ import numpy as np
 
 from asyncrl.buffers import NO_POLICY, SharedBuffers, split_agents
 from asyncrl.config import Config
-from asyncrl.queues import Empty, Queues
+from asyncrl.queues import END_ROLLOUT, ENV_RESULTS, Empty, Queues
 from asyncrl.timing import Timing
-from asyncrl.envs import EnvError, EnvUnavailable, env_entry, make_agents
+from asyncrl.envs import WORKER_INDEX_VAR, EnvError, EnvUnavailable, env_entry, make_agents
 from asyncrl.matchmaking import draw_players, owner_policies
 
 REPORT_INTERVAL_S = 1.0
 MAX_CONSECUTIVE_ENV_ERRORS = 3
 RECONNECT_INTERVAL_S = 2.0
-ENV_RESULTS = -2  # in place of a policy id on actions_ready: a group's remote envs have all replied
 
 
 class StopRequested(Exception):
@@ -104,6 +104,7 @@ class RolloutWorker:
         self.timing = Timing(f"rollout_{worker_idx}")
 
     def _make_env(self):
+        os.environ[WORKER_INDEX_VAR] = str(self.worker_idx)
         env = make_agents(self.cfg.env, **self.cfg.env_kwargs())
         if env.num_agents != self.cfg.agents_per_env:  # the runner's probe env had another count
             raise EnvError(f"env {self.cfg.env!r} made an env with {env.num_agents} agents, another with "
@@ -143,6 +144,9 @@ class RolloutWorker:
             if policy == ENV_RESULTS:
                 self.awaiting_env_results[split] = False
                 self._step_split(split)
+                continue
+            if policy == END_ROLLOUT:
+                self._end_rollout(split)
                 continue
             self.pending_responses[split] -= 1
             if self.pending_responses[split] == 0:
@@ -223,6 +227,14 @@ class RolloutWorker:
         self.begin_group_step(self.split_envs[split], [actions[i * n:(i + 1) * n] for i in range(len(actions) // n)],
                               lambda: self.actions_ready.put((split, ENV_RESULTS)))
 
+    def _end_rollout(self, split: int) -> None:
+        """ppo/ver: the rollout is closed and the group waits for the next version's actions. Its slots go to the
+        learner as they are (the observation the group waits on is their bootstrap row) and it goes on in new slots,
+        so the next rollout's samples start there."""
+        agents = self.split_agent_ids[split]
+        for agent in agents[self.agent_step[agents] > 0]:
+            self._finish_slot(agent, int(self.agent_step[agent]))
+
     def _end_episodes(self, split: int, ended: np.ndarray, terminal: np.ndarray, episode_stats: dict) -> None:
         """Record the episodes that ended; a truncated one's final observation becomes a row the learner bootstraps
         from (see _mark_final_row); recurrent states restart from zero."""
@@ -297,7 +309,11 @@ class RolloutWorker:
         self.agent_rnn_state[agents] = 0
         for agent in agents:
             self._begin_slot(agent)
-        self.queues.free_slots.put_many(old_slots)  # never reach a learner: no corrupt sample is trained on
+        if self.cfg.synchronous:  # the learner counts every action of a rollout: it gets the slots, as no samples
+            self.traj_valid[old_slots] = False
+            self.queues.full_slots[0].put_many(old_slots)  # (ppo/ver train one policy)
+        else:
+            self.queues.free_slots.put_many(old_slots)  # never reach a learner: no corrupt sample is trained on
         try:
             obs = self._restart_env(env_idx)
         except EnvUnavailable as unavailable:

@@ -14,9 +14,10 @@ from functools import partial
 
 import torch
 
-from asyncrl.buffers import SharedBuffers, buffer_layout, layout_nbytes, num_slots
+from asyncrl.buffers import SharedBuffers, buffer_layout, layout_nbytes, num_agents, num_slots
 from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint
 from asyncrl.config import Config, ConfigError
+from asyncrl.distributed import Rank, this_rank
 from asyncrl.learner import Learner, learner_state_floats
 from asyncrl.model import build_model, num_state_floats
 from asyncrl.pbt import PopulationBasedTraining
@@ -53,12 +54,42 @@ class EnvInfo:
     portable: tuple[str, bytes]  # (name, entry) for the worker processes: see asyncrl.envs.portable_entry
 
 
-def resolve_device(cfg: Config) -> torch.device:
+def resolve_device(cfg: Config, rank: Rank = Rank()) -> torch.device:
+    """The device of the policy workers and learners; under torchrun, --device cuda is GPU LOCAL_RANK."""
     if cfg.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    elif cfg.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"--device {cfg.device} but torch sees no CUDA GPU; use --device cpu (or auto)")
-    return torch.device(cfg.device)
+    else:
+        device = torch.device(cfg.device)
+    if device.type == "cuda" and rank.distributed and device.index is None:
+        if rank.local_rank >= torch.cuda.device_count():
+            raise ConfigError(f"rank {rank.rank} has LOCAL_RANK {rank.local_rank} but this machine has "
+                              f"{torch.cuda.device_count()} GPU(s): start at most that many ranks per machine")
+        device = torch.device("cuda", rank.local_rank)
+    return device
+
+
+def for_this_rank(cfg: Config, rank: Rank) -> Config:
+    """Under torchrun: one rank's share of the run. --batch_size is the batch of all ranks together; seeds differ per
+    rank. Options a distributed run does not have are one line, exit 2."""
+    if not rank.distributed:
+        return cfg
+    for used, what in [(cfg.num_policies > 1, "--num_policies > 1 (train one policy per launch)"),
+                       (cfg.serial_mode, "--serial_mode True"), (cfg.sampler_only, "--sampler_only True")]:
+        if used:
+            raise ConfigError(f"{what} cannot run under torchrun (WORLD_SIZE {rank.world_size}); drop it or start "
+                              f"one process")
+    if cfg.batch_size % rank.world_size:
+        raise ConfigError(f"--batch_size ({cfg.batch_size}) is the batch of all ranks together: it must be divisible "
+                          f"by the number of ranks ({rank.world_size})")
+    seed = None if cfg.seed is None else cfg.seed + 1_000_003 * rank.rank
+    rank_cfg = dataclasses.replace(cfg, batch_size=cfg.batch_size // rank.world_size, seed=seed)
+    try:
+        rank_cfg.validate()
+    except ConfigError as e:
+        raise ConfigError(f"{e} (each of the {rank.world_size} ranks learns from --batch_size / {rank.world_size})") from None
+    return rank_cfg
 
 
 def probe_env(cfg: Config) -> EnvInfo:
@@ -102,14 +133,16 @@ def check_checkpoints(cfg: Config, model: torch.nn.Module) -> None:
 
 
 class Runner:
-    def __init__(self, cfg: Config, env: EnvInfo, device: torch.device, layout: dict):
-        self.cfg, self.env, self.device = cfg, env, device
+    def __init__(self, cfg: Config, env: EnvInfo, device: torch.device, layout: dict, rank: Rank = Rank()):
+        self.cfg, self.env, self.device, self.rank = cfg, env, device, rank
         self.buffers = SharedBuffers(layout)
         self.queues = Queues(cfg, num_slots(cfg))
         self.stop_flag = StopFlag()
-        self.stats = StatsWriter(cfg.experiment_dir, cfg.num_policies, cfg.stats_avg)
+        self.stats = StatsWriter(cfg.experiment_dir, cfg.num_policies, cfg.stats_avg, write=rank.writes)
         self.stats_state_path = os.path.join(cfg.experiment_dir, "stats_state.json")
-        self.stats.load_state(self.stats_state_path)
+        if rank.writes:
+            self.stats.load_state(self.stats_state_path)
+        self.learners_stopped = False  # under torchrun: the ranks' learners agreed to stop
         self.next_evaluation: list[int | None] = [None] * cfg.num_policies  # env steps of each policy's next one
         self.pbt = PopulationBasedTraining(cfg, self.buffers, self.queues.learner_commands, self.stats.policies) \
             if cfg.with_pbt else None
@@ -131,7 +164,7 @@ class Runner:
                       for p in range(cfg.num_policies) for i in range(cfg.policy_workers_per_policy)]
         factories += [(rollout_title(w), partial(RolloutWorker, w, cfg, b, q, self.stop_flag))
                       for w in range(cfg.num_workers)]
-        if cfg.eval_every_env_steps:
+        if cfg.eval_every_env_steps and self.rank.writes:
             factories.append(("asyncrl-eval", partial(Evaluator, cfg, b, q, env.obs_space, env.action_space)))
         return factories
 
@@ -171,8 +204,10 @@ class Runner:
                 if time.monotonic() - last_summary >= self.cfg.experiment_summaries_interval:
                     last_summary = time.monotonic()
                     self.stats.summarize(self._seconds_left(), self._fraction_done())
+            self._stop_with_the_other_ranks()
         except KeyboardInterrupt:
             print("asyncrl: stopping, saving a checkpoint (Ctrl-C again to force)", flush=True)
+            self._stop_with_the_other_ranks()
         except (ChildFailed, RunStopped) as e:  # RunStopped: from a component in this process (serial mode)
             print(f"asyncrl: error: {e}", flush=True)
             status = 1
@@ -181,11 +216,23 @@ class Runner:
             self._stop_children()
             self._drain_reports(timeout=0.0)
             self.stats.summarize(self._seconds_left(), self._fraction_done())
-            self.stats.save_state(self.stats_state_path)
+            if self.rank.writes:
+                self.stats.save_state(self.stats_state_path)
             self.stats.close()
             if self.ratings is not None:
                 self.ratings.save()
         return status
+
+    def _stop_with_the_other_ranks(self) -> None:
+        """Under torchrun: ask this rank's learner to stop, which it agrees with the other ranks' learners after an
+        update (a rank that stopped alone would leave the others waiting in an all-reduce), and wait for its word."""
+        if not self.rank.distributed or self.learners_stopped:
+            return
+        self.buffers.stop_requested[0] = True
+        deadline = time.monotonic() + 2 * self.cfg.dist_timeout
+        learners = [p for title, p in self.processes.items() if "learner" in title]
+        while not self.learners_stopped and time.monotonic() < deadline and all(p.is_alive() for p in learners):
+            self._drain_reports(timeout=0.05)
 
     def _request_evaluations(self) -> None:
         """Ask the evaluator for a policy's evaluation each time its env steps pass a multiple of
@@ -200,6 +247,8 @@ class Runner:
                     self.next_evaluation[p.policy_id] = (p.env_steps // every + 1) * every
 
     def _limit_reached(self) -> bool:
+        if self.learners_stopped:  # under torchrun: another rank's limit or Ctrl-C stopped every rank
+            return True
         if self.stats.elapsed() >= self.cfg.train_for_seconds:
             return True
         return all(p.env_steps >= self.cfg.train_for_env_steps for p in self.stats.policies)
@@ -228,6 +277,8 @@ class Runner:
                 self.pbt.handle(message)
             elif message[0] == "matches" and self.ratings is not None:
                 self.ratings.add_matches(message[1])
+            elif message[0] == "learner_stopped":
+                self.learners_stopped = True
             elif message[0] == "fatal":
                 self.fatal = self.fatal or message[1]
             elif message[0] == "snapshot" and self.ratings is not None:
@@ -265,6 +316,9 @@ class Runner:
         process-shared mutexes and condition variables that are not robust, so a process killed while it
         held or waited on one can leave that queue blocking everyone else. The learners save a checkpoint
         on the way out and resume from it; the samples in flight are dropped."""
+        if self.rank.distributed:
+            raise ChildFailed(f"{title} exited with code {exitcode}; the ranks of a distributed run cannot replace one "
+                              f"rank's processes: run the same command again to resume from rank 0's last checkpoint")
         now = time.monotonic()
         self.restart_times = [t for t in self.restart_times if now - t < RESTART_WINDOW_S] + [now]
         if len(self.restart_times) > self.cfg.max_worker_restarts:
@@ -280,6 +334,8 @@ class Runner:
             self.pbt.restart(self.queues.learner_commands)
         self.stop_flag = StopFlag()
         self.buffers.worker_heartbeat.zero_()
+        self.buffers.traj_policy_version.fill_(-1)  # ppo/ver count a rollout's samples by the version in their rows
+        self.buffers.rollout_issued.fill_(-1)
         self.processes = {}
         self._start()
 
@@ -315,25 +371,35 @@ def check_shared_memory(layout: dict, shm_dir: str = "/dev/shm") -> None:
                           f"--num_workers/--num_envs_per_worker/--batch_size/--rollout")
 
 
-def decide_auto(cfg: Config, device: torch.device, env: EnvInfo) -> Config:
+def decide_auto(cfg: Config, device: torch.device, env: EnvInfo, world_size: int = 1) -> Config:
     """The config with its automatic values decided for this run and env (config.json keeps them automatic)."""
     policy_workers = cfg.policy_workers_per_policy
-    if policy_workers == -1:  # see the flag's help: 2 only where no CPU learner needs a core
-        policy_workers = min(2, len(os.sched_getaffinity(0))) if cfg.sampler_only and device.type == "cpu" else 1
+    if policy_workers == -1:  # see the flag's help: 2 only where no CPU learner needs a core; ppo/ver's budget: 1
+        sampling_alone = cfg.sampler_only and device.type == "cpu" and not cfg.synchronous
+        policy_workers = min(2, len(os.sched_getaffinity(0))) if sampling_alone else 1
     if cfg.agents_per_env not in (-1, env.num_agents):
         raise ConfigError(f"--agents_per_env {cfg.agents_per_env}, but env {cfg.env!r} has {env.num_agents} agent(s); "
                           f"drop the flag or choose the env you mean")
-    return dataclasses.replace(cfg, policy_workers_per_policy=policy_workers, agents_per_env=env.num_agents)
+    run_cfg = dataclasses.replace(cfg, policy_workers_per_policy=policy_workers, agents_per_env=env.num_agents)
+    lock_step_batch = num_agents(run_cfg) * cfg.rollout
+    if cfg.algo == "ppo" and cfg.batch_size != lock_step_batch:
+        raise ConfigError(f"--algo ppo learns from every agent's --rollout steps at once: --batch_size must be "
+                          f"{lock_step_batch * world_size} (workers x envs per worker x agents per env x rollout"
+                          f"{' x ranks' if world_size > 1 else ''}), got {cfg.batch_size * world_size}")
+    return run_cfg
 
 
 def train(cfg: Config) -> int:
     """Validate, prepare and run. Raises ConfigError/EnvError/CheckpointError before any process starts."""
     cfg.validate()
-    device = resolve_device(cfg)
+    rank = this_rank()
+    rank_cfg = for_this_rank(cfg, rank)
+    device = resolve_device(cfg, rank)
     env = probe_env(cfg)
-    run_cfg = decide_auto(cfg, device, env)
+    run_cfg = decide_auto(rank_cfg, device, env, rank.world_size)
     model, layout = model_and_layout(run_cfg, env)
     check_shared_memory(layout)
-    prepare_experiment_dir(cfg)
-    check_checkpoints(cfg, model)
-    return Runner(run_cfg, env, device, layout).run()
+    if rank.writes:
+        prepare_experiment_dir(cfg)
+        check_checkpoints(cfg, model)
+    return Runner(run_cfg, env, device, layout, rank).run()

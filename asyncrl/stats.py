@@ -50,12 +50,15 @@ class PolicyStats:
 class StatsWriter:
     """Turns PolicyStats into a progress line, TensorBoard scalars and stats.jsonl rows."""
 
-    def __init__(self, experiment_dir: str, num_policies: int, window: int):
+    def __init__(self, experiment_dir: str, num_policies: int, window: int, write: bool = True):
+        """write False (the ranks after rank 0 of a distributed run): keep the numbers, write and show nothing."""
         from tensorboardX import SummaryWriter
 
         self.policies = [PolicyStats(p, window) for p in range(num_policies)]
-        self.tb = [SummaryWriter(os.path.join(experiment_dir, "tb", f"policy_{p}")) for p in range(num_policies)]
-        self.jsonl = open(os.path.join(experiment_dir, "stats.jsonl"), "a")
+        self.write = write
+        self.tb = [SummaryWriter(os.path.join(experiment_dir, "tb", f"policy_{p}")) if write else None
+                   for p in range(num_policies)]
+        self.jsonl = open(os.path.join(experiment_dir, "stats.jsonl") if write else os.devnull, "a")
         self.eval_jsonl_path = os.path.join(experiment_dir, "eval.jsonl")
         self.eval_jsonl = None  # opened at the first evaluation
         self.env_errors = 0  # exceptions raised by envs (caught, the env restarted)
@@ -64,7 +67,7 @@ class StatsWriter:
         self.start_time = time.monotonic()
         self.last_summary_time = self.start_time
         self.policy_extras = None  # policy id -> more stats for its rows (the runner's ratings), if set
-        self.progress = ProgressDisplay(sys.stdout.isatty(), os.path.basename(os.path.normpath(experiment_dir)))
+        self.progress = ProgressDisplay(sys.stdout.isatty() and write, os.path.basename(os.path.normpath(experiment_dir)))
 
     def handle(self, message: tuple) -> None:
         kind = message[0]
@@ -138,12 +141,12 @@ class StatsWriter:
             p.last_summary_env_steps = p.env_steps
             rows.append(row)
             self.jsonl.write(json.dumps(row) + "\n")
-            for key, value in row.items():
+            for key, value in row.items() if tb is not None else ():
                 if isinstance(value, (int, float)) and key not in ("policy_id", "env_steps"):
                     tag = "timing/" + key[len("timing_"):] if key.startswith("timing_") else key
                     tb.add_scalar(tag, value, p.env_steps)
         self.jsonl.flush()
-        if rows:
+        if rows and self.write:
             self.progress.show(rows, seconds_left, fraction_done)
         return rows
 
@@ -176,7 +179,8 @@ class StatsWriter:
     def close(self) -> None:
         self.progress.close()
         for tb in self.tb:
-            tb.close()
+            if tb is not None:
+                tb.close()
         self.jsonl.close()
         if self.eval_jsonl is not None:
             self.eval_jsonl.close()

@@ -25,6 +25,9 @@ from typing import Callable
 import gymnasium as gym
 
 ENTRY_POINT_GROUP = "asyncrl.envs"
+# a rollout worker sets this environment variable to its index before it makes its envs, for an env that wants to
+# know which worker it runs in (e.g. to give workers different levels or costs; see synthetic.py's worker_cost)
+WORKER_INDEX_VAR = "ASYNCRL_WORKER_INDEX"
 
 
 class EnvError(ValueError):

@@ -11,6 +11,8 @@ simulator would (a busy loop, not a sleep).
 - synthetic_multi: a PettingZoo ParallelEnv of `num_agents` such agents, each with its own target; agent i's
   episode ends (terminated) after agent_episode_lens[i] steps if given, the others' at the time limit
   `episode_len` (truncated), so agents can leave an episode before the rest.
+`worker_cost` (a list) multiplies the cost in rollout worker i's envs by worker_cost[i], and each episode reports
+the worker's index (episode_stats "worker"): for benchmarks of workers of unequal speed.
 Options for fault tests: `error_prob` makes a step raise with that probability; `hang_once_file` makes the
 first env that reaches step 50 hang forever, unless that file exists (it creates it first).
 """
@@ -24,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from asyncrl.envs import EnvError, register_env
+from asyncrl.envs import WORKER_INDEX_VAR, EnvError, register_env
 from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS
 
 
@@ -39,7 +41,7 @@ class SyntheticEnv(gym.Env):
 
     def __init__(self, step_us: float = 100.0, obs_shape=(16,), num_actions: int = 4, episode_len: int = 20,
                  env_spread: float = 0.0, step_tail: float = 0.0, error_prob: float = 0.0,
-                 hang_once_file: str | None = None):
+                 hang_once_file: str | None = None, worker_cost: list | None = None):
         obs_shape = tuple(obs_shape)
         if len(obs_shape) not in (1, 3) or step_us < 0 or num_actions < 2 or episode_len < 1:
             raise EnvError(f"synthetic env: bad options (obs_shape {obs_shape} must be (n,) or (C, H, W); "
@@ -55,7 +57,10 @@ class SyntheticEnv(gym.Env):
             self.observation_space = gym.spaces.Box(0, 255, obs_shape, dtype=np.uint8)
         self.action_space = gym.spaces.Discrete(num_actions)
         self._rng = np.random.default_rng()
-        self._env_cost_us = step_us
+        # worker_cost: a cost multiplier per rollout worker (index mod its length); episodes report the worker's index
+        self.worker = int(os.environ.get(WORKER_INDEX_VAR, 0)) if worker_cost else None
+        self.step_us = step_us * (worker_cost[self.worker % len(worker_cost)] if worker_cost else 1.0)
+        self._env_cost_us = self.step_us
         self._target, self._t, self._steps_total = 0, 0, 0
         self._obs = np.zeros(obs_shape, self.observation_space.dtype)
 
@@ -92,7 +97,9 @@ class SyntheticEnv(gym.Env):
         reward = float(int(action) == self._target)
         self._t += 1
         self._target = int(self._rng.integers(self.num_actions))
-        return self._render_target(), reward, False, self._t >= self.episode_len, {}
+        truncated = self._t >= self.episode_len
+        info = {"episode_stats": {"worker": self.worker}} if truncated and self.worker is not None else {}
+        return self._render_target(), reward, False, truncated, info
 
 
 class SyntheticMultiAgentEnv(ParallelEnv):

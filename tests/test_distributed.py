@@ -1,0 +1,129 @@
+"""Several ranks training one policy over torch.distributed (gloo on the CPU), launched as torchrun launches them."""
+
+import os
+import re
+import signal
+import socket
+import time
+
+import pytest
+import torch
+
+from helpers import read_stats, run_python, start_cli, start_python
+
+from asyncrl import losses
+from asyncrl.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
+
+CARTPOLE = ["train", "--env", "CartPole-v1", "--train_dir", "runs", "--experiment", "dd", "--num_workers", 1,
+            "--experiment_summaries_interval", 1, "--seed", 0]
+DIGEST = re.compile(r"\(rank (\d) of 2\): train step (\d+), env steps ([\d,]+) \(all ranks\), weights (\w+)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_env(rank: int, port: int) -> dict:
+    """The variables torchrun gives rank `rank` of 2 on this machine."""
+    return {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port)}
+
+
+def start_ranks(tmp_path, *flags, port=None):
+    """Rank 0 and rank 1 of a run, each in a folder of its own (so we see what each writes)."""
+    port = port or free_port()
+    procs = []
+    for rank in (0, 1):
+        (tmp_path / f"rank{rank}").mkdir(exist_ok=True)
+        procs.append(start_cli(*CARTPOLE, *flags, cwd=tmp_path / f"rank{rank}", env=rank_env(rank, port)))
+    return procs
+
+
+def digests(outputs: list[str]) -> list[tuple]:
+    found = [m.groups() for out in outputs for m in DIGEST.finditer(out)]
+    return sorted(found)
+
+
+def test_two_ranks_hold_bit_identical_weights_and_only_rank_0_writes(tmp_path, clean_machine):
+    procs = start_ranks(tmp_path, "--train_for_env_steps", 30_000)
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    (r0, step0, steps0, weights0), (r1, step1, steps1, weights1) = digests(outputs)
+    assert (r0, r1) == ("0", "1") and int(step0) > 5
+    assert (step0, steps0, weights0) == (step1, steps1, weights1), "the ranks' weights differ"
+    assert os.listdir(tmp_path / "rank1") == [], "rank 1 wrote files"
+    exp = tmp_path / "rank0" / "runs" / "dd"
+    rows = read_stats(exp)
+    assert rows[-1]["env_steps"] >= 30_000 and rows[-1]["env_steps"] == int(steps0.replace(",", ""))
+    assert list_checkpoints(checkpoint_dir(str(exp), 0))
+
+
+def test_a_killed_rank_stops_the_other_with_one_line_and_the_run_resumes(tmp_path, clean_machine):
+    procs = start_ranks(tmp_path, "--save_every_sec", 1)
+    exp = tmp_path / "rank0" / "runs" / "dd"
+    deadline = time.time() + 120
+    while not (exp / "checkpoint_p0").is_dir() or not list_checkpoints(checkpoint_dir(str(exp), 0)):
+        assert time.time() < deadline and procs[0].poll() is None, "rank 0 did not start training"
+        time.sleep(0.5)
+    os.killpg(procs[1].pid, signal.SIGKILL)
+    killed = time.time()
+    out = procs[0].communicate(timeout=90)[0]
+    assert time.time() - killed < 60
+    assert procs[0].returncode == 1, out
+    errors = [line for line in out.splitlines() if line.startswith("asyncrl: error:")]
+    assert len(errors) == 1 and "another rank is gone" in errors[0] and "resume" in errors[0], out
+    saved = load_checkpoint(list_checkpoints(checkpoint_dir(str(exp), 0))[-1])["env_steps"]
+
+    procs = start_ranks(tmp_path, "--train_for_env_steps", saved + 8192)  # the same command: both ranks resume
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert read_stats(exp)[-1]["env_steps"] >= saved + 8192
+    assert len({d[1:] for d in digests(outputs)}) == 1
+
+
+def test_two_torchrun_launches_on_loopback_train_together(tmp_path, clean_machine):
+    """Two `torchrun --nnodes 2` launches, one process each, meet at a c10d rendezvous and train one policy."""
+    port, procs = free_port(), []
+    for node in (0, 1):
+        (tmp_path / f"node{node}").mkdir()
+        procs.append(start_python("-m", "torch.distributed.run", "--nnodes", 2, "--nproc_per_node", 1, "--rdzv_backend",
+                                      "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "t", "-m", "asyncrl",
+                                      *CARTPOLE, "--train_for_env_steps", 20_000, cwd=tmp_path / f"node{node}"))
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    found = digests(outputs)
+    assert [d[0] for d in found] == ["0", "1"] and found[0][1:] == found[1][1:]
+    written = [n for n in (0, 1) if (tmp_path / f"node{n}" / "runs" / "dd" / "stats.jsonl").exists()]
+    assert len(written) == 1
+    assert read_stats(tmp_path / f"node{written[0]}" / "runs" / "dd")[-1]["env_steps"] >= 20_000
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--batch_size", 99, "--rollout", 33, "--num_batches_per_epoch", 3], "must be divisible by the number of ranks (2)"),
+    (["--num_policies", 2], "--num_policies > 1 (train one policy per launch) cannot run under torchrun"),
+    (["--device", "cuda"], "torch sees no CUDA GPU"),
+    (["--algo", "ppo", "--batch_size", 2048], "--batch_size must be 1024 (workers x envs per worker x agents per env x rollout x ranks)"),
+])
+def test_distributed_bad_input_is_one_line_and_exit_2(tmp_path, flags, needle):
+    if "cuda" in flags and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    r = run_python("-m", "asyncrl", *CARTPOLE, *flags, cwd=tmp_path, env=rank_env(0, free_port()), timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_advantages_are_normalized_over_every_ranks_minibatch():
+    """normalize with a sum over ranks (two halves standing in for two ranks) equals normalize over the whole."""
+    torch.manual_seed(0)
+    advantages, mask = torch.randn(8, 6) * 3 + 1, torch.rand(8, 6) > 0.3
+    halves = [(advantages[:, :3], mask[:, :3]), (advantages[:, 3:], mask[:, 3:])]
+    a, m, zero = *halves[1], torch.zeros(())
+    rank_1_moments = torch.stack([torch.where(m, a, zero).sum(), torch.where(m, a ** 2, zero).sum(), m.sum().float()])
+
+    def sum_over_two_ranks(moments):  # what rank 0 holds after the all-reduce: its moments plus rank 1's
+        return moments + rank_1_moments
+    together = losses.normalize(halves[0][0], halves[0][1], sum_over_two_ranks)
+    whole = losses.normalize(advantages, mask)
+    torch.testing.assert_close(together[halves[0][1]], whole[:, :3][halves[0][1]], rtol=1e-4, atol=1e-5)

@@ -1,0 +1,134 @@
+"""--algo ppo and --algo ver: synchronous on-policy PPO on the same rollout workers, policy workers and slots."""
+
+import pytest
+
+from helpers import drain, read_stats, run_cli, serial_runner
+
+from asyncrl.learner import Learner
+from asyncrl.rollout_worker import RolloutWorker
+
+SYNTHETIC = {"step_us": 0, "episode_len": 5}  # truncated every 5 steps: final-observation rows that are no samples
+
+
+def _record_batches(learner: Learner) -> list[dict]:
+    """Wrap the learner's _train to keep, per update, its version, its samples and their acting versions."""
+    batches, train = [], learner._train
+
+    def recording_train(batch):
+        valid = batch["valid"]
+        batches.append({"version": learner.train_step, "samples": int(valid.sum()),
+                        "acted_versions": set(batch["policy_version"][valid].tolist())})
+        return train(batch)
+    learner._train = recording_train
+    return batches
+
+
+def _count_env_steps(runner) -> list:
+    counter = [0]
+    for worker in (c for c in runner.components if isinstance(c, RolloutWorker)):
+        for env in worker.envs:
+            def counting_step(actions, step=env.step):
+                counter[0] += 1
+                return step(actions)
+            env.step = counting_step
+    return counter
+
+
+def _run(runner, updates: int, max_rounds: int = 20_000) -> Learner:
+    learner = next(c for c in runner.components if isinstance(c, Learner))
+    for _ in range(max_rounds):
+        for c in runner.components:
+            c.poll(0.0)
+        if learner.train_step >= updates:
+            return learner
+    raise AssertionError(f"only {learner.train_step} of {updates} updates: a rollout never closed")
+
+
+@pytest.mark.parametrize("algo", ["ppo", "ver"])
+def test_sync_updates_learn_only_the_current_versions_samples_and_every_env_step_is_one(tmp_path, algo):
+    """Every sample of an update was acted by the weights being trained (lag 0), ppo's update holds exactly
+    --rollout actions of every env, ver's at least --batch_size and at most one env group more; no env step is lost
+    or counted twice (env steps = samples learned + samples still in flight)."""
+    batch = {"ppo": 2 * 4 * 4, "ver": 24}[algo]
+    runner = serial_runner(tmp_path, algo=algo, env="synthetic_constant", env_options=SYNTHETIC, batch_size=batch,
+                           with_vtrace=False)
+    learner = next(c for c in runner.components if isinstance(c, Learner))
+    batches, stepped = _record_batches(learner), _count_env_steps(runner)
+    _run(runner, updates=30)
+    assert len(batches) >= 30
+    for b in batches:
+        assert b["acted_versions"] == {b["version"]}, b
+        if algo == "ppo":
+            assert b["samples"] == 2 * 4 * 4, b
+        else:
+            assert batch <= b["samples"] < batch + runner.cfg.envs_per_split, b
+    buffers = runner.buffers
+    in_flight = [s for s in drain(runner.queues.full_slots[0])] + learner.pending_slots
+    pending = int(buffers.traj_valid[in_flight].sum()) if in_flight else 0
+    pending += sum(int(buffers.traj_valid[s, :t].sum())
+                   for s, t in zip(buffers.agent_slot.tolist(), buffers.agent_step.tolist()))
+    assert learner.env_steps + pending == stepped[0]
+    runner._stop_children()
+
+
+def test_ver_gives_fast_envs_more_of_the_batch_than_lock_step(tmp_path):
+    """Worker 0's envs cost 10x worker 1's (synthetic_constant's worker_cost): in ver their share of the samples falls
+    well below the half that lock-step ppo gives them. Each episode reports which worker played it."""
+    shares = {}
+    for algo in ("ppo", "ver"):
+        r = run_cli("train", "--algo", algo, "--env", "synthetic_constant", "--env_options",
+                    '{"step_us": 300, "episode_len": 8, "worker_cost": [10, 1]}', "--train_dir", tmp_path,
+                    "--experiment", algo, "--num_workers", 2, "--num_envs_per_worker", 2, "--rollout", 8,
+                    "--batch_size", 32, "--train_for_env_steps", 6000, "--experiment_summaries_interval", 1,
+                    "--use_rnn", "False", "--seed", 0)
+        assert r.returncode == 0, r.stdout + r.stderr
+        rows = read_stats(tmp_path / algo)
+        assert all(row["policy_lag_mean"] in (None, 0.0) for row in rows)
+        last = rows[-1]
+        shares[algo] = 1 - last["episode_worker_mean"]  # the fraction of episodes worker 0's envs played
+    assert shares["ppo"] == pytest.approx(0.5, abs=0.1), shares
+    assert shares["ver"] < 0.3, shares
+
+
+@pytest.mark.parametrize("algo", ["ppo", "ver"])
+def test_sync_cartpole_learns_in_real_processes(tmp_path, algo, clean_machine):
+    r = run_cli("train", "--algo", algo, "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", algo,
+                "--train_for_env_steps", 120_000, "--experiment_summaries_interval", 1, "--seed", 0)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = read_stats(tmp_path / algo)
+    assert rows[-1]["episode_reward_mean"] > 150, rows[-1]
+    assert {row["policy_lag_mean"] for row in rows if row["policy_lag_mean"] is not None} == {0.0}
+
+
+def test_agents_that_leave_early_do_not_stall_a_lock_step_rollout(tmp_path):
+    """ppo with agents that die before the others: the rollout closes once every group waits, though the agents
+    that wait for their env's reset took fewer than --rollout actions."""
+    leaving = {"num_agents": 3, "agent_episode_lens": [3, 5, 30], "episode_len": 8, "step_us": 0}
+    runner = serial_runner(tmp_path, algo="ppo", env="synthetic_multi", env_options=leaving, batch_size=2 * 4 * 3 * 4,
+                           with_vtrace=False)
+    _run(runner, updates=20)
+    runner._stop_children()
+
+
+def test_env_errors_do_not_stall_a_rollout(tmp_path):
+    """An env that raises throws its unfinished trajectory away: in ver the learner still gets those slots (as no
+    samples) and counts their actions, so the rollout closes."""
+    runner = serial_runner(tmp_path, algo="ver", env="synthetic_constant", with_vtrace=False, batch_size=32,
+                           env_options={"step_us": 0, "error_prob": 0.02})
+    learner = _run(runner, updates=30)
+    assert sum(c.env_errors for c in runner.components if isinstance(c, RolloutWorker)) > 5
+    assert learner.train_step >= 30
+    runner._stop_children()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--algo", "ver", "--with_vtrace", "True"], "--with_vtrace True only works with --algo appo"),
+    (["--algo", "ppo", "--num_policies", "2"], "--num_policies > 1 only works with --algo appo"),
+    (["--algo", "ver", "--with_pbt", "True", "--num_policies", "2"], "--with_pbt True"),
+    (["--algo", "ppo", "--batch_size", "128"], "--batch_size must be 1024"),
+    (["--algo", "a2c"], "invalid choice"),
+])
+def test_sync_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -52,6 +52,8 @@ Synchronous algorithms (--algo ppo/ver), per policy: the policy worker hands out
 rollout's budget is spent, then closes the rollout; the learner learns once it holds every sample of it.
     rollout_issued  [P]     actions handed out under the current version once its rollout is closed (written by the
                             policy worker), -1 while it is open (set by the learner before it publishes a version)
+    rollout_preempted [P]   under torchrun: actions of the closed rollout's budget not handed out because DD-PPO's
+                            straggler rule stopped it early (0: it was not)
 
 Several ranks (torchrun, distributed.py):
     stop_requested  [1]     the runner asks its learner to stop together with the other ranks' learners (they agree at
@@ -145,6 +147,7 @@ def buffer_layout(cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Spac
         "policy_hparams": ((P, len(PER_POLICY_HPARAMS)), torch.float64),
         "learner_state": ((P, learner_state_floats if cfg.with_pbt else 0), torch.float32),
         "rollout_issued": ((P,), torch.int64),
+        "rollout_preempted": ((P,), torch.int64),
         "stop_requested": ((1,), torch.bool),
     }
 

@@ -54,6 +54,8 @@ class Config:
     # --- algorithm
     algo: str = _f("appo", "appo: asynchronous PPO with V-trace (collection never waits for learning). ppo: synchronous PPO, every env steps exactly --rollout steps per update in lock-step (Sample Factory's --async_rl False). ver: synchronous PPO with variable experience rollouts (VER): each update learns from --batch_size steps of whichever envs produced them, so fast envs contribute more and slow ones do not hold them back. ppo and ver learn on-policy (weights fixed during collection) with GAE.", choices=list(ALGOS))
 
+    preemption_threshold: float = _f(0.6, "Under torchrun (DD-PPO's straggler rule): once this fraction of the ranks has collected its batch for an update, the others stop collecting as soon as they hold --preemption_min_fraction of theirs, and learn from that. 1: never preempt.")
+    preemption_min_fraction: float = _f(0.25, "The least fraction of its batch a rank collects before it may be preempted.")
     dist_timeout: float = _f(30.0, "Under torchrun (several ranks): seconds a rank waits for the others in a collective (the gradient all-reduce) before it declares one dead and stops the run.")
 
     # --- sampling
@@ -195,6 +197,9 @@ class Config:
                      "experiment_summaries_interval", "reward_scale"]:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name} must be positive, got {getattr(self, name)}")
+        if not 0 < self.preemption_threshold <= 1 or not 0 <= self.preemption_min_fraction <= 1:
+            raise ConfigError(f"--preemption_threshold must be in (0, 1] and --preemption_min_fraction in [0, 1], got "
+                              f"{self.preemption_threshold} and {self.preemption_min_fraction}")
         if not 0 <= self.gamma <= 1:
             raise ConfigError(f"--gamma must be in [0, 1], got {self.gamma}")
         if self.num_envs_per_worker % self.worker_num_splits:

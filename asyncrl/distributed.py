@@ -10,7 +10,9 @@ TensorBoard and checkpoints; every rank starts from rank 0's weights and optimiz
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -105,3 +107,44 @@ class Collective:
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+class Preemption:
+    """DD-PPO's straggler rule (Wijmans et al. 2020, section 4): once --preemption_threshold of the ranks have collected
+    their batch for an update, the others stop collecting as soon as they hold --preemption_min_fraction of theirs,
+    and learn from what they have. The ranks count finished collections in torchrun's TCPStore (the process group's
+    rendezvous store), under one key per update."""
+
+    CHECK_INTERVAL_S = 0.002  # a store round trip costs ~0.1 ms on loopback: ask at most this often
+
+    def __init__(self, rank: Rank, threshold: float, min_fraction: float, timeout_s: float):
+        self.store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                                   timeout=timedelta(seconds=timeout_s))
+        self.needed = math.ceil(threshold * rank.world_size - 1e-9)
+        self.min_fraction, self.last_check = min_fraction, 0.0
+
+    @staticmethod
+    def _key(update: int) -> str:
+        return f"asyncrl/collected/{update}"
+
+    def collected(self, update: int) -> None:
+        """This rank has its whole batch for `update` (the key of the update before last is no longer asked)."""
+        self.store.add(self._key(update), 1)
+        if update >= 2:
+            self.store.delete_key(self._key(update - 2))
+
+    def preempts(self, update: int, collected: float, batch: float) -> bool:
+        """Whether this rank, holding `collected` of its `batch`, stops collecting for `update`."""
+        now = time.monotonic()
+        if collected < self.min_fraction * batch or now - self.last_check < self.CHECK_INTERVAL_S:
+            return False
+        self.last_check = now
+        return self.store.add(self._key(update), 0) >= self.needed
+
+
+def preemption(cfg, timeout_s: float | None = None) -> Preemption | None:
+    """The straggler rule for this process, if it runs under torchrun with --preemption_threshold below 1."""
+    rank = this_rank()
+    if not rank.distributed or cfg.preemption_threshold >= 1:
+        return None
+    return Preemption(rank, cfg.preemption_threshold, cfg.preemption_min_fraction, timeout_s or cfg.dist_timeout)

@@ -12,7 +12,7 @@ from asyncrl import losses
 from asyncrl.buffers import SharedBuffers, slots_per_batch
 from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint, save_checkpoint
 from asyncrl.config import Config
-from asyncrl.distributed import Collective, RankLost, this_rank
+from asyncrl.distributed import Collective, RankLost, preemption, this_rank
 from asyncrl.model import build_model, low_precision, num_state_floats, state_tensors
 from asyncrl.queues import NEW_VERSION, Empty, Queues
 from asyncrl.rollout_worker import RunStopped
@@ -91,6 +91,9 @@ class Learner:
         self.rank = this_rank()  # under torchrun: this learner's place among the ranks that train together
         self.collective = Collective(self.rank, device, cfg.dist_timeout) if self.rank.distributed else None
         self.stopped = False  # under torchrun: the ranks agreed to stop; no more batches
+        # under torchrun, APPO: DD-PPO's straggler rule (ppo/ver apply it where rollouts end, in the policy worker)
+        self.preemption = preemption(cfg) if not cfg.synchronous else None
+        self.preempted_steps = 0  # of the batch being learned: samples the straggler rule left out
         if self.rank.writes:
             self._load_latest_checkpoint()
         if self.collective is not None:
@@ -138,10 +141,25 @@ class Learner:
                                                                max_messages_to_get=needed)
         except Empty:
             pass
-        if len(self.pending_slots) < slots_per_batch(self.cfg):
+        if not self._batch_complete():
             return None
         slots, self.pending_slots = torch.tensor(self.pending_slots), []
         return slots
+
+    def _batch_complete(self) -> bool:
+        """A whole batch; under torchrun also part of one (at least one slot per minibatch) if the other ranks
+        preempt this one."""
+        full, have = slots_per_batch(self.cfg), len(self.pending_slots)
+        self.preempted_steps = 0
+        if self.preemption is None:
+            return have >= full
+        if have >= full:
+            self.preemption.collected(self.train_step)
+            return True
+        if have >= self.cfg.num_batches_per_epoch and self.preemption.preempts(self.train_step, have, full):
+            self.preempted_steps = (full - have) * self.cfg.rollout
+            return True
+        return False
 
     def _next_rollout(self, timeout: float) -> torch.Tensor | None:
         """ppo/ver: every slot of the current version's rollout, once the policy worker has closed it and the samples
@@ -161,6 +179,7 @@ class Learner:
             raise RuntimeError(f"policy {self.policy_id}: {self.pending_actions} samples of version {self.train_step} "
                                f"arrived, but {issued} actions were handed out")
         slots, self.pending_slots, self.pending_actions = torch.tensor(self.pending_slots), [], 0
+        self.preempted_steps = int(self.buffers.rollout_preempted[self.policy_id])
         return slots
 
     def _publish(self) -> None:
@@ -317,23 +336,28 @@ class Learner:
         stats: dict[str, float] = {}
         num_trajectories = valid.shape[1]
         for _ in range(cfg.num_epochs):
-            for minibatch in torch.randperm(num_trajectories).chunk(cfg.num_batches_per_epoch):
+            # always num_batches_per_epoch minibatches (chunk may make fewer): under torchrun every rank must take as
+            # many optimizer steps (all-reduces) as the others, from batches of different sizes (ver, preemption)
+            for minibatch in torch.randperm(num_trajectories).tensor_split(cfg.num_batches_per_epoch):
                 stats = self._optimizer_step({k: v.index_select(1, minibatch.to(v.device)) for k, v in batch.items()})
         self.train_step += 1
         valid_lag = lag[valid].float()
         stats.update(self._hp_stats())
         stats.update(train_step=self.train_step, env_steps=self.env_steps, lr=lr, nan_updates=self.nan_updates,
-                     batch_samples=int(valid.sum()),
+                     batch_samples=int(valid.sum()), preempted_steps=self.preempted_steps,
                      policy_lag_min=float(valid_lag.min()), policy_lag_mean=float(valid_lag.mean()),
                      policy_lag_max=float(valid_lag.max()), masked_fraction=1.0 - float(batch["mask"].sum()) / max(1, int(valid.sum())))
         return stats
 
     def _optimizer_step(self, mb: dict[str, torch.Tensor]) -> dict:
-        loss, stats = self._loss(mb)
-        if not torch.isfinite(loss) and self.collective is None:
-            return self._skip_update(stats)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if mb["valid"].shape[1] == 0:
+            stats = self._empty_minibatch()
+        else:
+            loss, stats = self._loss(mb)
+            if not torch.isfinite(loss) and self.collective is None:
+                return self._skip_update(stats)
+            loss.backward()
         if self.collective is not None:  # a rank's non-finite loss makes every rank's gradient non-finite: all skip
             self.collective.average_gradients(list(self.model.parameters()))
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
@@ -344,6 +368,16 @@ class Learner:
         self.nan_updates_in_a_row = 0
         stats["grad_norm"] = float(grad_norm)
         return stats
+
+    def _empty_minibatch(self) -> dict:
+        """Under torchrun a preempted rank may hold fewer trajectories than minibatches. An empty one has no loss but
+        makes the same collectives as any (advantage moments, gradients), so the ranks stay in step and this rank
+        applies the same averaged update as the others."""
+        if self.cfg.normalize_advantage:
+            self.collective.sum(torch.zeros(3, device=self.device))
+        for p in self.model.parameters():
+            p.grad = torch.zeros_like(p)
+        return {}
 
     def _skip_update(self, stats: dict) -> dict:
         self.nan_updates += 1

@@ -17,6 +17,7 @@ from torch import nn
 
 from asyncrl.buffers import SharedBuffers, frozen_id, split_agents
 from asyncrl.config import Config
+from asyncrl.distributed import preemption
 from asyncrl.model import build_model, low_precision
 from asyncrl.queues import END_ROLLOUT, NEW_VERSION, Empty, Queues
 from asyncrl.timing import Timing
@@ -30,38 +31,57 @@ class RolloutBudget:
     ver (variable experience rollouts): --batch_size actions per version, to whichever groups ask first, so fast envs
     contribute more steps than slow ones; the budget may overrun by part of one group (a group is served whole).
     ppo (lock-step): --rollout actions per agent per version; the rollout ends once every group waits.
-    A closed rollout's count goes to shared memory (rollout_issued), where the learner waits for that many samples."""
+    Under torchrun, DD-PPO's straggler rule may end a rollout early (distributed.Preemption). A closed rollout's count
+    goes to shared memory (rollout_issued), where the learner waits for that many samples."""
 
-    def __init__(self, cfg: Config, policy_id: int, rollout_issued: torch.Tensor, agent_policy: torch.Tensor):
-        self.cfg, self.policy_id, self.rollout_issued, self.agent_policy = cfg, policy_id, rollout_issued, agent_policy
-        self.version, self.issued, self.closed = -1, 0, False
-        self.agent_actions = torch.zeros(len(agent_policy), dtype=torch.int64)  # ppo: actions of each agent this version
+    def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers):
+        self.cfg, self.policy_id, self.buffers = cfg, policy_id, buffers
+        self.version, self.issued = -1, 0
+        self.closed = False     # no more actions this version
+        self.announced = False  # the closed rollout's count is in shared memory
+        # ppo: actions of each agent this version
+        self.agent_actions = torch.zeros(len(buffers.agent_policy), dtype=torch.int64)
         self.waiting: list[tuple[int, int]] = []  # requests for the next version
         self.num_groups = cfg.num_workers * cfg.worker_num_splits
+        self.budget = cfg.batch_size if cfg.algo == "ver" else len(buffers.agent_policy) * cfg.rollout
+        self.preemption = preemption(cfg)
 
     def admit(self, requests: list, version: int, group_agents: dict) -> tuple[list, list]:
         """(requests to serve now, requests that now wait for the next version: their groups end the rollout)."""
         if version != self.version:  # a new rollout: the requests that waited for it come first
-            self.version, self.issued, self.closed = version, 0, False
+            self.version, self.issued, self.closed, self.announced = version, 0, False, False
             self.agent_actions.zero_()
             requests, self.waiting = self.waiting + requests, []
         served, deferred = [], []
         for request in requests:
             agents = group_agents[request]
-            agents = agents[self.agent_policy[agents] == self.policy_id]
+            agents = agents[self.buffers.agent_policy[agents] == self.policy_id]
             if self.closed or (self.cfg.algo == "ppo" and bool((self.agent_actions[agents] >= self.cfg.rollout).any())):
                 deferred.append(request)
                 continue
             served.append(request)
             self.issued += len(agents)
             self.agent_actions[agents] += 1
-            self.closed = self.cfg.algo == "ver" and self.issued >= self.cfg.batch_size
+            self.closed = self.cfg.algo == "ver" and self.issued >= self.budget
         self.waiting += deferred
+        if not self.announced:
+            self._maybe_close()
+        return served, deferred
+
+    def _maybe_close(self) -> None:
+        """Close the rollout if its budget is spent (ppo: every group waits) or the other ranks preempt it."""
+        preempted = 0
         if self.cfg.algo == "ppo" and len(self.waiting) == self.num_groups:
             self.closed = True
+        if self.closed and self.preemption is not None:
+            self.preemption.collected(self.version)
+        elif not self.closed and self.preemption is not None and \
+                self.preemption.preempts(self.version, self.issued, self.budget):
+            self.closed, preempted = True, max(0, self.budget - self.issued)
         if self.closed:
-            self.rollout_issued[self.policy_id] = self.issued
-        return served, deferred
+            self.announced = True
+            self.buffers.rollout_preempted[self.policy_id] = preempted
+            self.buffers.rollout_issued[self.policy_id] = self.issued
 
 
 class PolicyWorker:
@@ -83,8 +103,7 @@ class PolicyWorker:
                           ("traj_actions", "traj_action_logp", "traj_values", "traj_policy_version", "traj_rnn_states")}
         self.split_agents = {(w, s): torch.from_numpy(split_agents(cfg, w, s))
                              for w in range(cfg.num_workers) for s in range(cfg.worker_num_splits)}
-        self.budget = RolloutBudget(cfg, policy_id, buffers.rollout_issued, buffers.agent_policy) \
-            if cfg.synchronous else None
+        self.budget = RolloutBudget(cfg, policy_id, buffers) if cfg.synchronous else None
 
     def poll(self, timeout: float) -> bool:
         if self.version < 0:  # act only with the learner's weights, never with a random init of our own

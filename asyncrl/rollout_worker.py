@@ -18,6 +18,7 @@ import numpy as np
 
 from asyncrl.buffers import NO_POLICY, SharedBuffers, split_agents
 from asyncrl.config import Config
+from asyncrl.distributed import this_rank
 from asyncrl.queues import END_ROLLOUT, ENV_RESULTS, Empty, Queues
 from asyncrl.timing import Timing
 from asyncrl.envs import WORKER_INDEX_VAR, EnvError, EnvUnavailable, env_entry, make_agents
@@ -104,7 +105,7 @@ class RolloutWorker:
         self.timing = Timing(f"rollout_{worker_idx}")
 
     def _make_env(self):
-        os.environ[WORKER_INDEX_VAR] = str(self.worker_idx)
+        os.environ[WORKER_INDEX_VAR] = str(this_rank().rank * self.cfg.num_workers + self.worker_idx)
         env = make_agents(self.cfg.env, **self.cfg.env_kwargs())
         if env.num_agents != self.cfg.agents_per_env:  # the runner's probe env had another count
             raise EnvError(f"env {self.cfg.env!r} made an env with {env.num_agents} agents, another with "

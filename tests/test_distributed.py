@@ -83,6 +83,20 @@ def test_a_killed_rank_stops_the_other_with_one_line_and_the_run_resumes(tmp_pat
     assert len({d[1:] for d in digests(outputs)}) == 1
 
 
+@pytest.mark.parametrize("algo", ["appo", "ver"])
+def test_a_straggling_rank_is_preempted(tmp_path, algo, clean_machine):
+    """Rank 0's envs cost 20x rank 1's: with --preemption_threshold 0.5 rank 1's finished batches preempt rank 0,
+    which learns from part of its batch (preempted_steps in rank 0's stats), and the ranks' weights stay equal."""
+    procs = start_ranks(tmp_path, "--algo", algo, "--env", "synthetic_constant", "--env_options",
+                        '{"step_us": 100, "worker_cost": [20, 1]}', "--preemption_threshold", 0.5, "--rollout", 16,
+                        "--batch_size", 512, "--num_batches_per_epoch", 2, "--train_for_env_steps", 20_000)
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    rows = read_stats(tmp_path / "rank0" / "runs" / "dd")
+    assert max(row.get("preempted_steps", 0) for row in rows) > 0, rows[-1]
+    assert len({d[1:] for d in digests(outputs)}) == 1
+
+
 def test_two_torchrun_launches_on_loopback_train_together(tmp_path, clean_machine):
     """Two `torchrun --nnodes 2` launches, one process each, meet at a c10d rendezvous and train one policy."""
     port, procs = free_port(), []

@@ -193,8 +193,8 @@ class Config:
             raise ConfigError(f"--eval_episodes must be positive, got {self.eval_episodes}")
         if self.max_worker_restarts < 0:
             raise ConfigError(f"--max_worker_restarts must be >= 0, got {self.max_worker_restarts}")
-        for name in ["learning_rate", "env_step_timeout", "dist_timeout", "train_for_env_steps", "train_for_seconds", "save_every_sec",
-                     "experiment_summaries_interval", "reward_scale"]:
+        for name in ["learning_rate", "env_step_timeout", "dist_timeout", "train_for_env_steps", "train_for_seconds",
+                     "save_every_sec", "experiment_summaries_interval", "reward_scale"]:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name} must be positive, got {getattr(self, name)}")
         if not 0 < self.preemption_threshold <= 1 or not 0 <= self.preemption_min_fraction <= 1:

@@ -94,6 +94,7 @@ class Learner:
         # under torchrun, APPO: DD-PPO's straggler rule (ppo/ver apply it where rollouts end, in the policy worker)
         self.preemption = preemption(cfg) if not cfg.synchronous else None
         self.preempted_steps = 0  # of the batch being learned: samples the straggler rule left out
+        self.preempted_updates = 0  # in this launch
         if self.rank.writes:
             self._load_latest_checkpoint()
         if self.collective is not None:
@@ -215,9 +216,8 @@ class Learner:
         it: the ranks agree after each update (their env steps are counted over all ranks, so the step limit is
         reached by all at once; a time limit or Ctrl-C reaches one runner, which sets stop_requested)."""
         wants = bool(self.buffers.stop_requested[0]) or self.env_steps >= self.cfg.train_for_env_steps
-        if self.collective.any(wants):
+        if self.collective.any(wants):  # the runner stops this process next, and stop() saves
             self.stopped = True
-            self.save()
             self.reports.put(("learner_stopped", self.policy_id))
 
     def _start_from_rank_0(self) -> None:
@@ -341,10 +341,12 @@ class Learner:
             for minibatch in torch.randperm(num_trajectories).tensor_split(cfg.num_batches_per_epoch):
                 stats = self._optimizer_step({k: v.index_select(1, minibatch.to(v.device)) for k, v in batch.items()})
         self.train_step += 1
+        self.preempted_updates += self.preempted_steps > 0
         valid_lag = lag[valid].float()
         stats.update(self._hp_stats())
         stats.update(train_step=self.train_step, env_steps=self.env_steps, lr=lr, nan_updates=self.nan_updates,
                      batch_samples=int(valid.sum()), preempted_steps=self.preempted_steps,
+                     preempted_updates=self.preempted_updates,
                      policy_lag_min=float(valid_lag.min()), policy_lag_mean=float(valid_lag.mean()),
                      policy_lag_max=float(valid_lag.max()), masked_fraction=1.0 - float(batch["mask"].sum()) / max(1, int(valid.sum())))
         return stats

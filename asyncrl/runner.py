@@ -88,7 +88,8 @@ def for_this_rank(cfg: Config, rank: Rank) -> Config:
     try:
         rank_cfg.validate()
     except ConfigError as e:
-        raise ConfigError(f"{e} (each of the {rank.world_size} ranks learns from --batch_size / {rank.world_size})") from None
+        raise ConfigError(f"{e} (each of the {rank.world_size} ranks learns from --batch_size / "
+                          f"{rank.world_size})") from None
     return rank_cfg
 
 
@@ -173,7 +174,9 @@ class Runner:
         cpu_learning = self.device.type == "cpu" and not self.cfg.sampler_only
         plan = {}
         if self.cfg.set_workers_cpu_affinity and not self.cfg.serial_mode:
-            plan = plan_cores([title for title, _ in factories], sorted(os.sched_getaffinity(0)), cpu_learning)
+            # ppo/ver collect and learn in turn: the rollout workers may use the learner's cores, and the learner all
+            plan = plan_cores([title for title, _ in factories], self.rank.my_cores(sorted(os.sched_getaffinity(0))),
+                              cpu_learning and not self.cfg.synchronous)
         for title, factory in factories:
             if self.cfg.serial_mode:
                 component = factory()

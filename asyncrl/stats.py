@@ -67,7 +67,8 @@ class StatsWriter:
         self.start_time = time.monotonic()
         self.last_summary_time = self.start_time
         self.policy_extras = None  # policy id -> more stats for its rows (the runner's ratings), if set
-        self.progress = ProgressDisplay(sys.stdout.isatty() and write, os.path.basename(os.path.normpath(experiment_dir)))
+        name = os.path.basename(os.path.normpath(experiment_dir))
+        self.progress = ProgressDisplay(sys.stdout.isatty() and write, name)
 
     def handle(self, message: tuple) -> None:
         kind = message[0]

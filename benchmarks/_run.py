@@ -26,12 +26,14 @@ def machine() -> str:
            f"{psutil.virtual_memory().total / 2**30:.0f} GiB, {gpu}"
 
 
-def train_and_watch(train_args: list[str], experiment_dir: str, timeout_s: float) -> list[dict]:
-    """Run `asyncrl train ARGS`; returns its stats rows, each with `wall_s`: seconds since launch when the
-    row appeared (so start-up time counts, as it does for a user)."""
+def train_and_watch(train_args: list[str], experiment_dir: str, timeout_s: float, ranks: int = 1) -> list[dict]:
+    """Run `asyncrl train ARGS` (ranks > 1: under `torchrun --standalone --nproc_per_node RANKS`); returns its stats
+    rows, each with `wall_s`: seconds since launch when the row appeared (so start-up time counts, as it does for a
+    user)."""
     stats_path = os.path.join(experiment_dir, "stats.jsonl")
     launch = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "asyncrl", "train", *train_args], cwd=REPO)
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)] if ranks > 1 else []
+    proc = subprocess.Popen([sys.executable, *torchrun, "-m", "asyncrl", "train", *train_args], cwd=REPO)
     rows: list[dict] = []
     offset = 0
     while True:
@@ -64,6 +66,13 @@ def first_reaching(rows: list[dict], target: float) -> tuple[dict | None, float 
     if first is None:
         return None, None
     return scored[first], min(r["episode_reward_mean"] for r in scored[first:])
+
+
+def env_steps_per_second(rows: list[dict], warmup_s: float = 0.0) -> float:
+    """A run's env steps per second between its first stats row after warmup_s and its last."""
+    after = [r for r in rows if r["time_s"] >= warmup_s]
+    first, last = after[0], after[-1]
+    return (last["env_steps"] - first["env_steps"]) / (last["time_s"] - first["time_s"])
 
 
 def asyncrl_bench(flags: list[str], train_dir: str, repo: str = REPO) -> tuple[dict, str]:

@@ -12,25 +12,19 @@ Writes benchmarks/results/sync_algos.{md,json}.
 """
 
 import argparse
+import json
 import os
 import shutil
 import statistics
 import tempfile
 
-from _run import first_reaching, machine, train_and_watch, write_result
+from _run import RESULTS, env_steps_per_second, first_reaching, machine, train_and_watch, write_result
 
 WARMUP_S = 10
 HETEROGENEOUS = ["--env", "synthetic_heterogeneous", "--env_options",
                  '{"step_us": 500, "episode_len": 64, "worker_cost": [3, 1]}', "--num_workers", "2",
                  "--num_envs_per_worker", "8", "--rollout", "32", "--batch_size", "512", "--use_rnn", "False",
                  "--experiment_summaries_interval", "2"]
-
-
-def samples_per_second(rows: list[dict]) -> float:
-    """Env steps per second between the first row after the warm-up and the last."""
-    after = [r for r in rows if r["time_s"] >= WARMUP_S]
-    first, last = after[0], after[-1]
-    return (last["env_steps"] - first["env_steps"]) / (last["time_s"] - first["time_s"])
 
 
 def throughput(train_dir: str, pairs: int, seconds: float) -> list[dict]:
@@ -41,7 +35,7 @@ def throughput(train_dir: str, pairs: int, seconds: float) -> list[dict]:
             rows = train_and_watch([*HETEROGENEOUS, "--algo", algo, "--train_dir", train_dir, "--experiment", name,
                                     "--train_for_seconds", str(seconds), "--seed", str(pair)],
                                    os.path.join(train_dir, name), timeout_s=seconds + 120)
-            runs.append({"algo": algo, "pair": pair, "samples_per_s": samples_per_second(rows),
+            runs.append({"algo": algo, "pair": pair, "samples_per_s": env_steps_per_second(rows, WARMUP_S),
                          "slow_worker_share": 1 - rows[-1]["episode_worker_mean"],
                          "lag_mean": rows[-1]["policy_lag_mean"]})
             print(runs[-1], flush=True)
@@ -53,9 +47,9 @@ def learning(train_dir: str, seeds: int, env_steps: int) -> list[dict]:
     for seed in range(seeds):
         for algo in ("appo", "ver"):
             name = f"cartpole_{algo}_{seed}"
-            rows = train_and_watch(["--env", "CartPole-v1", "--algo", algo, "--train_dir", train_dir, "--experiment", name,
-                                    "--seed", str(seed), "--train_for_env_steps", str(env_steps),
-                                    "--experiment_summaries_interval", "1"], os.path.join(train_dir, name), timeout_s=900)
+            flags = ["--env", "CartPole-v1", "--algo", algo, "--train_dir", train_dir, "--experiment", name, "--seed",
+                     str(seed), "--train_for_env_steps", str(env_steps), "--experiment_summaries_interval", "1"]
+            rows = train_and_watch(flags, os.path.join(train_dir, name), timeout_s=900)
             solved, _ = first_reaching(rows, 475)
             runs.append({"algo": algo, "seed": seed, "env_steps_to_475": solved and solved["env_steps"],
                          "seconds_to_475": solved and solved["wall_s"], "final": rows[-1]["episode_reward_mean"]})
@@ -63,10 +57,12 @@ def learning(train_dir: str, seeds: int, env_steps: int) -> list[dict]:
     return runs
 
 
-def report(command: str, fast: list[dict], learn: list[dict]) -> str:
-    lines = ["# VER vs lock-step PPO vs APPO", "", f"Machine: {machine()}", "", f"Command: `{command}`", "",
-             "## Samples/s, worker 0's envs 3x slower (synthetic_heterogeneous, 2 workers x 8 envs, 512 per update)", "",
-             "| pair | ppo samples/s | ver samples/s | ver / ppo | slow worker's share: ppo | ver |", "| --- | --- | --- | --- | --- | --- |"]
+def report(commands: dict, fast: list[dict], learn: list[dict]) -> str:
+    lines = ["# VER vs lock-step PPO vs APPO", "", f"Machine: {machine()}", "",
+             *[f"{part}: `{command}`  " for part, command in commands.items()], "",
+             "## Samples/s, worker 0's envs 3x slower (synthetic_heterogeneous, 2 workers x 8 envs, 512 per update)",
+             "", "| pair | ppo samples/s | ver samples/s | ver / ppo | slow worker's share: ppo | ver |",
+             "| --- | --- | --- | --- | --- | --- |"]
     ratios = []
     for pair in sorted({r["pair"] for r in fast}):
         ppo, ver = (next(r for r in fast if r["pair"] == pair and r["algo"] == a) for a in ("ppo", "ver"))
@@ -93,19 +89,29 @@ def report(command: str, fast: list[dict], learn: list[dict]) -> str:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=["all", "throughput", "learning"], default="all",
+                        help="run one part; the other keeps its last results from benchmarks/results/sync_algos.json")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=40)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--env_steps", type=int, default=400_000)
     args = parser.parse_args()
     train_dir = tempfile.mkdtemp(prefix="asyncrl_sync_algos_")
-    fast = throughput(train_dir, args.pairs, args.seconds)
-    learn = learning(train_dir, args.seeds, args.env_steps)
+    previous = {}
+    if args.part != "all":
+        with open(os.path.join(RESULTS, "sync_algos.json")) as f:
+            previous = json.load(f)
+    fast = throughput(train_dir, args.pairs, args.seconds) if args.part != "learning" else previous["throughput"]
+    learn = learning(train_dir, args.seeds, args.env_steps) if args.part != "throughput" else previous["learning"]
     shutil.rmtree(train_dir, ignore_errors=True)
-    command = (f"python benchmarks/sync_algos.py --pairs {args.pairs} --seconds {args.seconds:g} --seeds {args.seeds} "
-               f"--env_steps {args.env_steps}")
-    write_result("sync_algos", {"machine": machine(), "command": command, "throughput": fast, "learning": learn},
-                 report(command, fast, learn))
+    commands = {"throughput": f"python benchmarks/sync_algos.py --part throughput --pairs {args.pairs} "
+                              f"--seconds {args.seconds:g}",
+                "learning": f"python benchmarks/sync_algos.py --part learning --seeds {args.seeds} "
+                            f"--env_steps {args.env_steps}"}
+    if args.part != "all":  # the other part's command stays the one that produced its numbers
+        commands = {**previous["commands"], args.part: commands[args.part]}
+    write_result("sync_algos", {"machine": machine(), "commands": commands, "throughput": fast, "learning": learn},
+                 report(commands, fast, learn))
 
 
 if __name__ == "__main__":

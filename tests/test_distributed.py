@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from helpers import read_stats, run_python, start_cli, start_python
+from helpers import read_stats, run_python, start_cli, start_python, wait_for_training
 
 from asyncrl import losses
 from asyncrl.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
@@ -27,8 +27,8 @@ def free_port() -> int:
 
 def rank_env(rank: int, port: int) -> dict:
     """The variables torchrun gives rank `rank` of 2 on this machine."""
-    return {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port)}
+    return {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
 
 
 def start_ranks(tmp_path, *flags, port=None):
@@ -83,6 +83,21 @@ def test_a_killed_rank_stops_the_other_with_one_line_and_the_run_resumes(tmp_pat
     assert len({d[1:] for d in digests(outputs)}) == 1
 
 
+def test_ctrl_c_stops_every_rank_after_the_same_update_with_a_checkpoint(tmp_path, clean_machine):
+    """Ctrl-C reaches every rank's runner (a terminal's process group): the ranks agree to stop after one update,
+    rank 0 saves that update's checkpoint, and both print the same weights."""
+    procs = start_ranks(tmp_path)
+    exp = tmp_path / "rank0" / "runs" / "dd"
+    wait_for_training(exp, procs[0], min_train_step=3)
+    for p in procs:
+        p.send_signal(signal.SIGINT)
+    outputs = [p.communicate(timeout=90)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    (_, step0, _, weights0), (_, step1, _, weights1) = digests(outputs)
+    assert (step0, weights0) == (step1, weights1)
+    assert load_checkpoint(list_checkpoints(checkpoint_dir(str(exp), 0))[-1])["train_step"] == int(step0)
+
+
 @pytest.mark.parametrize("algo", ["appo", "ver"])
 def test_a_straggling_rank_is_preempted(tmp_path, algo, clean_machine):
     """Rank 0's envs cost 20x rank 1's: with --preemption_threshold 0.5 rank 1's finished batches preempt rank 0,
@@ -115,10 +130,12 @@ def test_two_torchrun_launches_on_loopback_train_together(tmp_path, clean_machin
 
 
 @pytest.mark.parametrize("flags, needle", [
-    (["--batch_size", 99, "--rollout", 33, "--num_batches_per_epoch", 3], "must be divisible by the number of ranks (2)"),
+    (["--batch_size", 99, "--rollout", 33, "--num_batches_per_epoch", 3],
+     "must be divisible by the number of ranks (2)"),
     (["--num_policies", 2], "--num_policies > 1 (train one policy per launch) cannot run under torchrun"),
     (["--device", "cuda"], "torch sees no CUDA GPU"),
-    (["--algo", "ppo", "--batch_size", 2048], "--batch_size must be 1024 (workers x envs per worker x agents per env x rollout x ranks)"),
+    (["--algo", "ppo", "--batch_size", 2048],
+     "--batch_size must be 1024 (workers x envs per worker x agents per env x rollout x ranks)"),
 ])
 def test_distributed_bad_input_is_one_line_and_exit_2(tmp_path, flags, needle):
     if "cuda" in flags and torch.cuda.is_available():
@@ -126,6 +143,14 @@ def test_distributed_bad_input_is_one_line_and_exit_2(tmp_path, flags, needle):
     r = run_python("-m", "asyncrl", *CARTPOLE, *flags, cwd=tmp_path, env=rank_env(0, free_port()), timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
     assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_ranks_on_one_machine_split_its_cores():
+    from asyncrl.distributed import Rank
+    assert [Rank(r, 4, r, 2).my_cores([0, 1, 2, 3]) for r in (0, 1)] == [[0, 1], [2, 3]]
+    assert [Rank(r, 2, r, 2).my_cores([0, 1, 2]) for r in (0, 1)] == [[0], [1]]
+    assert [Rank(r, 3, r, 3).my_cores([0, 1]) for r in (0, 1, 2)] == [[0], [1], [0]]
+    assert Rank().my_cores([0, 1]) == [0, 1]
 
 
 def test_advantages_are_normalized_over_every_ranks_minibatch():

@@ -130,7 +130,10 @@ def test_dead_learner_stops_the_run_and_keeps_its_checkpoints(tmp_path, clean_ma
                      "--experiment_summaries_interval", 1)
     wait_for_training(tmp_path / "dl", proc, min_train_step=20)
     ckpt_dir = tmp_path / "dl" / "checkpoint_p0"
-    assert glob.glob(str(ckpt_dir / "checkpoint_*.pth"))
+    deadline = time.time() + 30  # 20 updates can take less than --save_every_sec
+    while not glob.glob(str(ckpt_dir / "checkpoint_*.pth")):
+        assert time.time() < deadline and proc.poll() is None, "no checkpoint within 30 s"
+        time.sleep(0.2)
     learner = [p for p in psutil.process_iter(["name", "ppid"])
                if p.info["name"] == "asyncrl-learner-0" and p.info["ppid"] == proc.pid]
     learner[0].kill()

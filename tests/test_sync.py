@@ -44,14 +44,15 @@ def _run(runner, updates: int, max_rounds: int = 20_000) -> Learner:
     raise AssertionError(f"only {learner.train_step} of {updates} updates: a rollout never closed")
 
 
-@pytest.mark.parametrize("algo", ["ppo", "ver"])
-def test_sync_updates_learn_only_the_current_versions_samples_and_every_env_step_is_one(tmp_path, algo):
+@pytest.mark.parametrize("algo, use_rnn", [("ppo", False), ("ver", False), ("ver", True)])
+def test_sync_updates_learn_only_the_current_versions_samples_and_every_env_step_is_one(tmp_path, algo, use_rnn):
     """Every sample of an update was acted by the weights being trained (lag 0), ppo's update holds exactly
     --rollout actions of every env, ver's at least --batch_size and at most one env group more; no env step is lost
-    or counted twice (env steps = samples learned + samples still in flight)."""
+    or counted twice (env steps = samples learned + samples still in flight). With a GRU, ver's part-filled slots
+    are sequences that start from the state stored in their first row."""
     batch = {"ppo": 2 * 4 * 4, "ver": 24}[algo]
     runner = serial_runner(tmp_path, algo=algo, env="synthetic_constant", env_options=SYNTHETIC, batch_size=batch,
-                           with_vtrace=False)
+                           with_vtrace=False, use_rnn=use_rnn, rnn_size=8)
     learner = next(c for c in runner.components if isinstance(c, Learner))
     batches, stepped = _record_batches(learner), _count_env_steps(runner)
     _run(runner, updates=30)

@@ -89,7 +89,8 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(tmp_path, 
                 "--train_dir", tmp_path, "--experiment", "tl", "--gamma", 0.9, "--value_bootstrap", value_bootstrap,
                 "--train_for_env_steps", 100_000, "--experiment_summaries_interval", 1, "--seed", 1)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    last = read_stats(tmp_path / "tl")[-3:]
+    # the second half of the run (the last rows of a 3-second run may reach back to where the policy still learned)
+    last = [row for row in read_stats(tmp_path / "tl") if row["env_steps"] >= 50_000]
     reward_per_step = sum(row["episode_reward_mean"] for row in last) / len(last) / 20
     value_per_reward = sum(row["value"] for row in last) / len(last) / reward_per_step
     assert reward_per_step > 0.5, last[-1]  # the policy learned, so the values are of a good policy

@@ -26,7 +26,8 @@ import gymnasium as gym
 
 ENTRY_POINT_GROUP = "asyncrl.envs"
 # a rollout worker sets this environment variable to its index (among every rank's workers under torchrun) before it
-# makes its envs, for an env that wants to know which worker it runs in (e.g. to give workers different levels or costs; see synthetic.py's worker_cost)
+# makes its envs, for an env that wants to know which worker it runs in (e.g. to give workers different levels or
+# costs; see synthetic.py's worker_cost)
 WORKER_INDEX_VAR = "ASYNCRL_WORKER_INDEX"
 
 

@@ -12,7 +12,8 @@ simulator would (a busy loop, not a sleep).
   episode ends (terminated) after agent_episode_lens[i] steps if given, the others' at the time limit
   `episode_len` (truncated), so agents can leave an episode before the rest.
 `worker_cost` (a list) multiplies the cost in rollout worker i's envs by worker_cost[i] (i counts every rank's workers
-under torchrun), and each episode reports the worker's index (episode_stats "worker"): for benchmarks of workers of unequal speed.
+under torchrun), and each episode reports the worker's index (episode_stats "worker"): for benchmarks of workers of
+unequal speed.
 Options for fault tests: `error_prob` makes a step raise with that probability; `hang_once_file` makes the
 first env that reaches step 50 hang forever, unless that file exists (it creates it first).
 """

@@ -74,7 +74,7 @@ import torch
 from torch import nn
 
 from asyncrl.config import PER_POLICY_HPARAMS, Config
-from asyncrl.model import state_tensors
+from asyncrl.model import flat_state, state_tensors
 
 NO_POLICY = -1  # agent_policy of an agent that is out of its env's episode (it waits for the others)
 
@@ -192,7 +192,7 @@ class SharedBuffers:
 
 def _write_weights(weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tensor, index, model: nn.Module,
                    version: int) -> None:
-    flat = torch.cat([t.detach().reshape(-1).float().cpu() for t in state_tensors(model)])
+    flat = flat_state(model)
     seq[index] += 1  # odd: write in progress
     weights[index].copy_(flat)
     versions[index] = version

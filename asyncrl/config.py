@@ -371,7 +371,8 @@ def algo_defaults(values: dict) -> dict:
     if values["algo"] not in SYNC_ALGOS:
         return {}
     defaults = {"with_vtrace": False}
-    if values["algo"] == "ppo":  # under torchrun (WORLD_SIZE ranks) --batch_size is the batch of all ranks together
+    if values["algo"] == "ppo":  # under torchrun --batch_size is the batch of all ranks together
+        from asyncrl.distributed import this_rank  # (distributed.py imports this module)
         defaults["batch_size"] = (values["num_workers"] * values["num_envs_per_worker"] * max(1, values["agents_per_env"])
-                                  * values["rollout"] * int(os.environ.get("WORLD_SIZE", 1)))
+                                  * values["rollout"] * this_rank().world_size)
     return defaults

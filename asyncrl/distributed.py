@@ -153,9 +153,9 @@ class Preemption:
         return self.store.add(self._key(update), 0) >= self.needed
 
 
-def preemption(cfg, timeout_s: float | None = None) -> Preemption | None:
+def preemption(cfg) -> Preemption | None:
     """The straggler rule for this process, if it runs under torchrun with --preemption_threshold below 1."""
     rank = this_rank()
     if not rank.distributed or cfg.preemption_threshold >= 1:
         return None
-    return Preemption(rank, cfg.preemption_threshold, cfg.preemption_min_fraction, timeout_s or cfg.dist_timeout)
+    return Preemption(rank, cfg.preemption_threshold, cfg.preemption_min_fraction, cfg.dist_timeout)

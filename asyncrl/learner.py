@@ -13,7 +13,7 @@ from asyncrl.buffers import SharedBuffers, slots_per_batch
 from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint, save_checkpoint
 from asyncrl.config import Config
 from asyncrl.distributed import Collective, RankLost, preemption, this_rank
-from asyncrl.model import build_model, low_precision, num_state_floats, state_tensors
+from asyncrl.model import build_model, flat_state, low_precision, num_state_floats, state_tensors
 from asyncrl.queues import NEW_VERSION, Empty, Queues
 from asyncrl.rollout_worker import RunStopped
 from asyncrl.timing import Timing
@@ -35,7 +35,7 @@ def pack_state(model: torch.nn.Module, optimizer: torch.optim.Adam, out: torch.T
     Adam has not stepped yet counts as zero moments)."""
     params = list(model.parameters())
     moments = [optimizer.state.get(p, {}) for p in params]
-    parts = [t.detach().reshape(-1).float().cpu() for t in state_tensors(model)]
+    parts = [flat_state(model)]
     for key in ("exp_avg", "exp_avg_sq"):
         parts += [m[key].reshape(-1).float().cpu() if key in m else torch.zeros(p.numel()) for p, m in zip(params, moments)]
     step = max([float(m["step"]) for m in moments if "step" in m], default=0.0)
@@ -232,8 +232,7 @@ class Learner:
 
     def weights_digest(self) -> str:
         """A short hash of the weights: equal on every rank of a distributed run (printed when a learner stops)."""
-        flat = torch.cat([t.detach().reshape(-1).float().cpu() for t in state_tensors(self.model)])
-        return hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]
+        return hashlib.sha256(flat_state(self.model).numpy().tobytes()).hexdigest()[:16]
 
     def _snapshot(self) -> None:
         """A frozen copy of the current weights joins this policy's pool, replacing the oldest once it is full."""

@@ -260,5 +260,10 @@ def state_tensors(model: nn.Module) -> list[torch.Tensor]:
     return list(model.parameters()) + list(model.buffers())
 
 
+def flat_state(model: nn.Module) -> torch.Tensor:
+    """state_tensors as one float32 CPU vector (what the shared weight tensors hold)."""
+    return torch.cat([t.detach().reshape(-1).float().cpu() for t in state_tensors(model)])
+
+
 def num_state_floats(model: nn.Module) -> int:
     return sum(t.numel() for t in state_tensors(model))

@@ -37,8 +37,7 @@ class RolloutBudget:
     def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers):
         self.cfg, self.policy_id, self.buffers = cfg, policy_id, buffers
         self.version, self.issued = -1, 0
-        self.closed = False     # no more actions this version
-        self.announced = False  # the closed rollout's count is in shared memory
+        self.closed = False  # no more actions this version (and the count is in shared memory)
         # ppo: actions of each agent this version
         self.agent_actions = torch.zeros(len(buffers.agent_policy), dtype=torch.int64)
         self.waiting: list[tuple[int, int]] = []  # requests for the next version
@@ -49,10 +48,10 @@ class RolloutBudget:
     def admit(self, requests: list, version: int, group_agents: dict) -> tuple[list, list]:
         """(requests to serve now, requests that now wait for the next version: their groups end the rollout)."""
         if version != self.version:  # a new rollout: the requests that waited for it come first
-            self.version, self.issued, self.closed, self.announced = version, 0, False, False
+            self.version, self.issued, self.closed = version, 0, False
             self.agent_actions.zero_()
             requests, self.waiting = self.waiting + requests, []
-        served, deferred = [], []
+        served, deferred, was_closed = [], [], self.closed
         for request in requests:
             agents = group_agents[request]
             agents = agents[self.buffers.agent_policy[agents] == self.policy_id]
@@ -64,7 +63,7 @@ class RolloutBudget:
             self.agent_actions[agents] += 1
             self.closed = self.cfg.algo == "ver" and self.issued >= self.budget
         self.waiting += deferred
-        if not self.announced:
+        if not was_closed:
             self._maybe_close()
         return served, deferred
 
@@ -79,7 +78,6 @@ class RolloutBudget:
                 self.preemption.preempts(self.version, self.issued, self.budget):
             self.closed, preempted = True, max(0, self.budget - self.issued)
         if self.closed:
-            self.announced = True
             self.buffers.rollout_preempted[self.policy_id] = preempted
             self.buffers.rollout_issued[self.policy_id] = self.issued
 

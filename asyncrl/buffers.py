@@ -20,7 +20,7 @@ full index queues hand slots back and forth.
                                         episode's final observation (and recurrent state) for the learner to
                                         bootstrap from (--value_bootstrap; see vtrace.py)
     traj_policy_version [S, T]          version of the weights that chose a_t (policy lag = learner's - this); -1 in a
-                                        row no policy has acted in yet
+                                        row no policy acted in during the slot's current use (padding, final rows)
 
 Agents (A = num_workers * num_envs_per_worker * agents_per_env): what a policy worker must know to
 serve an agent's request, written by its rollout worker before the request is sent.
@@ -54,6 +54,9 @@ rollout's budget is spent, then closes the rollout; the learner learns once it h
                             policy worker), -1 while it is open (set by the learner before it publishes a version)
     rollout_preempted [P]   under torchrun: actions of the closed rollout's budget not handed out because DD-PPO's
                             straggler rule stopped it early (0: it was not)
+    rollout_carried [A, 3]  per agent whose group was mid-step when the rollout closed (VER's carry-over): the slot,
+                            row and version of its action in flight; -1 for the others (written by the policy worker
+                            before rollout_issued)
 
 Several ranks (torchrun, distributed.py):
     stop_requested  [1]     the runner asks its learner to stop together with the other ranks' learners (they agree at
@@ -148,6 +151,7 @@ def buffer_layout(cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Spac
         "learner_state": ((P, learner_state_floats if cfg.with_pbt else 0), torch.float32),
         "rollout_issued": ((P,), torch.int64),
         "rollout_preempted": ((P,), torch.int64),
+        "rollout_carried": ((A, 3), torch.int64),
         "stop_requested": ((1,), torch.bool),
     }
 
@@ -163,6 +167,7 @@ class SharedBuffers:
         self.frozen_version.fill_(-1)
         self.traj_policy_version.fill_(-1)
         self.rollout_issued.fill_(-1)
+        self.rollout_carried.fill_(-1)
 
     # --- weights: learner -> policy workers
     def publish_weights(self, policy_id: int, model: nn.Module, version: int) -> None:

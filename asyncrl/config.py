@@ -54,6 +54,7 @@ class Config:
     # --- algorithm
     algo: str = _f("appo", "appo: asynchronous PPO with V-trace (collection never waits for learning). ppo: synchronous PPO, every env steps exactly --rollout steps per update in lock-step (Sample Factory's --async_rl False). ver: synchronous PPO with variable experience rollouts (VER): each update learns from --batch_size steps of whichever envs produced them, so fast envs contribute more and slow ones do not hold them back. ppo and ver learn on-policy (weights fixed during collection) with GAE.", choices=list(ALGOS))
 
+    preemption_rule: str = _f("ddppo", "Under torchrun, when a rank stops collecting for an update. ddppo: DD-PPO's straggler rule (--preemption_threshold). optimal (--algo ppo/ver): VER's estimate: every rank stops at the collection time that maximises the steps all ranks collect per second of an update, from their rates in the last update and the time learning took.", choices=["ddppo", "optimal"])
     preemption_threshold: float = _f(0.6, "Under torchrun (DD-PPO's straggler rule): once this fraction of the ranks has collected its batch for an update, the others stop collecting as soon as they hold --preemption_min_fraction of theirs, and learn from that. 1: never preempt.")
     preemption_min_fraction: float = _f(0.25, "The least fraction of its batch a rank collects before it may be preempted.")
     dist_timeout: float = _f(30.0, "Under torchrun (several ranks): seconds a rank waits for the others in a collective (the gradient all-reduce) before it declares one dead and stops the run.")
@@ -232,8 +233,12 @@ class Config:
         return self.algo in SYNC_ALGOS
 
     def _validate_sync(self) -> None:
-        """Options only asynchronous APPO has: with --algo ppo/ver one line that says which to drop."""
+        """Options only asynchronous APPO has: with --algo ppo/ver one line that says which to drop (and the one
+        option APPO lacks)."""
         if not self.synchronous:
+            if self.preemption_rule == "optimal":
+                raise ConfigError("--preemption_rule optimal ends rollouts, which only --algo ppo and --algo ver have; "
+                                  "use --preemption_rule ddppo with --algo appo")
             return
         only_appo = [("--with_vtrace True", self.with_vtrace), ("--num_policies > 1", self.num_policies > 1),
                      ("--with_pbt True", self.with_pbt), ("--selfplay_snapshot_every_env_steps",

@@ -20,6 +20,7 @@ from asyncrl.timing import Timing
 from asyncrl.vtrace import from_importance_weights
 
 MAX_NAN_UPDATES_IN_A_ROW = 10
+LOSS_STATS = ("loss", "policy_loss", "value_loss", "entropy", "value")  # of a minibatch (_loss)
 # The input normalizer's statistics are updated from this many random valid observations per batch: as good an
 # estimate of per-pixel mean and variance over a run, at a quarter of the cost of using a whole 1024-sample batch.
 NORMALIZER_SAMPLES_PER_BATCH = 256
@@ -83,7 +84,13 @@ class Learner:
         self.env_steps = 0   # frames (frameskip included) of the samples this learner received
         self.nan_updates, self.nan_updates_in_a_row = 0, 0
         self.pending_slots: list[int] = []
-        self.pending_actions = 0  # ppo/ver: actions of the current version whose samples are in pending_slots
+        self.pending_actions = 0  # ppo/ver: actions whose samples are in pending_slots
+        # ppo/ver's carry-over: slots whose first rows were learned while their group was mid-step -> (rows learned,
+        # version of the action in flight then); the actions in flight at the last rollout's close
+        self.carried_rows: dict[int, tuple[int, int]] = {}
+        self.carried_in = 0
+        self.rows_from = self.rows_to = None  # of the batch being learned: each slot's rows that belong to it
+        self.lent_slots = 0  # of the batch being learned: the last ones are still being filled (not freed)
         self.snapshots = 0  # frozen past versions this learner has written to its pool (self-play)
         self.last_checkpoint = time.monotonic()
         self.timing = Timing(f"learner_{policy_id}")
@@ -163,25 +170,71 @@ class Learner:
         return False
 
     def _next_rollout(self, timeout: float) -> torch.Tensor | None:
-        """ppo/ver: every slot of the current version's rollout, once the policy worker has closed it and the samples
-        of all the actions it handed out have arrived (the rows acted with this version; stale rows hold older ones)."""
+        """ppo/ver: the slots of the current rollout, once the policy worker has closed it and the samples of all the
+        actions it handed out have arrived, except those of groups still mid-step (VER's carry-over): the rows those
+        finished before are read where they lie (their slots stay with their rollout workers), and their actions in
+        flight are samples of the next rollout. Sets self.rows_from / rows_to: each slot's rows that are this
+        rollout's."""
         try:
             with self.timing.phase("wait_batch"):
                 new = self.full_slots.get_many(block=timeout > 0, timeout=timeout)
         except Empty:
             new = []
-        if new:
-            self.pending_slots += new
-            self.pending_actions += int((self.buffers.traj_policy_version[new] == self.train_step).sum())
+        for slot in new:
+            self.pending_actions += self._acted_rows(slot, self.carried_rows.get(slot, (0,))[0], self.cfg.rollout)
+        self.pending_slots += new
         issued = int(self.buffers.rollout_issued[self.policy_id])
-        if issued < 0 or self.pending_actions < issued:
+        if issued < 0:
             return None
-        if self.pending_actions > issued:
-            raise RuntimeError(f"policy {self.policy_id}: {self.pending_actions} samples of version {self.train_step} "
-                               f"arrived, but {issued} actions were handed out")
-        slots, self.pending_slots, self.pending_actions = torch.tensor(self.pending_slots), [], 0
+        lent = self._rows_of_groups_in_flight()
+        expected = issued + self.carried_in - len(lent)
+        have = self.pending_actions + sum(self._acted_rows(slot, first, row) for slot, first, row, _ in lent)
+        if have < expected:
+            return None
+        if have > expected:
+            raise RuntimeError(f"policy {self.policy_id}: {have} samples of rollout {self.train_step} arrived, but "
+                               f"{expected} actions were handed out for it")
+        slots = self.pending_slots + [slot for slot, first, row, _ in lent if row > first]
+        self.rows_from = torch.tensor([self.carried_rows.pop(s, (0,))[0] for s in self.pending_slots] +
+                                      [first for _, first, row, _ in lent if row > first])
+        self.rows_to = torch.tensor([self.cfg.rollout] * len(self.pending_slots) +
+                                    [row for _, first, row, _ in lent if row > first])
+        self.lent_slots = len(slots) - len(self.pending_slots)
+        self.carried_rows.update({slot: (row, version) for slot, _, row, version in lent})
+        self.carried_in, self.pending_slots, self.pending_actions = len(lent), [], 0
         self.preempted_steps = int(self.buffers.rollout_preempted[self.policy_id])
-        return slots
+        return torch.tensor(slots, dtype=torch.int64)
+
+    def _rows_of_groups_in_flight(self) -> list[tuple[int, int, int, int]]:
+        """(slot, first row to learn, row of the action in flight, its version) per agent whose group was mid-step
+        when the rollout closed and whose slot has not arrived. An entry of an older version is one carried before:
+        it still counts while its slot is out (carried_rows matches), else it is stale (its slot came back since)."""
+        pending = set(self.pending_slots)
+        entries = self.buffers.rollout_carried
+        lent = []
+        for slot, row, version in entries[entries[:, 0] >= 0].tolist():
+            if slot in pending:
+                continue  # its slot came back whole: the action in flight finished into this rollout
+            if version < self.train_step and self.carried_rows.get(slot) != (row, version):
+                continue
+            lent.append((slot, self.carried_rows.get(slot, (0,))[0], row, version))
+        return lent
+
+    def _in_rollout(self, valid: torch.Tensor) -> torch.Tensor:
+        """ppo/ver: the valid rows [B, T] of the batch's slots that are this rollout's (the others are learned in
+        another one)."""
+        if self.rows_from is None:
+            return valid
+        row = torch.arange(self.cfg.rollout)
+        return valid & (row >= self.rows_from[:, None]) & (row < self.rows_to[:, None])
+
+    def _free(self, slots: torch.Tensor) -> None:
+        """Hand the batch's slots back to the rollout workers, except those they are still filling."""
+        self.free_slots.put_many(slots[:len(slots) - self.lent_slots].tolist())
+
+    def _acted_rows(self, slot: int, first: int, end: int) -> int:
+        """Rows first..end-1 of the slot that hold an action (the others are padding or final-observation rows)."""
+        return int((self.buffers.traj_policy_version[slot, first:end] >= 0).sum())
 
     def _publish(self) -> None:
         """New weights for the policy workers. ppo/ver: they open the next rollout, and the policy workers, whose
@@ -198,7 +251,7 @@ class Learner:
             return
         with self.timing.phase("gather"):
             batch = self._gather(slots)
-            self.free_slots.put_many(slots.tolist())
+            self._free(slots)
         with self.timing.phase("train"):
             stats = self._train(batch)
         with self.timing.phase("publish"):
@@ -262,8 +315,8 @@ class Learner:
 
     def _count_and_recycle(self, slots: torch.Tensor) -> None:
         """--sampler_only: count the samples and hand the slots straight back (measures sampling alone)."""
-        self.env_steps += int(self.buffers.traj_valid[slots].sum()) * self.frameskip
-        self.free_slots.put_many(slots.tolist())
+        self.env_steps += int(self._in_rollout(self.buffers.traj_valid[slots]).sum()) * self.frameskip
+        self._free(slots)
         if self.cfg.synchronous:  # the next rollout needs a new version
             self.train_step += 1
             self._publish()
@@ -313,6 +366,7 @@ class Learner:
             ("obs", "obs"), ("actions", "actions"), ("behavior_logp", "action_logp"), ("behavior_values", "values"),
             ("rewards", "rewards"), ("dones", "dones"), ("valid", "valid"), ("policy_version", "policy_version"))}
         batch["chunk_states"] = b.traj_rnn_states[:, ::bptt].index_select(0, slots)
+        batch["valid"] = self._in_rollout(batch["valid"])
         # contiguous time-major: a minibatch of trajectories is then a copy of whole rows
         return {k: v.transpose(0, 1).contiguous().to(self.device, non_blocking=True) for k, v in batch.items()}
 
@@ -342,12 +396,27 @@ class Learner:
         self.train_step += 1
         self.preempted_updates += self.preempted_steps > 0
         valid_lag = lag[valid].float()
+        stats.update(batch_samples=int(valid.sum()), preempted_steps=self.preempted_steps)
+        if self.collective is not None:
+            stats = self._over_ranks(stats)
         stats.update(self._hp_stats())
         stats.update(train_step=self.train_step, env_steps=self.env_steps, lr=lr, nan_updates=self.nan_updates,
-                     batch_samples=int(valid.sum()), preempted_steps=self.preempted_steps,
                      preempted_updates=self.preempted_updates,
                      policy_lag_min=float(valid_lag.min()), policy_lag_mean=float(valid_lag.mean()),
                      policy_lag_max=float(valid_lag.max()), masked_fraction=1.0 - float(batch["mask"].sum()) / max(1, int(valid.sum())))
+        return stats
+
+    def _over_ranks(self, stats: dict) -> dict:
+        """Under torchrun, what rank 0 reports holds every rank's batch: losses averaged over the ranks (a rank whose
+        last minibatch was empty has none), samples summed. One small all-reduce that every rank makes."""
+        losses = [stats.get(key, 0.0) for key in LOSS_STATS]
+        has_losses = float(all(key in stats for key in LOSS_STATS))
+        totals = self.collective.sum(torch.tensor([has_losses, *(has_losses * v for v in losses), stats["batch_samples"],
+                                                   stats["preempted_steps"]], dtype=torch.float64, device=self.device))
+        ranks, *loss_sums, samples, preempted = totals.tolist()
+        stats.update(batch_samples=int(samples), preempted_steps=int(preempted))
+        if ranks:
+            stats.update({key: total / ranks for key, total in zip(LOSS_STATS, loss_sums)})
         return stats
 
     def _optimizer_step(self, mb: dict[str, torch.Tensor]) -> dict:

@@ -5,7 +5,8 @@ shared agent tables, observations and recurrent states from the shared trajector
 log-probs, values, the weights' version and the new recurrent states are written back in place.
 
 With --algo ppo/ver the policy worker also decides when a rollout ends (RolloutBudget): the requests past the
-budget wait for the next version, and their groups are told to send their slots to the learner.
+budget wait for the next version, and their groups are told to send their slots to the learner (except the groups
+still mid-step when the budget ran out: their slots go on into the next rollout, VER's carry-over).
 """
 
 from __future__ import annotations
@@ -32,40 +33,53 @@ class RolloutBudget:
     contribute more steps than slow ones; the budget may overrun by part of one group (a group is served whole).
     ppo (lock-step): --rollout actions per agent per version; the rollout ends once every group waits.
     Under torchrun, DD-PPO's straggler rule may end a rollout early (distributed.Preemption). A closed rollout's count
-    goes to shared memory (rollout_issued), where the learner waits for that many samples."""
+    goes to shared memory (rollout_issued), where the learner waits for that many samples, less the actions still in
+    flight: VER carries those into the next rollout (rollout_carried says where each one's row is)."""
 
-    def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers):
-        self.cfg, self.policy_id, self.buffers = cfg, policy_id, buffers
+    def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers, group_agents: dict):
+        self.cfg, self.policy_id, self.buffers, self.group_agents = cfg, policy_id, buffers, group_agents
         self.version, self.issued = -1, 0
         self.closed = False  # no more actions this version (and the count is in shared memory)
         # ppo: actions of each agent this version
         self.agent_actions = torch.zeros(len(buffers.agent_policy), dtype=torch.int64)
         self.waiting: list[tuple[int, int]] = []  # requests for the next version
+        self.in_flight: dict[tuple, torch.Tensor] = {}  # groups served whose next request has not come: their agents
+        self.carried: set[tuple] = set()  # groups in flight when this rollout closed: their slots go on into the next
+        self.served_at = torch.full((len(buffers.agent_policy), 3), -1)  # per agent: slot, row, version of its action
         self.num_groups = cfg.num_workers * cfg.worker_num_splits
         self.budget = cfg.batch_size if cfg.algo == "ver" else len(buffers.agent_policy) * cfg.rollout
         self.preemption = preemption(cfg)
 
-    def admit(self, requests: list, version: int, group_agents: dict) -> tuple[list, list]:
-        """(requests to serve now, requests that now wait for the next version: their groups end the rollout)."""
+    def admit(self, requests: list, version: int) -> tuple[list, list]:
+        """(requests to serve now, requests that now wait for the next version and whose groups end the rollout: send
+        their part-filled slots to the learner)."""
         if version != self.version:  # a new rollout: the requests that waited for it come first
-            self.version, self.issued, self.closed = version, 0, False
+            self.version, self.issued, self.closed, self.carried = version, 0, False, set()
             self.agent_actions.zero_()
+            if self.preemption is not None:
+                self.preemption.opened(version)
             requests, self.waiting = self.waiting + requests, []
         served, deferred, was_closed = [], [], self.closed
         for request in requests:
-            agents = group_agents[request]
+            self.in_flight.pop(request, None)
+            agents = self.group_agents[request]
             agents = agents[self.buffers.agent_policy[agents] == self.policy_id]
             if self.closed or (self.cfg.algo == "ppo" and bool((self.agent_actions[agents] >= self.cfg.rollout).any())):
                 deferred.append(request)
                 continue
             served.append(request)
+            self.in_flight[request] = agents
             self.issued += len(agents)
             self.agent_actions[agents] += 1
             self.closed = self.cfg.algo == "ver" and self.issued >= self.budget
         self.waiting += deferred
+        if served:  # their groups wait for these actions: the slots and rows cannot change under us
+            agents = torch.cat([self.in_flight[request] for request in served])
+            self.served_at[agents] = torch.stack([self.buffers.agent_slot[agents], self.buffers.agent_step[agents],
+                                                  torch.full_like(agents, version)], dim=1)
         if not was_closed:
             self._maybe_close()
-        return served, deferred
+        return served, [request for request in deferred if request not in self.carried]
 
     def _maybe_close(self) -> None:
         """Close the rollout if its budget is spent (ppo: every group waits) or the other ranks preempt it."""
@@ -78,8 +92,18 @@ class RolloutBudget:
                 self.preemption.preempts(self.version, self.issued, self.budget):
             self.closed, preempted = True, max(0, self.budget - self.issued)
         if self.closed:
+            self._carry_in_flight()
             self.buffers.rollout_preempted[self.policy_id] = preempted
             self.buffers.rollout_issued[self.policy_id] = self.issued
+
+    def _carry_in_flight(self) -> None:
+        """VER's carry-over: the learner does not wait for the groups still stepping their envs. It reads the rows they
+        finished where they lie, and their actions in flight become samples of the next rollout."""
+        carried = self.buffers.rollout_carried
+        carried.fill_(-1)
+        for agents in self.in_flight.values():
+            carried[agents] = self.served_at[agents]
+        self.carried = set(self.in_flight)
 
 
 class PolicyWorker:
@@ -101,7 +125,7 @@ class PolicyWorker:
                           ("traj_actions", "traj_action_logp", "traj_values", "traj_policy_version", "traj_rnn_states")}
         self.split_agents = {(w, s): torch.from_numpy(split_agents(cfg, w, s))
                              for w in range(cfg.num_workers) for s in range(cfg.worker_num_splits)}
-        self.budget = RolloutBudget(cfg, policy_id, buffers) if cfg.synchronous else None
+        self.budget = RolloutBudget(cfg, policy_id, buffers, self.split_agents) if cfg.synchronous else None
 
     def poll(self, timeout: float) -> bool:
         if self.version < 0:  # act only with the learner's weights, never with a random init of our own
@@ -120,8 +144,7 @@ class PolicyWorker:
         with self.timing.phase("read_weights"):
             self.version = self.buffers.read_weights(self.policy_id, self.model, self.version)
         if self.budget is not None:
-            requests, deferred = self.budget.admit([r for r in requests if r[0] != NEW_VERSION], self.version,
-                                                   self.split_agents)
+            requests, deferred = self.budget.admit([r for r in requests if r[0] != NEW_VERSION], self.version)
             for worker, split in deferred:
                 self.actions_ready[worker].put((split, END_ROLLOUT))
             if not requests:

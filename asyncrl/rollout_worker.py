@@ -82,6 +82,7 @@ class RolloutWorker:
         self.traj_rewards = buffers.traj_rewards.numpy()
         self.traj_dones = buffers.traj_dones.numpy()
         self.traj_valid = buffers.traj_valid.numpy()
+        self.traj_policy_version = buffers.traj_policy_version.numpy()
         self.traj_rnn_states = buffers.traj_rnn_states.numpy()
         self.agent_slot = buffers.agent_slot.numpy()
         self.agent_step = buffers.agent_step.numpy()
@@ -261,6 +262,7 @@ class RolloutWorker:
         self.traj_dones[slot, row] = True
         self.traj_rewards[slot, row] = 0
         self.traj_rnn_states[slot, row] = final_state
+        self.traj_policy_version[slot, row] = -1
         self.agent_step[agent] = row + 1
 
     def _start_episode(self, split: int, env_in_split: int, first_obs: list) -> None:
@@ -306,12 +308,15 @@ class RolloutWorker:
                   file=sys.stderr, flush=True)
         agents, local = self._env_agents(split, env_in_split)
         old_slots = self.agent_slot[agents].tolist()
+        if self.cfg.synchronous:  # the learner counts every action of a rollout: it gets the slots, as no samples
+            for slot, acted_rows in zip(old_slots, self.agent_step[agents] + self.playing[local]):  # + the failed step
+                self._pad_slot(slot, acted_rows)
+            self.traj_valid[old_slots] = False
         self.episode_return[local], self.episode_length[local] = 0, 0
         self.agent_rnn_state[agents] = 0
         for agent in agents:
             self._begin_slot(agent)
-        if self.cfg.synchronous:  # the learner counts every action of a rollout: it gets the slots, as no samples
-            self.traj_valid[old_slots] = False
+        if self.cfg.synchronous:
             self.queues.full_slots[0].put_many(old_slots)  # (ppo/ver train one policy)
         else:
             self.queues.free_slots.put_many(old_slots)  # never reach a learner: no corrupt sample is trained on
@@ -382,10 +387,8 @@ class RolloutWorker:
         """Send the agent's slot, filled up to end_step, to its policy's learner; the agent goes on in a new slot
         from next_obs (default: the observation in row end_step)."""
         slot = self.agent_slot[agent]
-        if end_step < self.cfg.rollout:  # padding: not a sample, and no value flows back through it
-            self.traj_valid[slot, end_step:] = False
-            self.traj_dones[slot, end_step:] = True
-            self.traj_rewards[slot, end_step:] = 0
+        if end_step < self.cfg.rollout:
+            self._pad_slot(slot, end_step)
         next_obs = self.traj_obs[slot, end_step] if next_obs is None else next_obs
         self._begin_slot(agent, next_obs)  # copy the bootstrap obs before the learner may recycle the slot
         player = self.agent_policy[agent]
@@ -393,6 +396,14 @@ class RolloutWorker:
             self.queues.full_slots[player].put(int(slot))
         else:  # a frozen past version played: its samples are never trained on
             self.queues.free_slots.put(int(slot))
+
+    def _pad_slot(self, slot: int, end_step: int) -> None:
+        """Rows from end_step on are padding: no sample, no value flows back through them, and no action was taken
+        in them in this use of the slot (ppo/ver's learner counts the actions a slot holds)."""
+        self.traj_valid[slot, end_step:] = False
+        self.traj_dones[slot, end_step:] = True
+        self.traj_rewards[slot, end_step:] = 0
+        self.traj_policy_version[slot, end_step:] = -1
 
     def _begin_slot(self, agent: int, first_obs: np.ndarray | None = None) -> None:
         slot = self._acquire_free_slot()

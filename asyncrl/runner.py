@@ -17,7 +17,7 @@ import torch
 from asyncrl.buffers import SharedBuffers, buffer_layout, layout_nbytes, num_agents, num_slots
 from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint
 from asyncrl.config import Config, ConfigError
-from asyncrl.distributed import Rank, this_rank
+from asyncrl.distributed import EpisodeRelay, Rank, this_rank
 from asyncrl.learner import Learner, learner_state_floats
 from asyncrl.model import build_model, num_state_floats
 from asyncrl.pbt import PopulationBasedTraining
@@ -144,6 +144,7 @@ class Runner:
         if rank.writes:
             self.stats.load_state(self.stats_state_path)
         self.learners_stopped = False  # under torchrun: the ranks' learners agreed to stop
+        self.relay = EpisodeRelay(rank) if rank.distributed else None  # under torchrun: every rank's episodes
         self.next_evaluation: list[int | None] = [None] * cfg.num_policies  # env steps of each policy's next one
         self.pbt = PopulationBasedTraining(cfg, self.buffers, self.queues.learner_commands, self.stats.policies) \
             if cfg.with_pbt else None
@@ -206,6 +207,9 @@ class Runner:
                     self.pbt.update()
                 if time.monotonic() - last_summary >= self.cfg.experiment_summaries_interval:
                     last_summary = time.monotonic()
+                    if self.relay is not None and self.stats.policies[0].launch_env_steps is not None:
+                        # rank 0's stats count every rank's episodes (once the learners have joined: the store is up)
+                        self.stats.handle(("episodes", self.relay.exchange()))
                     self.stats.summarize(self._seconds_left(), self._fraction_done())
             self._stop_with_the_other_ranks()
         except KeyboardInterrupt:
@@ -288,6 +292,8 @@ class Runner:
                 self.ratings.add_snapshot(*message[1:4])
             else:
                 self.stats.handle(message)
+                if message[0] == "episodes" and self.relay is not None:
+                    self.relay.add(message[1])
 
     def _check_children(self) -> None:
         """A dead learner stops the run (its last checkpoint stays); a dead worker restarts the workers;

@@ -5,8 +5,9 @@
 1. Preemption: 2 ranks (`torchrun --standalone --nproc_per_node 2`, gloo) train CartPole-v1 with DD-PPO's
    synchronous PPO (`--algo ppo`: every env steps --rollout steps per update), where steps take 3x as long in rank 0's
    envs as in rank 1's (benchmarks/slow_envs.py: 3 vs 1 ms slept per step, as a simulator's would take), with
-   `--preemption_threshold 0.5` (once one rank has its rollout, the other stops at a quarter of its own or later) vs
-   1 (never), on the same seeds: samples/s over the run and the final mean return. (APPO hides a straggler by itself: the fast rank's workers
+   DD-PPO's rule at `--preemption_threshold 0.5` (once one rank has its rollout, the other stops at a quarter of its
+   own or later), with VER's estimate (`--preemption_rule optimal`), and without preemption (threshold 1), on the
+   same seeds: samples/s over the run and the final mean return. (APPO hides a straggler by itself: the fast rank's workers
    go on collecting while its learner waits for the all-reduce.)
 2. Scaling: plain CartPole-v1, the same flags and global --batch_size, on 1 rank and on 2 ranks: frames/s and
    seconds to a mean return of 475. This machine has 2 cores, one per rank: the table shows
@@ -24,6 +25,8 @@ from _run import env_steps_per_second, first_reaching, machine, train_and_watch,
 
 SLOW_RANK_0 = ["--algo", "ppo", "--env", "benchmarks.slow_envs:cartpole", "--num_workers", "2",
                "--env_options", '{"step_s": 0.001, "worker_cost": [3, 3, 1, 1]}']  # workers 0, 1: rank 0's
+RULES = {"none": ["--preemption_threshold", "1"], "ddppo": ["--preemption_threshold", "0.5"],
+         "optimal": ["--preemption_rule", "optimal"]}
 
 
 def run(train_dir: str, name: str, flags: list[str], ranks: int, env_steps: int) -> list[dict]:
@@ -35,10 +38,10 @@ def run(train_dir: str, name: str, flags: list[str], ranks: int, env_steps: int)
 def preemption(train_dir: str, seeds: int, env_steps: int) -> list[dict]:
     runs = []
     for seed in range(seeds):
-        for threshold in (1.0, 0.5):
-            flags = [*SLOW_RANK_0, "--preemption_threshold", str(threshold), "--seed", str(seed)]
-            rows = run(train_dir, f"preempt_{threshold}_{seed}", flags, 2, env_steps)
-            runs.append({"preemption_threshold": threshold, "seed": seed, "samples_per_s": env_steps_per_second(rows),
+        for rule, rule_flags in RULES.items():
+            rows = run(train_dir, f"preempt_{rule}_{seed}", [*SLOW_RANK_0, *rule_flags, "--seed", str(seed)], 2,
+                       env_steps)
+            runs.append({"rule": rule, "seed": seed, "samples_per_s": env_steps_per_second(rows),
                          "final_return": rows[-1]["episode_reward_mean"],
                          "updates": rows[-1]["train_step"], "preempted_updates": rows[-1].get("preempted_updates", 0)})
             print(runs[-1], flush=True)
@@ -59,16 +62,20 @@ def scaling(train_dir: str, env_steps: int) -> list[dict]:
 def report(command: str, preempt: list[dict], scale: list[dict]) -> str:
     lines = ["# DD-PPO on this machine", "", f"Machine: {machine()}", "", f"Command: `{command}`", "",
              "## Preemption: `--algo ppo` on 2 ranks, rank 0's CartPole steps 3x slower", "",
-             "| seed | samples/s, no preemption | with (threshold 0.5) | ratio | final return: no preemption | with | "
-             "updates preempted |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    ratios = []
+             "| seed | rule | samples/s | ratio to none | final return | updates preempted |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    ratios: dict[str, list[float]] = {rule: [] for rule in RULES if rule != "none"}
     for seed in sorted({r["seed"] for r in preempt}):
-        off, on = (next(r for r in preempt if r["seed"] == seed and r["preemption_threshold"] == t) for t in (1.0, 0.5))
-        ratios.append(on["samples_per_s"] / off["samples_per_s"])
-        lines.append(f"| {seed} | {off['samples_per_s']:,.0f} | {on['samples_per_s']:,.0f} | {ratios[-1]:.2f} | "
-                     f"{off['final_return']:.1f} | {on['final_return']:.1f} | {on['preempted_updates']} of "
-                     f"{on['updates']} |")
-    lines += ["", f"Median ratio: **{statistics.median(ratios):.2f}**", "", "## 1 vs 2 ranks, plain CartPole-v1", "",
+        by_rule = {r["rule"]: r for r in preempt if r["seed"] == seed}
+        for rule, r in by_rule.items():
+            ratio = r["samples_per_s"] / by_rule["none"]["samples_per_s"]
+            if rule != "none":
+                ratios[rule].append(ratio)
+            lines.append(f"| {seed} | {rule} | {r['samples_per_s']:,.0f} | {ratio:.2f} | {r['final_return']:.1f} | "
+                         f"{r['preempted_updates']} of {r['updates']} |")
+    lines += ["", "Median ratio to no preemption: " +
+              ", ".join(f"{rule} **{statistics.median(values):.2f}**" for rule, values in ratios.items()), "",
+              "## 1 vs 2 ranks, plain CartPole-v1", "",
               "| ranks | frames/s | s to mean 475 | final return |", "| --- | --- | --- | --- |"]
     for r in scale:
         lines.append(f"| {r['ranks']} | {r['fps']:,.0f} | "

@@ -98,17 +98,22 @@ def test_ctrl_c_stops_every_rank_after_the_same_update_with_a_checkpoint(tmp_pat
     assert load_checkpoint(list_checkpoints(checkpoint_dir(str(exp), 0))[-1])["train_step"] == int(step0)
 
 
-@pytest.mark.parametrize("algo", ["appo", "ver"])
-def test_a_straggling_rank_is_preempted(tmp_path, algo, clean_machine):
-    """Rank 0's envs cost 20x rank 1's: with --preemption_threshold 0.5 rank 1's finished batches preempt rank 0,
-    which learns from part of its batch (preempted_steps in rank 0's stats), and the ranks' weights stay equal."""
-    procs = start_ranks(tmp_path, "--algo", algo, "--env", "synthetic_constant", "--env_options",
-                        '{"step_us": 100, "worker_cost": [20, 1]}', "--preemption_threshold", 0.5, "--rollout", 16,
+@pytest.mark.parametrize("algo, rule", [("appo", "ddppo"), ("ver", "ddppo"), ("ver", "optimal")])
+def test_a_straggling_rank_is_preempted(tmp_path, algo, rule, clean_machine):
+    """Rank 0's envs cost 20x rank 1's: with DD-PPO's rule (--preemption_threshold 0.5) rank 1's finished batches
+    preempt rank 0; with VER's estimate the best collection time is about rank 1's. Rank 0 learns from part of its
+    batch (preempted_steps in rank 0's stats), and the ranks' weights stay equal. Rank 0's stats count both ranks'
+    episodes (each env reports its worker's global index: rank 1's worker is 1, and its envs play most episodes)."""
+    procs = start_ranks(tmp_path, "--algo", algo, "--preemption_rule", rule, "--env", "synthetic_constant",
+                        "--env_options", '{"step_us": 100, "worker_cost": [20, 1]}', "--preemption_threshold", 0.5,
+                        "--rollout", 16,
                         "--batch_size", 512, "--num_batches_per_epoch", 2, "--train_for_env_steps", 20_000)
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     rows = read_stats(tmp_path / "rank0" / "runs" / "dd")
     assert max(row.get("preempted_steps", 0) for row in rows) > 0, rows[-1]
+    worker_means = [row["episode_worker_mean"] for row in rows if row.get("episode_worker_mean") is not None]
+    assert sum(worker_means) / len(worker_means) > 0.5, worker_means
     assert len({d[1:] for d in digests(outputs)}) == 1
 
 
@@ -166,3 +171,18 @@ def test_advantages_are_normalized_over_every_ranks_minibatch():
     together = losses.normalize(halves[0][0], halves[0][1], sum_over_two_ranks)
     whole = losses.normalize(advantages, mask)
     torch.testing.assert_close(together[halves[0][1]], whole[:, :3][halves[0][1]], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("rates, learn_s", [([3.0, 1.0], 0.05), ([3.0, 1.0], 5.0), ([20.0, 1.0, 1.1], 0.01),
+                                            ([1.0], 0.1), ([5.0, 4.0, 0.2, 0.1], 0.3)])
+def test_best_collection_time_maximises_steps_per_second(rates, learn_s):
+    """VER's estimate against a search over a fine grid of collection times (S(t) / (t + learn time), each rank
+    collecting at its rate until its batch is full)."""
+    from asyncrl.distributed import best_collection_time
+
+    def steps_per_second(t):
+        return sum(min(rate * t, 1.0) for rate in rates) / (t + learn_s)
+    grid = [i / 10_000 * 2 / min(rates) for i in range(1, 10_001)]
+    best = best_collection_time(rates, learn_s)
+    assert steps_per_second(best) >= max(map(steps_per_second, grid)) - 1e-9
+    assert best in [1 / rate for rate in rates]

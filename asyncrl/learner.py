@@ -14,7 +14,7 @@ from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoint
 from asyncrl.config import Config
 from asyncrl.distributed import Collective, RankLost, preemption, this_rank
 from asyncrl.model import build_model, flat_state, low_precision, num_state_floats, state_tensors
-from asyncrl.queues import NEW_VERSION, Empty, Queues
+from asyncrl.queues import NEW_VERSION, ROLLOUT_CLOSED, Empty, Queues
 from asyncrl.rollout_worker import RunStopped
 from asyncrl.timing import Timing
 from asyncrl.vtrace import from_importance_weights
@@ -180,6 +180,7 @@ class Learner:
                 new = self.full_slots.get_many(block=timeout > 0, timeout=timeout)
         except Empty:
             new = []
+        new = [slot for slot in new if slot != ROLLOUT_CLOSED]  # that message only wakes us
         for slot in new:
             self.pending_actions += self._acted_rows(slot, self.carried_rows.get(slot, (0,))[0], self.cfg.rollout)
         self.pending_slots += new

@@ -20,7 +20,7 @@ from asyncrl.buffers import SharedBuffers, frozen_id, split_agents
 from asyncrl.config import Config
 from asyncrl.distributed import preemption
 from asyncrl.model import build_model, low_precision
-from asyncrl.queues import END_ROLLOUT, NEW_VERSION, Empty, Queues
+from asyncrl.queues import END_ROLLOUT, NEW_VERSION, ROLLOUT_CLOSED, Empty, Queues
 from asyncrl.timing import Timing
 
 MAX_REQUESTS_PER_BATCH = 4096
@@ -36,8 +36,9 @@ class RolloutBudget:
     goes to shared memory (rollout_issued), where the learner waits for that many samples, less the actions still in
     flight: VER carries those into the next rollout (rollout_carried says where each one's row is)."""
 
-    def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers, group_agents: dict):
+    def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers, group_agents: dict, learner_slots):
         self.cfg, self.policy_id, self.buffers, self.group_agents = cfg, policy_id, buffers, group_agents
+        self.learner_slots = learner_slots  # the learner's full_slots queue: a close may complete its rollout
         self.version, self.issued = -1, 0
         self.closed = False  # no more actions this version (and the count is in shared memory)
         # ppo: actions of each agent this version
@@ -95,6 +96,7 @@ class RolloutBudget:
             self._carry_in_flight()
             self.buffers.rollout_preempted[self.policy_id] = preempted
             self.buffers.rollout_issued[self.policy_id] = self.issued
+            self.learner_slots.put(ROLLOUT_CLOSED)  # with every group mid-step, no slot would wake the learner
 
     def _carry_in_flight(self) -> None:
         """VER's carry-over: the learner does not wait for the groups still stepping their envs. It reads the rows they
@@ -125,7 +127,8 @@ class PolicyWorker:
                           ("traj_actions", "traj_action_logp", "traj_values", "traj_policy_version", "traj_rnn_states")}
         self.split_agents = {(w, s): torch.from_numpy(split_agents(cfg, w, s))
                              for w in range(cfg.num_workers) for s in range(cfg.worker_num_splits)}
-        self.budget = RolloutBudget(cfg, policy_id, buffers, self.split_agents) if cfg.synchronous else None
+        self.budget = RolloutBudget(cfg, policy_id, buffers, self.split_agents, queues.full_slots[policy_id]) \
+            if cfg.synchronous else None
 
     def poll(self, timeout: float) -> bool:
         if self.version < 0:  # act only with the learner's weights, never with a random init of our own

@@ -2,7 +2,8 @@
 dict of numbers): the data itself stays in the shared tensors of `buffers.py`.
 
     free_slots          -> rollout workers      slot index ready to be filled
-    full_slots[p]       -> learner p            slot index of a finished trajectory of policy p
+    full_slots[p]       -> learner p            slot index of a finished trajectory of policy p;
+                                                ROLLOUT_CLOSED: ppo/ver's policy worker closed the rollout
     policy_requests[p]  -> policy workers of p  (worker, split): that env group waits for actions;
                                                 (NEW_VERSION, version): ppo/ver's next rollout may start
     actions_ready[w]    -> rollout worker w     (split, policy): actions for that group are written;
@@ -29,6 +30,7 @@ Full = queue.Full
 ENV_RESULTS = -2
 END_ROLLOUT = -3
 NEW_VERSION = -1  # in place of a worker index on policy_requests
+ROLLOUT_CLOSED = -1  # in place of a slot index on full_slots
 
 _BYTES = 1 << 20  # 1 MiB per queue holds tens of thousands of index messages
 

@@ -70,7 +70,7 @@ def test_sync_updates_learn_every_env_step_once_and_only_ver_carries_actions_ove
     if algo == "ver":
         assert sum(b["carried_out"] for b in batches) > 0
     buffers, learned_rows = runner.buffers, lambda slot: learner.carried_rows.get(slot, (0,))[0]
-    arrived = [s for s in drain(runner.queues.full_slots[0])] + learner.pending_slots
+    arrived = [s for s in drain(runner.queues.full_slots[0]) if s >= 0] + learner.pending_slots  # not ROLLOUT_CLOSED
     not_learned = sum(int(buffers.traj_valid[s, learned_rows(s):].sum()) for s in arrived)
     not_learned += sum(int(buffers.traj_valid[s, learned_rows(s):t].sum())
                        for s, t in zip(buffers.agent_slot.tolist(), buffers.agent_step.tolist()))

@@ -233,6 +233,8 @@ class EpisodeRelay:
 
     def exchange(self) -> list:
         """Ranks after rank 0: send what finished since the last call. Rank 0: the other ranks' episodes sent since."""
+        if not self.working:
+            return []
         try:
             self.store = self.store or _store(self.TIMEOUT_S)
             return self._receive() if self.rank.writes else self._send()

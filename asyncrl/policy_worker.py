@@ -32,9 +32,10 @@ class RolloutBudget:
     ver (variable experience rollouts): --batch_size actions per version, to whichever groups ask first, so fast envs
     contribute more steps than slow ones; the budget may overrun by part of one group (a group is served whole).
     ppo (lock-step): --rollout actions per agent per version; the rollout ends once every group waits.
-    Under torchrun, DD-PPO's straggler rule may end a rollout early (distributed.Preemption). A closed rollout's count
-    goes to shared memory (rollout_issued), where the learner waits for that many samples, less the actions still in
-    flight: VER carries those into the next rollout (rollout_carried says where each one's row is)."""
+    Under torchrun, DD-PPO's straggler rule or VER's estimate may end a rollout early (distributed.Preemption,
+    OptimalPreemption). A closed rollout's count goes to shared memory (rollout_issued), where the learner waits for
+    that many samples, less the actions still in flight: VER carries those into the next rollout (rollout_carried
+    says where each one's row is)."""
 
     def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers, group_agents: dict, learner_slots):
         self.cfg, self.policy_id, self.buffers, self.group_agents = cfg, policy_id, buffers, group_agents

@@ -101,20 +101,23 @@ def test_actions_carried_over_count_until_their_slot_comes_back(tmp_path):
 
 def test_ver_gives_fast_envs_more_of_the_batch_than_lock_step(tmp_path):
     """Worker 0's envs cost 10x worker 1's (synthetic_constant's worker_cost): in ver their share of the samples falls
-    well below the half that lock-step ppo gives them. Each episode reports which worker played it."""
+    well below the half that lock-step ppo gives them. Each episode reports which worker played it; the share is
+    over every episode of the run (--stats_avg above their number). ppo learns at lag 0; ver's lag is 0 but for the
+    steps in flight at a rollout's end (a version older for each rollout they stayed in flight)."""
     shares = {}
     for algo in ("ppo", "ver"):
         r = run_cli("train", "--algo", algo, "--env", "synthetic_constant", "--env_options",
                     '{"step_us": 300, "episode_len": 8, "worker_cost": [10, 1]}', "--train_dir", tmp_path,
                     "--experiment", algo, "--num_workers", 2, "--num_envs_per_worker", 2, "--rollout", 8,
                     "--batch_size", 32, "--train_for_env_steps", 6000, "--experiment_summaries_interval", 1,
-                    "--use_rnn", "False", "--seed", 0)
+                    "--use_rnn", "False", "--seed", 0, "--stats_avg", 1000)
         assert r.returncode == 0, r.stdout + r.stderr
         rows = read_stats(tmp_path / algo)
-        assert {row.get("policy_lag_max") for row in rows} <= ({None, 0.0} if algo == "ppo" else {None, 0.0, 1.0})
+        lag_means = [row["policy_lag_mean"] for row in rows if row.get("policy_lag_mean") is not None]
+        assert max(lag_means) == 0 if algo == "ppo" else max(lag_means) < 0.2, lag_means
         last = rows[-1]
         shares[algo] = 1 - last["episode_worker_mean"]  # the fraction of episodes worker 0's envs played
-    assert shares["ppo"] == pytest.approx(0.5, abs=0.1), shares
+    assert shares["ppo"] == pytest.approx(0.5, abs=0.05), shares
     assert shares["ver"] < 0.3, shares
 
 
@@ -125,8 +128,8 @@ def test_sync_cartpole_learns_in_real_processes(tmp_path, algo, clean_machine):
     assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / algo)
     assert rows[-1]["episode_reward_mean"] > 150, rows[-1]
-    lags = {row.get("policy_lag_max") for row in rows} - {None}
-    assert lags == {0.0} if algo == "ppo" else lags <= {0.0, 1.0}  # ver: the actions in flight at a close
+    lag_means = [row["policy_lag_mean"] for row in rows if row.get("policy_lag_mean") is not None]
+    assert max(lag_means) == 0 if algo == "ppo" else max(lag_means) < 0.2  # ver: the steps in flight at a close
 
 
 def test_agents_that_leave_early_do_not_stall_a_lock_step_rollout(tmp_path):

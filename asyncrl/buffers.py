@@ -183,6 +183,10 @@ class SharedBuffers:
     def snapshot_weights(self, policy_id: int, k: int, model: nn.Module, version: int) -> None:
         _write_weights(self.frozen_weights, self.frozen_seq, self.frozen_version, (policy_id, k), model, version)
 
+    def restore_snapshot(self, policy_id: int, k: int, flat: torch.Tensor, version: int) -> None:
+        """A frozen version from a checkpoint (flat, as frozen_weights holds it) back into its pool entry."""
+        _write_flat(self.frozen_weights, self.frozen_seq, self.frozen_version, (policy_id, k), flat, version)
+
     def read_frozen_weights(self, policy_id: int, k: int, model: nn.Module, known_version: int) -> int:
         return _read_weights(self.frozen_weights, self.frozen_seq, self.frozen_version, (policy_id, k), model,
                              known_version)
@@ -197,7 +201,11 @@ class SharedBuffers:
 
 def _write_weights(weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tensor, index, model: nn.Module,
                    version: int) -> None:
-    flat = flat_state(model)
+    _write_flat(weights, seq, versions, index, flat_state(model), version)
+
+
+def _write_flat(weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tensor, index, flat: torch.Tensor,
+                version: int) -> None:
     seq[index] += 1  # odd: write in progress
     weights[index].copy_(flat)
     versions[index] = version

@@ -343,6 +343,10 @@ class Learner:
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "train_step": self.train_step, "env_steps": self.env_steps, "policy_id": self.policy_id,
                  "nan_updates": self.nan_updates, "hparams": self.buffers.hparams(self.policy_id)}
+        if self.cfg.frozen_pool_size:  # self-play: the pool of frozen past versions goes on after a resume
+            state["frozen_pool"] = {"weights": self.buffers.frozen_weights[self.policy_id].clone(),
+                                    "versions": self.buffers.frozen_version[self.policy_id].clone(),
+                                    "snapshots": self.snapshots}
         return save_checkpoint(self.checkpoint_dir, state, self.cfg.keep_checkpoints)
 
     def _load_latest_checkpoint(self) -> None:
@@ -357,6 +361,17 @@ class Learner:
         self.nan_updates = int(state.get("nan_updates", 0))
         if self.cfg.with_pbt and "hparams" in state:  # PBT's mutations survive a resume; without PBT the config rules
             self.hp = {**self.hp, **state["hparams"]}
+        if self.cfg.frozen_pool_size and "frozen_pool" in state:
+            self._restore_pool(state["frozen_pool"])
+
+    def _restore_pool(self, pool: dict) -> None:
+        """Self-play: the checkpoint's frozen versions back in their pool entries (as many as --selfplay_pool_size
+        keeps), each announced as a snapshot (the runner rates it from the policy's rating)."""
+        for k, version in enumerate(pool["versions"][:self.cfg.frozen_pool_size].tolist()):
+            if version >= 0:
+                self.buffers.restore_snapshot(self.policy_id, k, pool["weights"][k], version)
+                self.reports.put(("snapshot", self.policy_id, k, version, self.env_steps))
+        self.snapshots = int(pool["snapshots"])
 
     # --- one batch
     def _gather(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from helpers import drain, run_cli, serial_runner
 
 from asyncrl.buffers import frozen_id
@@ -80,6 +81,33 @@ def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a
         runner._drain_reports(0.0)
     assert runner.ratings.matches == len(matches)
     runner._stop_children()
+
+
+def test_the_frozen_pool_survives_a_resume(tmp_path):
+    """A checkpoint holds the pool: the resumed run's entries have the same versions and weights, are announced as
+    snapshots (rated), and the next snapshot replaces the oldest entry, as it would have without the restart."""
+    flags = dict(env="grid_duel", rollout=8, batch_size=64, selfplay_snapshot_every_env_steps=300, selfplay_pool_size=3,
+                 env_options={"max_steps": 12})
+    runner = serial_runner(tmp_path, **flags)
+    learner = next(c for c in runner.components if isinstance(c, Learner))
+    while learner.snapshots < 4:
+        for c in runner.components:
+            c.poll(0.0)
+    learner.save()
+    saved = runner.buffers.frozen_version[0].clone(), runner.buffers.frozen_weights[0].clone(), learner.snapshots
+    runner._stop_children()
+
+    resumed = serial_runner(tmp_path, **flags)
+    learner = next(c for c in resumed.components if isinstance(c, Learner))
+    assert torch.equal(resumed.buffers.frozen_version[0], saved[0]) and learner.snapshots == saved[2]
+    assert torch.equal(resumed.buffers.frozen_weights[0], saved[1])
+    announced = {(k, version) for kind, *rest in drain(resumed.queues.reports) if kind == "snapshot"
+                 for _, k, version, _ in [rest]}
+    assert announced == {(k, v) for k, v in enumerate(saved[0].tolist())}
+    learner._snapshot()
+    assert learner.snapshots % 3 == (saved[2] + 1) % 3 and resumed.buffers.frozen_version[0, saved[2] % 3] == \
+        learner.train_step
+    resumed._stop_children()
 
 
 def test_selfplay_run_rates_its_snapshots_and_match_plays_them(tmp_path):

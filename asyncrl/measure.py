@@ -85,11 +85,11 @@ def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
 
 
 # --- sampler and train: the engine itself
-def cpu_seconds_by_role() -> Counter:
-    """CPU seconds (user + system) used so far by this process ("runner") and its descendants: asyncrl's by their
-    title (learner, policy, rollout, eval, reaper), what a rollout worker started (VizDoom engines) as "env", what
-    the evaluator started as "eval" too; the rest as "other"."""
-    me, totals = psutil.Process(), Counter()
+def cpu_seconds_by_process() -> dict[int, tuple[str, float]]:
+    """pid -> (role, CPU seconds (user + system) used so far) of this process ("runner") and its descendants:
+    asyncrl's by their title (learner, policy, rollout, eval, reaper), what a rollout worker started (VizDoom engines)
+    as "env", what the evaluator started as "eval" too; the rest as "other"."""
+    me, totals = psutil.Process(), {}
     for proc in [me, *me.children(recursive=True)]:
         try:
             # a process title set by setproctitle comes back padded with spaces: its first word is the title
@@ -104,17 +104,22 @@ def cpu_seconds_by_role() -> Counter:
             role = owner.split("-")[1]
         else:
             role = {"rollout": "env", "eval": "eval"}.get(owner.split("-")[1] if owner else "", "other")
-        totals[role] += times.user + times.system
+        totals[proc.pid] = (role, times.user + times.system)
     return totals
 
 
 def _watch_cpu(start_s: float, end_s: float, cores_used: dict) -> None:
     """Fill cores_used with the CPU cores each role used on average between start_s and end_s from now."""
     time.sleep(start_s)
-    before, t0 = cpu_seconds_by_role(), time.monotonic()
+    before, t0 = cpu_seconds_by_process(), time.monotonic()
     time.sleep(end_s - start_s)
-    after, t1 = cpu_seconds_by_role(), time.monotonic()
-    cores_used.update({role: (after[role] - before[role]) / (t1 - t0) for role in after})
+    after, t1 = cpu_seconds_by_process(), time.monotonic()
+    # per process, under its role at the end: a child still starting at the first look has no title yet, and its
+    # start-up (imports) must count neither as "other" nor, later, as its role's work in the window
+    used = Counter()
+    for pid, (role, seconds) in after.items():
+        used[role] += seconds - before.get(pid, (role, 0.0))[1]
+    cores_used.update({role: seconds / (t1 - t0) for role, seconds in used.items()})
 
 
 def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -> dict:
@@ -146,7 +151,7 @@ def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -
 # --- the compute limit
 def process_tree_cpu_seconds() -> float:
     """CPU seconds (user + system) of this process and everything it started (e.g. VizDoom engines)."""
-    return sum(cpu_seconds_by_role().values())
+    return sum(seconds for _, seconds in cpu_seconds_by_process().values())
 
 
 def seconds_per_call(fn, min_seconds: float = 2.0, min_calls: int = 3, clock=time.perf_counter) -> float:

@@ -7,8 +7,8 @@
    envs as in rank 1's (benchmarks/slow_envs.py: 3 vs 1 ms slept per step, as a simulator's would take), with
    DD-PPO's rule at `--preemption_threshold 0.5` (once one rank has its rollout, the other stops at a quarter of its
    own or later), with VER's estimate (`--preemption_rule optimal`), and without preemption (threshold 1), on the
-   same seeds: samples/s over the run and the final mean return. (APPO hides a straggler by itself: the fast rank's workers
-   go on collecting while its learner waits for the all-reduce.)
+   same seeds: samples/s over the run and the final mean return. (APPO hides a straggler by itself: the fast rank's
+   workers go on collecting while its learner waits for the all-reduce.)
 2. Scaling: plain CartPole-v1, the same flags and global --batch_size, on 1 rank and on 2 ranks: frames/s and
    seconds to a mean return of 475. This machine has 2 cores, one per rank: the table shows
    what the second rank costs here, not what a second GPU or machine gives (README has the GPU commands).

@@ -19,8 +19,9 @@ def _record_batches(learner: Learner) -> list[dict]:
     def recording_train(batch):
         valid = batch["valid"]
         acted = batch["policy_version"][valid]
-        batches.append({"version": learner.train_step, "samples": int(valid.sum()), "acted_versions": set(acted.tolist()),
-                        "carried_in": int((acted < learner.train_step).sum()), "carried_out": learner.carried_in})
+        batches.append({"version": learner.train_step, "samples": int(valid.sum()),
+                        "acted_versions": set(acted.tolist()), "carried_in": int((acted < learner.train_step).sum()),
+                        "carried_out": learner.carried_in})
         return train(batch)
     learner._train = recording_train
     return batches

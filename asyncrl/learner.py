@@ -181,26 +181,27 @@ class Learner:
         except Empty:
             new = []
         new = [slot for slot in new if slot != ROLLOUT_CLOSED]  # that message only wakes us
-        for slot in new:
-            self.pending_actions += self._acted_rows(slot, self.carried_rows.get(slot, (0,))[0], self.cfg.rollout)
+        if new:
+            self.pending_actions += self._acted_rows(new, [self._learned_rows(s) for s in new],
+                                                     [self.cfg.rollout] * len(new))
         self.pending_slots += new
         issued = int(self.buffers.rollout_issued[self.policy_id])
         if issued < 0:
             return None
         lent = self._rows_of_groups_in_flight()
         expected = issued + self.carried_in - len(lent)
-        have = self.pending_actions + sum(self._acted_rows(slot, first, row) for slot, first, row, _ in lent)
+        learn_now = [(slot, first, row) for slot, first, row, _ in lent if row > first]  # rows to read where they lie
+        have = self.pending_actions + (self._acted_rows(*zip(*learn_now)) if learn_now else 0)
         if have < expected:
             return None
         if have > expected:
             raise RuntimeError(f"policy {self.policy_id}: {have} samples of rollout {self.train_step} arrived, but "
                                f"{expected} actions were handed out for it")
-        slots = self.pending_slots + [slot for slot, first, row, _ in lent if row > first]
+        slots = self.pending_slots + [slot for slot, _, _ in learn_now]
         self.rows_from = torch.tensor([self.carried_rows.pop(s, (0,))[0] for s in self.pending_slots] +
-                                      [first for _, first, row, _ in lent if row > first])
-        self.rows_to = torch.tensor([self.cfg.rollout] * len(self.pending_slots) +
-                                    [row for _, first, row, _ in lent if row > first])
-        self.lent_slots = len(slots) - len(self.pending_slots)
+                                      [first for _, first, _ in learn_now])
+        self.rows_to = torch.tensor([self.cfg.rollout] * len(self.pending_slots) + [row for _, _, row in learn_now])
+        self.lent_slots = len(learn_now)
         self.carried_rows.update({slot: (row, version) for slot, _, row, version in lent})
         self.carried_in, self.pending_slots, self.pending_actions = len(lent), [], 0
         self.preempted_steps = int(self.buffers.rollout_preempted[self.policy_id])
@@ -218,24 +219,31 @@ class Learner:
                 continue  # its slot came back whole: the action in flight finished into this rollout
             if version < self.train_step and self.carried_rows.get(slot) != (row, version):
                 continue
-            lent.append((slot, self.carried_rows.get(slot, (0,))[0], row, version))
+            lent.append((slot, self._learned_rows(slot), row, version))
         return lent
+
+    def _learned_rows(self, slot: int) -> int:
+        """How many of the slot's first rows an earlier rollout learned while its group was mid-step."""
+        return self.carried_rows.get(slot, (0,))[0]
+
+    def _rows_between(self, first, end) -> torch.Tensor:
+        """[B, T]: row t of slot b is in first[b]..end[b]-1."""
+        row = torch.arange(self.cfg.rollout)
+        return (row >= torch.as_tensor(first)[:, None]) & (row < torch.as_tensor(end)[:, None])
 
     def _in_rollout(self, valid: torch.Tensor) -> torch.Tensor:
         """ppo/ver: the valid rows [B, T] of the batch's slots that are this rollout's (the others are learned in
         another one)."""
-        if self.rows_from is None:
-            return valid
-        row = torch.arange(self.cfg.rollout)
-        return valid & (row >= self.rows_from[:, None]) & (row < self.rows_to[:, None])
+        return valid if self.rows_from is None else valid & self._rows_between(self.rows_from, self.rows_to)
 
     def _free(self, slots: torch.Tensor) -> None:
         """Hand the batch's slots back to the rollout workers, except those they are still filling."""
         self.free_slots.put_many(slots[:len(slots) - self.lent_slots].tolist())
 
-    def _acted_rows(self, slot: int, first: int, end: int) -> int:
-        """Rows first..end-1 of the slot that hold an action (the others are padding or final-observation rows)."""
-        return int((self.buffers.traj_policy_version[slot, first:end] >= 0).sum())
+    def _acted_rows(self, slots, first, end) -> int:
+        """Rows first[b]..end[b]-1 of slots[b], all b, that hold an action (the others are padding or final rows)."""
+        acted = self.buffers.traj_policy_version[torch.as_tensor(slots)] >= 0
+        return int((acted & self._rows_between(first, end)).sum())
 
     def _publish(self) -> None:
         """New weights for the policy workers. ppo/ver: they open the next rollout, and the policy workers, whose

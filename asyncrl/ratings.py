@@ -5,7 +5,8 @@ The runner owns them: rollout workers report each finished multi-agent episode a
 are ranked by score (ties are draws) and rated. A snapshot starts with the rating its policy had when it was taken;
 an overwritten pool entry is a new player. Each rating's mu goes to shared memory for --matchmaking rating; the
 ratings (ordinal = mu - 3 sigma, a conservative skill estimate) reach the stats, and every snapshot's rating history
-is kept in <experiment>/ratings.json, so one can check that later snapshots are rated higher.
+is kept in <experiment>/ratings.json, so one can check that later snapshots are rated higher. A resumed run reads
+it back: its policies and the frozen versions its checkpoints restore keep their ratings.
 """
 
 from __future__ import annotations
@@ -29,14 +30,33 @@ class Ratings:
         self.snapshots: dict[str, dict] = {}  # "policy_<p>@<train step>" -> its latest rating, while in the pool
         self.matches = 0
         self.path = os.path.join(cfg.experiment_dir, "ratings.json")
+        self.resumed = self._load()  # a resumed run's players by name, until each is back in play
         self._publish()
 
+    def _load(self) -> dict:
+        """A resumed run's ratings (ratings.json of its last stop): the policies' own now, and those of its frozen
+        versions once the learners announce them back in the pool (add_snapshot finds them by name)."""
+        try:
+            with open(self.path) as f:
+                saved = json.load(f)
+            players = {name: self.model.rating(mu=r["mu"], sigma=r["sigma"]) for name, r in saved["players"].items()}
+            self.snapshots, self.matches = dict(saved["snapshots"]), int(saved["matches"])
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            print(f"asyncrl: {self.path} is unreadable ({type(e).__name__}): ratings start afresh", flush=True)
+            return {}
+        for p in range(self.cfg.num_policies):
+            self.players[p] = players.pop(self.names[p], self.players[p])
+        return players
+
     def add_snapshot(self, policy: int, k: int, train_step: int) -> None:
-        """Frozen version k of `policy` was (re)written: a new player, starting from the policy's rating now."""
+        """Frozen version k of `policy` was (re)written: a new player, starting from the policy's rating now (or
+        the version's own rating, if a resumed run's checkpoint brought it back)."""
         i = frozen_id(self.cfg, policy, k)
-        source = self.players[policy]
-        self.players[i] = self.model.rating(mu=source.mu, sigma=source.sigma)
         self.names[i] = f"policy_{policy}@{train_step}"
+        source = self.resumed.pop(self.names[i], self.players[policy])
+        self.players[i] = self.model.rating(mu=source.mu, sigma=source.sigma)
         self._remember(i)
         self._publish()
 

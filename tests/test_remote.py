@@ -15,6 +15,7 @@ import pytest
 
 from asyncrl.envs import EnvError
 from asyncrl.remote import RemoteEnv, RemoteSettings, remote_parallel_env, side_channel
+from asyncrl.remote.client import RemoteEnvError
 from asyncrl.remote.wire import encode, pb
 from helpers import read_stats, run_cli, serial_runner, start_cli
 
@@ -186,6 +187,7 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
     oversized = [("Reset", b"\x0a" + rng.bytes(60_000), auth)] * 200  # each takes gRPC ~0.2 s to refuse: fewer
     codes = send_all([bad_message(i) for i in range(10_000)]) + send_all(oversized)
     assert None not in codes, f"message {codes.index(None)} was accepted"
+    assert_streams_refuse(channel, [payload for i in range(2_000) for m, payload, md in [bad_message(i)] if md == auth])
     stop.set()
     player.join()
     assert not good_errors, good_errors[:3]
@@ -194,6 +196,48 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
     assert {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED,
             grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED} <= set(codes)
     good.close()
+
+
+def assert_streams_refuse(channel, bad_payloads):
+    """On a StepStream: every bad request gets a reply with an error code and the stream goes on; a stream without
+    the token is refused; streams beyond the server's cap (its envs x agents: 2, the good client holds one) are
+    refused while the others stay open."""
+    stream = channel.stream_stream("/asyncrl.remote.EnvServer/StepStream")
+    auth = [("authorization", "Bearer tok")]
+    replies = [pb.StepReply.FromString(r) for r in stream(iter(bad_payloads), metadata=auth, timeout=60)]
+    assert len(replies) == len(bad_payloads) and all(r.error_code and r.error_message for r in replies)
+    with pytest.raises(grpc.RpcError) as refused:
+        list(stream(iter(bad_payloads[:1]), timeout=10))
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    held = threading.Event()
+    holding = stream(iter(held.wait, True), metadata=auth)  # open, sends nothing until released
+    time.sleep(0.5)
+    with pytest.raises(grpc.RpcError) as over_cap:
+        list(stream(iter(bad_payloads[:1]), metadata=auth, timeout=10))
+    assert over_cap.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    holding.cancel()
+    held.set()
+
+
+def test_a_silent_server_fails_the_step_within_the_timeout():
+    """A server that stops answering (SIGSTOP) fails a step on its stream after --remote_timeout, not never; once it
+    answers again, a reset reopens the env and stepping goes on."""
+    server, address = start_server("--env", MARKED, "--num_envs", "2")
+    process = next(p for p in psutil.Process(server.pid).children() if p.cmdline()[0] == "asyncrl-env-server")
+    env = RemoteEnv(address, timeout=1.0)
+    env.reset()
+    env.step(1)
+    process.suspend()
+    try:
+        started = time.monotonic()
+        with pytest.raises(RemoteEnvError, match="DEADLINE_EXCEEDED"):
+            env.step(1)
+        assert 0.9 < time.monotonic() - started < 3.0
+    finally:
+        process.resume()
+    env.reset()
+    assert env.step(1)[1] == 1.0
+    env.close()
 
 
 def _one_trajectory(rows) -> bool:

@@ -95,6 +95,13 @@ def test_the_frozen_pool_survives_a_resume(tmp_path):
             c.poll(0.0)
     learner.save()
     saved = runner.buffers.frozen_version[0].clone(), runner.buffers.frozen_weights[0].clone(), learner.snapshots
+    for kind, *rest in drain(runner.queues.reports):
+        if kind == "snapshot":
+            runner.ratings.add_snapshot(*rest[:3])
+    pool = [frozen_id(runner.cfg, 0, k) for k in range(3)]
+    runner.ratings.add_matches([([0, i], [1.0, 0.0]) for i in pool] * 5 + [([pool[0], pool[1]], [1.0, 0.0])])
+    rated = {runner.ratings.names[i]: runner.ratings.players[i].mu for i in [0, *pool]}
+    runner.ratings.save()
     runner._stop_children()
 
     resumed = serial_runner(tmp_path, **flags)
@@ -104,6 +111,10 @@ def test_the_frozen_pool_survives_a_resume(tmp_path):
     announced = {(k, version) for kind, *rest in drain(resumed.queues.reports) if kind == "snapshot"
                  for _, k, version, _ in [rest]}
     assert announced == {(k, v) for k, v in enumerate(saved[0].tolist())}
+    for k, version in announced:  # the resumed policy and its restored versions keep their ratings
+        resumed.ratings.add_snapshot(0, k, version)
+    assert {resumed.ratings.names[i]: resumed.ratings.players[i].mu for i in [0, *pool]} == rated
+    assert resumed.ratings.matches == runner.ratings.matches
     learner._snapshot()
     assert learner.snapshots % 3 == (saved[2] + 1) % 3 and resumed.buffers.frozen_version[0, saved[2] % 3] == \
         learner.train_step

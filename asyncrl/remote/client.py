@@ -3,8 +3,9 @@
 Each `RemoteAgents` is one env instance on an env server (service.py), with the engine's list-of-agents interface
 (envs/multi_agent.py). A process keeps one gRPC channel and one lease per server (`Connection`), and
 `begin_group_step` sends a whole env group's actions as one request per server (a rollout worker's group is
-placed on one server: `RemoteFactory`); the worker reads each env's results once the replies are in. Observations arrive as typed arrays whose bytes the worker copies
-straight into its shared slots.
+placed on one server: `RemoteFactory`), on the connection's step stream when the client acts for every agent of
+its envs (`StepStream`), else as a unary call; the worker reads each env's results once the replies are in.
+Observations arrive as typed arrays whose bytes the worker copies straight into its shared slots.
 
 Faults: every call has a deadline; calls that are safe to repeat are retried with backoff while the server is
 unreachable. A server that restarted (its run id changed) or that cannot be reached makes the env raise
@@ -14,11 +15,14 @@ reopens it, waits for the server (--remote_reconnect True) or stops the run.
 
 from __future__ import annotations
 
+import atexit
+import collections
 import itertools
 import json
+import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import grpc
@@ -92,6 +96,7 @@ class Connection:
         self.stub = pb_grpc.EnvServerStub(self.channel)
         self.metadata = [("authorization", f"Bearer {settings.auth_token}")] if settings.auth_token else None
         self.sender = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"asyncrl-remote-{address}")
+        self.stream: StepStream | None = None
         self.lease = ""
         self.down = False  # the last call found the server unavailable: the next ones fail fast, without retries
 
@@ -119,13 +124,25 @@ class Connection:
         return self.sender.submit(getattr(self.stub, method), request, timeout=self.settings.timeout,
                                   metadata=self.metadata)
 
+    def send_step(self, request: pb.StepRequest, on_stream: bool) -> Future:
+        """A group's step sent without waiting: on the connection's step stream if `on_stream` (its lease acts for
+        every agent of its envs, so no step waits on another client), else as a unary call."""
+        if not on_stream:
+            return self.send("Step", request)
+        if self.stream is None or self.stream.broken:
+            self.stream = StepStream(self)
+        return self.stream.send(request)
+
     def error(self, method: str, e: grpc.RpcError) -> Exception:
+        return self.status_error(method, e.code(), e.details())
+
+    def status_error(self, method: str, code: grpc.StatusCode, details: str) -> Exception:
         where = f"env server {self.address}: {method}"
-        if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            return ServerUnavailable(f"{where}: {e.code().name} ({e.details()})")
-        if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
-            return ServerRestarted(f"{where}: {e.details()}")
-        return RemoteEnvError(f"{where}: {e.code().name}: {e.details()}")
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return ServerUnavailable(f"{where}: {code.name} ({details})")
+        if code == grpc.StatusCode.FAILED_PRECONDITION:
+            return ServerRestarted(f"{where}: {details}")
+        return RemoteEnvError(f"{where}: {code.name}: {details}")
 
     def open_env(self) -> tuple[int, str]:
         """Open one more env on this connection's lease (a new lease if it has none, or lost it)."""
@@ -143,6 +160,73 @@ class Connection:
         request = pb.SideChannelRequest(lease="" if whole_server else self.lease)
         encode_values(values or {}, request.values)
         return decode_values(self.call("SideChannel", request).values)
+
+
+STATUS_OF_CODE = {code.value[0]: code for code in grpc.StatusCode}
+
+
+class StepStream:
+    """A connection's open StepStream call: requests go out in order and each reply completes the oldest waiting
+    future. A reply that reports an error completes its future with the matching RemoteEnvError. If the server
+    goes silent for longer than the call timeout, or the call breaks, every waiting future fails with
+    ServerUnavailable and the stream is broken (the connection opens a new one at its next step)."""
+
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self.requests: queue.SimpleQueue = queue.SimpleQueue()
+        self.waiting: collections.deque[tuple[Future, float]] = collections.deque()  # (future, deadline), in order
+        self.lock = threading.Lock()
+        self.broken: Exception | None = None
+        self.call = connection.stub.StepStream(iter(self.requests.get, None), metadata=connection.metadata)
+        name = f"asyncrl-stream-{connection.address}"
+        threading.Thread(target=self._read, name=name, daemon=True).start()
+        threading.Thread(target=self._watch, name=name + "-deadline", daemon=True).start()
+        atexit.register(self.close)  # a call still open at exit can hold the interpreter's shutdown up
+
+    def send(self, request: pb.StepRequest) -> Future:
+        future = Future()
+        with self.lock:
+            if self.broken:
+                future.set_exception(self.broken)
+                return future
+            self.waiting.append((future, time.monotonic() + self.connection.settings.timeout))
+            self.requests.put(request)
+        return future
+
+    def close(self) -> None:
+        self.requests.put(None)
+        self.call.cancel()
+
+    def _read(self) -> None:
+        try:
+            for reply in self.call:
+                with self.lock:
+                    future, _ = self.waiting.popleft()
+                if reply.error_code:
+                    code = STATUS_OF_CODE.get(reply.error_code, grpc.StatusCode.UNKNOWN)
+                    future.set_exception(self.connection.status_error("Step", code, reply.error_message))
+                else:
+                    future.set_result(reply)
+            error = ServerUnavailable(f"env server {self.connection.address}: StepStream: the server ended it")
+        except grpc.RpcError as e:
+            error = self.broken or self.connection.error("StepStream", e)
+        with self.lock:
+            self.broken = error
+            while self.waiting:
+                self.waiting.popleft()[0].set_exception(error)
+        atexit.unregister(self.close)
+
+    def _watch(self) -> None:
+        """Cancel the call once the oldest step waits past its deadline (its reader then fails every step)."""
+        while not self.broken:
+            time.sleep(min(0.5, self.connection.settings.timeout / 4))
+            with self.lock:
+                late = bool(self.waiting) and time.monotonic() > self.waiting[0][1]
+                if late:
+                    self.broken = ServerUnavailable(f"env server {self.connection.address}: Step: DEADLINE_EXCEEDED "
+                                                    f"(no reply in {self.connection.settings.timeout:g} s)")
+            if late:
+                self.call.cancel()
 
 
 class RemoteAgents:
@@ -257,7 +341,7 @@ def begin_group_step(envs: list[RemoteAgents], actions: list, on_replied=None) -
         batch = np.asarray([actions[i] for i in members])
         request = pb.StepRequest(lease=connection.lease, env_ids=[envs[i].env_id for i in members])
         encode(batch.astype(np.int64) if batch.dtype.kind in "iub" else batch.astype(np.float32), request.actions)
-        reply = GroupReply(connection.send("Step", request))
+        reply = GroupReply(connection.send_step(request, on_stream=envs[members[0]].all_agents))
         for place, i in enumerate(members):
             envs[i].reply, envs[i].reply_index = reply, place
         if on_replied is not None:

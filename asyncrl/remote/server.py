@@ -93,7 +93,8 @@ def build_server(args, token: str | None, tls: tuple[bytes, bytes] | None) -> tu
     """The server for parsed `args` (not started) and its port."""
     max_bytes = int(args.max_message_mb * 2 ** 20)
     service = EnvService(args.env, args.env_options, args.num_envs, args.step_timeout, args.lease_timeout, max_bytes)
-    threads = 4 + 2 * args.num_envs  # a step may wait on another client's actions: one thread per waiting request
+    # a step may wait on another client's actions: one thread per waiting request; and one per open step stream
+    threads = 4 + 2 * args.num_envs + service.max_streams
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), maximum_concurrent_rpcs=4 * threads,
                          interceptors=[TokenCheck(token)] if token else [],
                          options=[("grpc.max_receive_message_length", max_bytes),

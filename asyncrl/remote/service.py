@@ -6,9 +6,10 @@ actions (UDE's several clients per env), and every owner gets every agent's resu
 when all its agents' episodes ended and sends the next episode's first observations with that step's results.
 
 Nothing a client sends can crash or stall the server: each request is parsed and checked here (lease, env ids,
-array dtypes/shapes/sizes, actions inside the action space) and refused with a gRPC status; a request waiting on
-another owner's actions gives up after the step timeout; a client that vanishes loses its lease after the lease
-timeout, and its envs go to the next client that opens some.
+array dtypes/shapes/sizes, actions inside the action space) and refused with a gRPC status (on a step stream, in
+that step's reply, and the stream goes on); a request waiting on another owner's actions gives up after the step
+timeout; a client that vanishes loses its lease after the lease timeout, and its envs go to the next client that
+opens some.
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ class Refused(Exception):
 class StepResult:
     """One env's step as every agent of it sees it (a reply stacks those of the envs it names)."""
     episode: int
-    obs: np.ndarray  # [num_agents, *obs_shape]
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
+    obs: list  # per agent
+    rewards: list
+    terminated: list
+    truncated: list
     ended: dict  # agent -> its episode_stats, for the agents whose episode ended in this step
     next_obs: np.ndarray | None  # every agent ended: the env was reset, the next episode's first observations
 
@@ -61,7 +62,7 @@ class EnvInstance:
         self.changed = threading.Condition()
         self.started = False  # an episode is running (else the next Reset starts one)
         self.episode = 0
-        self.playing = np.zeros(self.num_agents, bool)
+        self.playing = [False] * self.num_agents  # lists, not arrays: a few agents, touched at every step
         self.pending: dict[int, object] = {}  # agent -> action, for the step being gathered
         self.steps = 0
         self.last: StepResult | None = None  # the last step's results, which every waiting owner gets
@@ -85,10 +86,15 @@ class EnvInstance:
             raise Refused(grpc.StatusCode.INTERNAL, self.error)
         return self.last
 
+    def shared_with_others(self, lease: str) -> bool:
+        """Another lease owns some of this env's agents (a step may wait on its actions)."""
+        return any(o not in (lease, None) for o in self.owner)
+
     def _missing(self) -> list[int]:
         """The playing agents with an owner whose actions for the next step are not in yet (an agent nobody owns
         takes the idle action)."""
-        return [int(a) for a in np.flatnonzero(self.playing) if self.owner[a] is not None and a not in self.pending]
+        return [a for a, playing in enumerate(self.playing)
+                if playing and self.owner[a] is not None and a not in self.pending]
 
     def _step_if_complete(self) -> bool:
         if self.started and self.pending and not self._missing():
@@ -109,12 +115,13 @@ class EnvInstance:
             self.error, self.started = f"env {self.env_id} raised in step: {type(e).__name__}: {e}", False
 
     def _results(self, obs, rewards, terminated, truncated, infos) -> StepResult:
-        terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
-        ended = (terminated | truncated) & self.playing
-        result = StepResult(self.episode, np.stack(obs), np.asarray(rewards, np.float64), terminated, truncated,
-                            {int(a): infos[a].get("episode_stats", {}) for a in np.flatnonzero(ended)}, None)
-        self.playing &= ~ended
-        if not self.playing.any():
+        terminated, truncated = [bool(t) for t in terminated], [bool(t) for t in truncated]
+        ended = [a for a, playing in enumerate(self.playing) if playing and (terminated[a] or truncated[a])]
+        result = StepResult(self.episode, obs, rewards, terminated, truncated,
+                            {a: infos[a].get("episode_stats", {}) for a in ended}, None)
+        for a in ended:
+            self.playing[a] = False
+        if not any(self.playing):
             self._reset(seed=None)
             result.next_obs = self.first_obs
         return result
@@ -123,7 +130,7 @@ class EnvInstance:
         """The first observations of an episode after `seen_episode`: an episode already started by another owner
         or by the env's own reset at the end of the last one, else a new one (if this lease owns every playing
         agent; otherwise it waits for the others' episodes to end)."""
-        mine = all(self.owner[a] in (lease, None) for a in np.flatnonzero(self.playing))
+        mine = all(self.owner[a] in (lease, None) for a, playing in enumerate(self.playing) if playing)
         if not (self.started and self.episode > seen_episode):
             if not self.started or mine:
                 self._reset(seed)
@@ -143,7 +150,7 @@ class EnvInstance:
             obs = self.env.reset(seed=seed)[0]
         self.first_obs = np.stack(obs)
         self.started, self.episode, self.error = True, self.episode + 1, None
-        self.playing[:] = True
+        self.playing = [True] * self.num_agents
         self.pending.clear()
         self.changed.notify_all()
 
@@ -182,6 +189,7 @@ class EnvService:
         self.description = self._describe(env)
         # steps of a request's envs run at once; each owner of each env may wait on the others': one thread apiece
         self.stepper = futures.ThreadPoolExecutor(max_workers=num_envs * self.num_agents, thread_name_prefix="step")
+        self.max_streams, self.open_streams = num_envs * self.num_agents, 0  # a client has at least one env's agent
 
     def _describe(self, env) -> pb.DescribeReply:
         reply = pb.DescribeReply(run_id=self.run_id, env=self.env_name, num_envs=len(self.instances),
@@ -248,11 +256,40 @@ class EnvService:
             instance = self.instances[env_id]
             with instance.changed:
                 return instance.submit(lease.agents, env_actions, self.step_timeout)
-        # the envs of a request step at once: a simulator that runs outside Python (VizDoom's engine) releases the
-        # GIL, and a request's envs would otherwise wait for each other
-        results = list(self.stepper.map(step, env_ids, actions)) if len(env_ids) > 1 else [step(env_ids[0], actions[0])]
+        # an env that waits on another client's actions steps on a thread of its own, or a request's envs could wait
+        # for each other across clients; envs of this lease alone step here, one after another, as a rollout worker
+        # steps its local envs (no thread handoff per env)
+        if len(env_ids) > 1 and any(self.instances[e].shared_with_others(request.lease) for e in env_ids):
+            results = list(self.stepper.map(step, env_ids, actions))
+        else:
+            results = [step(env_id, env_actions) for env_id, env_actions in zip(env_ids, actions)]
         lease.last_used = time.monotonic()
         return step_reply(self.run_id, results)
+
+    def StepStream(self, raw_requests, context):
+        """Step after step on one call: each request's reply, in order. A refused step is answered in its reply
+        (error_code, error_message) and the stream goes on; at most max_streams are open at once (each holds a
+        server thread while it lasts)."""
+        with self.lock:
+            if self.open_streams >= self.max_streams:
+                raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{self.max_streams} step streams are open: "
+                                                                  f"close one (or use Step)")
+            self.open_streams += 1
+        try:
+            for raw in raw_requests:
+                try:
+                    yield self.Step(pb.StepRequest.FromString(raw), context)
+                except DecodeError:
+                    yield pb.StepReply(error_code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
+                                       error_message="malformed StepRequest")
+                except Refused as e:
+                    yield pb.StepReply(error_code=e.code.value[0], error_message=str(e))
+                except Exception as e:  # as for a unary call: the client hears of it, the server serves on
+                    yield pb.StepReply(error_code=grpc.StatusCode.INTERNAL.value[0],
+                                       error_message=f"{type(e).__name__}: {e}")
+        finally:
+            with self.lock:
+                self.open_streams -= 1
 
     def SideChannel(self, request, context):
         values = self._checked_values(request.values)
@@ -348,8 +385,14 @@ class EnvService:
 def step_reply(run_id: str, results: list[StepResult]) -> pb.StepReply:
     """The results of a request's envs, stacked: a few arrays per reply, not a few per env."""
     reply = pb.StepReply(run_id=run_id, episodes=[r.episode for r in results])
-    for name in ("obs", "rewards", "terminated", "truncated"):
-        encode(np.stack([getattr(r, name) for r in results]), getattr(reply, name))
+    first = np.asarray(results[0].obs[0])
+    obs = np.empty((len(results), len(results[0].obs), *first.shape), first.dtype)  # one copy of each observation
+    for k, r in enumerate(results):
+        obs[k] = r.obs[0] if len(r.obs) == 1 else r.obs
+    encode(obs, reply.obs)
+    encode(np.array([r.rewards for r in results], np.float64), reply.rewards)
+    encode(np.array([r.terminated for r in results], bool), reply.terminated)
+    encode(np.array([r.truncated for r in results], bool), reply.truncated)
     for k, r in enumerate(results):
         for agent, stats in r.ended.items():
             reply.ended.add(env_index=k, agent=agent).episode_stats.update({s: float(v) for s, v in stats.items()})
@@ -388,9 +431,18 @@ def service_handler(service: EnvService) -> grpc.GenericRpcHandler:
             except Exception as e:  # a bug or an env's error: the client hears of it, the server serves on
                 context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
         return handler
+    def wrap_stream(method):
+        def handler(raw_requests, context):
+            try:
+                yield from method(raw_requests, context)
+            except Refused as e:
+                context.abort(e.code, str(e))
+        return handler
     handlers = {name: grpc.unary_unary_rpc_method_handler(wrap(getattr(service, name), request),
                                                           response_serializer=reply.SerializeToString)
                 for name, (request, reply) in RPCS.items()}
+    handlers["StepStream"] = grpc.stream_stream_rpc_method_handler(wrap_stream(service.StepStream),
+                                                                   response_serializer=pb.StepReply.SerializeToString)
     return grpc.method_handlers_generic_handler("asyncrl.remote.EnvServer", handlers)
 
 
@@ -403,9 +455,10 @@ class TokenCheck(grpc.ServerInterceptor):
         def deny(request, context):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong auth token")
         self.denied = grpc.unary_unary_rpc_method_handler(deny)
+        self.denied_stream = grpc.stream_stream_rpc_method_handler(deny)  # a handler of the method's own kind
 
     def intercept_service(self, continuation, handler_call_details):
         given = dict(handler_call_details.invocation_metadata).get("authorization", "")
         if hmac.compare_digest(given.encode(), self.expected):
             return continuation(handler_call_details)
-        return self.denied
+        return self.denied_stream if handler_call_details.method.endswith("/StepStream") else self.denied

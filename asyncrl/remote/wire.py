@@ -7,10 +7,12 @@ that was never installed builds them on first import, here.
 from __future__ import annotations
 
 import importlib
+import math
+import os
 
 import numpy as np
 
-from asyncrl.remote.protoc import compile_proto
+from asyncrl.remote.protoc import PROTO, PROTO_DIR, compile_proto
 
 # dtypes an array on the wire may have: numbers and bools only (an object dtype would need pickle)
 WIRE_DTYPES = {np.dtype(t).str for t in (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.int32, np.uint32,
@@ -23,12 +25,19 @@ class WireError(ValueError):
 
 
 def _generated():
-    try:
-        return importlib.import_module("asyncrl.remote.ude_pb2"), importlib.import_module("asyncrl.remote.ude_pb2_grpc")
-    except ImportError:
+    if _stale():
         compile_proto()
         importlib.invalidate_caches()
-        return importlib.import_module("asyncrl.remote.ude_pb2"), importlib.import_module("asyncrl.remote.ude_pb2_grpc")
+    return importlib.import_module("asyncrl.remote.ude_pb2"), importlib.import_module("asyncrl.remote.ude_pb2_grpc")
+
+
+def _stale() -> bool:
+    """The generated modules are missing, or older than ude.proto (a source checkout after a pull that changed it)."""
+    proto = os.path.join(PROTO_DIR, PROTO)
+    generated = [os.path.join(PROTO_DIR, name) for name in ("ude_pb2.py", "ude_pb2_grpc.py")]
+    if not all(os.path.exists(path) for path in generated):
+        return True
+    return os.path.exists(proto) and os.path.getmtime(proto) > min(os.path.getmtime(path) for path in generated)
 
 
 pb, pb_grpc = _generated()
@@ -52,7 +61,7 @@ def decode(message, max_bytes: int | None = None) -> np.ndarray:
     if len(shape) > MAX_ARRAY_DIMS or any(d < 0 for d in shape):
         raise WireError(f"array shape {shape} is not a valid shape")
     dtype = np.dtype(message.dtype)
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize  # a 0-d array: prod(()) is 1
+    expected = math.prod(shape) * dtype.itemsize  # a 0-d array: prod(()) is 1
     if max_bytes is not None and expected > max_bytes:
         raise WireError(f"array of shape {shape} is larger than {max_bytes} bytes")
     if len(message.data) != expected:

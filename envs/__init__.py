@@ -68,7 +68,7 @@ def plugin_envs() -> dict[str, str]:
 
 def _register_builtin():
     # Imported lazily so `import asyncrl.envs` stays cheap; the modules call register_env on import.
-    from asyncrl.envs import doom, duel, synthetic  # noqa: F401
+    from asyncrl.envs import doom, doom_netgame, duel, synthetic  # noqa: F401
 
 
 def _plugins():

@@ -1,7 +1,10 @@
 """Every env asyncrl offers: created, stepped and closed headless; gymnasium's conformance check; seeding."""
 
+import time
+
 import gymnasium as gym
 import numpy as np
+import psutil
 import pytest
 from gymnasium.utils.env_checker import check_env
 
@@ -16,11 +19,11 @@ ALL_ENVS = sorted(registered_envs()) + GYM_IDS
 @pytest.mark.parametrize("name", ALL_ENVS)
 def test_env_steps_headless_and_passes_check_env(name):
     env = make_env(name)
-    if not isinstance(env, gym.Env):  # a multi-agent env: PettingZoo's own API test
-        from pettingzoo.test import parallel_api_test
-        parallel_api_test(env, num_cycles=30)
-        return
     try:
+        if not isinstance(env, gym.Env):  # a multi-agent env: PettingZoo's own API test
+            from pettingzoo.test import parallel_api_test
+            parallel_api_test(env, num_cycles=30)
+            return
         check_env(env, skip_render_check=True)
         obs, _ = env.reset(seed=1)
         assert env.observation_space.contains(obs)
@@ -115,7 +118,6 @@ def test_all_listed_scenarios_are_registered():
 
 def test_vizdoom_engine_is_restarted_every_n_episodes():
     """Bounds the engine's memory, which grows with each episode; the env goes on stepping across restarts."""
-    import psutil
     env = make_env("doom_basic", restart_every_episodes=2, episode_timeout=8)
     engines = lambda: [p.pid for p in psutil.Process().children() if p.name() == "vizdoom"]  # noqa: E731
     env.reset(seed=1)
@@ -128,3 +130,30 @@ def test_vizdoom_engine_is_restarted_every_n_episodes():
     assert len(first) == 1 and len(engines()) == 1 and engines() != first
     assert obs.shape == (3, 72, 128)
     env.close()
+
+
+def test_doom_duel_stalled_game_raises_and_the_next_reset_starts_a_new_one():
+    """A player's engine that stops (SIGSTOP) fails the step after step_timeout instead of hanging it; the game's
+    engines are killed, and the next reset starts a new game, on another port, that steps."""
+    env = make_env("doom_duel", step_timeout=2.0)
+    engines = lambda: [p for p in psutil.Process().children() if p.name() == "vizdoom"]  # noqa: E731
+    try:
+        env.reset(seed=1)
+        first_port, stopped = env.port, engines()
+        assert len(stopped) == 2
+        env.step({"player_0": 0, "player_1": 0})
+        stopped[1].suspend()
+        started = time.monotonic()
+        with pytest.raises(EnvError, match="did not end in 2 s"):
+            for _ in range(10):
+                env.step({"player_0": 0, "player_1": 0})
+        assert time.monotonic() - started < 8
+        psutil.wait_procs(stopped, timeout=5)
+        assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in stopped)
+        env.reset()
+        assert env.port != first_port and len(engines()) == 2
+        obs, rewards, _, _, _ = env.step({"player_0": 1, "player_1": 1})
+        assert obs["player_0"].shape == (3, 72, 128)
+    finally:
+        env.close()
+    assert not engines()

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import drain, run_cli, serial_runner
+from helpers import drain, read_stats, run_cli, serial_runner
 
 from asyncrl.buffers import frozen_id
 from asyncrl.config import Config
@@ -149,3 +149,17 @@ def test_selfplay_run_rates_its_snapshots_and_match_plays_them(tmp_path):
 def test_bad_match_input_is_one_line_and_exit_2(tmp_path, flags, needle):
     r = run_cli("match", *flags, "--train_dir", tmp_path, timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+
+
+def test_doom_duel_trains_two_players_of_network_games(tmp_path, clean_machine):
+    """doom_duel: each env is a VizDoom network game on loopback (two engines, a port of its own), stepped as one
+    env. A short self-play run on 2 workers x 2 envs (8 engines): episodes end with each player's frags, deaths
+    and win, the learner trains, and no engine or segment outlives the run."""
+    r = run_cli("train", "--env", "doom_duel", "--train_dir", tmp_path, "--experiment", "duel", "--num_workers", 2,
+                "--num_envs_per_worker", 2, "--env_options", '{"timelimit_minutes": 0.05}', "--rollout", 16,
+                "--batch_size", 128, "--train_for_seconds", 30, timeout=240)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rows = read_stats(tmp_path / "duel")
+    last = rows[-1]
+    assert last["train_step"] > 0 and last["episodes"] >= 8
+    assert 0.0 <= last["episode_win_mean"] <= 1.0 and "episode_frags_mean" in last and "episode_deaths_mean" in last

@@ -1,0 +1,274 @@
+"""VizDoom network games as one multi-agent env (PettingZoo ParallelEnv): doom_duel, two learning players.
+
+Each player is a VizDoom engine of its own in synchronous mode (Mode.PLAYER): the host (`-host N -port P`) and the
+others (`-join 127.0.0.1:P`) on loopback UDP, on a port the OS hands out (bound and released just before the
+host starts; a failed start retries on a new one). A thread per player ticks its engine one tic at a time, so
+the players' engines run at once (advance_action releases the GIL). An env step gives each player its action and
+waits until every player has run `frameskip` tics.
+
+Why a thread per player that may run a little ahead: an engine that waits for its controller stops exchanging tics
+with the others, and a peer can need one of those to finish the step. Stepped in lock-step, or allowed a fixed 1-3
+tics past the step, two players stall within seconds (benchmarks/studies/vizdoom_netgame.py). So a player that
+has waited KICK_AFTER_S for its next action runs one more tic with its last action (at most frameskip - 1 past the
+step; those tics count towards the next step).
+
+A step that does not end within `step_timeout` seconds (a peer died or the game stalled) raises EnvError; the
+game is then broken and the next reset starts a new one (new engines, new port). Rewards: +1 a frag, -1 a death.
+An episode ends at the time limit, for every player at once (truncated: a deathmatch has no terminal state), with
+each player's frags, deaths and win (1, 0.5 for a tie on frags, 0) in info["episode_stats"]; win is also the
+true_objective that PBT and the ratings use.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import gymnasium as gym
+import numpy as np
+import psutil
+from pettingzoo import ParallelEnv
+
+from asyncrl.envs import EnvError, register_env
+from asyncrl.envs.doom import DOOM_DEFAULTS, DEATHMATCH_BUTTONS, DoomEnv, Scenario, every_second_pixel
+
+KICK_AFTER_S = 0.002  # see the module docstring
+START_ATTEMPTS = 3
+NET_ARGS = ("-deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 +sv_spawnfarthest 1 "
+            "+sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1")
+DUEL = Scenario("multi_duel.cfg", "two learning players duel (self-play over loopback UDP)",
+                combos=(("MOVE_FORWARD", "TURN_LEFT"), ("MOVE_FORWARD", "TURN_RIGHT"), ("MOVE_FORWARD", "ATTACK")),
+                buttons=DEATHMATCH_BUTTONS)
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kill_engines(port: int) -> None:
+    """SIGKILL this process's VizDoom engines of the game on `port` (host: -port P, the others: -join HOST:P)."""
+    for child in psutil.Process().children():
+        try:
+            args = child.cmdline()
+            if (("-port", str(port)) in zip(args, args[1:]) or f"127.0.0.1:{port}" in args) and "-iwad" in args:
+                child.kill()
+        except psutil.Error:
+            pass  # gone already
+
+
+class Player:
+    """One engine and the thread that ticks it. The step's caller raises `target` (the tic its step ends on) by
+    frameskip; the thread reports the step's observation and reward once it has run that tic."""
+
+    def __init__(self, env: DoomEnv):
+        import vizdoom as vzd
+
+        self.env, self.game, self.frameskip = env, env.game, env.frameskip
+        self.frags_var, self.deaths_var = vzd.GameVariable.FRAGCOUNT, vzd.GameVariable.DEATHCOUNT
+        self.changed = threading.Condition()
+        self.action = env._actions[0]
+        self.tics = self.target = self.done_to = 0
+        self.reward, self.step_reward = 0.0, 0.0
+        self.finished = self.closed = False
+        self.error: Exception | None = None
+        self.obs = np.zeros(env.observation_space.shape, np.uint8)
+        self.at_start = np.zeros(2)
+        self.thread = threading.Thread(target=self._run, daemon=True, name="asyncrl-doom-player")
+
+    def start(self) -> None:
+        self.obs, self.at_start = self.env._observe(), self._counters()
+        self.thread.start()
+
+    def _may_tick(self, extra: int) -> bool:
+        return not (self.finished or self.closed) and self.tics < self.target + extra
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self.changed:
+                    extra = 0
+                    while not self._may_tick(extra):
+                        if self.closed:
+                            return
+                        may_kick = not self.finished and self.tics - self.target < self.frameskip - 1
+                        if not self.changed.wait(KICK_AFTER_S if may_kick else None) and may_kick:
+                            extra += 1  # waited in vain: one more tic with the last action (module docstring)
+                    action, boundary = self.action, self.tics + 1 == self.target
+                self._tick(action, boundary)
+        except Exception as e:  # the engine died (or was killed at close): the waiting step hears of it
+            with self.changed:
+                self.error = e
+                self.changed.notify_all()
+
+    def _tick(self, action, boundary: bool) -> None:
+        game = self.game
+        game.set_action(action)
+        game.advance_action(1, boundary)  # render only the step's last tic
+        reward, finished = game.get_last_reward(), game.is_episode_finished()  # the dead respawn (sv_forcerespawn)
+        obs = self.env._observe() if boundary or finished else None
+        with self.changed:
+            self.tics += 1
+            self.reward += reward
+            if self.tics == self.target or finished:
+                self.obs = obs if obs is not None else self.obs
+                self.step_reward, self.reward = self.reward, 0.0
+                self.done_to, self.finished = self.target, finished
+                self.changed.notify_all()
+
+    def send(self, action) -> None:
+        with self.changed:
+            self.action, self.target = action, self.target + self.frameskip
+            self.changed.notify_all()
+
+    def wait_step(self, timeout: float) -> bool:
+        with self.changed:
+            self.changed.wait_for(lambda: self.done_to == self.target or self.error is not None, timeout)
+            return self.done_to == self.target
+
+    def new_episode(self) -> None:
+        self.game.new_episode()
+        with self.changed:
+            self.tics = self.target = self.done_to = 0
+            self.reward, self.finished = 0.0, False
+            self.obs, self.at_start = self.env._observe(), self._counters()
+
+    def _counters(self) -> np.ndarray:
+        return np.array([self.game.get_game_variable(self.frags_var), self.game.get_game_variable(self.deaths_var)])
+
+    def stats(self) -> dict:
+        """The episode's frags and deaths (the engine's counters may run on over episodes)."""
+        frags, deaths = (self._counters() - self.at_start).tolist()
+        return {"frags": frags, "deaths": deaths}
+
+    def stop(self) -> None:
+        with self.changed:
+            self.closed = True
+            self.changed.notify_all()
+
+
+class DoomNetGame(ParallelEnv):
+    metadata = {"name": "doom_duel", "render_modes": []}
+
+    def __init__(self, scenario: Scenario = DUEL, players: int = 2, frameskip: int = 4, timelimit_minutes: float = 2.0,
+                 step_timeout: float = 10.0):
+        if players < 2 or frameskip < 1 or timelimit_minutes <= 0 or step_timeout <= 0:
+            raise EnvError(f"doom net game: players {players} must be >= 2, frameskip {frameskip} >= 1, "
+                           f"timelimit_minutes and step_timeout positive")
+        self.scenario, self.num_players, self.frameskip = scenario, players, frameskip
+        self.timelimit_minutes, self.step_timeout = timelimit_minutes, step_timeout
+        self.possible_agents = [f"player_{i}" for i in range(players)]
+        self.agents: list[str] = []
+        probe = DoomEnv(scenario, frameskip=frameskip)  # spaces only: no engine starts
+        self._observation_space, self._action_space = probe.observation_space, probe.action_space
+        self.players: list[Player] = []
+        self.port = 0
+
+    def observation_space(self, agent):
+        return self._observation_space
+
+    def action_space(self, agent):
+        return self._action_space
+
+    # --- starting and stopping the game
+    def _start(self, seed: int | None) -> None:
+        for attempt in range(START_ATTEMPTS):
+            port = free_udp_port()
+            envs = [DoomEnv(self.scenario, frameskip=self.frameskip) for _ in range(self.num_players)]
+            for i, env in enumerate(envs):
+                env.game.set_frag_reward(1.0)
+                env.game.set_death_penalty(1.0)
+                if seed is not None:
+                    env.game.set_seed(int(seed) % (2 ** 31))  # one game: every engine draws the same numbers
+                if i == 0:
+                    env.game.add_game_args(f"-host {self.num_players} -port {port} -netmode 0 {NET_ARGS} "
+                                           f"+timelimit {self.timelimit_minutes} +viz_connect_timeout 10")
+                else:
+                    env.game.add_game_args(f"-join 127.0.0.1:{port} +viz_connect_timeout 10")
+            self.port = port
+            errors = self._in_threads([env.game.init for env in envs])
+            if not errors:
+                for env in envs:
+                    env._initialized = True
+                self.players = [Player(env) for env in envs]
+                return
+            kill_engines(port)
+            for env in envs:
+                env.game.close()
+        raise EnvError(f"doom net game: the players did not connect in {START_ATTEMPTS} tries ({errors[0]})")
+
+    def _stop(self) -> None:
+        for player in self.players:
+            player.stop()
+        kill_engines(self.port)  # first: close() would wait for a stalled engine; a player's tic then raises
+        for player in self.players:
+            player.thread.join(timeout=5.0)  # a game is closed only once no thread is inside it (or VizDoom aborts)
+            if not player.thread.is_alive():
+                player.game.close()
+        self.players = []
+
+    def _in_threads(self, calls: list) -> list[Exception]:
+        """Run the calls at once (each player's engine waits for the others); the errors raised, and a TimeoutError
+        for each call still running after step_timeout."""
+        errors: list[Exception] = []
+
+        def call(fn):
+            try:
+                fn()
+            except Exception as e:
+                errors.append(e)
+        threads = [threading.Thread(target=call, args=(fn,), daemon=True) for fn in calls]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(self.step_timeout)
+        return errors + [TimeoutError(f"not done in {self.step_timeout:g} s") for t in threads if t.is_alive()]
+
+    # --- the ParallelEnv interface
+    def reset(self, seed=None, options=None):
+        if seed is not None or not self.players:
+            self._stop()
+            self._start(seed)
+            for player in self.players:
+                player.start()
+        else:
+            errors = self._in_threads([p.new_episode for p in self.players])
+            if errors:
+                self._stop()
+                raise EnvError(f"doom net game: new episode failed ({errors[0]}); the next reset starts a new game")
+        self.agents = list(self.possible_agents)
+        return {a: p.obs for a, p in zip(self.agents, self.players)}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        table = self.players[0].env._actions
+        for agent, player in zip(self.possible_agents, self.players):
+            player.send(table[int(actions[agent])])
+        if not all(player.wait_step(self.step_timeout) for player in self.players):
+            error = next((p.error for p in self.players if p.error is not None), None)
+            error = error or f"a player stalled: tics {[p.tics for p in self.players]}, step ends at {self.players[0].target}"
+            self._stop()
+            raise EnvError(f"doom net game: a step did not end in {self.step_timeout:g} s "
+                           f"({error}); the next reset starts a new game")
+        over = any(p.finished for p in self.players)
+        obs = {a: p.obs for a, p in zip(self.possible_agents, self.players)}
+        rewards = {a: p.step_reward for a, p in zip(self.possible_agents, self.players)}
+        infos = {a: {} for a in self.possible_agents}
+        if over:
+            stats = [p.stats() for p in self.players]
+            best = max(s["frags"] for s in stats)
+            leaders = sum(s["frags"] == best for s in stats)
+            for agent, s in zip(self.possible_agents, stats):
+                win = (1.0 if leaders == 1 else 0.5) if s["frags"] == best else 0.0
+                infos[agent] = {"episode_stats": {**s, "win": win, "true_objective": win}}
+            self.agents = []
+        terminated = {a: False for a in self.possible_agents}
+        truncated = {a: over for a in self.possible_agents}
+        return obs, rewards, terminated, truncated, infos
+
+    def close(self):
+        self._stop()
+
+
+register_env("doom_duel", lambda **options: DoomNetGame(**options), f"VizDoom: {DUEL.description}",
+             {**DOOM_DEFAULTS, "num_envs_per_worker": 4})

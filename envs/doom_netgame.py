@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from functools import partial
 
 import gymnasium as gym
 import numpy as np
@@ -71,7 +72,7 @@ class Player:
         self.action = env._actions[0]
         self.tics = self.target = self.done_to = 0
         self.reward, self.step_reward = 0.0, 0.0
-        self.finished = self.closed = False
+        self.finished = self.closed = self.busy = False  # busy: the thread is inside a tic
         self.error: Exception | None = None
         self.obs = np.zeros(env.observation_space.shape, np.uint8)
         self.at_start = np.zeros(2)
@@ -96,7 +97,13 @@ class Player:
                         if not self.changed.wait(KICK_AFTER_S if may_kick else None) and may_kick:
                             extra += 1  # waited in vain: one more tic with the last action (module docstring)
                     action, boundary = self.action, self.tics + 1 == self.target
-                self._tick(action, boundary)
+                    self.busy = True
+                try:
+                    self._tick(action, boundary)
+                finally:
+                    with self.changed:
+                        self.busy = False
+                        self.changed.notify_all()
         except Exception as e:  # the engine died (or was killed at close): the waiting step hears of it
             with self.changed:
                 self.error = e
@@ -127,7 +134,11 @@ class Player:
             self.changed.wait_for(lambda: self.done_to == self.target or self.error is not None, timeout)
             return self.done_to == self.target
 
-    def new_episode(self) -> None:
+    def new_episode(self, timeout: float) -> None:
+        with self.changed:  # no tic may run during new_episode(): two threads inside one game crash VizDoom
+            self.finished = True
+            if not self.changed.wait_for(lambda: not self.busy, timeout):
+                raise TimeoutError(f"a tic did not end in {timeout:g} s")
         self.game.new_episode()
         with self.changed:
             self.tics = self.target = self.done_to = 0
@@ -173,7 +184,7 @@ class DoomNetGame(ParallelEnv):
 
     # --- starting and stopping the game
     def _start(self, seed: int | None) -> None:
-        for attempt in range(START_ATTEMPTS):
+        for _ in range(START_ATTEMPTS):
             port = free_udp_port()
             envs = [DoomEnv(self.scenario, frameskip=self.frameskip) for _ in range(self.num_players)]
             for i, env in enumerate(envs):
@@ -233,7 +244,7 @@ class DoomNetGame(ParallelEnv):
             for player in self.players:
                 player.start()
         else:
-            errors = self._in_threads([p.new_episode for p in self.players])
+            errors = self._in_threads([partial(p.new_episode, self.step_timeout) for p in self.players])
             if errors:
                 self._stop()
                 raise EnvError(f"doom net game: new episode failed ({errors[0]}); the next reset starts a new game")
@@ -245,8 +256,8 @@ class DoomNetGame(ParallelEnv):
         for agent, player in zip(self.possible_agents, self.players):
             player.send(table[int(actions[agent])])
         if not all(player.wait_step(self.step_timeout) for player in self.players):
-            error = next((p.error for p in self.players if p.error is not None), None)
-            error = error or f"a player stalled: tics {[p.tics for p in self.players]}, step ends at {self.players[0].target}"
+            error = next((p.error for p in self.players if p.error is not None), None) or \
+                f"a player stalled: tics {[p.tics for p in self.players]}, the step ends at {self.players[0].target}"
             self._stop()
             raise EnvError(f"doom net game: a step did not end in {self.step_timeout:g} s "
                            f"({error}); the next reset starts a new game")

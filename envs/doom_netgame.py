@@ -25,13 +25,12 @@ import socket
 import threading
 from functools import partial
 
-import gymnasium as gym
 import numpy as np
 import psutil
 from pettingzoo import ParallelEnv
 
 from asyncrl.envs import EnvError, register_env
-from asyncrl.envs.doom import DOOM_DEFAULTS, DEATHMATCH_BUTTONS, DoomEnv, Scenario, every_second_pixel
+from asyncrl.envs.doom import DOOM_DEFAULTS, DEATHMATCH_BUTTONS, DoomEnv, Scenario
 
 KICK_AFTER_S = 0.002  # see the module docstring
 START_ATTEMPTS = 3
@@ -39,7 +38,7 @@ NET_ARGS = ("-deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1
             "+sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1")
 DUEL = Scenario("multi_duel.cfg", "two learning players duel (self-play over loopback UDP)",
                 combos=(("MOVE_FORWARD", "TURN_LEFT"), ("MOVE_FORWARD", "TURN_RIGHT"), ("MOVE_FORWARD", "ATTACK")),
-                buttons=DEATHMATCH_BUTTONS)
+                stats=("frags", "deaths"), buttons=DEATHMATCH_BUTTONS)
 
 
 def free_udp_port() -> int:
@@ -64,10 +63,7 @@ class Player:
     frameskip; the thread reports the step's observation and reward once it has run that tic."""
 
     def __init__(self, env: DoomEnv):
-        import vizdoom as vzd
-
         self.env, self.game, self.frameskip = env, env.game, env.frameskip
-        self.frags_var, self.deaths_var = vzd.GameVariable.FRAGCOUNT, vzd.GameVariable.DEATHCOUNT
         self.changed = threading.Condition()
         self.action = env._actions[0]
         self.tics = self.target = self.done_to = 0
@@ -75,7 +71,7 @@ class Player:
         self.finished = self.closed = self.busy = False  # busy: the thread is inside a tic
         self.error: Exception | None = None
         self.obs = np.zeros(env.observation_space.shape, np.uint8)
-        self.at_start = np.zeros(2)
+        self.at_start = np.zeros(len(env._stat_variables))
         self.thread = threading.Thread(target=self._run, daemon=True, name="asyncrl-doom-player")
 
     def start(self) -> None:
@@ -146,12 +142,11 @@ class Player:
             self.obs, self.at_start = self.env._observe(), self._counters()
 
     def _counters(self) -> np.ndarray:
-        return np.array([self.game.get_game_variable(self.frags_var), self.game.get_game_variable(self.deaths_var)])
+        return np.array([self.game.get_game_variable(v) for v in self.env._stat_variables.values()])
 
     def stats(self) -> dict:
-        """The episode's frags and deaths (the engine's counters may run on over episodes)."""
-        frags, deaths = (self._counters() - self.at_start).tolist()
-        return {"frags": frags, "deaths": deaths}
+        """The episode's frags and deaths (the scenario's stats; the engine's counters may run on over episodes)."""
+        return dict(zip(self.env._stat_variables, (self._counters() - self.at_start).tolist()))
 
     def stop(self) -> None:
         with self.changed:

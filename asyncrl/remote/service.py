@@ -279,14 +279,9 @@ class EnvService:
             for raw in raw_requests:
                 try:
                     yield self.Step(pb.StepRequest.FromString(raw), context)
-                except DecodeError:
-                    yield pb.StepReply(error_code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
-                                       error_message="malformed StepRequest")
-                except Refused as e:
-                    yield pb.StepReply(error_code=e.code.value[0], error_message=str(e))
-                except Exception as e:  # as for a unary call: the client hears of it, the server serves on
-                    yield pb.StepReply(error_code=grpc.StatusCode.INTERNAL.value[0],
-                                       error_message=f"{type(e).__name__}: {e}")
+                except Exception as e:  # as for a unary call (status_of), in the reply
+                    code, message = status_of(e, pb.StepRequest)
+                    yield pb.StepReply(error_code=code.value[0], error_message=message)
         finally:
             with self.lock:
                 self.open_streams -= 1
@@ -416,6 +411,17 @@ RPCS = {"Describe": (pb.DescribeRequest, pb.DescribeReply), "Open": (pb.OpenRequ
         "SideChannel": (pb.SideChannelRequest, pb.SideChannelReply), "Close": (pb.CloseRequest, pb.CloseReply)}
 
 
+def status_of(error: Exception, request_type) -> tuple[grpc.StatusCode, str]:
+    """The status a request that raised `error` is answered with: a malformed request is an INVALID_ARGUMENT, a
+    Refused its own status, anything else (a bug or an env's error: the client hears of it, the server serves on)
+    INTERNAL."""
+    if isinstance(error, DecodeError):
+        return grpc.StatusCode.INVALID_ARGUMENT, f"malformed {request_type.__name__}"
+    if isinstance(error, Refused):
+        return error.code, str(error)
+    return grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
+
+
 def service_handler(service: EnvService) -> grpc.GenericRpcHandler:
     """The gRPC handler of every RPC of `service`. Requests are parsed here, not by gRPC, so a malformed one is an
     INVALID_ARGUMENT like any other bad request (gRPC's own parser logs a traceback per bad message); a Refused
@@ -424,12 +430,8 @@ def service_handler(service: EnvService) -> grpc.GenericRpcHandler:
         def handler(raw: bytes, context):
             try:
                 return method(request_type.FromString(raw), context)
-            except DecodeError:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed {request_type.__name__}")
-            except Refused as e:
-                context.abort(e.code, str(e))
-            except Exception as e:  # a bug or an env's error: the client hears of it, the server serves on
-                context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+            except Exception as e:
+                context.abort(*status_of(e, request_type))
         return handler
     def wrap_stream(method):
         def handler(raw_requests, context):

@@ -25,7 +25,7 @@ import torch
 from asyncrl.config import Config
 from asyncrl.envs import adopt_entry, make_agents, portable_entry
 from asyncrl.envs.multi_agent import random_step
-from asyncrl.processes import keep_freed_memory_for_reuse, mp_context
+from asyncrl.processes import die_with_parent, keep_freed_memory_for_reuse, lead_group_with_reaper, mp_context
 
 
 # --- raw: the env alone
@@ -51,6 +51,8 @@ class RandomPlay:
 
 def _raw_worker(env: tuple[str, bytes], env_kwargs: dict, num_envs: int, seed: int, warmup: float, seconds: float,
                 results):
+    die_with_parent()
+    lead_group_with_reaper()  # as every engine child: what the envs start (VizDoom engines) dies with this process
     adopt_entry(*env)
     play = RandomPlay(env[0], env_kwargs, num_envs, seed)
     steps, start = 0, time.perf_counter()

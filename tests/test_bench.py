@@ -1,7 +1,11 @@
 """`asyncrl bench`: its flags, and a short real run of every mode on a synthetic env."""
 
 import json
+import os
+import signal
+import time
 
+import psutil
 import pytest
 
 from asyncrl.bench import MODES, parse_bench_args
@@ -73,6 +77,26 @@ def test_bench_raw_mode_alone(tmp_path, clean_machine):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["raw_fps"] > 1000 and "train_fps" not in result and "sampler_fps" not in result
+
+
+def test_a_killed_raw_worker_takes_its_engines_with_it(clean_machine):
+    """raw mode's workers lead a process group with a reaper, as the engine's children do: one killed outright
+    (raw_fps kills a worker still closing its envs 10 s after its time, e.g. doom_duel's net games) leaves no
+    VizDoom engine and no /dev/shm segment."""
+    from asyncrl.envs import portable_entry
+    from asyncrl.measure import _raw_worker
+    from asyncrl.processes import mp_context
+
+    results = mp_context.Queue()
+    worker = mp_context.Process(target=_raw_worker, daemon=True, args=(
+        ("doom_basic", portable_entry("doom_basic")), {}, 1, 0, 60.0, 60.0, results))
+    worker.start()
+    deadline = time.time() + 60
+    while not any(p.name() == "vizdoom" for p in psutil.Process(worker.pid).children(recursive=True)):
+        assert time.time() < deadline and worker.is_alive(), "the raw worker started no VizDoom engine"
+        time.sleep(0.2)
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.join()
 
 
 def test_cli_and_bench_do_not_import_each_other():

@@ -18,13 +18,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import tempfile
 
 import torch
 
 from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config
 from asyncrl.envs import env_entry
-from asyncrl.measure import compute_limit, engine_run, raw_fps
+from asyncrl.measure import EnvFailed, compute_limit, engine_run, raw_fps
 from asyncrl.tune import with_tuned_flags
 
 MODES = ("raw", "sampler", "train")
@@ -128,7 +129,11 @@ def where_the_time_went(mode: str, cores_used: dict, steps_per_s: float, cores: 
 
 def cmd_bench(argv: list[str]) -> int:
     bench, cfg = parse_bench_args(argv)
-    result = run_bench(bench, cfg)
+    try:
+        result = run_bench(bench, cfg)
+    except EnvFailed as e:
+        print(f"asyncrl bench: error: {e}", file=sys.stderr)
+        return 1
     print(report(result), flush=True)
     if bench.out:
         with open(bench.out, "w") as f:

@@ -54,22 +54,31 @@ def _raw_worker(env: tuple[str, bytes], env_kwargs: dict, num_envs: int, seed: i
     die_with_parent()
     lead_group_with_reaper()  # as every engine child: what the envs start (VizDoom engines) dies with this process
     adopt_entry(*env)
-    play = RandomPlay(env[0], env_kwargs, num_envs, seed)
-    steps, start = 0, time.perf_counter()
-    measured_from, steps_at_warmup = None, 0
-    while True:
-        now = time.perf_counter()
-        if measured_from is None and now - start >= warmup:
-            measured_from, steps_at_warmup = now, steps
-        if now - start >= warmup + seconds:
-            break
-        steps += play.step()
+    try:
+        play = RandomPlay(env[0], env_kwargs, num_envs, seed)
+        steps, start = 0, time.perf_counter()
+        measured_from, steps_at_warmup = None, 0
+        while True:
+            now = time.perf_counter()
+            if measured_from is None and now - start >= warmup:
+                measured_from, steps_at_warmup = now, steps
+            if now - start >= warmup + seconds:
+                break
+            steps += play.step()
+    except Exception as e:  # the env's error, in one line, instead of a result that never comes
+        results.put(f"{type(e).__name__}: {e}")
+        return
     results.put((steps - steps_at_warmup) * play.frameskip / (now - measured_from))
     play.close()
 
 
+class EnvFailed(RuntimeError):
+    """An env raised while raw mode stepped it."""
+
+
 def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
-    """Frames/s of --num_workers processes each stepping --num_envs_per_worker envs with random actions."""
+    """Frames/s of --num_workers processes each stepping --num_envs_per_worker envs with random actions. An env
+    that raises ends the measurement (EnvFailed): raw mode measures the simulation, which should not fail."""
     results, env = mp_context.Queue(), (cfg.env, portable_entry(cfg.env))
     processes = [mp_context.Process(target=_raw_worker, daemon=True,
                                     args=(env, cfg.env_kwargs(), cfg.num_envs_per_worker, 1000 * w, warmup, seconds,
@@ -77,13 +86,16 @@ def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
     for p in processes:
         p.start()
     try:
-        total = sum(results.get(timeout=warmup + seconds + 120) for _ in processes)
+        fps = [results.get(timeout=warmup + seconds + 120) for _ in processes]
     finally:
         for p in processes:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
-    return total
+    errors = [f for f in fps if isinstance(f, str)]
+    if errors:
+        raise EnvFailed(f"raw mode: env {cfg.env} raised: {errors[0]}")
+    return sum(fps)
 
 
 # --- sampler and train: the engine itself

@@ -4,13 +4,18 @@ Each player is a VizDoom engine of its own in synchronous mode (Mode.PLAYER): th
 others (`-join 127.0.0.1:P`) on loopback UDP, on a port the OS hands out (bound and released just before the
 host starts; a failed start retries on a new one). A thread per player ticks its engine one tic at a time, so
 the players' engines run at once (advance_action releases the GIL). An env step gives each player its action and
-waits until every player has run `frameskip` tics.
+waits until every player's engine has run `frameskip` tics.
 
 Why a thread per player that may run a little ahead: an engine that waits for its controller stops exchanging tics
 with the others, and a peer can need one of those to finish the step. Stepped in lock-step, or allowed a fixed 1-3
 tics past the step, two players stall within seconds (benchmarks/studies/vizdoom_netgame.py). So a player that
 has waited KICK_AFTER_S for its next action runs one more tic with its last action (at most frameskip - 1 past the
 step; those tics count towards the next step).
+
+Tics are counted on the engine's clock (get_episode_time), not by calls: one advance_action(1) may run two game tics
+when ZDoom catches up with tics its peers already sent. Counted by calls, two players' counts drifted apart under
+CPU contention, and each thread waited for a tic the other had already run (8 games on 2 cores stalled every ~10 s;
+none in 28,000 steps since). Because a call may jump past the step's last tic, the last two tics are rendered.
 
 A step that does not end within `step_timeout` seconds (a peer died or the game stalled) raises EnvError; the
 game is then broken and the next reset starts a new one (new engines, new port). Rewards: +1 a frag, -1 a death.
@@ -75,7 +80,7 @@ class Player:
         self.thread = threading.Thread(target=self._run, daemon=True, name="asyncrl-doom-player")
 
     def start(self) -> None:
-        self.obs, self.at_start = self.env._observe(), self._counters()
+        self.obs, self.at_start, self.start_time = self.env._observe(), self._counters(), self.game.get_episode_time()
         self.thread.start()
 
     def _may_tick(self, extra: int) -> bool:
@@ -92,7 +97,7 @@ class Player:
                         may_kick = not self.finished and self.tics - self.target < self.frameskip - 1
                         if not self.changed.wait(KICK_AFTER_S if may_kick else None) and may_kick:
                             extra += 1  # waited in vain: one more tic with the last action (module docstring)
-                    action, boundary = self.action, self.tics + 1 == self.target
+                    action, boundary = self.action, self.target - 2 <= self.tics < self.target
                     self.busy = True
                 try:
                     self._tick(action, boundary)
@@ -112,9 +117,9 @@ class Player:
         reward, finished = game.get_last_reward(), game.is_episode_finished()  # the dead respawn (sv_forcerespawn)
         obs = self.env._observe() if boundary or finished else None
         with self.changed:
-            self.tics += 1
+            self.tics = game.get_episode_time() - self.start_time  # the engine's count: see the module docstring
             self.reward += reward
-            if self.tics == self.target or finished:
+            if (self.tics >= self.target and self.done_to < self.target) or finished:
                 self.obs = obs if obs is not None else self.obs
                 self.step_reward, self.reward = self.reward, 0.0
                 self.done_to, self.finished = self.target, finished
@@ -126,9 +131,14 @@ class Player:
             self.changed.notify_all()
 
     def wait_step(self, timeout: float) -> bool:
+        """Whether the step ended in time. A finished episode ends every step: it may have ended on a tic run ahead
+        (past the previous step), and its engine runs no more."""
         with self.changed:
-            self.changed.wait_for(lambda: self.done_to == self.target or self.error is not None, timeout)
-            return self.done_to == self.target
+            self.changed.wait_for(lambda: self._step_done() or self.error is not None, timeout)
+            return self._step_done()
+
+    def _step_done(self) -> bool:
+        return self.done_to == self.target or self.finished
 
     def new_episode(self, timeout: float) -> None:
         with self.changed:  # no tic may run during new_episode(): two threads inside one game crash VizDoom
@@ -139,7 +149,7 @@ class Player:
         with self.changed:
             self.tics = self.target = self.done_to = 0
             self.reward, self.finished = 0.0, False
-            self.obs, self.at_start = self.env._observe(), self._counters()
+            self.obs, self.at_start, self.start_time = self.env._observe(), self._counters(), self.game.get_episode_time()
 
     def _counters(self) -> np.ndarray:
         return np.array([self.game.get_game_variable(v) for v in self.env._stat_variables.values()])

@@ -11,6 +11,7 @@ from gymnasium.utils.env_checker import check_env
 from asyncrl import envs
 from asyncrl.envs import EnvError, make_env, registered_envs
 from asyncrl.envs.doom import SCENARIOS, DoomEnv, Scenario
+from helpers import run_cli
 
 GYM_IDS = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCarContinuous-v0"]
 ALL_ENVS = sorted(registered_envs()) + GYM_IDS
@@ -130,6 +131,34 @@ def test_vizdoom_engine_is_restarted_every_n_episodes():
     assert len(first) == 1 and len(engines()) == 1 and engines() != first
     assert obs.shape == (3, 72, 128)
     env.close()
+
+
+def test_doom_duel_games_on_busy_cores_do_not_stall(clean_machine):
+    """8 doom_duel games at once on 2 cores (16 engines, a raw-mode worker each). ZDoom may run two tics in one
+    advance_action(1) when it catches up with tics its peers sent; counted by calls, the players' counts drifted
+    apart and each waited for the other (every game stalled within ~5-45 s). A stall raises after step_timeout, and
+    raw mode then ends with exit code 1."""
+    r = run_cli("bench", "--env", "doom_duel", "--env_options", '{"step_timeout": 3.0, "timelimit_minutes": 0.25}',
+                "--mode", "raw", "--num_workers", 8, "--num_envs_per_worker", 1, "--worker_num_splits", 1, "--seconds", 45,
+                "--warmup_seconds", 5)
+    assert r.returncode == 0 and "asyncrl bench: raw" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_doom_duel_episode_ending_on_a_tic_run_ahead_ends_the_next_step():
+    """Players idle between steps run up to frameskip - 1 tics ahead; with a time limit of 420 tics (a multiple of
+    frameskip 4) the episode ends on such a tic, past the step's last one. The next step must end with it, not
+    wait for tics a finished game never runs."""
+    env = make_env("doom_duel", timelimit_minutes=0.2, step_timeout=3.0)
+    try:
+        env.reset(seed=1)
+        for steps in range(1, 200):
+            time.sleep(0.02)  # the players run ahead meanwhile
+            _, _, _, truncated, _ = env.step({"player_0": 0, "player_1": 0})
+            if all(truncated.values()):
+                break
+        assert steps == 105 and all(truncated.values())
+    finally:
+        env.close()
 
 
 def test_doom_duel_stalled_game_raises_and_the_next_reset_starts_a_new_one():

@@ -42,12 +42,16 @@ def vizdoom_instance_ids(pgid: int) -> set[str]:
             if os.getpgid(int(pid)) != pgid:
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
+                args = [a.decode(errors="replace") for a in f.read().split(b"\0")]
         except OSError:
             continue
-        if b"+viz_instance_id" in args[:-1]:
-            ids.add(args[args.index(b"+viz_instance_id") + 1].decode())
-    return ids
+        ids.add(vizdoom_instance_id(args))
+    return ids - {None}
+
+
+def vizdoom_instance_id(args: list[str]) -> str | None:
+    """The +viz_instance_id of a VizDoom engine's command line (its /dev/shm segments end with it)."""
+    return args[args.index("+viz_instance_id") + 1] if "+viz_instance_id" in args[:-1] else None
 
 
 def remove_vizdoom_segments(instance_ids: set[str]) -> None:

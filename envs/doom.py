@@ -29,11 +29,14 @@ class Scenario:
     combos: tuple = ()              # extra actions: buttons pressed together, e.g. ("MOVE_FORWARD", "TURN_LEFT")
     stats: tuple = ()               # game variables reported at episode end
     buttons: tuple = ()             # replaces the cfg's buttons (multiplayer cfgs have analog ones)
-    bots: int = 0                   # built-in bots in a deathmatch
+    bots: int = 0                   # built-in bots in a single-player deathmatch (net games add their own)
+    objective: str | None = None    # the episode stat that is the true_objective (PBT, ratings): "win", "frags"
 
 
 FORWARD_TURNS = (("MOVE_FORWARD", "TURN_LEFT"), ("MOVE_FORWARD", "TURN_RIGHT"))
 DEATHMATCH_BUTTONS = ("ATTACK", "MOVE_FORWARD", "MOVE_BACKWARD", "MOVE_LEFT", "MOVE_RIGHT", "TURN_LEFT", "TURN_RIGHT")
+DEATHMATCH_COMBOS = FORWARD_TURNS + (("MOVE_FORWARD", "ATTACK"),)
+DEATHMATCH_STATS = ("frags", "deaths", "damage")
 
 SCENARIOS = {
     "doom_basic": Scenario("basic.cfg", "shoot the monster in front of you", 0.01, stats=("kills", "ammo")),
@@ -51,8 +54,10 @@ SCENARIOS = {
     "doom_take_cover": Scenario("take_cover.cfg", "dodge fireballs to survive", 0.01, stats=("health",)),
     "doom_predict_position": Scenario("predict_position.cfg", "shoot a rocket at a moving target"),
     "doom_deathmatch_bots": Scenario("multi.cfg", "deathmatch against 7 built-in bots (+1 frag, -1 death)", 1.0,
-                                     FORWARD_TURNS + (("MOVE_FORWARD", "ATTACK"),), ("frags", "deaths", "health"),
-                                     DEATHMATCH_BUTTONS, bots=7),
+                                     DEATHMATCH_COMBOS, DEATHMATCH_STATS + ("health",), DEATHMATCH_BUTTONS, bots=7,
+                                     objective="frags"),
+    "doom_duel_bots": Scenario("multi_duel.cfg", "duel against a built-in bot (+1 frag, -1 death)", 1.0,
+                               DEATHMATCH_COMBOS, DEATHMATCH_STATS, DEATHMATCH_BUTTONS, bots=1, objective="win"),
 }
 
 # Sample Factory's VizDoom model (convnet_simple + 512-unit GRU) with per-pixel input normalization, as it
@@ -60,7 +65,8 @@ SCENARIOS = {
 DOOM_DEFAULTS = {"encoder": "conv", "use_rnn": True, "rnn_size": 512, "num_envs_per_worker": 8,
                  "normalize_input": True, "learning_rate": 5e-4}
 
-_STAT_VARIABLES = {"kills": "KILLCOUNT", "health": "HEALTH", "ammo": "AMMO2", "frags": "FRAGCOUNT", "deaths": "DEATHCOUNT"}
+_STAT_VARIABLES = {"kills": "KILLCOUNT", "health": "HEALTH", "ammo": "AMMO2", "frags": "FRAGCOUNT", "deaths": "DEATHCOUNT",
+                   "damage": "DAMAGECOUNT"}
 _DEATHMATCH_ARGS = ("-host 1 -deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 "
                     "+sv_spawnfarthest 1 +sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1")
 
@@ -71,6 +77,21 @@ def scenario_file(name: str) -> str:
     if not os.path.isfile(path):
         raise EnvError(f"VizDoom scenario file missing: {path} (reinstall the vizdoom package)")
     return path
+
+
+def frag_table(game) -> np.ndarray:
+    """Every player's frags this episode, bots included, by player number (PLAYER1_FRAGCOUNT, ... up to the game's
+    PLAYER_COUNT)."""
+    import vizdoom as vzd
+    count = int(game.get_game_variable(vzd.GameVariable.PLAYER_COUNT))
+    return np.array([game.get_game_variable(getattr(vzd.GameVariable, f"PLAYER{i}_FRAGCOUNT"))
+                     for i in range(1, count + 1)])
+
+
+def win_of(frags: np.ndarray, me: int) -> float:
+    """1 for the most frags alone, 0.5 for the most tied with another player, else 0."""
+    best_other = np.delete(frags, me).max(initial=-np.inf)
+    return 1.0 if frags[me] > best_other else 0.5 if frags[me] == best_other else 0.0
 
 
 def every_second_pixel(screen: np.ndarray) -> np.ndarray:
@@ -173,8 +194,18 @@ class DoomEnv(gym.Env):
         truncated = terminated and self.game.is_episode_timeout_reached()
         info = {}
         if terminated:
-            info["episode_stats"] = {name: float(self.game.get_game_variable(v)) for name, v in self._stat_variables.items()}
+            info["episode_stats"] = self._episode_stats()
         return self._observe(), float(reward), terminated and not truncated, truncated, info
+
+    def _episode_stats(self) -> dict:
+        import vizdoom as vzd
+        stats = {name: float(self.game.get_game_variable(v)) for name, v in self._stat_variables.items()}
+        if self.scenario.bots:
+            me = int(self.game.get_game_variable(vzd.GameVariable.PLAYER_NUMBER))
+            stats["win"] = win_of(frag_table(self.game), me)
+        if self.scenario.objective:
+            stats["true_objective"] = stats[self.scenario.objective]
+        return stats
 
     def close(self):
         if self._initialized:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from functools import partial
 
 import numpy as np
@@ -35,15 +36,20 @@ import psutil
 from pettingzoo import ParallelEnv
 
 from asyncrl.envs import EnvError, register_env
-from asyncrl.envs.doom import DOOM_DEFAULTS, DEATHMATCH_BUTTONS, DoomEnv, Scenario
+from asyncrl.reaper import remove_vizdoom_segments, vizdoom_instance_id
+from asyncrl.envs.doom import (DEATHMATCH_BUTTONS, DEATHMATCH_COMBOS, DEATHMATCH_STATS, DOOM_DEFAULTS, DoomEnv, Scenario,
+                               frag_table, win_of)
 
 KICK_AFTER_S = 0.002  # see the module docstring
 START_ATTEMPTS = 3
+START_TIMEOUT_S = 20.0  # the engines give up connecting after 10 s (+viz_connect_timeout)
 NET_ARGS = ("-deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 +sv_spawnfarthest 1 "
             "+sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1")
-DUEL = Scenario("multi_duel.cfg", "two learning players duel (self-play over loopback UDP)",
-                combos=(("MOVE_FORWARD", "TURN_LEFT"), ("MOVE_FORWARD", "TURN_RIGHT"), ("MOVE_FORWARD", "ATTACK")),
-                stats=("frags", "deaths"), buttons=DEATHMATCH_BUTTONS)
+DUEL = Scenario("multi_duel.cfg", "two learning players duel (self-play over loopback UDP)", combos=DEATHMATCH_COMBOS,
+                stats=DEATHMATCH_STATS, buttons=DEATHMATCH_BUTTONS, objective="win")
+DEATHMATCH = Scenario("multi.cfg", "learning players and built-in bots in a deathmatch (self-play over loopback UDP)",
+                      combos=DEATHMATCH_COMBOS, stats=DEATHMATCH_STATS, buttons=DEATHMATCH_BUTTONS, objective="win")
+MAP_STARTS = {DUEL: 2, DEATHMATCH: 8}  # players the map has starts for, bots included (a third duel player crashed)
 
 
 def free_udp_port() -> int:
@@ -53,14 +59,18 @@ def free_udp_port() -> int:
 
 
 def kill_engines(port: int) -> None:
-    """SIGKILL this process's VizDoom engines of the game on `port` (host: -port P, the others: -join HOST:P)."""
+    """SIGKILL this process's VizDoom engines of the game on `port` (host: -port P, the others: -join HOST:P) and
+    remove their /dev/shm segments (a game whose thread is stuck inside it is never closed, which would remove them)."""
+    instance_ids = set()
     for child in psutil.Process().children():
         try:
             args = child.cmdline()
             if (("-port", str(port)) in zip(args, args[1:]) or f"127.0.0.1:{port}" in args) and "-iwad" in args:
                 child.kill()
+                instance_ids.add(vizdoom_instance_id(args))
         except psutil.Error:
             pass  # gone already
+    remove_vizdoom_segments(instance_ids - {None})
 
 
 class Player:
@@ -68,6 +78,8 @@ class Player:
     frameskip; the thread reports the step's observation and reward once it has run that tic."""
 
     def __init__(self, env: DoomEnv):
+        import vizdoom as vzd
+
         self.env, self.game, self.frameskip = env, env.game, env.frameskip
         self.changed = threading.Condition()
         self.action = env._actions[0]
@@ -77,6 +89,7 @@ class Player:
         self.error: Exception | None = None
         self.obs = np.zeros(env.observation_space.shape, np.uint8)
         self.at_start = np.zeros(len(env._stat_variables))
+        self.number = int(self.game.get_game_variable(vzd.GameVariable.PLAYER_NUMBER))  # its index in frag_table
         self.thread = threading.Thread(target=self._run, daemon=True, name="asyncrl-doom-player")
 
     def start(self) -> None:
@@ -155,7 +168,8 @@ class Player:
         return np.array([self.game.get_game_variable(v) for v in self.env._stat_variables.values()])
 
     def stats(self) -> dict:
-        """The episode's frags and deaths (the scenario's stats; the engine's counters may run on over episodes)."""
+        """The episode's frags, deaths and damage (the scenario's stats; the engine's counters may run on over
+        episodes)."""
         return dict(zip(self.env._stat_variables, (self._counters() - self.at_start).tolist()))
 
     def stop(self) -> None:
@@ -165,14 +179,19 @@ class Player:
 
 
 class DoomNetGame(ParallelEnv):
-    metadata = {"name": "doom_duel", "render_modes": []}
+    """`players` learning players (the agents) and `bots` built-in bots in one network game."""
 
-    def __init__(self, scenario: Scenario = DUEL, players: int = 2, frameskip: int = 4, timelimit_minutes: float = 2.0,
-                 step_timeout: float = 10.0):
-        if players < 2 or frameskip < 1 or timelimit_minutes <= 0 or step_timeout <= 0:
-            raise EnvError(f"doom net game: players {players} must be >= 2, frameskip {frameskip} >= 1, "
-                           f"timelimit_minutes and step_timeout positive")
-        self.scenario, self.num_players, self.frameskip = scenario, players, frameskip
+    metadata = {"name": "doom_net_game", "render_modes": []}
+
+    def __init__(self, scenario: Scenario = DUEL, players: int = 2, bots: int = 0, frameskip: int = 4,
+                 timelimit_minutes: float = 2.0, step_timeout: float = 10.0):
+        if players < 2 or bots < 0 or frameskip < 1 or timelimit_minutes <= 0 or step_timeout <= 0:
+            raise EnvError(f"doom net game: players {players} must be >= 2, bots {bots} >= 0, frameskip {frameskip} "
+                           f">= 1, timelimit_minutes and step_timeout positive")
+        if players + bots > MAP_STARTS[scenario]:
+            raise EnvError(f"doom net game: {players} players and {bots} bots, but {scenario.cfg}'s map has starts "
+                           f"for {MAP_STARTS[scenario]}")
+        self.scenario, self.num_players, self.bots, self.frameskip = scenario, players, bots, frameskip
         self.timelimit_minutes, self.step_timeout = timelimit_minutes, step_timeout
         self.possible_agents = [f"player_{i}" for i in range(players)]
         self.agents: list[str] = []
@@ -203,7 +222,7 @@ class DoomNetGame(ParallelEnv):
                 else:
                     env.game.add_game_args(f"-join 127.0.0.1:{port} +viz_connect_timeout 10")
             self.port = port
-            errors = self._in_threads([env.game.init for env in envs])
+            errors = self._in_threads([env.game.init for env in envs], START_TIMEOUT_S)
             if not errors:
                 for env in envs:
                     env._initialized = True
@@ -224,9 +243,10 @@ class DoomNetGame(ParallelEnv):
                 player.game.close()
         self.players = []
 
-    def _in_threads(self, calls: list) -> list[Exception]:
-        """Run the calls at once (each player's engine waits for the others); the errors raised, and a TimeoutError
-        for each call still running after step_timeout."""
+    def _in_threads(self, calls: list, timeout: float) -> list[Exception]:
+        """Run the calls at once (each player's engine waits for the others); the errors raised. A call still running
+        after `timeout` is a TimeoutError, and the game's engines are killed so that it returns: a game may be closed
+        only once no thread is inside it (or VizDoom aborts), and it was closed while an init() went on."""
         errors: list[Exception] = []
 
         def call(fn):
@@ -237,22 +257,45 @@ class DoomNetGame(ParallelEnv):
         threads = [threading.Thread(target=call, args=(fn,), daemon=True) for fn in calls]
         for t in threads:
             t.start()
+        deadline = time.monotonic() + timeout
         for t in threads:
-            t.join(self.step_timeout)
-        return errors + [TimeoutError(f"not done in {self.step_timeout:g} s") for t in threads if t.is_alive()]
+            t.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t for t in threads if t.is_alive()]
+        if stuck:
+            kill_engines(self.port)  # a call inside a game whose engine died raises at once
+            for t in stuck:
+                t.join(5.0)
+            errors.insert(0, TimeoutError(f"not done in {timeout:g} s"))
+        return errors
+
+    def _new_episode(self, restart: bool) -> list[Exception]:
+        """Every player starts a new episode at once (`restart`; a game just started has one). With bots, the host
+        then adds them and the episode starts once more: bots added to a running net game cut its next episode
+        short, and one was lost across a restart."""
+        def all_players():
+            return self._in_threads([partial(p.new_episode, self.step_timeout) for p in self.players], self.step_timeout)
+        errors = all_players() if restart else []
+        if self.bots and not errors:
+            host = self.players[0].game
+            host.send_game_command("removebots")
+            for _ in range(self.bots):
+                host.send_game_command("addbot")
+            errors = all_players()
+        return errors
 
     # --- the ParallelEnv interface
     def reset(self, seed=None, options=None):
-        if seed is not None or not self.players:
+        fresh = seed is not None or not self.players
+        if fresh:
             self._stop()
             self._start(seed)
+        errors = self._new_episode(restart=not fresh)
+        if errors:
+            self._stop()
+            raise EnvError(f"doom net game: new episode failed ({errors[0]}); the next reset starts a new game")
+        if fresh:
             for player in self.players:
                 player.start()
-        else:
-            errors = self._in_threads([partial(p.new_episode, self.step_timeout) for p in self.players])
-            if errors:
-                self._stop()
-                raise EnvError(f"doom net game: new episode failed ({errors[0]}); the next reset starts a new game")
         self.agents = list(self.possible_agents)
         return {a: p.obs for a, p in zip(self.agents, self.players)}, {a: {} for a in self.agents}
 
@@ -270,13 +313,11 @@ class DoomNetGame(ParallelEnv):
         obs = {a: p.obs for a, p in zip(self.possible_agents, self.players)}
         rewards = {a: p.step_reward for a, p in zip(self.possible_agents, self.players)}
         infos = {a: {} for a in self.possible_agents}
-        if over:
-            stats = [p.stats() for p in self.players]
-            best = max(s["frags"] for s in stats)
-            leaders = sum(s["frags"] == best for s in stats)
-            for agent, s in zip(self.possible_agents, stats):
-                win = (1.0 if leaders == 1 else 0.5) if s["frags"] == best else 0.0
-                infos[agent] = {"episode_stats": {**s, "win": win, "true_objective": win}}
+        if over:  # every player is finished: no thread is inside a game
+            frags = frag_table(self.players[0].game)  # bots' too
+            for agent, player in zip(self.possible_agents, self.players):
+                stats = {**player.stats(), "win": win_of(frags, player.number)}
+                infos[agent] = {"episode_stats": {**stats, "true_objective": stats[self.scenario.objective]}}
             self.agents = []
         terminated = {a: False for a in self.possible_agents}
         truncated = {a: over for a in self.possible_agents}
@@ -286,5 +327,8 @@ class DoomNetGame(ParallelEnv):
         self._stop()
 
 
-register_env("doom_duel", lambda **options: DoomNetGame(**options), f"VizDoom: {DUEL.description}",
+register_env("doom_duel", lambda **options: DoomNetGame(DUEL, **options), f"VizDoom: {DUEL.description}",
              {**DOOM_DEFAULTS, "num_envs_per_worker": 4})
+register_env("doom_deathmatch_full", lambda **options: DoomNetGame(DEATHMATCH, **{"players": 4, "bots": 4, **options}),
+             f"VizDoom: {DEATHMATCH.description}; 4 players and 4 bots by default, as Sample Factory's",
+             {**DOOM_DEFAULTS, "num_envs_per_worker": 2})

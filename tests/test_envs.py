@@ -10,7 +10,7 @@ from gymnasium.utils.env_checker import check_env
 
 from asyncrl import envs
 from asyncrl.envs import EnvError, make_env, registered_envs
-from asyncrl.envs.doom import SCENARIOS, DoomEnv, Scenario
+from asyncrl.envs.doom import SCENARIOS, DoomEnv, Scenario, frag_table, win_of
 from helpers import run_cli
 
 GYM_IDS = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCarContinuous-v0"]
@@ -159,6 +159,56 @@ def test_doom_duel_episode_ending_on_a_tic_run_ahead_ends_the_next_step():
         assert steps == 105 and all(truncated.values())
     finally:
         env.close()
+
+
+def test_win_is_the_most_frags_alone_or_half_a_win_tied():
+    assert win_of(np.array([3.0, 1.0, 2.0]), 0) == 1.0
+    assert win_of(np.array([3.0, 1.0, 3.0]), 2) == 0.5
+    assert win_of(np.array([3.0, 1.0, 3.0]), 1) == 0.0
+    assert win_of(np.array([-2.0, -5.0]), 0) == 1.0  # suicides make frags negative
+    assert win_of(np.array([0.0]), 0) == 1.0
+
+
+def test_doom_duel_bots_plays_one_bot_and_reports_the_duel():
+    env = make_env("doom_duel_bots", episode_timeout=400)
+    try:
+        env.reset(seed=3)
+        for steps in range(1, 200):
+            _, _, terminated, truncated, info = env.step(env.action_space.sample())
+            if terminated or truncated:
+                break
+        assert truncated and steps < 110 and len(frag_table(env.game)) == 2  # the player and its bot
+        stats = info["episode_stats"]
+        assert set(stats) == {"frags", "deaths", "damage", "win", "true_objective"}
+        assert stats["win"] in (0.0, 0.5, 1.0) and stats["true_objective"] == stats["win"]
+    finally:
+        env.close()
+
+
+def test_doom_deathmatch_full_keeps_its_bots_and_its_time_limit_every_episode():
+    """4 learning players and 4 bots in one net game: each episode runs to its time limit and has all 8 players by its
+    end (ZDoom lets a bot join every ~80 tics; bots added to a running game cut its next episode short, and one was
+    lost across a restart)."""
+    env = make_env("doom_deathmatch_full", timelimit_minutes=0.2)  # 420 tics, 105 steps of 4
+    try:
+        env.reset(seed=4)
+        for _ in range(3):
+            for steps in range(1, 200):
+                _, _, _, truncated, infos = env.step({a: env.action_space(a).sample() for a in env.possible_agents})
+                if all(truncated.values()):
+                    break
+            # the engines run a few tics while every player restarts; cut short, an episode lasted 10-30 steps
+            assert 95 <= steps <= 105 and len(frag_table(env.players[0].game)) == 8
+            wins = [infos[a]["episode_stats"]["win"] for a in env.possible_agents]
+            assert all(w in (0.0, 0.5, 1.0) for w in wins) and sum(w == 1.0 for w in wins) <= 1
+            env.reset()
+    finally:
+        env.close()
+
+
+def test_doom_net_game_with_more_players_than_its_map_has_starts_is_refused():
+    with pytest.raises(EnvError, match="starts for 2"):
+        make_env("doom_duel", bots=1)
 
 
 def test_doom_duel_stalled_game_raises_and_the_next_reset_starts_a_new_one():

@@ -6,6 +6,11 @@ their skill ratings after those games (openskill, as in training).
 A player is `latest` or `best` (the run's checkpoint of --policy_index, like `asyncrl enjoy`), a checkpoint file,
 `scripted` (the env's own `scripted_action(agent)` opponent, e.g. grid_duel's) or `random`. The players swap seats
 every episode; an episode's winner has the higher score (the env's true_objective, else the return).
+
+    asyncrl match --env doom_duel_bots --experiment duel_bots --players latest bots --episodes 20
+
+`bots` as the second player: a one-agent env whose opponents are its own built-in bots (VizDoom's doom_duel_bots,
+doom_deathmatch_bots); the first player is the agent, and the env's `win` stat scores each episode.
 """
 
 from __future__ import annotations
@@ -91,10 +96,29 @@ def play_match(env, players: list, episodes: int, seed: int) -> list[float]:
     return results
 
 
+def play_against_bots(env, player, episodes: int, seed: int) -> list[float]:
+    """The only agent's result per episode against the env's own bots: its `win` stat (1 win, 0.5 draw, 0 loss)."""
+    results = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        player.reset()
+        done = False
+        while not done:
+            obs, _, terminated, truncated, infos = env.step([player.act(env, 0, obs[0])])
+            done = terminated[0] or truncated[0]
+        win = infos[0].get("episode_stats", {}).get("win")
+        if win is None:
+            raise ConfigError("--players ... bots: the env reports no win at an episode's end (episode_stats['win']); "
+                              "bots are the opponents of VizDoom's doom_duel_bots and doom_deathmatch_bots")
+        results.append(float(win))
+    return results
+
+
 def match(argv: list[str]) -> int:
     parser = OneLineErrorParser(prog="asyncrl match", description=__doc__.splitlines()[0])
     parser.add_argument("--players", nargs=2, required=True, metavar="PLAYER",
-                        help="latest, best, a checkpoint file, scripted or random.")
+                        help="latest, best, a checkpoint file, scripted or random; the second may be bots (the env's "
+                             "own, in a one-agent env).")
     parser.add_argument("--episodes", type=int, default=100, help="Episodes to play.")
     parser.add_argument("--policy_index", type=int, default=0, help="The run's policy that latest/best load.")
     parser.add_argument("--out", default=None, help="Also write the result as JSON to this file.")
@@ -105,13 +129,18 @@ def match(argv: list[str]) -> int:
         raise ConfigError(f"--episodes must be positive, got {args['episodes']}")
     cfg = config_of_run(given)
     env = make_agents(cfg.env, **cfg.env_kwargs())
+    against_bots = args["players"][1] == "bots"
     try:
-        if env.num_agents != 2:
-            raise ConfigError(f"asyncrl match plays two players: env {cfg.env!r} has {env.num_agents} agent(s)")
-        players = [make_player(spec, env, cfg, args["policy_index"]) for spec in args["players"]]
+        if env.num_agents != (1 if against_bots else 2):
+            raise ConfigError(f"asyncrl match plays two players, or one agent against the env's bots (--players X bots): "
+                              f"env {cfg.env!r} has {env.num_agents} agent(s)")
+        players = [make_player(spec, env, cfg, args["policy_index"]) for spec in args["players"][:2 - against_bots]]
         torch.manual_seed(cfg.seed or 0)
         env.action_space.seed(cfg.seed or 0)
-        results = play_match(env, players, args["episodes"], cfg.seed or 0)
+        if against_bots:
+            results = play_against_bots(env, players[0], args["episodes"], cfg.seed or 0)
+        else:
+            results = play_match(env, players, args["episodes"], cfg.seed or 0)
     finally:
         env.close()
     summary = summarize(args["players"], results)

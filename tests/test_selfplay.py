@@ -141,7 +141,9 @@ def test_selfplay_run_rates_its_snapshots_and_match_plays_them(tmp_path):
 
 
 @pytest.mark.parametrize("flags,needle", [
-    (["--env", "CartPole-v1", "--players", "random", "random"], "plays two players: env 'CartPole-v1' has 1"),
+    (["--env", "CartPole-v1", "--players", "random", "random"], "env 'CartPole-v1' has 1 agent"),
+    (["--env", "grid_duel", "--players", "random", "bots"], "env 'grid_duel' has 2 agent"),
+    (["--env", "CartPole-v1", "--players", "random", "bots"], "reports no win"),
     (["--env", "synthetic_multi", "--players", "scripted", "random"], "has no scripted opponent"),
     (["--env", "grid_duel", "--players", "no_such_file.pth", "random"], "no_such_file.pth"),
     (["--env", "grid_duel", "--players", "random"], "expected 2 arguments"),
@@ -149,6 +151,12 @@ def test_selfplay_run_rates_its_snapshots_and_match_plays_them(tmp_path):
 def test_bad_match_input_is_one_line_and_exit_2(tmp_path, flags, needle):
     r = run_cli("match", *flags, "--train_dir", tmp_path, timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+
+
+def test_match_plays_an_agent_against_the_envs_bots(tmp_path, clean_machine):
+    r = run_cli("match", "--env", "doom_duel_bots", "--env_options", '{"episode_timeout": 200}', "--players", "random",
+                "bots", "--episodes", 2, "--train_dir", tmp_path, timeout=120)
+    assert r.returncode == 0 and "random vs bots:" in r.stdout and "in 2 episodes" in r.stdout, r.stdout + r.stderr
 
 
 def test_doom_duel_trains_two_players_of_network_games(tmp_path, clean_machine):
@@ -162,4 +170,5 @@ def test_doom_duel_trains_two_players_of_network_games(tmp_path, clean_machine):
     rows = read_stats(tmp_path / "duel")
     last = rows[-1]
     assert last["train_step"] > 0 and last["episodes"] >= 8
-    assert 0.0 <= last["episode_win_mean"] <= 1.0 and "episode_frags_mean" in last and "episode_deaths_mean" in last
+    assert 0.0 <= last["episode_win_mean"] <= 1.0 and {"episode_frags_mean", "episode_deaths_mean",
+                                                          "episode_damage_mean"} <= set(last)

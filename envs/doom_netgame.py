@@ -1,4 +1,5 @@
-"""VizDoom network games as one multi-agent env (PettingZoo ParallelEnv): doom_duel, two learning players.
+"""VizDoom network games as one multi-agent env (PettingZoo ParallelEnv): doom_duel (two learning players) and
+doom_deathmatch_full (4 learning players and 4 built-in bots, which the host adds).
 
 Each player is a VizDoom engine of its own in synchronous mode (Mode.PLAYER): the host (`-host N -port P`) and the
 others (`-join 127.0.0.1:P`) on loopback UDP, on a port the OS hands out (bound and released just before the
@@ -7,10 +8,9 @@ the players' engines run at once (advance_action releases the GIL). An env step 
 waits until every player's engine has run `frameskip` tics.
 
 Why a thread per player that may run a little ahead: an engine that waits for its controller stops exchanging tics
-with the others, and a peer can need one of those to finish the step. Stepped in lock-step, or allowed a fixed 1-3
-tics past the step, two players stall within seconds (benchmarks/studies/vizdoom_netgame.py). So a player that
-has waited KICK_AFTER_S for its next action runs one more tic with its last action (at most frameskip - 1 past the
-step; those tics count towards the next step).
+with the others, so a player that has waited KICK_AFTER_S for its next action runs one more tic with its last action
+(at most frameskip - 1 past the step; those tics count towards the next step). Stepped in lock-step, two players
+played slower (benchmarks/studies/vizdoom_netgame.py).
 
 Tics are counted on the engine's clock (get_episode_time), not by calls: one advance_action(1) may run two game tics
 when ZDoom catches up with tics its peers already sent. Counted by calls, two players' counts drifted apart under
@@ -20,8 +20,8 @@ none in 28,000 steps since). Because a call may jump past the step's last tic, t
 A step that does not end within `step_timeout` seconds (a peer died or the game stalled) raises EnvError; the
 game is then broken and the next reset starts a new one (new engines, new port). Rewards: +1 a frag, -1 a death.
 An episode ends at the time limit, for every player at once (truncated: a deathmatch has no terminal state), with
-each player's frags, deaths and win (1, 0.5 for a tie on frags, 0) in info["episode_stats"]; win is also the
-true_objective that PBT and the ratings use.
+each player's frags, deaths, damage and win (the most frags of all players, bots included: 1, 0.5 tied, 0) in
+info["episode_stats"]; win is also the true_objective that PBT and the ratings use.
 """
 
 from __future__ import annotations

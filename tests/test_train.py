@@ -139,4 +139,4 @@ def test_envs_lists_registered_envs():
     assert r.returncode == 0 and "gymnasium" in r.stdout
     listed = {line.split()[0] for line in r.stdout.splitlines()}
     builtin = {name for name in registered_envs() if name.startswith(("doom_", "synthetic_"))}
-    assert len(builtin) == 14 and builtin <= listed
+    assert len(builtin) == 16 and builtin <= listed

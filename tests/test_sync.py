@@ -110,7 +110,7 @@ def test_ver_gives_fast_envs_more_of_the_batch_than_lock_step(tmp_path):
         r = run_cli("train", "--algo", algo, "--env", "synthetic_constant", "--env_options",
                     '{"step_us": 300, "episode_len": 8, "worker_cost": [10, 1]}', "--train_dir", tmp_path,
                     "--experiment", algo, "--num_workers", 2, "--num_envs_per_worker", 2, "--rollout", 8,
-                    "--batch_size", 32, "--train_for_env_steps", 6000, "--experiment_summaries_interval", 1,
+                    "--batch_size", 32, "--train_for_env_steps", 4000, "--experiment_summaries_interval", 1,
                     "--use_rnn", "False", "--seed", 0, "--stats_avg", 1000)
         assert r.returncode == 0, r.stdout + r.stderr
         rows = read_stats(tmp_path / algo)

@@ -5,8 +5,8 @@
     train    the full engine, learning
 
 With `sampler` or `train`, it also computes the machine's compute limit: the CPU time per agent step of
-simulation (one worker's envs), of inference (at the batch size the policy worker actually saw) and of learning
-(at --batch_size), each measured alone on one core with the engine's own code; compute-limited FPS = cores /
+simulation (one worker's envs), of inference (at the batch size the policy workers actually saw in that mode) and
+of learning (at --batch_size), each measured alone on one core with the engine's own code; compute-limited FPS = cores /
 (sum of the three) * frameskip, and efficiency = train FPS / that limit (the sampler's: without learning).
 It also reports the CPU each role actually used during the measured window (learner, policy workers, rollout
 workers, the env processes they started, the runner) and what stayed idle: where the time went, next to what
@@ -75,10 +75,11 @@ def run_bench(bench: BenchArgs, cfg: Config) -> dict:
             result[f"{mode}_fps"] = run["fps"]
             result[f"{mode}_timing"] = {k: v for k, v in run["last_row"].items() if k.startswith(("timing_", "inference_"))}
             result[f"{mode}_cores_used"] = run["cores_used"]
-    engine_modes = [m for m in ("train", "sampler") if m in bench.modes]
-    if engine_modes:
-        batch = result[f"{engine_modes[0]}_timing"].get("inference_batch_mean") or cfg.envs_per_split
-        result.update(compute_limit(cfg, max(1, round(batch))))
+    # each mode's limit at the inference batch it ran with (the sampler's two policy workers batch about half as much)
+    batches = {m: max(1, round(result[f"{m}_timing"].get("inference_batch_mean") or cfg.envs_per_split))
+               for m in ("train", "sampler") if m in bench.modes}
+    if batches:
+        result.update(compute_limit(cfg, batches.get("train", batches.get("sampler")), batches.get("sampler")))
     if "train" in bench.modes:
         result["efficiency"] = result["train_fps"] / result["compute_limited_fps"]
     if "sampler" in bench.modes:
@@ -103,7 +104,7 @@ def report(result: dict) -> str:
     if "compute_limited_fps" in result:
         lines.append(f"CPU ms per agent step, each alone on one core: sim {result['sim_ms_per_step']:.3f} "
                      f"({c['num_envs_per_worker']} envs), inference {result['inference_ms_per_step']:.3f} "
-                     f"(batch {result['inference_batch']}), learning "
+                     f"(batch {result['inference_batch']}){sampler_inference(result)}, learning "
                      f"{result['learn_ms_per_step']:.3f}; frameskip {result['frameskip']}, {result['cores']} cores")
     if "efficiency" in result:
         lines.append(f"train compute limit = cores / (sim + inference + learning) x frameskip = "
@@ -116,6 +117,13 @@ def report(result: dict) -> str:
             steps_per_s = result[f"{mode}_fps"] / result["frameskip"]
             lines.append(where_the_time_went(mode, result[f"{mode}_cores_used"], steps_per_s, result["cores"]))
     return "\n".join(lines)
+
+
+def sampler_inference(result: dict) -> str:
+    """The sampler's inference cost, where it ran at another batch than training."""
+    if result["sampler_inference_batch"] == result["inference_batch"]:
+        return ""
+    return f" and {result['sampler_inference_ms_per_step']:.3f} (batch {result['sampler_inference_batch']}, sampler)"
 
 
 def where_the_time_went(mode: str, cores_used: dict, steps_per_s: float, cores: int) -> str:

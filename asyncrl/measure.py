@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import statistics
 import tempfile
 import threading
 import time
@@ -168,16 +169,21 @@ def process_tree_cpu_seconds() -> float:
     return sum(seconds for _, seconds in cpu_seconds_by_process().values())
 
 
-def seconds_per_call(fn, min_seconds: float = 2.0, min_calls: int = 3, clock=time.perf_counter) -> float:
-    """Mean seconds of `clock` per call of fn, after one warm-up call (allocations, lazy init). The default clock
-    is wall time, which alone on a core equals CPU time; process_tree_cpu_seconds measures a process that
-    shares its core."""
+def seconds_per_call(fn, min_seconds: float = 2.0, min_calls: int = 3, clock=time.perf_counter,
+                     chunks: int = 5) -> float:
+    """Seconds of `clock` per call of fn, after one warm-up call (allocations, lazy init): the median over `chunks`
+    stretches of min_seconds / chunks each, so a burst of a shared machine's other load skews one stretch, not the
+    result. The default clock is wall time, which alone on a core equals CPU time; process_tree_cpu_seconds
+    measures a process that shares its core."""
     fn()
-    calls, start, started = 0, time.perf_counter(), clock()
-    while calls < min_calls or time.perf_counter() - start < min_seconds:
-        fn()
-        calls += 1
-    return (clock() - started) / calls
+    per_call = []
+    for _ in range(chunks):
+        calls, start, started = 0, time.perf_counter(), clock()
+        while calls < max(1, min_calls // chunks) or time.perf_counter() - start < min_seconds / chunks:
+            fn()
+            calls += 1
+        per_call.append((clock() - started) / calls)
+    return statistics.median(per_call)
 
 
 @contextlib.contextmanager
@@ -199,8 +205,8 @@ def simulation_workload(cfg: Config, num_envs: int):
 
 @contextlib.contextmanager
 def model_workloads(cfg: Config, inference_batch: int):
-    """(act, learn): PolicyWorker._act on `inference_batch` agents and Learner._gather + _train on one --batch_size
-    batch, with real shared buffers, in this process."""
+    """(act, learn): PolicyWorker._act on `inference_batch` agents (act(k): on the first k) and Learner._gather +
+    _train on one --batch_size batch, with real shared buffers, in this process."""
     from asyncrl.buffers import SharedBuffers, num_slots, slots_per_batch
     from asyncrl.learner import Learner
     from asyncrl.policy_worker import PolicyWorker
@@ -220,7 +226,8 @@ def model_workloads(cfg: Config, inference_batch: int):
         policy = PolicyWorker(0, 0, cfg, b, queues, env.obs_space, env.action_space, cpu)
         agents = torch.arange(inference_batch)
         b.agent_slot[agents] = agents
-        yield (lambda: policy._act(agents, policy.model, 0)), (lambda: learner._train(learner._gather(slots)))
+        yield (lambda batch=inference_batch: policy._act(agents[:batch], policy.model, 0)), \
+            (lambda: learner._train(learner._gather(slots)))
 
 
 def simulation_cost(cfg: Config) -> tuple[float, int]:
@@ -231,14 +238,21 @@ def simulation_cost(cfg: Config) -> tuple[float, int]:
         return seconds_per_call(step) / steps_per_call, frameskip
 
 
-def model_costs(cfg: Config, inference_batch: int) -> tuple[float, float]:
-    """CPU seconds per sample of inference (PolicyWorker._act at `inference_batch` agents) and of learning
-    (Learner._gather + _train on one --batch_size batch), with real shared buffers, in this process."""
-    with model_workloads(cfg, inference_batch) as (act, learn):
-        return seconds_per_call(act) / inference_batch, seconds_per_call(learn, min_seconds=5.0) / cfg.batch_size
+def model_costs(cfg: Config, inference_batch: int, sampler_batch: int | None = None) -> tuple[float, float, float]:
+    """CPU seconds per sample of inference (PolicyWorker._act at `inference_batch` agents, and at `sampler_batch`)
+    and of learning (Learner._gather + _train on one --batch_size batch), with real shared buffers, in this process."""
+    sampler_batch = sampler_batch or inference_batch
+    with model_workloads(cfg, max(inference_batch, sampler_batch)) as (act, learn):
+        infer = seconds_per_call(lambda: act(inference_batch)) / inference_batch
+        sampler_infer = infer if sampler_batch == inference_batch else \
+            seconds_per_call(lambda: act(sampler_batch)) / sampler_batch
+        return infer, sampler_infer, seconds_per_call(learn, min_seconds=5.0) / cfg.batch_size
 
 
-def compute_limit(cfg: Config, inference_batch: int) -> dict:
+def compute_limit(cfg: Config, inference_batch: int, sampler_batch: int | None = None) -> dict:
+    """Frames/s if the cores did nothing but the run's work, each part at its cost alone on one core: training
+    (simulation, inference at `inference_batch`, learning) and sampling (simulation, inference at `sampler_batch`:
+    the sampler's policy workers batch differently; default inference_batch)."""
     threads, cores = torch.get_num_threads(), sorted(os.sched_getaffinity(0))
     # each alone on one core: one torch thread, and this process pinned (a VizDoom engine started now inherits
     # the pin, so its CPU time is counted too, and no idle wake-up latency is)
@@ -247,12 +261,14 @@ def compute_limit(cfg: Config, inference_batch: int) -> dict:
     keep_freed_memory_for_reuse()  # as in the engine's processes
     try:
         sim, frameskip = simulation_cost(cfg)
-        infer, learn = model_costs(cfg, inference_batch)
+        infer, sampler_infer, learn = model_costs(cfg, inference_batch, sampler_batch)
     finally:
         torch.set_num_threads(threads)
         os.sched_setaffinity(0, cores)
     cores = len(cores)
     return {"cores": cores, "frameskip": frameskip, "inference_batch": inference_batch,
-            "sim_ms_per_step": 1e3 * sim, "inference_ms_per_step": 1e3 * infer, "learn_ms_per_step": 1e3 * learn,
+            "sampler_inference_batch": sampler_batch or inference_batch,
+            "sim_ms_per_step": 1e3 * sim, "inference_ms_per_step": 1e3 * infer,
+            "sampler_inference_ms_per_step": 1e3 * sampler_infer, "learn_ms_per_step": 1e3 * learn,
             "compute_limited_fps": cores / (sim + infer + learn) * frameskip,
-            "sampler_compute_limited_fps": cores / (sim + infer) * frameskip}
+            "sampler_compute_limited_fps": cores / (sim + sampler_infer) * frameskip}

@@ -56,6 +56,12 @@ def test_bench_all_modes_on_a_synthetic_env(tmp_path, clean_machine):
     assert result["sampler_over_raw"] == pytest.approx(result["sampler_fps"] / result["raw_fps"])
     assert 0 < result["efficiency"] == pytest.approx(result["train_fps"] / result["compute_limited_fps"])
     assert result["sampler_compute_limited_fps"] > result["compute_limited_fps"] and result["sampler_efficiency"] > 0
+    # each mode's limit takes inference at the batch that mode ran with
+    for mode, key in (("train", "inference_batch"), ("sampler", "sampler_inference_batch")):
+        assert result[key] == max(1, round(result[f"{mode}_timing"]["inference_batch_mean"])), mode
+    sampler_ms = result["sim_ms_per_step"] + result["sampler_inference_ms_per_step"]
+    limit = result["cores"] * result["frameskip"] / sampler_ms * 1e3
+    assert result["sampler_compute_limited_fps"] == pytest.approx(limit)
     # the sampler run did not learn; the train run did, and its timers reached the stats
     assert "timing_learner_train" not in result["sampler_timing"] and result["sampler_timing"]["timing_rollout_env_step"] > 0
     assert result["train_timing"]["timing_learner_train"] > 0 and result["train_timing"]["inference_batch_mean"] >= 1

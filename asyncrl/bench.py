@@ -6,8 +6,8 @@
 
 With `sampler` or `train`, it also computes the machine's compute limit: the CPU time per agent step of
 simulation (one worker's envs), of inference (at the batch size the policy workers actually saw in that mode) and
-of learning (at --batch_size), each measured alone on one core with the engine's own code; compute-limited FPS = cores /
-(sum of the three) * frameskip, and efficiency = train FPS / that limit (the sampler's: without learning).
+of learning (at --batch_size), each measured alone on one core with the engine's own code; compute-limited FPS =
+cores / (sum of the three) * frameskip, and efficiency = train FPS / that limit (the sampler's: without learning).
 It also reports the CPU each role actually used during the measured window (learner, policy workers, rollout
 workers, the env processes they started, the runner) and what stayed idle: where the time went, next to what
 it would take alone. The first --warmup_seconds of each run (process start-up included) are excluded.

@@ -82,8 +82,8 @@ def throughput(pairs: int, seconds: float, train_dir: str) -> list[dict]:
         remote = with_servers("doom_basic", 2, 16, train_dir, lambda e: train(
             e, f"fps_remote_{pair}", train_dir, flags, seconds + 300))
         results.append({"local_fps": steady_fps(local), "remote_fps": steady_fps(remote),
-                        "ratio": steady_fps(remote) / steady_fps(local),
-                        "local_first_samples_s": first_samples_s(local), "remote_first_samples_s": first_samples_s(remote)})
+                        "ratio": steady_fps(remote) / steady_fps(local), "local_first_samples_s": first_samples_s(local),
+                        "remote_first_samples_s": first_samples_s(remote)})
         print(results[-1], flush=True)
     return results
 
@@ -134,7 +134,8 @@ def main():
              "| pair | local frames/s | remote frames/s | remote / local | first samples after: local | remote |",
              "| --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {i} | {p['local_fps']:,.0f} | {p['remote_fps']:,.0f} | {p['ratio']:.2f} | "
-              f"{p['local_first_samples_s']:.0f} s | {p['remote_first_samples_s']:.0f} s |" for i, p in enumerate(pairs)]
+              f"{p['local_first_samples_s']:.0f} s | {p['remote_first_samples_s']:.0f} s |"
+              for i, p in enumerate(pairs)]
     lines += ["", f"Median ratio: **{median:.2f}**", "", "## Learning at equal env steps (seed 1, default flags)", "",
               "![curves](remote_envs.png)", "", "| env | env steps | local: mean return, last 3 rows | remote |",
               "| --- | --- | --- | --- |"]

@@ -6,6 +6,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# as asyncrl.remote sets it, but before any test module imports grpc: this process keeps gRPC channels open while it
+# starts runs, and gRPC's fork support can print an EBADF line into a child's stderr (grpc/grpc#43055)
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 from helpers import engine_processes, kill_started, shm_entries  # noqa: E402
 

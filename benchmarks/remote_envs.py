@@ -81,9 +81,9 @@ def throughput(pairs: int, seconds: float, train_dir: str) -> list[dict]:
         local = train("doom_basic", f"fps_local_{pair}", train_dir, flags, seconds + 300)
         remote = with_servers("doom_basic", 2, 16, train_dir, lambda e: train(
             e, f"fps_remote_{pair}", train_dir, flags, seconds + 300))
-        results.append({"local_fps": steady_fps(local), "remote_fps": steady_fps(remote),
-                        "ratio": steady_fps(remote) / steady_fps(local), "local_first_samples_s": first_samples_s(local),
-                        "remote_first_samples_s": first_samples_s(remote)})
+        local_fps, remote_fps = steady_fps(local), steady_fps(remote)
+        results.append({"local_fps": local_fps, "remote_fps": remote_fps, "ratio": remote_fps / local_fps,
+                        "local_first_samples_s": first_samples_s(local), "remote_first_samples_s": first_samples_s(remote)})
         print(results[-1], flush=True)
     return results
 

@@ -57,7 +57,7 @@ def test_bench_all_modes_on_a_synthetic_env(tmp_path, clean_machine):
     assert 0 < result["efficiency"] == pytest.approx(result["train_fps"] / result["compute_limited_fps"])
     assert result["sampler_compute_limited_fps"] > result["compute_limited_fps"] and result["sampler_efficiency"] > 0
     # each mode's limit takes inference at the batch that mode ran with (its groups' size if no batch was reported
-    # in the window: a 4-s run's last row may come before a policy worker's timing report)
+    # in the window: a short run's last row may come before a policy worker's timing report)
     group = result["config"]["num_envs_per_worker"] // result["config"]["worker_num_splits"]
     for mode, key in (("train", "inference_batch"), ("sampler", "sampler_inference_batch")):
         assert result[key] == max(1, round(result[f"{mode}_timing"].get("inference_batch_mean") or group)), mode

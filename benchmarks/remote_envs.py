@@ -83,7 +83,8 @@ def throughput(pairs: int, seconds: float, train_dir: str) -> list[dict]:
             e, f"fps_remote_{pair}", train_dir, flags, seconds + 300))
         local_fps, remote_fps = steady_fps(local), steady_fps(remote)
         results.append({"local_fps": local_fps, "remote_fps": remote_fps, "ratio": remote_fps / local_fps,
-                        "local_first_samples_s": first_samples_s(local), "remote_first_samples_s": first_samples_s(remote)})
+                        "local_first_samples_s": first_samples_s(local),
+                        "remote_first_samples_s": first_samples_s(remote)})
         print(results[-1], flush=True)
     return results
 

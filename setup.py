@@ -43,7 +43,7 @@ setup(
         "imageio>=2.28",  # `asyncrl enjoy --save_video`: mp4 through imageio-ffmpeg, GIF through Pillow
         "imageio-ffmpeg>=0.4.8",  # ships an ffmpeg binary in its wheel: no system ffmpeg needed
         "pettingzoo>=1.24",  # the multi-agent env API (ParallelEnv/AECEnv) users' envs already speak; imported lazily
-        "openskill>=5.0",  # skill ratings of policies and frozen versions from match outcomes (maintained Bayesian rating)
+        "openskill>=5.0",  # skill ratings of policies and frozen versions from match outcomes (maintained, Bayesian)
         "grpcio>=1.60",  # remote envs (asyncrl env-server, --env remote:...): gRPC, deadlines, TLS, interceptors
         "grpcio-tools>=1.60",  # protoc for ude.proto at install (and on first import from a never-installed checkout)
         "protobuf>=4.25",  # the typed messages of ude.proto: no pickle on the wire

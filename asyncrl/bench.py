@@ -49,7 +49,8 @@ def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
     given = vars(parser.parse_args(argv))
     modes = MODES if given["mode"] == "all" else tuple(m for m in MODES if m in given["mode"].split(","))
     if set(given.pop("mode").split(",")) - {*MODES, "all"}:
-        raise ConfigError("--mode must be raw, sampler, train, all or a comma list of them (see `asyncrl bench --help`)")
+        raise ConfigError("--mode must be raw, sampler, train, all or a comma list of them "
+                          "(see `asyncrl bench --help`)")
     bench = BenchArgs(modes, given.pop("seconds"), given.pop("warmup_seconds"), given.pop("out"))
     if bench.seconds <= 0 or bench.warmup_seconds < 0:
         raise ConfigError("--seconds must be positive and --warmup_seconds >= 0")
@@ -73,10 +74,11 @@ def run_bench(bench: BenchArgs, cfg: Config) -> dict:
         if mode in bench.modes:
             run = engine_run(cfg, bench.warmup_seconds, bench.seconds, sampler_only=mode == "sampler")
             result[f"{mode}_fps"] = run["fps"]
-            result[f"{mode}_timing"] = {k: v for k, v in run["last_row"].items() if k.startswith(("timing_", "inference_"))}
+            result[f"{mode}_timing"] = {k: v for k, v in run["last_row"].items()
+                                        if k.startswith(("timing_", "inference_"))}
             result[f"{mode}_cores_used"] = run["cores_used"]
     # each mode's limit at the inference batch it ran with (the sampler's two policy workers batch about half as much)
-    batches = {m: max(1, round(result[f"{m}_timing"].get("inference_batch_mean") or cfg.envs_per_split))
+    batches = {m: max(1, round(result[f"{m}_timing"].get("inference_batch_mean") or cfg.envs_per_group))
                for m in ("train", "sampler") if m in bench.modes}
     if batches:
         result.update(compute_limit(cfg, batches.get("train", batches.get("sampler")), batches.get("sampler")))
@@ -100,7 +102,8 @@ def report(result: dict) -> str:
     for mode in MODES:
         if f"{mode}_fps" in result:
             ratio = result.get(f"{mode}_over_raw", 1.0 if mode == "raw" else None)
-            lines.append(f"{mode:<8} {result[f'{mode}_fps']:>10,.0f} {'-' if ratio is None else format(ratio, '.3f'):>7}")
+            shown = '-' if ratio is None else format(ratio, '.3f')
+            lines.append(f"{mode:<8} {result[f'{mode}_fps']:>10,.0f} {shown:>7}")
     if "compute_limited_fps" in result:
         lines.append(f"CPU ms per agent step, each alone on one core: sim {result['sim_ms_per_step']:.3f} "
                      f"({c['num_envs_per_worker']} envs), inference {result['inference_ms_per_step']:.3f} "
@@ -111,7 +114,8 @@ def report(result: dict) -> str:
                      f"{result['compute_limited_fps']:,.0f} frames/s; train efficiency {result['efficiency']:.3f}")
     if "sampler_efficiency" in result:
         lines.append(f"sampler compute limit = cores / (sim + inference) x frameskip = "
-                     f"{result['sampler_compute_limited_fps']:,.0f} frames/s; sampler efficiency {result['sampler_efficiency']:.3f}")
+                     f"{result['sampler_compute_limited_fps']:,.0f} frames/s; sampler efficiency "
+                     f"{result['sampler_efficiency']:.3f}")
     for mode in ("sampler", "train"):
         if result.get(f"{mode}_cores_used") and "frameskip" in result:
             steps_per_s = result[f"{mode}_fps"] / result["frameskip"]

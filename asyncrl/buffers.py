@@ -26,9 +26,9 @@ Agents (A = num_workers * num_envs_per_worker * agents_per_env): what a policy w
 serve an agent's request, written by its rollout worker before the request is sent.
     agent_slot      [A]     slot the agent is filling
     agent_step      [A]     step t within that slot
-    agent_policy    [A]     who acts for the agent this episode: a policy p < P, or a frozen past version of one,
-                            P + p * K + k (see frozen_id); NO_POLICY while the agent's episode has ended and the
-                            other agents of its env play on (nobody computes its actions)
+    agent_player    [A]     the agent's player this episode: who acts for it, a policy p < P or a frozen past
+                            version of one, P + p * K + k (see frozen_player); NO_PLAYER while the agent's episode
+                            has ended and the other agents of its env play on (nobody computes its actions)
     agent_rnn_state [A, H]  recurrent state before the next step (zeroed at episode starts)
 
 Liveness: worker_heartbeat [num_workers], time.monotonic() when each rollout worker last showed it was
@@ -45,11 +45,12 @@ policy's learner every --selfplay_snapshot_every_env_steps, read by its policy w
     frozen_weights  [P, K, N]
     frozen_seq      [P, K]
     frozen_version  [P, K]  the learner's train step at the snapshot; -1: empty
-    rating_mu       [P + P*K]  skill rating (openskill mu) of every policy and frozen version, by acting id, written by
+    rating_mu       [P + P*K]  skill rating (openskill mu) of every policy and frozen version, by player, written by
                             the runner (ratings.py), read by rollout workers for --matchmaking rating
 
-Synchronous algorithms (--algo ppo/ver), per policy: the policy worker hands out actions under one version until the
-rollout's budget is spent, then closes the rollout; the learner learns once it holds every sample of it.
+Synchronous algorithms (--algo ppo/ver), per policy (the protocol is written out in rollouts.py): the policy worker
+hands out actions under one version until the rollout's budget is spent, then closes the rollout; the learner learns
+once it holds every sample of it.
     rollout_issued  [P]     actions handed out under the current version once its rollout is closed (written by the
                             policy worker), -1 while it is open (set by the learner before it publishes a version)
     rollout_preempted [P]   under torchrun: actions of the closed rollout's budget not handed out because DD-PPO's
@@ -66,10 +67,13 @@ Per-policy hyperparameters and PBT (pbt.py):
     policy_hparams  [P, K]  each policy's own hyperparameters (config.PER_POLICY_HPARAMS order): set by the runner from
                             the config, mutated by PBT, read by the learner at every batch
     learner_state   [P, M]  with --with_pbt only (else M = 0): a learner's weights and Adam state, written when PBT
-                            asks it to, for a bottom policy's learner to copy (learner.pack_state)
+                            asks it to, for a bottom policy's learner to copy (model.pack_state)
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Generic, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -77,13 +81,13 @@ import torch
 from torch import nn
 
 from asyncrl.config import PER_POLICY_HPARAMS, Config
-from asyncrl.model import flat_state, state_tensors
+from asyncrl.model import flat_state, state_tensors, unflatten_into
 
-NO_POLICY = -1  # agent_policy of an agent that is out of its env's episode (it waits for the others)
+NO_PLAYER = -1  # agent_player of an agent that is out of its env's episode (it waits for the others)
 
 
-def frozen_id(cfg: Config, policy: int, k: int) -> int:
-    """The acting id of frozen version k of `policy` (agent_policy values at or above P are frozen versions)."""
+def frozen_player(cfg: Config, policy: int, k: int) -> int:
+    """The player of frozen version k of `policy` (agent_player values at or above P are frozen versions)."""
     return cfg.num_policies + policy * cfg.frozen_pool_size + k
 
 
@@ -111,12 +115,12 @@ def num_slots(cfg: Config) -> int:
     return slots + num_agents(cfg) if cfg.synchronous else slots
 
 
-def split_agents(cfg: Config, worker: int, split: int) -> np.ndarray:
+def group_agents(cfg: Config, worker: int, group: int) -> np.ndarray:
     """Global agent indices of one env group of one rollout worker: contiguous, env by env, each env's agents in
     their order."""
-    agents_per_split = cfg.envs_per_split * cfg.agents_per_env
-    start = worker * cfg.num_envs_per_worker * cfg.agents_per_env + split * agents_per_split
-    return np.arange(start, start + agents_per_split)
+    agents_per_group = cfg.envs_per_group * cfg.agents_per_env
+    start = worker * cfg.num_envs_per_worker * cfg.agents_per_env + group * agents_per_group
+    return np.arange(start, start + agents_per_group)
 
 
 def buffer_layout(cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Space, rnn_state_size: int,
@@ -137,7 +141,7 @@ def buffer_layout(cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Spac
         "traj_policy_version": ((S, T), torch.int64),
         "agent_slot": ((A,), torch.int64),
         "agent_step": ((A,), torch.int64),
-        "agent_policy": ((A,), torch.int64),
+        "agent_player": ((A,), torch.int64),
         "agent_rnn_state": ((A, H), torch.float32),
         "worker_heartbeat": ((cfg.num_workers,), torch.float64),
         "policy_weights": ((P, num_weights), torch.float32),
@@ -160,14 +164,54 @@ def layout_nbytes(layout: dict) -> int:
     return sum(int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size() for shape, dtype in layout.values())
 
 
-class SharedBuffers:
-    def __init__(self, layout: dict[str, tuple[tuple, torch.dtype]]):
-        for name, (shape, dtype) in layout.items():
-            setattr(self, name, torch.zeros(shape, dtype=dtype).share_memory_())
-        self.frozen_version.fill_(-1)
-        self.traj_policy_version.fill_(-1)
-        self.rollout_issued.fill_(-1)
-        self.rollout_carried.fill_(-1)
+Array = TypeVar("Array", torch.Tensor, np.ndarray)
+
+
+@dataclass(eq=False)
+class SharedBuffers(Generic[Array]):
+    """The run's shared tensors, one field per entry of buffer_layout (the module docstring says what each holds).
+    numpy() gives the same memory as numpy arrays, which the rollout workers index (far cheaper than torch's
+    indexing); the weight methods below work on the torch tensors."""
+    traj_obs: Array
+    traj_rnn_states: Array
+    traj_actions: Array
+    traj_action_logp: Array
+    traj_values: Array
+    traj_rewards: Array
+    traj_dones: Array
+    traj_valid: Array
+    traj_policy_version: Array
+    agent_slot: Array
+    agent_step: Array
+    agent_player: Array
+    agent_rnn_state: Array
+    worker_heartbeat: Array
+    policy_weights: Array
+    policy_weights_seq: Array
+    policy_version: Array
+    frozen_weights: Array
+    frozen_seq: Array
+    frozen_version: Array
+    rating_mu: Array
+    policy_hparams: Array
+    learner_state: Array
+    rollout_issued: Array
+    rollout_preempted: Array
+    rollout_carried: Array
+    stop_requested: Array
+
+    @classmethod
+    def allocate(cls, layout: dict[str, tuple[tuple, torch.dtype]]) -> SharedBuffers[torch.Tensor]:
+        """Zeroed shared-memory tensors of the layout's shapes; -1 where -1 means none (no version, no rollout)."""
+        buffers = cls(**{name: torch.zeros(shape, dtype=dtype).share_memory_()
+                         for name, (shape, dtype) in layout.items()})
+        for none_yet in (buffers.frozen_version, buffers.traj_policy_version, buffers.rollout_issued,
+                         buffers.rollout_carried):
+            none_yet.fill_(-1)
+        return buffers
+
+    def numpy(self) -> SharedBuffers[np.ndarray]:
+        return SharedBuffers(**{f.name: getattr(self, f.name).numpy() for f in fields(self)})
 
     # --- weights: learner -> policy workers
     def publish_weights(self, policy_id: int, model: nn.Module, version: int) -> None:
@@ -196,7 +240,8 @@ class SharedBuffers:
         return dict(zip(PER_POLICY_HPARAMS, self.policy_hparams[policy_id].tolist()))
 
     def set_hparams(self, policy_id: int, values: dict[str, float]) -> None:
-        self.policy_hparams[policy_id] = torch.tensor([values[name] for name in PER_POLICY_HPARAMS], dtype=torch.float64)
+        self.policy_hparams[policy_id] = torch.tensor([values[name] for name in PER_POLICY_HPARAMS],
+                                                      dtype=torch.float64)
 
 
 def _write_weights(weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tensor, index, model: nn.Module,
@@ -221,9 +266,5 @@ def _read_weights(weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tens
     flat = weights[index].clone()
     if int(seq[index]) != seen:  # the writer wrote meanwhile: torn copy
         return known_version
-    offset = 0
-    with torch.no_grad():
-        for t in state_tensors(model):
-            t.copy_(flat[offset:offset + t.numel()].view_as(t))
-            offset += t.numel()
+    unflatten_into(state_tensors(model), flat)
     return version

@@ -39,48 +39,83 @@ def _f(default, help_text, choices=None):
 @dataclass
 class Config:
     # --- what to run and where
-    env: Optional[str] = _f(None, "Environment name: a registered asyncrl env (see `asyncrl envs`) or any gymnasium id.")
+    env: Optional[str] = _f(None, "Environment name: a registered asyncrl env (see "
+                            "`asyncrl envs`) or any gymnasium id.")
     experiment: str = _f("default_experiment", "Experiment name; files go to <train_dir>/<experiment>/.")
     train_dir: str = _f("train_dir", "Root folder for experiments.")
-    restart_behavior: str = _f("resume", "resume: continue from the last checkpoint of this experiment; restart: delete it and start over.", choices=["resume", "restart"])
-    seed: Optional[int] = _f(None, "Base random seed; each env gets a distinct seed from (seed, worker, env). None: random.")
-    device: str = _f("auto", "Device of the policy workers and learners: auto (cuda if available), cpu, cuda or cuda:N.")
+    restart_behavior: str = _f("resume", "resume: continue from the last checkpoint of this experiment; restart: "
+                               "delete it and start over.", choices=["resume", "restart"])
+    seed: Optional[int] = _f(None, "Base random seed; each env gets a distinct seed from "
+                             "(seed, worker, env). None: random.")
+    device: str = _f("auto", "Device of the policy workers and learners: auto (cuda if "
+                     "available), cpu, cuda or cuda:N.")
     serial_mode: bool = _f(False, "Run every component in the main process, in turn (for debugging and tests).")
-    sampler_only: bool = _f(False, "Collect experience without learning: learners count the samples and recycle the slots (a benchmark of sampling).")
-    torch_threads: int = _f(1, "torch threads per process (rollout/policy workers; learners too unless pinned to cores of their own); 1 avoids oversubscribing cores.")
-    tune: bool = _f(False, "Use the fastest sampling and learning flags `asyncrl tune` measured for this env on this machine (~/.cache/asyncrl/tune/<env>.json; tunes first if there are none, about 5 minutes). Flags you give win.")
-    set_workers_cpu_affinity: bool = _f(True, "Pin processes to cores: a CPU learner gets half the cores to itself, each rollout worker (and its VizDoom engines) one of the rest, round-robin.")
+    sampler_only: bool = _f(False, "Collect experience without learning: learners count the samples and recycle the "
+                            "slots (a benchmark of sampling).")
+    torch_threads: int = _f(1, "torch threads per process (rollout/policy workers; learners too unless pinned to cores "
+                            "of their own); 1 avoids oversubscribing cores.")
+    tune: bool = _f(False, "Use the fastest sampling and learning flags `asyncrl tune` measured for this env on this "
+                    "machine (~/.cache/asyncrl/tune/<env>.json; tunes first if there are none). Flags you give win.")
+    set_workers_cpu_affinity: bool = _f(True, "Pin processes to cores: a CPU learner gets half the cores to itself, "
+                                        "each rollout worker (and its VizDoom engines) one of the rest, round-robin.")
 
     # --- algorithm
-    algo: str = _f("appo", "appo: asynchronous PPO with V-trace (collection never waits for learning). ppo: synchronous PPO, every env steps exactly --rollout steps per update in lock-step (Sample Factory's --async_rl False). ver: synchronous PPO with variable experience rollouts (VER): each update learns from --batch_size steps of whichever envs produced them, so fast envs contribute more and slow ones do not hold them back. ppo and ver learn on-policy (weights fixed during collection) with GAE.", choices=list(ALGOS))
+    algo: str = _f("appo", "appo: asynchronous PPO with V-trace (collection never waits for learning). ppo: "
+                   "synchronous PPO, every env steps exactly --rollout steps per update in lock-step (Sample Factory's "
+                   "--async_rl False). ver: synchronous PPO with variable experience rollouts (VER): each update "
+                   "learns from --batch_size steps of whichever envs produced them, so fast envs contribute more and "
+                   "slow ones do not hold them back. ppo and ver learn on-policy (weights "
+                   "fixed during collection) with GAE.", choices=list(ALGOS))
 
-    preemption_rule: str = _f("ddppo", "Under torchrun, when a rank stops collecting for an update. ddppo: DD-PPO's straggler rule (--preemption_threshold). optimal (--algo ppo/ver): VER's estimate: every rank stops at the collection time that maximises the steps all ranks collect per second of an update, from their rates in the last update and the time learning took.", choices=["ddppo", "optimal"])
-    preemption_threshold: float = _f(0.6, "Under torchrun (DD-PPO's straggler rule): once this fraction of the ranks has collected its batch for an update, the others stop collecting as soon as they hold --preemption_min_fraction of theirs, and learn from that. 1: never preempt.")
-    preemption_min_fraction: float = _f(0.25, "The least fraction of its batch a rank collects before it may be preempted.")
-    dist_timeout: float = _f(30.0, "Under torchrun (several ranks): seconds a rank waits for the others in a collective (the gradient all-reduce) before it declares one dead and stops the run.")
+    preemption_rule: str = _f("ddppo", "Under torchrun, when a rank stops collecting for an update. ddppo: DD-PPO's "
+                              "straggler rule (--preemption_threshold). optimal (--algo ppo/ver): VER's estimate: "
+                              "every rank stops at the collection time that maximises the steps all ranks collect per "
+                              "second of an update, from their rates in the last update and the time learning took.",
+                              choices=["ddppo", "optimal"])
+    preemption_threshold: float = _f(0.6, "Under torchrun (DD-PPO's straggler rule): once this fraction of the ranks "
+                                     "has collected its batch for an update, the others stop collecting as soon as "
+                                     "they hold --preemption_min_fraction of theirs, and "
+                                     "learn from that. 1: never preempt.")
+    preemption_min_fraction: float = _f(0.25, "The least fraction of its batch a rank "
+                                        "collects before it may be preempted.")
+    dist_timeout: float = _f(30.0, "Under torchrun (several ranks): seconds a rank waits for the others in a "
+                             "collective (the gradient all-reduce) before it declares one dead and stops the run.")
 
     # --- sampling
     num_workers: int = _f(2, "Rollout worker processes.")
-    num_envs_per_worker: int = _f(4, "Envs per rollout worker, split into --worker_num_splits groups stepped alternately.")
-    worker_num_splits: int = _f(2, "Env groups per rollout worker (2 = double-buffered sampling: one group simulates while the other's actions are computed). With inference on the same CPU cores as simulation there is little to overlap; 1 and 2 measured within the noise there (benchmarks/splits_ab.py).")
+    num_envs_per_worker: int = _f(4, "Envs per rollout worker, split into "
+                                  "--worker_num_splits groups stepped alternately.")
+    worker_num_splits: int = _f(2, "Env groups per rollout worker (2 = double-buffered sampling: one group simulates "
+                                "while the other's actions are computed).")
     num_policies: int = _f(1, "Policies trained at once; each agent's episode is assigned to one of them at random.")
-    pbt_mix_policies_in_one_env: bool = _f(True, "In a multi-agent env, each agent draws its own policy per episode; False: all agents of an env play an episode with one policy.")
-    agents_per_env: int = _f(-1, "Agents in each env: -1 (auto) takes the env's own count (1 for a gymnasium env, its possible_agents for a PettingZoo env); another value must equal it (a check that --env is the env you mean).")
-    policy_workers_per_policy: int = _f(-1, "Inference processes per policy. -1 (auto): 1, or 2 when nothing learns on the CPU (--sampler_only on a CPU), where one single-threaded policy worker cannot use the cores a learner would take (doom_basic 2x16 sampler on 2 cores: 0.52 -> 0.83 of its compute limit); next to a CPU learner a second one takes the learner's core (training 30% slower).")
+    pbt_mix_policies_in_one_env: bool = _f(True, "In a multi-agent env, each agent draws its own policy per episode; "
+                                           "False: all agents of an env play an episode with one policy.")
+    agents_per_env: int = _f(-1, "Agents in each env: -1 (auto) takes the env's own count (1 for a gymnasium env, its "
+                             "possible_agents for a PettingZoo env); another value must equal it (a check that --env "
+                             "is the env you mean).")
+    policy_workers_per_policy: int = _f(-1, "Inference processes per policy. -1 (auto): 1, or 2 when nothing learns on "
+                                        "the CPU (--sampler_only on a CPU), where one single-threaded policy worker "
+                                        "cannot use the cores a learner would take; next to a CPU learner a second one "
+                                        "would take the learner's core.")
     rollout: int = _f(32, "Length of a trajectory slot: env steps per agent sent to the learner at once.")
-    max_policy_lag: int = _f(100, "Samples more than this many policy versions older than the learner are masked from the loss.")
-    env_frameskip: Optional[int] = _f(None, "Env frames per agent step (the action repeats; VizDoom's default is 4). None: the env's default.")
+    max_policy_lag: int = _f(100, "Samples more than this many policy versions older than the "
+                             "learner are masked from the loss.")
+    env_frameskip: Optional[int] = _f(None, "Env frames per agent step (the action repeats; VizDoom's default is 4). "
+                                      "None: the env's default.")
     env_options: dict = _f({}, "Extra keyword options for the env's constructor, as JSON (e.g. '{\"step_us\": 500}').")
 
-    env_step_timeout: float = _f(60.0, "A rollout worker stuck this many seconds (an env step or reset hangs) is killed and the workers restart.")
-    max_worker_restarts: int = _f(10, "Rollout/policy worker restarts allowed within 5 minutes; one more stops the run with an error.")
+    env_step_timeout: float = _f(60.0, "A rollout worker stuck this many seconds (an env step or reset hangs) is "
+                                 "killed and the workers restart.")
+    max_worker_restarts: int = _f(10, "Rollout/policy worker restarts allowed within 5 minutes; one "
+                                  "more stops the run with an error.")
 
     # --- learning
     batch_size: int = _f(1024, "Samples (env steps of one agent) per learner update.")
     num_batches_per_epoch: int = _f(1, "Minibatches per --batch_size samples; each is one optimizer step.")
     num_epochs: int = _f(1, "Passes over each batch.")
     learning_rate: float = _f(1e-4, "Adam learning rate.")
-    lr_schedule: str = _f("constant", "constant, or linear_decay to 0 over --train_for_env_steps.", choices=["constant", "linear_decay"])
+    lr_schedule: str = _f("constant", "constant, or linear_decay to 0 over --train_for_env_steps.",
+                          choices=["constant", "linear_decay"])
     adam_eps: float = _f(1e-6, "Adam epsilon.")
     adam_beta1: float = _f(0.9, "Adam beta1.")
     adam_beta2: float = _f(0.999, "Adam beta2.")
@@ -90,15 +125,19 @@ class Config:
     vtrace_rho: float = _f(1.0, "V-trace rho-bar: clip of the importance weight in the value targets.")
     vtrace_c: float = _f(1.0, "V-trace c-bar: clip of the trace-cutting coefficients.")
     vtrace_pg_rho: float = _f(1.0, "Clip of the importance weight in the V-trace policy-gradient advantage.")
-    value_bootstrap: bool = _f(True, "At a time limit (gymnasium's truncated, VizDoom's episode timeout) bootstrap from the value of the episode's final observation; False treats it as a death (Sample Factory's default), which biases the value of every state near the limit.")
+    value_bootstrap: bool = _f(True, "At a time limit (gymnasium's truncated, VizDoom's episode timeout) bootstrap "
+                               "from the value of the episode's final observation; False treats it as a death (Sample "
+                               "Factory's default), which biases the value of every state near the limit.")
     gae_lambda: float = _f(0.95, "GAE lambda (used with --with_vtrace False).")
     ppo_clip_ratio: float = _f(0.1, "PPO clip: ratio is kept in [1/(1+c), 1+c].")
     ppo_clip_value: float = _f(1.0, "Value clip around the acting policy's value estimate; 0 disables.")
     value_loss_coeff: float = _f(0.5, "Weight of the value loss.")
     exploration_loss_coeff: float = _f(0.003, "Weight of the entropy bonus.")
     normalize_advantage: bool = _f(True, "Normalize advantages per minibatch.")
-    normalize_input: bool = _f(False, "Normalize observations with a running per-element mean/std (learned by the learner).")
-    reward_scale: float = _f(1.0, "Rewards are multiplied by this before learning (reported returns stay the env's own).")
+    normalize_input: bool = _f(False, "Normalize observations with a running per-element "
+                               "mean/std (learned by the learner).")
+    reward_scale: float = _f(1.0, "Rewards are multiplied by this before learning "
+                             "(reported returns stay the env's own).")
     reward_clip: float = _f(1000.0, "Scaled rewards are clipped to [-c, c].")
 
     # --- model
@@ -108,48 +147,78 @@ class Config:
     rnn_type: str = _f("gru", "gru or lstm.", choices=["gru", "lstm"])
     rnn_size: int = _f(512, "Hidden size of the recurrent core.")
     recurrence: int = _f(-1, "BPTT length in steps; must divide --rollout. -1: --rollout with an RNN, 1 without.")
-    precision: str = _f("auto", "float32, or bfloat16: learners run the encoder under bfloat16 autocast (float32 master weights, core and heads) and policy workers keep the model's weights in bfloat16 (outputs float32). auto: bfloat16 for a conv encoder on hardware with native bfloat16 (CPUs with AVX512-BF16/AMX, recent GPUs), else float32.", choices=["auto", "float32", "bfloat16"])
+    precision: str = _f("auto", "float32, or bfloat16: learners run the encoder under bfloat16 autocast (float32 "
+                        "master weights, core and heads) and policy workers keep the model's weights in bfloat16 "
+                        "(outputs float32). auto: bfloat16 for a conv encoder on hardware with native bfloat16 (CPUs "
+                        "with AVX512-BF16/AMX, recent GPUs), else float32.", choices=["auto", "float32", "bfloat16"])
 
     # --- remote envs (--env remote:HOST:PORT[,HOST:PORT...], served by `asyncrl env-server`)
-    remote_reconnect: bool = _f(False, "When an env server cannot be reached, wait for it (its envs rejoin when it is back) while the other envs train; False: stop the run with one line (the checkpoint is kept).")
-    remote_timeout: float = _f(10.0, "Seconds an env server call may take before it counts as failed (safe calls are retried with backoff first).")
-    remote_auth_token_file: Optional[str] = _f(None, "A file whose first line is the env servers' auth token (their --auth_token).")
-    remote_tls_ca_cert: Optional[str] = _f(None, "PEM certificate (the servers' own or their CA's) to reach env servers over TLS.")
-    remote_agents: list = _f([], "The agents of each remote env this run acts for (another run, or another client, acts for the rest: UDE's multi-client envs); []: all.")
-    env_side_channel: dict = _f({}, "Side-channel values sent to remote envs when they are opened, as JSON (e.g. '{\"difficulty\": 2}'); values are bool, int, float, str.")
+    remote_reconnect: bool = _f(False, "When an env server cannot be reached, wait for it (its envs rejoin when it is "
+                                "back) while the other envs train; False: stop the run with one "
+                                "line (the checkpoint is kept).")
+    remote_timeout: float = _f(10.0, "Seconds an env server call may take before it counts as failed (safe calls are "
+                               "retried with backoff first).")
+    remote_auth_token_file: Optional[str] = _f(None, "A file whose first line is the env servers' "
+                                               "auth token (their --auth_token).")
+    remote_tls_ca_cert: Optional[str] = _f(None, "PEM certificate (the servers' own or their CA's) to reach env "
+                                           "servers over TLS.")
+    remote_agents: list = _f([], "The agents of each remote env this run acts for (another run, or another client, "
+                             "acts for the rest: UDE's multi-client envs); []: all.")
+    env_side_channel: dict = _f({}, "Side-channel values sent to remote envs when they are opened, as JSON (e.g. "
+                                "'{\"difficulty\": 2}'); values are bool, int, float, str.")
 
     # --- when to stop, what to save
-    train_for_env_steps: int = _f(10_000_000_000, "Stop when every policy has this many env frames (frameskip included).")
+    train_for_env_steps: int = _f(10_000_000_000, "Stop when every policy has this many "
+                                  "env frames (frameskip included).")
     train_for_seconds: float = _f(10_000_000_000, "Stop after this many seconds of this launch.")
     save_every_sec: float = _f(120, "Checkpoint interval in seconds.")
     keep_checkpoints: int = _f(2, "Checkpoints kept per policy (the newest).")
-    experiment_summaries_interval: float = _f(5, "Seconds between progress lines, TensorBoard points and stats.jsonl rows.")
+    experiment_summaries_interval: float = _f(5, "Seconds between progress lines, "
+                                              "TensorBoard points and stats.jsonl rows.")
     stats_avg: int = _f(100, "Episodes in the moving average of reported episode stats.")
 
     # --- evaluation during training
-    eval_every_env_steps: int = _f(0, "Every this many env steps (frames) of a policy, an evaluator process plays --eval_episodes with its newest weights on fixed seeds: eval/ curves in TensorBoard, eval.jsonl, and best_checkpoint.pth by evaluation score. 0: off.")
+    eval_every_env_steps: int = _f(0, "Every this many env steps (frames) of a policy, an evaluator process plays "
+                                   "--eval_episodes with its newest weights on fixed seeds: eval/ curves in "
+                                   "TensorBoard, eval.jsonl, and best_checkpoint.pth by evaluation score. 0: off.")
     eval_episodes: int = _f(10, "Episodes per evaluation.")
-    eval_deterministic: bool = _f(False, "Evaluate (and `asyncrl enjoy`) with the most likely action instead of a sampled one.")
+    eval_deterministic: bool = _f(False, "Evaluate (and `asyncrl enjoy`) with the most likely "
+                                  "action instead of a sampled one.")
 
     # --- self-play against frozen past versions (multi-agent envs)
-    selfplay_snapshot_every_env_steps: int = _f(0, "Every this many env steps of a policy, a frozen copy of its weights joins that policy's pool of past versions in shared memory (up to --selfplay_pool_size; the oldest is replaced). 0: no pool.")
+    selfplay_snapshot_every_env_steps: int = _f(0, "Every this many env steps of a policy, a frozen copy of its "
+                                                "weights joins that policy's pool of past versions in shared memory "
+                                                "(up to --selfplay_pool_size; the oldest is replaced). 0: no pool.")
     selfplay_pool_size: int = _f(4, "Frozen past versions kept per policy.")
-    selfplay_frozen_fraction: float = _f(0.5, "Fraction of a multi-agent env's episodes in which one learning policy plays against frozen past versions (once a pool holds any); their samples never reach a learner.")
-    matchmaking: str = _f("uniform", "How frozen opponents are chosen: uniform, or rating (likelier the closer their skill rating to the learning policy's).", choices=["uniform", "rating"])
+    selfplay_frozen_fraction: float = _f(0.5, "Fraction of a multi-agent env's episodes in which one learning policy "
+                                         "plays against frozen past versions (once a pool holds any); their samples "
+                                         "never reach a learner.")
+    matchmaking: str = _f("uniform", "How frozen opponents are chosen: uniform, or rating (likelier the closer their "
+                          "skill rating to the learning policy's).", choices=["uniform", "rating"])
 
     # --- per-policy hyperparameters and population-based training (Sample Factory's flags and defaults)
-    policy_overrides: dict = _f({}, "Starting hyperparameters per policy, as JSON: '{\"1\": {\"learning_rate\": 1e-7}}'. Keys: learning_rate, exploration_loss_coeff, value_loss_coeff, max_grad_norm, ppo_clip_ratio, ppo_clip_value, gamma.")
-    with_pbt: bool = _f(False, "Population-based training: every --pbt_period_env_steps, a policy in the bottom --pbt_replace_fraction copies a top policy's weights and optimizer state (in memory) and hyperparameters; every policy's hyperparameters mutate. Decisions go to <experiment>/pbt.jsonl.")
+    policy_overrides: dict = _f({}, "Starting hyperparameters per policy, as JSON: '{\"1\": {\"learning_rate\": "
+                                "1e-7}}'. Keys: learning_rate, exploration_loss_coeff, value_loss_coeff, "
+                                "max_grad_norm, ppo_clip_ratio, ppo_clip_value, gamma.")
+    with_pbt: bool = _f(False, "Population-based training: every --pbt_period_env_steps, a policy in the bottom "
+                        "--pbt_replace_fraction copies a top policy's weights and optimizer state (in memory) and "
+                        "hyperparameters; every policy's hyperparameters mutate. Decisions go to "
+                        "<experiment>/pbt.jsonl.")
     pbt_period_env_steps: int = _f(5_000_000, "Env steps of a policy between its PBT updates.")
     pbt_start_mutation: int = _f(20_000_000, "A policy's first PBT update comes after this many of its env steps.")
-    pbt_replace_fraction: float = _f(0.3, "Fraction of the population (rounded up) that counts as bottom, and as top; in (0, 0.5].")
+    pbt_replace_fraction: float = _f(0.3, "Fraction of the population (rounded up) that counts as "
+                                     "bottom, and as top; in (0, 0.5].")
     pbt_mutation_rate: float = _f(0.15, "Probability that each hyperparameter mutates at a PBT update.")
-    pbt_replace_reward_gap: float = _f(0.1, "A bottom policy copies a top one only if the top one's objective is higher by this fraction of its magnitude (and by --pbt_replace_reward_gap_absolute).")
-    pbt_replace_reward_gap_absolute: float = _f(1e-6, "The least objective gap for a copy (see --pbt_replace_reward_gap).")
+    pbt_replace_reward_gap: float = _f(0.1, "A bottom policy copies a top one only if the top one's objective is "
+                                       "higher by this fraction of its magnitude (and by "
+                                       "--pbt_replace_reward_gap_absolute).")
+    pbt_replace_reward_gap_absolute: float = _f(1e-6, "The least objective gap for a copy (see "
+                                                "--pbt_replace_reward_gap).")
     pbt_optimize_gamma: bool = _f(False, "Mutate gamma too (through 1 - gamma).")
     pbt_perturb_min: float = _f(1.1, "A mutation multiplies or divides a hyperparameter by U[min, max].")
     pbt_perturb_max: float = _f(1.5, "See --pbt_perturb_min.")
-    pbt_target_objective: str = _f("true_objective", "The episode stat (info['episode_stats']) PBT ranks policies by, averaged over the last --stats_avg episodes; envs without it are ranked by return.")
+    pbt_target_objective: str = _f("true_objective", "The episode stat (info['episode_stats']) PBT ranks policies by, "
+                                   "averaged over the last --stats_avg episodes; envs without it are ranked by return.")
 
     # ------------------------------------------------------------------
     @property
@@ -169,89 +238,23 @@ class Config:
         return self.recurrence
 
     @property
-    def envs_per_split(self) -> int:
+    def envs_per_group(self) -> int:
         return self.num_envs_per_worker // self.worker_num_splits
 
     def validate(self) -> None:
-        """All cross-field checks, in one place. Raises ConfigError with a message that says how to fix it."""
-        if not self.env:
-            raise ConfigError("--env is required (e.g. --env CartPole-v1; `asyncrl envs` lists the registered ones)")
-        positive = ["num_workers", "num_envs_per_worker", "worker_num_splits", "num_policies", "rollout", "batch_size",
-                    "num_batches_per_epoch", "num_epochs", "rnn_size", "torch_threads", "keep_checkpoints", "stats_avg",
-                    "max_policy_lag"]
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"--{name} must be positive, got {getattr(self, name)}")
-        if self.agents_per_env <= 0 and self.agents_per_env != -1:
-            raise ConfigError(f"--agents_per_env must be positive or -1 (auto), got {self.agents_per_env}")
-        if self.policy_workers_per_policy <= 0 and self.policy_workers_per_policy != -1:
-            raise ConfigError(f"--policy_workers_per_policy must be positive or -1 (auto), got {self.policy_workers_per_policy}")
-        if self.env_frameskip is not None and self.env_frameskip <= 0:
-            raise ConfigError(f"--env_frameskip must be positive, got {self.env_frameskip}")
-        if self.eval_every_env_steps < 0:
-            raise ConfigError(f"--eval_every_env_steps must be >= 0 (0: no evaluation), got {self.eval_every_env_steps}")
-        if self.eval_every_env_steps and self.eval_episodes <= 0:
-            raise ConfigError(f"--eval_episodes must be positive, got {self.eval_episodes}")
-        if self.max_worker_restarts < 0:
-            raise ConfigError(f"--max_worker_restarts must be >= 0, got {self.max_worker_restarts}")
-        for name in ["learning_rate", "env_step_timeout", "dist_timeout", "train_for_env_steps", "train_for_seconds",
-                     "save_every_sec", "experiment_summaries_interval", "reward_scale"]:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"--{name} must be positive, got {getattr(self, name)}")
-        if not 0 < self.preemption_threshold <= 1 or not 0 <= self.preemption_min_fraction <= 1:
-            raise ConfigError(f"--preemption_threshold must be in (0, 1] and --preemption_min_fraction in [0, 1], got "
-                              f"{self.preemption_threshold} and {self.preemption_min_fraction}")
-        if not 0 <= self.gamma <= 1:
-            raise ConfigError(f"--gamma must be in [0, 1], got {self.gamma}")
-        if self.num_envs_per_worker % self.worker_num_splits:
-            raise ConfigError(f"--num_envs_per_worker ({self.num_envs_per_worker}) must be divisible by "
-                              f"--worker_num_splits ({self.worker_num_splits})")
-        if self.recurrence != -1 and (self.recurrence <= 0 or self.rollout % self.recurrence):
-            raise ConfigError(f"--recurrence ({self.recurrence}) must divide --rollout ({self.rollout}), or be -1")
-        if not self.use_rnn and self.recurrence not in (-1, 1):
-            raise ConfigError(f"--recurrence {self.recurrence} needs --use_rnn True (without an RNN it must be 1 or -1)")
-        if self.batch_size % self.rollout:
-            raise ConfigError(f"--batch_size ({self.batch_size}) must be a multiple of --rollout ({self.rollout})")
-        slots_per_minibatch, rem = divmod(self.batch_size // self.rollout, self.num_batches_per_epoch)
-        if rem or slots_per_minibatch == 0:
-            raise ConfigError(f"--batch_size/--rollout ({self.batch_size // self.rollout} trajectories) must be a multiple "
-                              f"of --num_batches_per_epoch ({self.num_batches_per_epoch})")
-        if any(not isinstance(n, int) or n <= 0 for n in self.encoder_mlp_layers):
-            raise ConfigError(f"--encoder_mlp_layers must be a list of positive ints, got {self.encoder_mlp_layers}")
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise ConfigError(f"--device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
-        if self.selfplay_snapshot_every_env_steps < 0 or self.selfplay_pool_size <= 0:
-            raise ConfigError("--selfplay_snapshot_every_env_steps must be >= 0 and --selfplay_pool_size positive")
-        if not 0 <= self.selfplay_frozen_fraction <= 1:
-            raise ConfigError(f"--selfplay_frozen_fraction must be in [0, 1], got {self.selfplay_frozen_fraction}")
-        self._validate_pbt()
-        self._validate_sync()
+        """All cross-field checks, in one place (the functions below). Raises ConfigError with a message that says how
+        to fix it."""
+        for check in (_check_values, _check_shapes, _check_population, _check_algo):
+            check(self)
 
     @property
     def synchronous(self) -> bool:
-        """ppo and ver: collection waits for each update (policy_worker.py's rollout budget)."""
+        """ppo and ver: collection waits for each update (rollouts.py)."""
         return self.algo in SYNC_ALGOS
 
-    def _validate_sync(self) -> None:
-        """Options only asynchronous APPO has: with --algo ppo/ver one line that says which to drop (and the one
-        option APPO lacks)."""
-        if not self.synchronous:
-            if self.preemption_rule == "optimal":
-                raise ConfigError("--preemption_rule optimal ends rollouts, which only --algo ppo and --algo ver have; "
-                                  "use --preemption_rule ddppo with --algo appo")
-            return
-        only_appo = [("--with_vtrace True", self.with_vtrace), ("--num_policies > 1", self.num_policies > 1),
-                     ("--with_pbt True", self.with_pbt), ("--selfplay_snapshot_every_env_steps",
-                                                          self.selfplay_snapshot_every_env_steps > 0),
-                     ("--policy_workers_per_policy > 1", self.policy_workers_per_policy > 1),
-                     ("--remote_reconnect True", self.remote_reconnect)]
-        given = [name for name, used in only_appo if used]
-        if given:
-            raise ConfigError(f"--algo {self.algo} is synchronous and on-policy: {', '.join(given)} only works with "
-                              f"--algo appo; drop it or use --algo appo")
-
     def policy_hparams(self, policy_id: int) -> dict:
-        """The starting values of a policy's own hyperparameters (PER_POLICY_HPARAMS): the flags, then --policy_overrides."""
+        """The starting values of a policy's own hyperparameters (PER_POLICY_HPARAMS): the flags, then
+        --policy_overrides."""
         return {**{name: float(getattr(self, name)) for name in PER_POLICY_HPARAMS},
                 **self.policy_overrides.get(str(policy_id), {})}
 
@@ -260,35 +263,116 @@ class Config:
         """Frozen past versions per policy in shared memory (0 without self-play snapshots)."""
         return self.selfplay_pool_size if self.selfplay_snapshot_every_env_steps else 0
 
-    def _validate_pbt(self) -> None:
-        for key, overrides in self.policy_overrides.items():
-            if not (key.isdigit() and int(key) < self.num_policies):
-                raise ConfigError(f"--policy_overrides: {key!r} is not a policy index (0..{self.num_policies - 1})")
-            if not isinstance(overrides, dict):
-                raise ConfigError(f"--policy_overrides: policy {key} needs an object of hyperparameters, got {overrides!r}")
-            for name, value in overrides.items():
-                if name not in PER_POLICY_HPARAMS:
-                    raise ConfigError(f"--policy_overrides: unknown key {name!r} for policy {key}; per-policy keys: "
-                                      f"{', '.join(PER_POLICY_HPARAMS)}")
-                if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                    raise ConfigError(f"--policy_overrides: {name} of policy {key} must be a number >= 0, got {value!r}")
-        if not self.with_pbt:
-            return
-        if self.num_policies < 2:
-            raise ConfigError("--with_pbt True needs a population: --num_policies 2 or more")
-        if not 0 < self.pbt_replace_fraction <= 0.5:
-            raise ConfigError(f"--pbt_replace_fraction must be in (0, 0.5] (bottom and top must not overlap), "
-                              f"got {self.pbt_replace_fraction}")
-        if not 0 <= self.pbt_mutation_rate <= 1:
-            raise ConfigError(f"--pbt_mutation_rate must be in [0, 1], got {self.pbt_mutation_rate}")
-        if not 1 < self.pbt_perturb_min <= self.pbt_perturb_max:
-            raise ConfigError(f"--pbt_perturb_min/max must satisfy 1 < min <= max, got {self.pbt_perturb_min}, "
-                              f"{self.pbt_perturb_max}")
-        if self.pbt_period_env_steps <= 0 or self.pbt_start_mutation < 0:
-            raise ConfigError("--pbt_period_env_steps must be positive and --pbt_start_mutation >= 0")
-
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+
+# --- the checks Config.validate makes
+def _check_values(cfg: Config) -> None:
+    """Each flag's own range."""
+    if not cfg.env:
+        raise ConfigError("--env is required (e.g. --env CartPole-v1; `asyncrl envs` lists the registered ones)")
+    positive = ["num_workers", "num_envs_per_worker", "worker_num_splits", "num_policies", "rollout", "batch_size",
+                "num_batches_per_epoch", "num_epochs", "rnn_size", "torch_threads", "keep_checkpoints", "stats_avg",
+                "max_policy_lag"]
+    for name in positive:
+        if getattr(cfg, name) <= 0:
+            raise ConfigError(f"--{name} must be positive, got {getattr(cfg, name)}")
+    if cfg.agents_per_env <= 0 and cfg.agents_per_env != -1:
+        raise ConfigError(f"--agents_per_env must be positive or -1 (auto), got {cfg.agents_per_env}")
+    if cfg.policy_workers_per_policy <= 0 and cfg.policy_workers_per_policy != -1:
+        raise ConfigError(f"--policy_workers_per_policy must be positive or -1 (auto), got "
+                          f"{cfg.policy_workers_per_policy}")
+    if cfg.env_frameskip is not None and cfg.env_frameskip <= 0:
+        raise ConfigError(f"--env_frameskip must be positive, got {cfg.env_frameskip}")
+    if cfg.eval_every_env_steps < 0:
+        raise ConfigError(f"--eval_every_env_steps must be >= 0 (0: no evaluation), got {cfg.eval_every_env_steps}")
+    if cfg.eval_every_env_steps and cfg.eval_episodes <= 0:
+        raise ConfigError(f"--eval_episodes must be positive, got {cfg.eval_episodes}")
+    if cfg.max_worker_restarts < 0:
+        raise ConfigError(f"--max_worker_restarts must be >= 0, got {cfg.max_worker_restarts}")
+    for name in ["learning_rate", "env_step_timeout", "dist_timeout", "train_for_env_steps", "train_for_seconds",
+                 "save_every_sec", "experiment_summaries_interval", "reward_scale"]:
+        if getattr(cfg, name) <= 0:
+            raise ConfigError(f"--{name} must be positive, got {getattr(cfg, name)}")
+    if not 0 < cfg.preemption_threshold <= 1 or not 0 <= cfg.preemption_min_fraction <= 1:
+        raise ConfigError(f"--preemption_threshold must be in (0, 1] and --preemption_min_fraction in [0, 1], got "
+                          f"{cfg.preemption_threshold} and {cfg.preemption_min_fraction}")
+    if not 0 <= cfg.gamma <= 1:
+        raise ConfigError(f"--gamma must be in [0, 1], got {cfg.gamma}")
+
+
+def _check_shapes(cfg: Config) -> None:
+    """Sizes that must fit together, and the lists and names a flag takes."""
+    if cfg.num_envs_per_worker % cfg.worker_num_splits:
+        raise ConfigError(f"--num_envs_per_worker ({cfg.num_envs_per_worker}) must be divisible by "
+                          f"--worker_num_splits ({cfg.worker_num_splits})")
+    if cfg.recurrence != -1 and (cfg.recurrence <= 0 or cfg.rollout % cfg.recurrence):
+        raise ConfigError(f"--recurrence ({cfg.recurrence}) must divide --rollout ({cfg.rollout}), or be -1")
+    if not cfg.use_rnn and cfg.recurrence not in (-1, 1):
+        raise ConfigError(f"--recurrence {cfg.recurrence} needs --use_rnn True (without an RNN it must be 1 or -1)")
+    if cfg.batch_size % cfg.rollout:
+        raise ConfigError(f"--batch_size ({cfg.batch_size}) must be a multiple of --rollout ({cfg.rollout})")
+    slots_per_minibatch, rem = divmod(cfg.batch_size // cfg.rollout, cfg.num_batches_per_epoch)
+    if rem or slots_per_minibatch == 0:
+        raise ConfigError(f"--batch_size/--rollout ({cfg.batch_size // cfg.rollout} trajectories) must be a "
+                          f"multiple of --num_batches_per_epoch ({cfg.num_batches_per_epoch})")
+    if any(not isinstance(n, int) or n <= 0 for n in cfg.encoder_mlp_layers):
+        raise ConfigError(f"--encoder_mlp_layers must be a list of positive ints, got {cfg.encoder_mlp_layers}")
+    if not (cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:")):
+        raise ConfigError(f"--device must be auto, cpu, cuda or cuda:N, got {cfg.device!r}")
+    if cfg.selfplay_snapshot_every_env_steps < 0 or cfg.selfplay_pool_size <= 0:
+        raise ConfigError("--selfplay_snapshot_every_env_steps must be >= 0 and --selfplay_pool_size positive")
+    if not 0 <= cfg.selfplay_frozen_fraction <= 1:
+        raise ConfigError(f"--selfplay_frozen_fraction must be in [0, 1], got {cfg.selfplay_frozen_fraction}")
+
+
+def _check_population(cfg: Config) -> None:
+    """Per-policy hyperparameters and population-based training."""
+    for key, overrides in cfg.policy_overrides.items():
+        if not (key.isdigit() and int(key) < cfg.num_policies):
+            raise ConfigError(f"--policy_overrides: {key!r} is not a policy index (0..{cfg.num_policies - 1})")
+        if not isinstance(overrides, dict):
+            raise ConfigError(f"--policy_overrides: policy {key} needs an object of hyperparameters, got {overrides!r}")
+        for name, value in overrides.items():
+            if name not in PER_POLICY_HPARAMS:
+                raise ConfigError(f"--policy_overrides: unknown key {name!r} for policy {key}; per-policy keys: "
+                                  f"{', '.join(PER_POLICY_HPARAMS)}")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"--policy_overrides: {name} of policy {key} must be a number >= 0, got {value!r}")
+    if not cfg.with_pbt:
+        return
+    if cfg.num_policies < 2:
+        raise ConfigError("--with_pbt True needs a population: --num_policies 2 or more")
+    if not 0 < cfg.pbt_replace_fraction <= 0.5:
+        raise ConfigError(f"--pbt_replace_fraction must be in (0, 0.5] (bottom and top must not overlap), "
+                          f"got {cfg.pbt_replace_fraction}")
+    if not 0 <= cfg.pbt_mutation_rate <= 1:
+        raise ConfigError(f"--pbt_mutation_rate must be in [0, 1], got {cfg.pbt_mutation_rate}")
+    if not 1 < cfg.pbt_perturb_min <= cfg.pbt_perturb_max:
+        raise ConfigError(f"--pbt_perturb_min/max must satisfy 1 < min <= max, got {cfg.pbt_perturb_min}, "
+                          f"{cfg.pbt_perturb_max}")
+    if cfg.pbt_period_env_steps <= 0 or cfg.pbt_start_mutation < 0:
+        raise ConfigError("--pbt_period_env_steps must be positive and --pbt_start_mutation >= 0")
+
+
+def _check_algo(cfg: Config) -> None:
+    """Options only asynchronous APPO has: with --algo ppo/ver one line that says which to drop (and the one
+    option APPO lacks)."""
+    if not cfg.synchronous:
+        if cfg.preemption_rule == "optimal":
+            raise ConfigError("--preemption_rule optimal ends rollouts, which only --algo ppo and --algo ver have; "
+                              "use --preemption_rule ddppo with --algo appo")
+        return
+    only_appo = [("--with_vtrace True", cfg.with_vtrace), ("--num_policies > 1", cfg.num_policies > 1),
+                 ("--with_pbt True", cfg.with_pbt),
+                 ("--selfplay_snapshot_every_env_steps", cfg.selfplay_snapshot_every_env_steps > 0),
+                 ("--policy_workers_per_policy > 1", cfg.policy_workers_per_policy > 1),
+                 ("--remote_reconnect True", cfg.remote_reconnect)]
+    given = [name for name, used in only_appo if used]
+    if given:
+        raise ConfigError(f"--algo {cfg.algo} is synchronous and on-policy: {', '.join(given)} only works with "
+                          f"--algo appo; drop it or use --algo appo")
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -353,7 +437,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(Config):
         default = default_value(f)
         parser.add_argument(f"--{f.name}", type=_PARSERS[f.type], default=argparse.SUPPRESS,
-                            choices=f.metadata.get("choices"), metavar=f.type.upper().replace("OPTIONAL[", "").rstrip("]"),
+                            choices=f.metadata.get("choices"),
+                            metavar=f.type.upper().replace("OPTIONAL[", "").rstrip("]"),
                             help=f"{f.metadata['help']} (default: {default})")
 
 
@@ -378,6 +463,6 @@ def algo_defaults(values: dict) -> dict:
     defaults = {"with_vtrace": False}
     if values["algo"] == "ppo":  # under torchrun --batch_size is the batch of all ranks together
         from asyncrl.distributed import this_rank  # (distributed.py imports this module)
-        defaults["batch_size"] = (values["num_workers"] * values["num_envs_per_worker"] * max(1, values["agents_per_env"])
-                                  * values["rollout"] * this_rank().world_size)
+        defaults["batch_size"] = (values["num_workers"] * values["num_envs_per_worker"]
+                                  * max(1, values["agents_per_env"]) * values["rollout"] * this_rank().world_size)
     return defaults

@@ -10,6 +10,7 @@ TensorBoard and checkpoints; every rank starts from rank 0's weights and optimiz
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -21,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from asyncrl.config import ConfigError
+from asyncrl.model import flat_state, learner_state_floats, pack_state, unflatten, unpack_state
 
 
 class RankLost(RuntimeError):
@@ -66,10 +68,46 @@ def this_rank() -> Rank:
     return rank
 
 
-class Collective:
-    """The learner's side of the process group: gradient averaging, sums over ranks, agreement and state broadcast.
-    Every call is a collective that all ranks make in the same order; one that fails or waits past --dist_timeout
-    raises RankLost."""
+class SingleProcess:
+    """The collective of a run of one rank: every reduction returns its input and there is no one to agree with (the
+    runner stops a lone learner itself). The learner calls the same interface either way."""
+
+    def average_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        pass
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def any(self, flag: bool) -> bool:
+        return flag
+
+    def broadcast(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def start_from_rank_0(self, model, optimizer, counters: list[int]) -> list[int]:
+        return counters
+
+    def mean_over_ranks(self, stats: dict) -> dict:
+        return stats
+
+    def agree_to_stop(self, wants: bool) -> bool:
+        return False
+
+    def report_stop(self, title: str, train_step: int, env_steps: int, model) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+# a learner's loss stats (learner._loss): ProcessGroup.mean_over_ranks averages them over the ranks
+LOSS_STATS = ("loss", "policy_loss", "value_loss", "entropy", "value")
+
+
+class ProcessGroup(SingleProcess):
+    """The learner's side of torch.distributed's process group: gradient averaging, sums over ranks, agreement and
+    state broadcast. Every call is a collective that all ranks make in the same order; one that fails or waits past
+    --dist_timeout raises RankLost."""
 
     def __init__(self, rank: Rank, device: torch.device, timeout_s: float):
         self.rank, self.device = rank, device
@@ -95,10 +133,8 @@ class Collective:
         flat = torch.cat([g.reshape(-1) for g in grads])
         self._call(dist.all_reduce, flat)
         flat /= self.rank.world_size
-        offset = 0
-        for p, g in zip(params, grads):
-            p.grad = flat[offset:offset + g.numel()].view_as(g)
-            offset += g.numel()
+        for p, averaged in zip(params, unflatten(flat, grads)):
+            p.grad = averaged
 
     def sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """The element-wise sum of `tensor` over ranks (in place, and returned)."""
@@ -106,7 +142,7 @@ class Collective:
         return tensor
 
     def any(self, flag: bool) -> bool:
-        """True on every rank if it is True on any (ranks agree on when to stop)."""
+        """True on every rank if it is True on any."""
         value = torch.tensor([float(flag)], device=self.device)
         self._call(dist.all_reduce, value, op=dist.ReduceOp.MAX)
         return bool(value.item() > 0)
@@ -116,9 +152,47 @@ class Collective:
         self._call(dist.broadcast, tensor, src=0)
         return tensor
 
+    def start_from_rank_0(self, model, optimizer, counters: list[int]) -> list[int]:
+        """Every rank starts from rank 0's weights, Adam state and counters (rank 0 alone reads checkpoints)."""
+        state = torch.zeros(learner_state_floats(model), device=self.device)
+        if self.rank.writes:
+            pack_state(model, optimizer, state)
+        unpack_state(model, optimizer, self.broadcast(state))
+        return [int(c) for c in self.broadcast(torch.tensor(counters, device=self.device)).tolist()]
+
+    def mean_over_ranks(self, stats: dict) -> dict:
+        """What rank 0 reports holds every rank's batch: losses averaged over the ranks (a rank whose last minibatch
+        was empty has none), samples summed. One small all-reduce that every rank makes."""
+        losses = [stats.get(key, 0.0) for key in LOSS_STATS]
+        has_losses = float(all(key in stats for key in LOSS_STATS))
+        totals = self.sum(torch.tensor([has_losses, *(has_losses * v for v in losses), stats["batch_samples"],
+                                        stats["preempted_steps"]], dtype=torch.float64, device=self.device))
+        ranks, *loss_sums, samples, preempted = totals.tolist()
+        stats.update(batch_samples=int(samples), preempted_steps=int(preempted))
+        if ranks:
+            stats.update({key: total / ranks for key, total in zip(LOSS_STATS, loss_sums)})
+        return stats
+
+    def agree_to_stop(self, wants: bool) -> bool:
+        """Every rank must stop after the same update, or the others would wait in an all-reduce for it: the ranks
+        agree after each update (their env steps are counted over all ranks, so the step limit is reached by all at
+        once; a time limit or Ctrl-C reaches one runner, which sets stop_requested)."""
+        return self.any(wants)
+
+    def report_stop(self, title: str, train_step: int, env_steps: int, model) -> None:
+        """A line per rank with a hash of its weights, which is the same on every rank."""
+        digest = hashlib.sha256(flat_state(model).numpy().tobytes()).hexdigest()[:16]
+        print(f"{title} (rank {self.rank.rank} of {self.rank.world_size}): train step {train_step}, env steps "
+              f"{env_steps:,} (all ranks), weights {digest}", flush=True)
+
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def collective(rank: Rank, device: torch.device, timeout_s: float) -> SingleProcess:
+    """The learner's collective: a process group under torchrun, else a single process."""
+    return ProcessGroup(rank, device, timeout_s) if rank.distributed else SingleProcess()
 
 
 def _store(timeout_s: float) -> dist.TCPStore:
@@ -263,13 +337,26 @@ class EpisodeRelay:
         return episodes
 
 
-def preemption(cfg) -> Preemption | OptimalPreemption | None:
-    """The straggler rule for this process, if it runs under torchrun with preemption on."""
+class NoPreemption:
+    """A single rank, or preemption off: a rank always collects its whole batch."""
+
+    def opened(self, update: int) -> None:
+        pass
+
+    def collected(self, update: int) -> None:
+        pass
+
+    def preempts(self, update: int, collected: float, batch: float) -> bool:
+        return False
+
+
+def preemption(cfg) -> NoPreemption | Preemption | OptimalPreemption:
+    """The straggler rule for this process: under torchrun with preemption on, DD-PPO's or VER's."""
     rank = this_rank()
     if not rank.distributed:
-        return None
+        return NoPreemption()
     if cfg.preemption_rule == "optimal":
         return OptimalPreemption(rank, cfg.preemption_min_fraction, cfg.dist_timeout)
     if cfg.preemption_threshold >= 1:
-        return None
+        return NoPreemption()
     return Preemption(rank, cfg.preemption_threshold, cfg.preemption_min_fraction, cfg.dist_timeout)

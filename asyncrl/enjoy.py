@@ -51,8 +51,8 @@ def config_of_run(given: dict) -> Config:
     saved = read_saved_config(experiment_dir) or {}
     env = given.get("env") or saved.get("env")
     if not env:
-        raise ConfigError(f"no run in {experiment_dir} (no config.json) and no --env: give --train_dir and --experiment "
-                          f"of a run, or --env with --checkpoint")
+        raise ConfigError(f"no run in {experiment_dir} (no config.json) and no --env: give --train_dir and "
+                          f"--experiment of a run, or --env with --checkpoint")
     return build_config(given, env_entry(env).default_config, saved)
 
 
@@ -67,8 +67,8 @@ def checkpoint_to_load(args: dict, cfg: Config) -> str:
         return path
     paths = list_checkpoints(checkpoint_dir(cfg.experiment_dir, args["policy_index"]))
     if not paths:
-        raise CheckpointError(f"no checkpoint in {checkpoint_dir(cfg.experiment_dir, args['policy_index'])}: train first "
-                              f"(asyncrl train --experiment {cfg.experiment} ...), or give --checkpoint FILE")
+        raise CheckpointError(f"no checkpoint in {checkpoint_dir(cfg.experiment_dir, args['policy_index'])}: train "
+                              f"first (asyncrl train --experiment {cfg.experiment} ...), or give --checkpoint FILE")
     return paths[-1]
 
 
@@ -78,7 +78,8 @@ def make_video_env(cfg: Config):
     try:
         env = make_agents(cfg.env, **cfg.env_kwargs(), render_mode="rgb_array")
     except (TypeError, EnvError) as e:
-        raise EnvError(f"--save_video: env {cfg.env!r} gives no frames (it takes no render_mode='rgb_array': {e})") from None
+        raise EnvError(f"--save_video: env {cfg.env!r} gives no frames (it takes no render_mode='rgb_array': "
+                       f"{e})") from None
     env.reset(seed=0)
     frame = env.render()
     if not (isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[-1] == 3):
@@ -108,13 +109,14 @@ def enjoy(argv: list[str]) -> int:
     state = load_checkpoint(path, ("model",))
     check_compatible(path, state["model"], model)
     model.load_state_dict(state["model"])
-    print(f"asyncrl enjoy: {path} (train step {state.get('train_step', '?')}, {state.get('env_steps', '?')} env steps), "
-          f"{'argmax' if cfg.eval_deterministic else 'sampled'} actions", flush=True)
+    print(f"asyncrl enjoy: {path} (train step {state.get('train_step', '?')}, {state.get('env_steps', '?')} env "
+          f"steps), {'argmax' if cfg.eval_deterministic else 'sampled'} actions", flush=True)
     frames = [] if args["save_video"] else None
     torch.manual_seed(cfg.seed or 0)
     try:
         for i in range(args["max_num_episodes"]):
-            episode = play_episode(model, env, cfg.eval_deterministic, None if cfg.seed is None else cfg.seed + i, frames)
+            seed = None if cfg.seed is None else cfg.seed + i
+            episode = play_episode(model, env, cfg.eval_deterministic, seed, frames)
             stats = "".join(f", {k} {v:g}" for k, v in episode["stats"].items())
             print(f"episode {i}: return {episode['return']:.2f}, length {episode['length']}{stats}", flush=True)
     finally:

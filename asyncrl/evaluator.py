@@ -17,9 +17,10 @@ from asyncrl.buffers import SharedBuffers
 from asyncrl.checkpoint import CheckpointError, best_checkpoint_path, load_checkpoint, save_best_checkpoint
 from asyncrl.config import Config
 from asyncrl.envs import make_agents
+from asyncrl.envs.multi_agent import env_actions
+from asyncrl.messages import Evaluation
 from asyncrl.model import ActorCritic, build_model
 from asyncrl.queues import Empty, Queues
-from asyncrl.rollout_worker import env_actions
 
 EVAL_SEED_BASE = 1_000_000  # fixed: the same episodes for every evaluation, of every run
 
@@ -107,4 +108,4 @@ class Evaluator:
             save_best_checkpoint(self.best_paths[policy_id], {
                 "model": self.model.state_dict(), "train_step": version, "env_steps": env_steps,
                 "eval_score": result["return_mean"], "policy_id": policy_id})
-        self.reports.put(("eval", policy_id, result))
+        self.reports.put(Evaluation(policy_id, result))

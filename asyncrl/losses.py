@@ -29,20 +29,21 @@ def gae(rewards, values, bootstrap_value, discounts, gae_lambda, valid=None):
     return advantages, advantages + values
 
 
-def normalize(advantages: torch.Tensor, mask: torch.Tensor, sum_over_ranks=None) -> torch.Tensor:
-    """(A - mean) / std over the masked entries. With sum_over_ranks (a function that sums a tensor over DD-PPO's ranks,
-    distributed.Collective.sum), the mean and std are those of every rank's minibatch together."""
-    if sum_over_ranks is None:
-        mean = masked_mean(advantages, mask)
-        std = masked_mean((advantages - mean) ** 2, mask).sqrt()
-        return (advantages - mean) / (std + 1e-8)
+def _alone(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+def normalize(advantages: torch.Tensor, mask: torch.Tensor, sum_over_ranks=_alone) -> torch.Tensor:
+    """(A - mean) / std over the masked entries, in two passes (the mean, then the mean squared deviation from it: no
+    cancellation when the mean is large against the spread). sum_over_ranks sums a tensor over DD-PPO's ranks
+    (distributed.ProcessGroup.sum): the mean and std are then those of every rank's minibatch together."""
     zero = torch.zeros_like(advantages)
-    moments = torch.stack([torch.where(mask, advantages, zero).sum(), torch.where(mask, advantages ** 2, zero).sum(),
-                           mask.sum().to(advantages.dtype)])
-    total, total_sq, count = sum_over_ranks(moments).unbind()
-    mean = total / count.clamp(min=1)
-    std = (total_sq / count.clamp(min=1) - mean ** 2).clamp(min=0).sqrt()
-    return (advantages - mean) / (std + 1e-8)
+    total, count = sum_over_ranks(torch.stack([torch.where(mask, advantages, zero).sum(),
+                                               mask.sum().to(advantages.dtype)])).unbind()
+    count = count.clamp(min=1)
+    mean = total / count
+    squares = sum_over_ranks(torch.where(mask, (advantages - mean) ** 2, zero).sum().reshape(1))[0]
+    return (advantages - mean) / ((squares / count).sqrt() + 1e-8)
 
 
 def ppo_policy_loss(ratio, advantages, clip_ratio, mask):

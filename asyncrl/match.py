@@ -24,8 +24,8 @@ from asyncrl.checkpoint import check_compatible, load_checkpoint
 from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_arguments
 from asyncrl.enjoy import checkpoint_to_load, config_of_run
 from asyncrl.envs import make_agents
+from asyncrl.envs.multi_agent import env_actions
 from asyncrl.model import build_model
-from asyncrl.rollout_worker import env_actions
 
 
 class ModelPlayer:
@@ -70,7 +70,8 @@ def make_player(spec: str, env, cfg: Config, policy_index: int):
             raise ConfigError(f"--players scripted: env {cfg.env!r} has no scripted opponent (no scripted_action)")
         return ScriptedPlayer()
     kind = {"latest": ("latest", None), "best": ("best", None)}.get(spec, ("latest", spec))
-    path = checkpoint_to_load({"checkpoint": kind[1], "load_checkpoint_kind": kind[0], "policy_index": policy_index}, cfg)
+    which = {"checkpoint": kind[1], "load_checkpoint_kind": kind[0], "policy_index": policy_index}
+    path = checkpoint_to_load(which, cfg)
     return ModelPlayer(path, env, cfg)
 
 
@@ -132,8 +133,8 @@ def match(argv: list[str]) -> int:
     against_bots = args["players"][1] == "bots"
     try:
         if env.num_agents != (1 if against_bots else 2):
-            raise ConfigError(f"asyncrl match plays two players, or one agent against the env's bots (--players X bots): "
-                              f"env {cfg.env!r} has {env.num_agents} agent(s)")
+            raise ConfigError(f"asyncrl match plays two players, or one agent against the env's bots (--players X "
+                              f"bots): env {cfg.env!r} has {env.num_agents} agent(s)")
         players = [make_player(spec, env, cfg, args["policy_index"]) for spec in args["players"][:2 - against_bots]]
         torch.manual_seed(cfg.seed or 0)
         env.action_space.seed(cfg.seed or 0)

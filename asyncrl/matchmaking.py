@@ -1,11 +1,11 @@
 """Who plays an env's agents for an episode: learning policies, or, in self-play, a learning policy against frozen
-past versions (buffers.frozen_id). Called by the rollout worker at every env reset."""
+past versions (buffers.frozen_player). Called by the rollout worker at every env reset."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from asyncrl.buffers import frozen_id
+from asyncrl.buffers import frozen_player
 from asyncrl.config import Config
 
 # --matchmaking rating: an opponent's weight falls with its rating's distance to the learning policy's, as a Gaussian of
@@ -21,7 +21,7 @@ def draw_players(n: int, cfg: Config, rng: np.random.Generator, frozen_version: 
     --pbt_mix_policies_in_one_env)."""
     P = cfg.num_policies
     if n >= 2 and cfg.frozen_pool_size and rng.random() < cfg.selfplay_frozen_fraction:
-        available = [frozen_id(cfg, p, k) for p, k in np.argwhere(frozen_version >= 0)]
+        available = [frozen_player(cfg, p, k) for p, k in np.argwhere(frozen_version >= 0)]
         if available:
             learner = int(rng.integers(P))
             if cfg.matchmaking == "rating":
@@ -40,6 +40,6 @@ def draw_players(n: int, cfg: Config, rng: np.random.Generator, frozen_version: 
 
 
 def owner_policies(cfg: Config, players: np.ndarray) -> np.ndarray:
-    """The policy whose policy workers serve each acting id (a frozen version's: the policy it was taken from)."""
+    """The policy whose policy workers serve each player (a frozen version's: the policy it was taken from)."""
     P, K = cfg.num_policies, max(1, cfg.frozen_pool_size)
     return np.where(players < P, players, (players - P) // K)

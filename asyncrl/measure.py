@@ -205,29 +205,31 @@ def simulation_workload(cfg: Config, num_envs: int):
 
 @contextlib.contextmanager
 def model_workloads(cfg: Config, inference_batch: int):
-    """(act, learn): PolicyWorker._act on `inference_batch` agents (act(k): on the first k) and Learner._gather +
-    _train on one --batch_size batch, with real shared buffers, in this process."""
+    """(act, learn): PolicyWorker.act on `inference_batch` agents (act(k): on the first k) and Learner.gather +
+    train on one --batch_size batch, with real shared buffers, in this process."""
     from asyncrl.buffers import SharedBuffers, num_slots, slots_per_batch
     from asyncrl.learner import Learner
     from asyncrl.policy_worker import PolicyWorker
     from asyncrl.queues import Queues
+    from asyncrl.rollouts import Batch
     from asyncrl.runner import decide_auto, model_and_layout, probe_env
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = dataclasses.replace(cfg, train_dir=tmp, num_policies=1, num_workers=max(1, -(-inference_batch // cfg.num_envs_per_worker)))
+        workers = max(1, -(-inference_batch // cfg.num_envs_per_worker))
+        cfg = dataclasses.replace(cfg, train_dir=tmp, num_policies=1, num_workers=workers)
         env = probe_env(cfg)
         cfg = decide_auto(cfg, torch.device("cpu"), env)
         _, layout = model_and_layout(cfg, env)
-        b, queues, cpu = SharedBuffers(layout), Queues(cfg, num_slots(cfg)), torch.device("cpu")
+        b, queues, cpu = SharedBuffers.allocate(layout), Queues(cfg, num_slots(cfg)), torch.device("cpu")
         b.traj_obs.copy_(torch.as_tensor(np.stack([env.obs_space.sample() for _ in range(b.traj_obs.shape[1])])))
         b.traj_valid.fill_(True)
         learner = Learner(0, cfg, b, queues, env.obs_space, env.action_space, cpu, env.frameskip)
-        slots = torch.arange(slots_per_batch(cfg))
+        batch = Batch(torch.arange(slots_per_batch(cfg)))
         policy = PolicyWorker(0, 0, cfg, b, queues, env.obs_space, env.action_space, cpu)
         agents = torch.arange(inference_batch)
         b.agent_slot[agents] = agents
-        yield (lambda batch=inference_batch: policy._act(agents[:batch], policy.model, 0)), \
-            (lambda: learner._train(learner._gather(slots)))
+        yield (lambda size=inference_batch: policy.act(agents[:size], policy.model, 0)), \
+            (lambda: learner.train(learner.gather(batch)))
 
 
 def simulation_cost(cfg: Config) -> tuple[float, int]:
@@ -239,8 +241,8 @@ def simulation_cost(cfg: Config) -> tuple[float, int]:
 
 
 def model_costs(cfg: Config, inference_batch: int, sampler_batch: int | None = None) -> tuple[float, float, float]:
-    """CPU seconds per sample of inference (PolicyWorker._act at `inference_batch` agents, and at `sampler_batch`)
-    and of learning (Learner._gather + _train on one --batch_size batch), with real shared buffers, in this process."""
+    """CPU seconds per sample of inference (PolicyWorker.act at `inference_batch` agents, and at `sampler_batch`)
+    and of learning (Learner.gather + train on one --batch_size batch), with real shared buffers, in this process."""
     sampler_batch = sampler_batch or inference_batch
     with model_workloads(cfg, max(inference_batch, sampler_batch)) as (act, learn):
         infer = seconds_per_call(lambda: act(inference_batch)) / inference_batch

@@ -220,7 +220,8 @@ class ActorCritic(nn.Module):
         if self.rnn_type:
             # the GRU's input projection for every step at once: one large matrix product instead of T+1 small ones
             with autocast_if(obs.device.type, autocast_dtype):
-                gru_input_gates = F.linear(x, self.core.weight_ih, self.core.bias_ih) if self.rnn_type == "gru" else None
+                gru_input_gates = F.linear(x, self.core.weight_ih, self.core.bias_ih) \
+                    if self.rnn_type == "gru" else None
             rollout, outputs, state = steps - 1, [], None
             for t in range(steps):
                 if t < rollout and t % bptt == 0:
@@ -255,6 +256,7 @@ def low_precision(cfg: Config, device: torch.device, model: ActorCritic) -> torc
     return None
 
 
+# --- a model's state as one flat float32 vector (the shared weight tensors, PBT's copies, DD-PPO's broadcast)
 def state_tensors(model: nn.Module) -> list[torch.Tensor]:
     """Everything the policy workers need to act like the learner: parameters, then buffers (normalizer)."""
     return list(model.parameters()) + list(model.buffers())
@@ -267,3 +269,48 @@ def flat_state(model: nn.Module) -> torch.Tensor:
 
 def num_state_floats(model: nn.Module) -> int:
     return sum(t.numel() for t in state_tensors(model))
+
+
+def unflatten(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Views of the consecutive pieces of `flat`, each shaped like its tensor in `like` (the inverse of concatenating
+    their flattened values)."""
+    return [piece.view_as(t) for piece, t in zip(flat.split([t.numel() for t in like]), like)]
+
+
+@torch.no_grad()
+def unflatten_into(tensors: list[torch.Tensor], flat: torch.Tensor) -> None:
+    """Copy `flat`'s consecutive pieces into `tensors` (converted to their device and dtype)."""
+    for t, piece in zip(tensors, unflatten(flat, tensors)):
+        t.copy_(piece)
+
+
+def learner_state_floats(model: nn.Module) -> int:
+    """Floats of a learner's state as pack_state writes it: weights and buffers, Adam's two moments, Adam's step."""
+    return num_state_floats(model) + 2 * sum(p.numel() for p in model.parameters()) + 1
+
+
+def pack_state(model: nn.Module, optimizer: torch.optim.Adam, out: torch.Tensor) -> None:
+    """Write the model's state tensors and the Adam state of its parameters into the flat tensor `out` (a parameter
+    Adam has not stepped yet counts as zero moments)."""
+    params = list(model.parameters())
+    moments = [optimizer.state.get(p, {}) for p in params]
+    parts = [flat_state(model)]
+    for key in ("exp_avg", "exp_avg_sq"):
+        parts += [m[key].reshape(-1).float().cpu() if key in m else torch.zeros(p.numel())
+                  for p, m in zip(params, moments)]
+    step = max([float(m["step"]) for m in moments if "step" in m], default=0.0)
+    out.copy_(torch.cat([*parts, torch.tensor([step])]))
+
+
+def unpack_state(model: nn.Module, optimizer: torch.optim.Adam, flat: torch.Tensor) -> None:
+    """The inverse of pack_state: load weights, buffers and Adam state from `flat`."""
+    tensors, params = state_tensors(model), list(model.parameters())
+    pieces = unflatten(flat[:-1], tensors + params + params)
+    with torch.no_grad():
+        for t, piece in zip(tensors, pieces):
+            t.copy_(piece)
+    exp_avg, exp_avg_sq = pieces[len(tensors):len(tensors) + len(params)], pieces[len(tensors) + len(params):]
+    step = float(flat[-1])
+    for p, avg, avg_sq in zip(params, exp_avg, exp_avg_sq):
+        optimizer.state[p] = {"step": torch.tensor(step), "exp_avg": avg.to(p.device, p.dtype, copy=True),
+                              "exp_avg_sq": avg_sq.to(p.device, p.dtype, copy=True)}

@@ -21,6 +21,7 @@ import numpy as np
 
 from asyncrl.buffers import SharedBuffers
 from asyncrl.config import PER_POLICY_HPARAMS, Config
+from asyncrl.messages import ExportState, ImportState, StateExported, StateImported
 from asyncrl.stats import PolicyStats
 
 MUTATED = tuple(name for name in PER_POLICY_HPARAMS if name != "gamma")  # gamma only with --pbt_optimize_gamma
@@ -100,28 +101,28 @@ class PopulationBasedTraining:
             self.buffers.set_hparams(p, after)
         else:  # the copy and the new hyperparameters take effect once the source's learner has exported its state
             if source not in self.waiting and not self.importing.get(source):
-                self.commands[source].put(("export",))
+                self.commands[source].put(ExportState())
             self.waiting.setdefault(source, []).append((p, after))
         self._log({"time_s": round(time.monotonic() - self.start, 3), "policy": p, "env_steps": policy.env_steps,
                    "objectives": objectives, "copied_from": source, "hparams_before": before, "hparams_after": after})
 
-    def handle(self, message: tuple) -> None:
-        """("pbt_exported", source): the policies waiting for that source's state load it, with their new hparams;
-        their episode windows restart, so that their next ranking judges the copied weights.
-        ("pbt_imported", policy, source): once nobody reads the source's exported state, a copy that was decided
-        meanwhile asks for a fresh export."""
-        if message[0] == "pbt_exported":
-            source = message[1]
-            for p, hparams in self.waiting.pop(source, []):
-                self.buffers.set_hparams(p, hparams)
-                self.commands[p].put(("import", source))
-                self.importing[source] = self.importing.get(source, 0) + 1
-                self.policies[p].clear_episodes()
-        else:
-            source = message[2]
-            self.importing[source] -= 1
-            if self.importing[source] == 0 and source in self.waiting:
-                self.commands[source].put(("export",))
+    def exported(self, report: StateExported) -> None:
+        """The policies waiting for that source's state load it, with their new hparams; their episode windows
+        restart, so that their next ranking judges the copied weights."""
+        source = report.policy_id
+        for p, hparams in self.waiting.pop(source, []):
+            self.buffers.set_hparams(p, hparams)
+            self.commands[p].put(ImportState(source))
+            self.importing[source] = self.importing.get(source, 0) + 1
+            self.policies[p].clear_episodes()
+
+    def imported(self, report: StateImported) -> None:
+        """Once nobody reads the source's exported state, a copy that was decided meanwhile asks for a fresh
+        export."""
+        source = report.source
+        self.importing[source] -= 1
+        if self.importing[source] == 0 and source in self.waiting:
+            self.commands[source].put(ExportState())
 
     def restart(self, commands: list) -> None:
         """The learners were restarted with new queues: copies in flight are dropped (the next update decides anew)."""

@@ -9,14 +9,32 @@ import signal
 import subprocess
 import sys
 import traceback
+from typing import NoReturn
 
 import torch
 import torch.multiprocessing as mp
 
 from asyncrl.envs import adopt_entry
+from asyncrl.messages import Fatal
 
 POLL_TIMEOUT_S = 0.1
 RUN_STOPPED_EXIT_CODE = 3  # a child's error that stops the run instead of restarting the workers (RunStopped)
+
+
+class RunStopped(Exception):
+    """An error that must stop the run, not restart the workers (a remote env's server is gone without
+    --remote_reconnect, a lost rank): the runner prints its message as the run's one error line."""
+
+
+class StopRequested(Exception):
+    """The run is stopping while a rollout worker waited for a free slot."""
+
+
+def stop_run(reports, message: str) -> NoReturn:
+    """Tell the runner why (a Fatal report: the run's one error line) and stop this child without a traceback."""
+    reports.put(Fatal(message))
+    raise RunStopped(message)
+
 
 # spawn, not fork: forking a parent whose torch/OpenMP thread pools already ran can deadlock the child
 mp_context = mp.get_context("spawn")
@@ -125,7 +143,6 @@ def child_main(title: str, make_component, stop_flag, torch_threads: int, parent
         os.sched_setaffinity(0, cores)
     torch.set_num_threads(torch_threads)
     adopt_entry(*env)
-    from asyncrl.rollout_worker import RunStopped, StopRequested
 
     component, exit_code = None, 0
     try:
@@ -138,7 +155,7 @@ def child_main(title: str, make_component, stop_flag, torch_threads: int, parent
             component.stop()  # a normal stop only: a failed learner must not overwrite its last good checkpoint
     except StopRequested:
         pass
-    except RunStopped:  # the component told the runner why (a "fatal" report); no traceback
+    except RunStopped:  # the component told the runner why (stop_run); no traceback
         exit_code = RUN_STOPPED_EXIT_CODE
     except Exception:
         sys.stderr.write(f"{title} failed:\n{traceback.format_exc()}")

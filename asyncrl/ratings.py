@@ -1,7 +1,7 @@
 """Skill ratings of every policy and frozen past version, from the outcomes of multi-agent episodes (openskill's
 Plackett-Luce model: a maintained implementation of Bayesian rating, rather than maths of our own).
 
-The runner owns them: rollout workers report each finished multi-agent episode as (acting ids, scores); the agents
+The runner owns them: rollout workers report each finished multi-agent episode as (players, scores); the agents
 are ranked by score (ties are draws) and rated. A snapshot starts with the rating its policy had when it was taken;
 an overwritten pool entry is a new player. Each rating's mu goes to shared memory for --matchmaking rating; the
 ratings (ordinal = mu - 3 sigma, a conservative skill estimate) reach the stats, and every snapshot's rating history
@@ -16,7 +16,7 @@ import os
 
 from openskill.models import PlackettLuce
 
-from asyncrl.buffers import SharedBuffers, frozen_id
+from asyncrl.buffers import SharedBuffers, frozen_player
 from asyncrl.config import Config
 
 
@@ -25,7 +25,7 @@ class Ratings:
         self.cfg, self.buffers = cfg, buffers
         self.model = PlackettLuce()
         num_players = cfg.num_policies * (1 + cfg.frozen_pool_size)
-        self.players = [self.model.rating() for _ in range(num_players)]  # by acting id
+        self.players = [self.model.rating() for _ in range(num_players)]  # by player
         self.names = [f"policy_{p}" for p in range(cfg.num_policies)] + [""] * (num_players - cfg.num_policies)
         self.snapshots: dict[str, dict] = {}  # "policy_<p>@<train step>" -> its latest rating, while in the pool
         self.matches = 0
@@ -53,7 +53,7 @@ class Ratings:
     def add_snapshot(self, policy: int, k: int, train_step: int) -> None:
         """Frozen version k of `policy` was (re)written: a new player, starting from the policy's rating now (or
         the version's own rating, if a resumed run's checkpoint brought it back)."""
-        i = frozen_id(self.cfg, policy, k)
+        i = frozen_player(self.cfg, policy, k)
         self.names[i] = f"policy_{policy}@{train_step}"
         source = self.resumed.pop(self.names[i], self.players[policy])
         self.players[i] = self.model.rating(mu=source.mu, sigma=source.sigma)
@@ -73,8 +73,8 @@ class Ratings:
         """The policy's rating and the best and mean rating of its frozen versions, for stats.jsonl and TensorBoard."""
         stats = {"rating_mu": self.players[policy].mu, "rating_ordinal": self.players[policy].ordinal(),
                  "rated_matches": self.matches}
-        pool = [self.players[frozen_id(self.cfg, policy, k)] for k in range(self.cfg.frozen_pool_size)
-                if self.names[frozen_id(self.cfg, policy, k)]]
+        pool = [self.players[frozen_player(self.cfg, policy, k)] for k in range(self.cfg.frozen_pool_size)
+                if self.names[frozen_player(self.cfg, policy, k)]]
         if pool:
             stats["pool_rating_ordinal_max"] = max(r.ordinal() for r in pool)
             stats["pool_rating_ordinal_mean"] = sum(r.ordinal() for r in pool) / len(pool)

@@ -18,14 +18,16 @@ from asyncrl.buffers import SharedBuffers, buffer_layout, layout_nbytes, num_age
 from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint
 from asyncrl.config import Config, ConfigError
 from asyncrl.distributed import EpisodeRelay, Rank, this_rank
-from asyncrl.learner import Learner, learner_state_floats
-from asyncrl.model import build_model, num_state_floats
+from asyncrl.learner import Learner
+from asyncrl.model import build_model, learner_state_floats, num_state_floats
 from asyncrl.pbt import PopulationBasedTraining
 from asyncrl.ratings import Ratings
 from asyncrl.policy_worker import PolicyWorker
-from asyncrl.processes import RUN_STOPPED_EXIT_CODE, StopFlag, plan_cores, start_child
+from asyncrl.messages import Episodes, Fatal, LearnerStopped, Matches, Report, Snapshot, StateExported, StateImported
+from asyncrl.processes import RUN_STOPPED_EXIT_CODE, RunStopped, StopFlag, plan_cores, start_child
 from asyncrl.queues import Empty, Queues
-from asyncrl.rollout_worker import RolloutWorker, RunStopped
+from asyncrl.rollout_worker import RolloutWorker
+from asyncrl.rollouts import reset_after_restart
 from asyncrl.stats import StatsWriter
 from asyncrl.envs import make_agents, portable_entry
 from asyncrl.envs.multi_agent import SingleAgent, is_agents
@@ -122,7 +124,8 @@ def prepare_experiment_dir(cfg: Config) -> None:
         with open(os.path.join(cfg.experiment_dir, "config.json"), "w") as f:
             json.dump(cfg.to_json(), f, indent=2)
     except OSError as e:
-        raise ConfigError(f"cannot write to --train_dir {cfg.train_dir!r} ({e.strerror}); choose a writable folder") from None
+        raise ConfigError(f"cannot write to --train_dir {cfg.train_dir!r} ({e.strerror}); choose a writable "
+                          f"folder") from None
 
 
 def check_checkpoints(cfg: Config, model: torch.nn.Module) -> None:
@@ -136,7 +139,7 @@ def check_checkpoints(cfg: Config, model: torch.nn.Module) -> None:
 class Runner:
     def __init__(self, cfg: Config, env: EnvInfo, device: torch.device, layout: dict, rank: Rank = Rank()):
         self.cfg, self.env, self.device, self.rank = cfg, env, device, rank
-        self.buffers = SharedBuffers(layout)
+        self.buffers = SharedBuffers.allocate(layout)
         self.queues = Queues(cfg, num_slots(cfg))
         self.stop_flag = StopFlag()
         self.stats = StatsWriter(cfg.experiment_dir, cfg.num_policies, cfg.stats_avg, write=rank.writes)
@@ -154,7 +157,30 @@ class Runner:
         self.processes: dict = {}      # title -> process (multi-process mode)
         self.restart_times: list[float] = []
         self.components: list = []     # the same components, in this process (serial mode)
-        self.fatal: str | None = None  # a child's error that stops the run (a "fatal" report)
+        self.fatal: str | None = None  # a child's error that stops the run (a Fatal report)
+        self.handlers = self._report_handlers()
+
+    def _report_handlers(self) -> dict:
+        """Who handles each kind of report the runner itself acts on; the stats take every other kind."""
+        handlers = {Fatal: self._fatal, LearnerStopped: self._learners_stopped, Episodes: self._episodes}
+        if self.pbt is not None:
+            handlers.update({StateExported: self.pbt.exported, StateImported: self.pbt.imported})
+        if self.ratings is not None:
+            handlers.update({Matches: lambda report: self.ratings.add_matches(report.matches),
+                             Snapshot: lambda report: self.ratings.add_snapshot(report.policy_id, report.k,
+                                                                                report.version)})
+        return handlers
+
+    def _fatal(self, report: Fatal) -> None:
+        self.fatal = self.fatal or report.message
+
+    def _learners_stopped(self, report: LearnerStopped) -> None:
+        self.learners_stopped = True
+
+    def _episodes(self, report: Episodes) -> None:
+        self.stats.add_episodes(report)
+        if self.relay is not None:
+            self.relay.add(report.episodes)
 
     def _component_factories(self) -> list[tuple[str, partial]]:
         """Learners first (they publish the initial weights), then policy workers, then rollout workers."""
@@ -209,7 +235,7 @@ class Runner:
                     last_summary = time.monotonic()
                     if self.relay is not None and self.stats.policies[0].launch_env_steps is not None:
                         # rank 0's stats count every rank's episodes (once the learners have joined: the store is up)
-                        self.stats.handle(("episodes", self.relay.exchange()))
+                        self.stats.add_episodes(Episodes(self.relay.exchange()))
                     self.stats.summarize(self._seconds_left(), self._fraction_done())
             self._stop_with_the_other_ranks()
         except KeyboardInterrupt:
@@ -276,24 +302,11 @@ class Runner:
 
     def _drain_reports(self, timeout: float) -> None:
         try:
-            messages = self.queues.reports.get_many(block=timeout > 0, timeout=timeout)
+            messages: list[Report] = self.queues.reports.get_many(block=timeout > 0, timeout=timeout)
         except Empty:
             return
-        for message in messages:
-            if message[0] in ("pbt_exported", "pbt_imported"):
-                self.pbt.handle(message)
-            elif message[0] == "matches" and self.ratings is not None:
-                self.ratings.add_matches(message[1])
-            elif message[0] == "learner_stopped":
-                self.learners_stopped = True
-            elif message[0] == "fatal":
-                self.fatal = self.fatal or message[1]
-            elif message[0] == "snapshot" and self.ratings is not None:
-                self.ratings.add_snapshot(*message[1:4])
-            else:
-                self.stats.handle(message)
-                if message[0] == "episodes" and self.relay is not None:
-                    self.relay.add(message[1])
+        for report in messages:
+            self.handlers.get(type(report), self.stats.handle)(report)
 
     def _check_children(self) -> None:
         """A dead learner stops the run (its last checkpoint stays); a dead worker restarts the workers;
@@ -332,7 +345,8 @@ class Runner:
         self.restart_times = [t for t in self.restart_times if now - t < RESTART_WINDOW_S] + [now]
         if len(self.restart_times) > self.cfg.max_worker_restarts:
             raise ChildFailed(f"{title} exited with code {exitcode}; workers died {len(self.restart_times)} times in "
-                              f"{RESTART_WINDOW_S:.0f} s, more than --max_worker_restarts {self.cfg.max_worker_restarts}")
+                              f"{RESTART_WINDOW_S:.0f} s, more than --max_worker_restarts "
+                              f"{self.cfg.max_worker_restarts}")
         print(f"asyncrl: {title} died (exit code {exitcode}); restarting the workers, "
               f"the learners resume from the checkpoint they save now", flush=True)
         self.stats.worker_restarts += 1
@@ -343,8 +357,7 @@ class Runner:
             self.pbt.restart(self.queues.learner_commands)
         self.stop_flag = StopFlag()
         self.buffers.worker_heartbeat.zero_()
-        self.buffers.traj_policy_version.fill_(-1)  # ppo/ver count a rollout's samples by the version in their rows
-        self.buffers.rollout_issued.fill_(-1)
+        reset_after_restart(self.buffers)
         self.processes = {}
         self._start()
 
@@ -375,9 +388,10 @@ def check_shared_memory(layout: dict, shm_dir: str = "/dev/shm") -> None:
     needed = layout_nbytes(layout) + QUEUES_SHM_BYTES
     free = shutil.disk_usage(shm_dir).free
     if needed > free:
-        raise ConfigError(f"the run needs {needed / 2**20:.0f} MiB of shared memory but {shm_dir} has {free / 2**20:.0f} MiB "
-                          f"free; enlarge it (docker run --shm-size=2g, or mount -o remount,size=2G {shm_dir}) or lower "
-                          f"--num_workers/--num_envs_per_worker/--batch_size/--rollout")
+        raise ConfigError(f"the run needs {needed / 2**20:.0f} MiB of shared memory but {shm_dir} has "
+                          f"{free / 2**20:.0f} MiB free; enlarge it (docker run --shm-size=2g, or mount -o "
+                          f"remount,size=2G {shm_dir}) or lower --num_workers/--num_envs_per_worker/--batch_size/"
+                          f"--rollout")
 
 
 def decide_auto(cfg: Config, device: torch.device, env: EnvInfo, world_size: int = 1) -> Config:

@@ -11,6 +11,8 @@ from collections import deque
 
 import numpy as np
 
+from asyncrl.messages import EnvErrors, Episodes, Evaluation, LearnerStats, Report, TimingReport
+
 
 class PolicyStats:
     def __init__(self, policy_id: int, window: int):
@@ -69,23 +71,31 @@ class StatsWriter:
         self.policy_extras = None  # policy id -> more stats for its rows (the runner's ratings), if set
         name = os.path.basename(os.path.normpath(experiment_dir))
         self.progress = ProgressDisplay(sys.stdout.isatty() and write, name)
+        self.handlers = {Episodes: self.add_episodes, EnvErrors: self._add_env_errors, LearnerStats: self._add_learner,
+                         TimingReport: self._add_timing, Evaluation: self.write_evaluation}
 
-    def handle(self, message: tuple) -> None:
-        kind = message[0]
-        if kind == "episodes":
-            for policy_id, episode_return, length, env_stats in message[1]:
-                self.policies[policy_id].add_episode(episode_return, length, env_stats)
-        elif kind == "env_errors":
-            self.env_errors += message[1]
-        elif kind == "learner":
-            self.policies[message[1]].add_learner_report(message[2])
-        elif kind == "timing":
-            self.timing[message[1]] = (message[2], message[3])
-        elif kind == "eval":
-            self.write_evaluation(message[1], message[2])
+    def handle(self, report: Report) -> None:
+        """A report from a child: the stats keep what they show (other kinds are the runner's to handle)."""
+        handler = self.handlers.get(type(report))
+        if handler is not None:
+            handler(report)
 
-    def write_evaluation(self, policy_id: int, result: dict) -> None:
+    def add_episodes(self, report: Episodes) -> None:
+        for policy_id, episode_return, length, env_stats in report.episodes:
+            self.policies[policy_id].add_episode(episode_return, length, env_stats)
+
+    def _add_env_errors(self, report: EnvErrors) -> None:
+        self.env_errors += report.count
+
+    def _add_learner(self, report: LearnerStats) -> None:
+        self.policies[report.policy_id].add_learner_report(report.stats)
+
+    def _add_timing(self, report: TimingReport) -> None:
+        self.timing[report.role] = (report.fractions, report.counts)
+
+    def write_evaluation(self, evaluation: Evaluation) -> None:
         """An evaluator's result: a row of eval.jsonl and eval/ curves in the policy's TensorBoard."""
+        policy_id, result = evaluation
         row = {"time_s": round(self.elapsed(), 3), "policy_id": policy_id, **result}
         self.eval_jsonl = self.eval_jsonl or open(self.eval_jsonl_path, "a")
         self.eval_jsonl.write(json.dumps(row) + "\n")
@@ -107,7 +117,8 @@ class StatsWriter:
         for group, belongs in groups.items():
             reports = [report for role, report in self.timing.items() if belongs(role)]
             for phase in sorted(set().union(*(fractions for fractions, _ in reports))):
-                summary[f"timing_{group}_{phase}"] = float(np.mean([fractions.get(phase, 0.0) for fractions, _ in reports]))
+                phase_fractions = [fractions.get(phase, 0.0) for fractions, _ in reports]
+                summary[f"timing_{group}_{phase}"] = float(np.mean(phase_fractions))
             if group == "policy" and reports:
                 batches = sum(counts.get("batches", 0) for _, counts in reports)
                 agents = sum(counts.get("batch_agents", 0) for _, counts in reports)
@@ -227,7 +238,8 @@ class ProgressDisplay:
 
 def short_progress(rows: list[dict], seconds_left: float | None) -> str:
     parts = [f"{'p' + str(r['policy_id']) + ' ' if len(rows) > 1 else ''}{_si(r['env_steps'])} frames "
-             f"{_si(r['fps'])} fps return {_fmt(r['episode_reward_mean'], '.1f')} lag {_fmt(r['policy_lag_mean'], '.1f')}"
+             f"{_si(r['fps'])} fps return {_fmt(r['episode_reward_mean'], '.1f')} "
+             f"lag {_fmt(r['policy_lag_mean'], '.1f')}"
              for r in rows]
     if seconds_left is not None:
         parts.append(f"left {int(seconds_left) // 60}m{int(seconds_left) % 60:02d}s")

@@ -11,6 +11,8 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 
+from asyncrl.messages import TimingReport
+
 REPORT_INTERVAL_S = 1.0
 
 
@@ -35,12 +37,12 @@ class Timing:
     def due(self) -> bool:
         return time.monotonic() - self.since >= REPORT_INTERVAL_S
 
-    def report(self) -> tuple:
-        """("timing", role, {phase: fraction of wall time}, {count: total}, interval seconds); resets."""
+    def report(self) -> TimingReport:
+        """The fractions of wall time per phase and the counts since the last report; resets."""
         now = time.monotonic()
         interval = max(1e-9, now - self.since)
         fractions = {name: seconds / interval for name, seconds in self.seconds.items()}
-        message = ("timing", self.role, fractions, dict(self.counts), interval)
+        message = TimingReport(self.role, fractions, dict(self.counts), interval)
         self.seconds.clear()
         self.counts.clear()
         self.since = now

@@ -70,7 +70,7 @@ def search(cfg: Config, budget_s: float, warmup_s: float, seconds: float, log=pr
     from asyncrl.measure import compute_limit, engine_run
 
     cores = len(os.sched_getaffinity(0))
-    costs = compute_limit(cfg, cfg.envs_per_split)
+    costs = compute_limit(cfg, cfg.envs_per_group)
     log(f"asyncrl tune: {cfg.env} on {cores} cores, {'a GPU' if torch.cuda.is_available() else 'no GPU'}; CPU ms per "
         f"agent step alone: simulation {costs['sim_ms_per_step']:.3f}, inference {costs['inference_ms_per_step']:.3f} "
         f"(batch {costs['inference_batch']}), learning {costs['learn_ms_per_step']:.3f}; compute limit "

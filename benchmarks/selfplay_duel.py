@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from _run import REPO, RESULTS, machine, train_and_watch, write_result
+from _run import REPO, machine, train_and_watch, write_result
 
 
 def match(train_dir: str, players: list[str], episodes: int) -> dict:

@@ -88,7 +88,8 @@ def _import_path_entry(path: str) -> EnvEntry:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise EnvError(f"--env {path}: cannot import {module_name!r} ({e}); is it installed or on PYTHONPATH?") from None
+        raise EnvError(f"--env {path}: cannot import {module_name!r} ({e}); is it installed or on "
+                       f"PYTHONPATH?") from None
     factory = module
     for part in attribute.split("."):
         if not hasattr(factory, part):
@@ -114,7 +115,8 @@ def _resolve(name: str) -> EnvEntry:
         try:
             return _factory_entry(plugin.load(), f"the {ENTRY_POINT_GROUP} entry point {name} = {plugin.value}")
         except (ImportError, AttributeError) as e:
-            raise EnvError(f"the {ENTRY_POINT_GROUP} entry point {name} = {plugin.value} cannot be loaded ({e})") from None
+            raise EnvError(f"the {ENTRY_POINT_GROUP} entry point {name} = {plugin.value} cannot be loaded "
+                           f"({e})") from None
     if name.startswith("remote:"):
         from asyncrl.remote.client import remote_entry
         return remote_entry(name)

@@ -65,8 +65,8 @@ SCENARIOS = {
 DOOM_DEFAULTS = {"encoder": "conv", "use_rnn": True, "rnn_size": 512, "num_envs_per_worker": 8,
                  "normalize_input": True, "learning_rate": 5e-4}
 
-_STAT_VARIABLES = {"kills": "KILLCOUNT", "health": "HEALTH", "ammo": "AMMO2", "frags": "FRAGCOUNT", "deaths": "DEATHCOUNT",
-                   "damage": "DAMAGECOUNT"}
+_STAT_VARIABLES = {"kills": "KILLCOUNT", "health": "HEALTH", "ammo": "AMMO2", "frags": "FRAGCOUNT",
+                   "deaths": "DEATHCOUNT", "damage": "DAMAGECOUNT"}
 _DEATHMATCH_ARGS = ("-host 1 -deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 "
                     "+sv_spawnfarthest 1 +sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1")
 

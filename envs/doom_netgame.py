@@ -37,8 +37,8 @@ from pettingzoo import ParallelEnv
 
 from asyncrl.envs import EnvError, register_env
 from asyncrl.reaper import remove_vizdoom_segments, vizdoom_instance_id
-from asyncrl.envs.doom import (DEATHMATCH_BUTTONS, DEATHMATCH_COMBOS, DEATHMATCH_STATS, DOOM_DEFAULTS, DoomEnv, Scenario,
-                               frag_table, win_of)
+from asyncrl.envs.doom import (DEATHMATCH_BUTTONS, DEATHMATCH_COMBOS, DEATHMATCH_STATS, DOOM_DEFAULTS, DoomEnv,
+                               Scenario, frag_table, win_of)
 
 KICK_AFTER_S = 0.002  # see the module docstring
 START_ATTEMPTS = 3
@@ -162,7 +162,8 @@ class Player:
         with self.changed:
             self.tics = self.target = self.done_to = 0
             self.reward, self.finished = 0.0, False
-            self.obs, self.at_start, self.start_time = self.env._observe(), self._counters(), self.game.get_episode_time()
+            self.obs, self.at_start = self.env._observe(), self._counters()
+            self.start_time = self.game.get_episode_time()
 
     def _counters(self) -> np.ndarray:
         return np.array([self.game.get_game_variable(v) for v in self.env._stat_variables.values()])
@@ -273,7 +274,8 @@ class DoomNetGame(ParallelEnv):
         then adds them and the episode starts once more: bots added to a running net game cut its next episode
         short, and one was lost across a restart."""
         def all_players():
-            return self._in_threads([partial(p.new_episode, self.step_timeout) for p in self.players], self.step_timeout)
+            new_episodes = [partial(p.new_episode, self.step_timeout) for p in self.players]
+            return self._in_threads(new_episodes, self.step_timeout)
         errors = all_players() if restart else []
         if self.bots and not errors:
             host = self.players[0].game

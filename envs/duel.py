@@ -40,7 +40,7 @@ class GridDuel(ParallelEnv):
         self.rng = np.random.default_rng()
         self.pos = {a: np.zeros(2, np.int64) for a in self.possible_agents}
         self.facing = {a: 1 for a in self.possible_agents}
-        self.aimed_for = {a: 0 for a in self.possible_agents}  # steps in line of fire (the scripted opponent's reaction)
+        self.aimed_for = {a: 0 for a in self.possible_agents}  # steps in line of fire (the scripted one's reaction)
         self.t = 0
 
     def observation_space(self, agent):
@@ -75,7 +75,8 @@ class GridDuel(ParallelEnv):
         rewards = {x: (2 * wins[x] - 1) if over else 0.0 for x in self.agents}
         truncated = not over and self.t >= self.max_steps
         ended = over or truncated
-        infos = {x: {"episode_stats": {"win": wins[x], "true_objective": wins[x]}} if ended else {} for x in self.agents}
+        infos = {x: {"episode_stats": {"win": wins[x], "true_objective": wins[x]}} if ended else {}
+                 for x in self.agents}
         obs = {x: self._observe(x) for x in self.agents}
         terminations = {x: over for x in self.agents}
         truncations = {x: truncated for x in self.agents}

@@ -40,7 +40,8 @@ def check_spaces(name: str, obs: gym.Space, act: gym.Space) -> None:
     from asyncrl.envs import EnvError
     if not isinstance(obs, gym.spaces.Box):
         raise EnvError(f"env {name!r}: observation space {obs} is not supported yet (Box observations only)")
-    if not isinstance(act, (gym.spaces.Discrete, gym.spaces.Box)) or (isinstance(act, gym.spaces.Box) and len(act.shape) != 1):
+    box = isinstance(act, gym.spaces.Box)
+    if not (isinstance(act, gym.spaces.Discrete) or box) or (box and len(act.shape) != 1):
         raise EnvError(f"env {name!r}: action space {act} is not supported yet (Discrete or 1-D Box only)")
 
 

@@ -124,6 +124,13 @@ def as_agents(name: str, env):
     return ParallelEnvAgents(name, env)
 
 
+def env_actions(action_space: gym.Space, actions: np.ndarray) -> list:
+    """A batch of the model's actions as envs take them: Python ints, or arrays clipped to the action bounds."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return actions.tolist()
+    return list(np.clip(actions, action_space.low, action_space.high))
+
+
 def random_step(env, playing: list[bool]) -> int:
     """One step of `env` (as_agents) with random actions; once no agent is playing, the env is reset. `playing`
     (whose episode goes on) is updated in place. Returns the agent steps taken."""

@@ -136,5 +136,5 @@ def slot_owners(runner) -> list[int]:
     q = runner.queues
     owned = drain(q.free_slots) + [s for fq in q.full_slots for s in drain(fq)]
     owned += runner.buffers.agent_slot.tolist()
-    owned += [s for c in runner.components if isinstance(c, Learner) for s in c.pending_slots]
+    owned += [s for c in runner.components if isinstance(c, Learner) for s in c.source.pending_slots]
     return owned

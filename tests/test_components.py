@@ -9,6 +9,8 @@ from helpers import drain, serial_runner, slot_owners
 from asyncrl.buffers import num_slots
 from asyncrl.config import Config
 from asyncrl.learner import Learner
+from asyncrl.messages import LearnerStats
+from asyncrl.rollouts import Batch
 
 
 def test_slot_lifecycle_no_slot_lost_or_used_twice(tmp_path):
@@ -88,7 +90,7 @@ def test_old_samples_are_masked_from_the_loss(tmp_path):
     b.traj_policy_version[old] = 10 - 5  # lag 5 > max_policy_lag 3
 
     def loss_now():
-        mb = learner._gather(slots)
+        mb = learner.gather(Batch(slots))
         lag = learner.train_step - mb["policy_version"]
         mb["mask"] = mb["valid"] & (lag <= runner.cfg.max_policy_lag)
         return learner._loss(mb)[0].item(), mb["mask"].float().mean().item()
@@ -101,7 +103,7 @@ def test_old_samples_are_masked_from_the_loss(tmp_path):
     b.traj_obs[old] = 1e3
     loss_after, _ = loss_now()
     assert loss_after == loss_before
-    stats = learner._train(learner._gather(slots))
+    stats = learner.train(learner.gather(Batch(slots)))
     assert stats["masked_fraction"] == 0.5 and stats["policy_lag_max"] == 5
     runner._stop_children()
 
@@ -120,7 +122,7 @@ def test_model_and_loss_variants_train(tmp_path, overrides):
         for c in runner.components:
             c.poll(0.0)
     reports = drain(runner.queues.reports)
-    stats = [m[2] for m in reports if m[0] == "learner" and "loss" in m[2]][-1]
+    stats = [r.stats for r in reports if isinstance(r, LearnerStats) and "loss" in r.stats][-1]
     assert all(np.isfinite(stats[k]) for k in ("loss", "policy_loss", "value_loss", "entropy"))
     assert learner.nan_updates == 0
     assert any(not torch.equal(a, b) for a, b in zip(before, learner.model.parameters()))
@@ -135,11 +137,11 @@ def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path)
     b.traj_rewards[slots] = float("nan")
     before = [p.detach().clone() for p in learner.model.parameters()]
     for _ in range(9):
-        learner._train(learner._gather(slots))
+        learner.train(learner.gather(Batch(slots)))
     assert learner.nan_updates == 9
     assert all(torch.equal(a, p) for a, p in zip(before, learner.model.parameters())), "a NaN update was applied"
     with pytest.raises(FloatingPointError, match="non-finite"):
-        learner._train(learner._gather(slots))
+        learner.train(learner.gather(Batch(slots)))
     runner._stop_children()
 
 
@@ -154,8 +156,8 @@ def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monk
     workers = [c for c in runner.components if isinstance(c, RolloutWorker)]
     b, expected, episodes = runner.buffers, {}, {}
     for w in workers:
-        for env_idx, env in enumerate(e.env for e in w.envs):  # the gymnasium env of each (single) agent
-            agent = w.split_agent_ids[0][0] + env_idx
+        for env_idx, env in enumerate(e.env for e in w.backend.envs):  # the gymnasium env of each (single) agent
+            agent = w.group_agents[0][0] + env_idx
             running = {"return": 0.0, "length": 0}
 
             def recording_step(action, env=env, step=env.step, agent=agent, running=running, w=w):
@@ -188,15 +190,16 @@ def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monk
 
 
 def test_env_that_keeps_failing_is_recreated_and_its_slots_recycled(tmp_path):
-    from asyncrl.rollout_worker import MAX_CONSECUTIVE_ENV_ERRORS, RolloutWorker
+    from asyncrl.env_backends import MAX_CONSECUTIVE_ENV_ERRORS
+    from asyncrl.rollout_worker import RolloutWorker
     runner = serial_runner(tmp_path, env="synthetic_constant", env_options={"step_us": 0, "error_prob": 1.0})
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
-    first_envs = list(worker.envs)
+    first_envs = list(worker.backend.envs)
     for _ in range(10 * MAX_CONSECUTIVE_ENV_ERRORS):
         for c in runner.components:
             c.poll(0.0)
-    assert worker.env_errors >= MAX_CONSECUTIVE_ENV_ERRORS * len(first_envs)
-    assert all(new is not old for new, old in zip(worker.envs, first_envs)), "a failing env was not recreated"
+    assert worker.backend.env_errors >= MAX_CONSECUTIVE_ENV_ERRORS * len(first_envs)
+    assert all(new is not old for new, old in zip(worker.backend.envs, first_envs)), "a failing env was not recreated"
     assert sorted(slot_owners(runner)) == list(range(num_slots(runner.cfg))), "a failed trajectory's slot was lost"
     runner._stop_children()
 
@@ -233,7 +236,7 @@ def test_bfloat16_inference_model_acts_like_the_float32_one():
     learner_model = build_model(obs_space, action_space, cfg)
     assert low_precision(cfg, torch.device("cpu"), learner_model) == torch.bfloat16
     layout = buffer_layout(cfg, obs_space, action_space, learner_model.rnn_state_size, num_state_floats(learner_model), 0)
-    buffers = SharedBuffers(layout)
+    buffers = SharedBuffers.allocate(layout)
     buffers.publish_weights(0, learner_model, version=3)
     actor = build_model(obs_space, action_space, cfg).store_weights_as(torch.bfloat16)
     assert buffers.read_weights(0, actor, known_version=-1) == 3
@@ -283,8 +286,8 @@ def test_truncated_episode_leaves_its_final_observation_for_the_learner(tmp_path
                            value_bootstrap=value_bootstrap)
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
     b, truncations = runner.buffers, []
-    for env_idx, env in enumerate(e.env for e in worker.envs):  # the gymnasium env of each (single) agent
-        agent = worker.split_agent_ids[0][0] + env_idx
+    for env_idx, env in enumerate(e.env for e in worker.backend.envs):  # the gymnasium env of each (single) agent
+        agent = worker.group_agents[0][0] + env_idx
 
         def recording_step(action, step=env.step, reset=env.reset, agent=agent):
             slot, t = int(b.agent_slot[agent]), int(b.agent_step[agent])

@@ -164,10 +164,14 @@ def test_advantages_are_normalized_over_every_ranks_minibatch():
     advantages, mask = torch.randn(8, 6) * 3 + 1, torch.rand(8, 6) > 0.3
     halves = [(advantages[:, :3], mask[:, :3]), (advantages[:, 3:], mask[:, 3:])]
     a, m, zero = *halves[1], torch.zeros(())
-    rank_1_moments = torch.stack([torch.where(m, a, zero).sum(), torch.where(m, a ** 2, zero).sum(), m.sum().float()])
+    seen = []  # rank 0's sums, in the order normalize all-reduces them
 
-    def sum_over_two_ranks(moments):  # what rank 0 holds after the all-reduce: its moments plus rank 1's
-        return moments + rank_1_moments
+    def sum_over_two_ranks(sums):  # what rank 0 holds after each all-reduce: its sums plus rank 1's
+        seen.append(sums.clone())
+        if len(seen) == 1:  # the masked sum and count
+            return sums + torch.stack([torch.where(m, a, zero).sum(), m.sum().float()])
+        mean = (seen[0][0] + torch.where(m, a, zero).sum()) / (seen[0][1] + m.sum())
+        return sums + torch.where(m, (a - mean) ** 2, zero).sum()  # then the squared deviations from the mean
     together = losses.normalize(halves[0][0], halves[0][1], sum_over_two_ranks)
     whole = losses.normalize(advantages, mask)
     torch.testing.assert_close(together[halves[0][1]], whole[:, :3][halves[0][1]], rtol=1e-4, atol=1e-5)

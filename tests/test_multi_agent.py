@@ -6,7 +6,7 @@ import textwrap
 import pytest
 from helpers import drain, read_stats, run_cli, serial_runner, slot_owners
 
-from asyncrl.buffers import NO_POLICY, num_slots
+from asyncrl.buffers import NO_PLAYER, num_slots
 from asyncrl.envs import make_agents
 from asyncrl.learner import Learner
 from asyncrl.rollout_worker import RolloutWorker
@@ -75,7 +75,7 @@ def test_bad_multi_agent_env_is_one_line_and_exit_2(tmp_path, flags, needle):
 
 def _count_live_agent_steps(worker: RolloutWorker, counter: list) -> None:
     """Wrap each env's PettingZoo step to count the agents that act in it (env.agents before the step)."""
-    for agents_env in worker.envs:
+    for agents_env in worker.backend.envs:
         inner = agents_env.env
 
         def counting_step(actions, step=inner.step, inner=inner):
@@ -103,13 +103,13 @@ def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_aske
     for _ in range(400):
         for c in runner.components:
             c.poll(0.0)
-        policies = b.agent_policy.numpy().reshape(-1, 3)  # one row per env
-        waiting = policies == NO_POLICY
+        policies = b.agent_player.numpy().reshape(-1, 3)  # one row per env
+        waiting = policies == NO_PLAYER
         waited += int(waiting.sum())
         assert (b.agent_step.numpy().reshape(-1, 3)[waiting] == 0).all()  # a waiting agent fills nothing
         assert (~waiting).any(axis=1).all()  # an env whose agents all ended was reset at once
         for row in policies:
-            mixed += len(set(row[row != NO_POLICY].tolist())) > 1
+            mixed += len(set(row[row != NO_PLAYER].tolist())) > 1
     assert waited > 1000
     assert (mixed > 0) == mix
     assert sorted(slot_owners(runner)) == list(range(num_slots(runner.cfg)))
@@ -117,7 +117,7 @@ def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_aske
     def valid_rows(slots, upto=None):
         return sum(int(b.traj_valid[s, :upto].sum()) for s in slots)
     in_flight = valid_rows([s for q in runner.queues.full_slots for s in drain(q)])
-    in_flight += valid_rows([s for learner in learners for s in learner.pending_slots])
+    in_flight += valid_rows([s for learner in learners for s in learner.source.pending_slots])
     in_flight += sum(valid_rows([s], upto=t) for s, t in zip(b.agent_slot.tolist(), b.agent_step.tolist()))
     assert sum(learner.env_steps for learner in learners) + in_flight == stepped[0]
     lengths = [length for w in workers for _, _, length, _ in w.finished_episodes]

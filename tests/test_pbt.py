@@ -11,7 +11,7 @@ from helpers import read_stats, run_cli
 
 from asyncrl.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
 from asyncrl.config import PER_POLICY_HPARAMS, Config
-from asyncrl.learner import learner_state_floats, pack_state, unpack_state
+from asyncrl.model import learner_state_floats, pack_state, unpack_state
 from asyncrl.model import build_model
 from asyncrl.pbt import MUTATED, copy_source, mutate
 

@@ -253,7 +253,8 @@ def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path
     when full, so an interrupted one would arrive short, or glued to what came after; every slot sent is one whole
     unbroken trajectory."""
     from asyncrl import rollout_worker
-    monkeypatch.setattr(rollout_worker, "RECONNECT_INTERVAL_S", 0.2)
+    from asyncrl.remote import backend
+    monkeypatch.setattr(backend, "RECONNECT_INTERVAL_S", 0.2)
     (killed, address_a), (_, address_b) = [start_server("--env", MARKED, "--num_envs", "4") for _ in range(2)]
     runner = serial_runner(tmp_path, env=f"remote:{address_a},{address_b}", remote_reconnect=True, remote_timeout=3.0)
     sent = []  # per slot sent to a learner: (servers of its rows, after the kill, whole unbroken trajectory)
@@ -280,11 +281,11 @@ def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path
     killed.wait()
     psutil.wait_procs(serving, timeout=10)
     killed_at[0] = time.time()
-    run_until(lambda: all(len(w.unavailable) == 2 for w in workers), 30)  # each worker's 2 envs on it wait
+    run_until(lambda: all(len(w.backend.unavailable) == 2 for w in workers), 30)  # each worker's 2 envs on it wait
     sent_while_down = len(sent)
     run_until(lambda: len(sent) > sent_while_down + 10, 30)  # the other server's envs train on
     restarted, _ = start_server("--env", MARKED, "--num_envs", "4", port=address_a.rsplit(":", 1)[1])
-    run_until(lambda: not any(w.unavailable for w in workers), 30)  # the killed server's envs rejoin
+    run_until(lambda: not any(w.backend.unavailable for w in workers), 30)  # the killed server's envs rejoin
     run_until(lambda: any(restarted.pid in servers for servers, _, _ in sent), 30)
     assert any(killed.pid in servers for servers, _, _ in sent)
     assert all(whole for _, _, whole in sent)  # no interrupted (short or glued) trajectory reached a learner

@@ -8,10 +8,11 @@ import pytest
 import torch
 from helpers import drain, read_stats, run_cli, serial_runner
 
-from asyncrl.buffers import frozen_id
+from asyncrl.buffers import frozen_player
 from asyncrl.config import Config
 from asyncrl.learner import Learner
 from asyncrl.matchmaking import draw_players
+from asyncrl.messages import Matches, Snapshot
 from asyncrl.rollout_worker import RolloutWorker
 
 
@@ -24,14 +25,14 @@ def test_matchmaking_seats_one_learner_against_frozen_versions_and_prefers_close
     assert all(max(draw_players(2, cfg, rng, frozen_version, mu)) < 2 for _ in range(50))  # empty pool: learners only
     frozen_version[0, :2] = [10, 20]
     frozen_version[1, 0] = 5
-    available = {frozen_id(cfg, 0, 0), frozen_id(cfg, 0, 1), frozen_id(cfg, 1, 0)}
+    available = {frozen_player(cfg, 0, 0), frozen_player(cfg, 0, 1), frozen_player(cfg, 1, 0)}
     seats = [draw_players(2, cfg, rng, frozen_version, mu) for _ in range(400)]
     assert all(sorted(s)[0] < 2 and sorted(s)[1] in available for s in seats)
     assert 0.4 < np.mean([s[0] < 2 for s in seats]) < 0.6  # the learner sits on either seat
-    mu[frozen_id(cfg, 0, 0)] = 60.0  # far above every learning policy: rarely chosen by rating, a third uniformly
+    mu[frozen_player(cfg, 0, 0)] = 60.0  # far above every learning policy: rarely chosen by rating, a third uniformly
     rated = Config(**{**cfg.to_json(), "matchmaking": "rating"})
     picks = [max(draw_players(2, rated, rng, frozen_version, mu)) for _ in range(400)]
-    assert picks.count(frozen_id(cfg, 0, 0)) < 10
+    assert picks.count(frozen_player(cfg, 0, 0)) < 10
     half = Config(**{**cfg.to_json(), "selfplay_frozen_fraction": 0.5})
     assert 0.35 < np.mean([max(draw_players(2, half, rng, frozen_version, mu)) >= 2 for _ in range(400)]) < 0.65
 
@@ -51,9 +52,10 @@ def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a
     b, cfg = runner.buffers, runner.cfg
     learning_steps, frozen_rows = [0], []  # (pool entry, version of the weights that acted)
     for w in workers:
-        for agents_env, env_agents in zip(w.envs, np.split(np.concatenate(w.split_agent_ids), len(w.envs))):
+        envs = w.backend.envs
+        for agents_env, env_agents in zip(envs, np.split(np.concatenate(w.group_agents), len(envs))):
             def counting_step(actions, step=agents_env.env.step, env=agents_env.env, ids=env_agents):
-                playing = b.agent_policy[ids].numpy()[:len(env.agents)]
+                playing = b.agent_player[ids].numpy()[:len(env.agents)]
                 learning_steps[0] += int((playing < cfg.num_policies).sum()) if env.agents else 0
                 return step(actions)
             agents_env.env.step = counting_step
@@ -61,21 +63,21 @@ def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a
         for c in runner.components:
             c.poll(0.0)
             if isinstance(c, RolloutWorker):  # rows the frozen versions just filled, before any reuse of the slot
-                for agent in c.split_agent_ids[0].tolist() + c.split_agent_ids[1].tolist():
-                    player, t = int(b.agent_policy[agent]), int(b.agent_step[agent])
+                for agent in c.group_agents[0].tolist() + c.group_agents[1].tolist():
+                    player, t = int(b.agent_player[agent]), int(b.agent_step[agent])
                     if player >= cfg.num_policies and t > 0 and b.traj_valid[b.agent_slot[agent], t - 1]:
-                        frozen_rows.append((player - frozen_id(cfg, 0, 0),
+                        frozen_rows.append((player - frozen_player(cfg, 0, 0),
                                             int(b.traj_policy_version[b.agent_slot[agent], t - 1])))
-    snapshots = {(k, version) for kind, *rest in drain(runner.queues.reports) if kind == "snapshot"
-                 for _, k, version, _ in [rest]}
+    snapshots = {(r.k, r.version) for r in drain(runner.queues.reports) if isinstance(r, Snapshot)}
     assert len(frozen_rows) > 100 and set(frozen_rows) <= snapshots and len(set(frozen_rows)) > 3
-    in_flight = sum(int(b.traj_valid[s].sum()) for s in drain(runner.queues.full_slots[0]) + learner.pending_slots)
+    arrived = drain(runner.queues.full_slots[0]) + learner.source.pending_slots
+    in_flight = sum(int(b.traj_valid[s].sum()) for s in arrived)
     in_flight += sum(int(b.traj_valid[s, :t].sum()) for s, t, p in
-                     zip(b.agent_slot.tolist(), b.agent_step.tolist(), b.agent_policy.tolist()) if p == 0)
+                     zip(b.agent_slot.tolist(), b.agent_step.tolist(), b.agent_player.tolist()) if p == 0)
     assert learner.env_steps + in_flight == learning_steps[0]
     for w in workers:
         w._report()
-    matches = [m for kind, *rest in drain(runner.queues.reports) if kind == "matches" for m in rest[0]]
+    matches = [m for r in drain(runner.queues.reports) if isinstance(r, Matches) for m in r.matches]
     assert len(matches) > 50 and all(max(players) >= cfg.num_policies for players, _ in matches[-20:])
     for _ in range(100):  # each call takes one batch of messages
         runner._drain_reports(0.0)
@@ -95,10 +97,10 @@ def test_the_frozen_pool_survives_a_resume(tmp_path):
             c.poll(0.0)
     learner.save()
     saved = runner.buffers.frozen_version[0].clone(), runner.buffers.frozen_weights[0].clone(), learner.snapshots
-    for kind, *rest in drain(runner.queues.reports):
-        if kind == "snapshot":
-            runner.ratings.add_snapshot(*rest[:3])
-    pool = [frozen_id(runner.cfg, 0, k) for k in range(3)]
+    for r in drain(runner.queues.reports):
+        if isinstance(r, Snapshot):
+            runner.ratings.add_snapshot(r.policy_id, r.k, r.version)
+    pool = [frozen_player(runner.cfg, 0, k) for k in range(3)]
     runner.ratings.add_matches([([0, i], [1.0, 0.0]) for i in pool] * 5 + [([pool[0], pool[1]], [1.0, 0.0])])
     rated = {runner.ratings.names[i]: runner.ratings.players[i].mu for i in [0, *pool]}
     runner.ratings.save()
@@ -108,8 +110,7 @@ def test_the_frozen_pool_survives_a_resume(tmp_path):
     learner = next(c for c in resumed.components if isinstance(c, Learner))
     assert torch.equal(resumed.buffers.frozen_version[0], saved[0]) and learner.snapshots == saved[2]
     assert torch.equal(resumed.buffers.frozen_weights[0], saved[1])
-    announced = {(k, version) for kind, *rest in drain(resumed.queues.reports) if kind == "snapshot"
-                 for _, k, version, _ in [rest]}
+    announced = {(r.k, r.version) for r in drain(resumed.queues.reports) if isinstance(r, Snapshot)}
     assert announced == {(k, v) for k, v in enumerate(saved[0].tolist())}
     for k, version in announced:  # the resumed policy and its restored versions keep their ratings
         resumed.ratings.add_snapshot(0, k, version)

@@ -12,25 +12,25 @@ SYNTHETIC = {"step_us": 0, "episode_len": 5}  # truncated every 5 steps: final-o
 
 
 def _record_batches(learner: Learner) -> list[dict]:
-    """Wrap the learner's _train to keep, per update, its version, its samples, their acting versions, how many
+    """Wrap the learner's train to keep, per update, its version, its samples, their acting versions, how many
     were acted by the version before (carried in) and how many actions in flight it leaves to the next update."""
-    batches, train = [], learner._train
+    batches, train = [], learner.train
 
-    def recording_train(batch):
+    def recording_train(batch, preempted_steps=0):
         valid = batch["valid"]
         acted = batch["policy_version"][valid]
         batches.append({"version": learner.train_step, "samples": int(valid.sum()),
                         "acted_versions": set(acted.tolist()), "carried_in": int((acted < learner.train_step).sum()),
-                        "carried_out": learner.carried_in})
-        return train(batch)
-    learner._train = recording_train
+                        "carried_out": learner.source.carried_in})
+        return train(batch, preempted_steps)
+    learner.train = recording_train
     return batches
 
 
 def _count_env_steps(runner) -> list:
     counter = [0]
     for worker in (c for c in runner.components if isinstance(c, RolloutWorker)):
-        for env in worker.envs:
+        for env in worker.backend.envs:
             def counting_step(actions, step=env.step):
                 counter[0] += 1
                 return step(actions)
@@ -67,11 +67,11 @@ def test_sync_updates_learn_every_env_step_once_and_only_ver_carries_actions_ove
             assert b["acted_versions"] == {b["version"]} and b["samples"] == 2 * 4 * 4, b
         else:
             assert b["acted_versions"] <= {b["version"] - 1, b["version"]} and b["carried_in"] == before["carried_out"]
-            assert batch <= b["samples"] - b["carried_in"] + b["carried_out"] < batch + runner.cfg.envs_per_split, b
+            assert batch <= b["samples"] - b["carried_in"] + b["carried_out"] < batch + runner.cfg.envs_per_group, b
     if algo == "ver":
         assert sum(b["carried_out"] for b in batches) > 0
-    buffers, learned_rows = runner.buffers, lambda slot: learner.carried_rows.get(slot, (0,))[0]
-    arrived = [s for s in drain(runner.queues.full_slots[0]) if s >= 0] + learner.pending_slots  # not ROLLOUT_CLOSED
+    buffers, learned_rows = runner.buffers, learner.source.learned_rows
+    arrived = [s for s in drain(runner.queues.full_slots[0]) if s >= 0] + learner.source.pending_slots  # not signals
     not_learned = sum(int(buffers.traj_valid[s, learned_rows(s):].sum()) for s in arrived)
     not_learned += sum(int(buffers.traj_valid[s, learned_rows(s):t].sum())
                        for s, t in zip(buffers.agent_slot.tolist(), buffers.agent_step.tolist()))
@@ -85,8 +85,8 @@ def test_actions_carried_over_count_until_their_slot_comes_back(tmp_path):
     be another agent's now) is stale."""
     runner = serial_runner(tmp_path, algo="ver", env="synthetic_constant", with_vtrace=False, batch_size=32)
     learner = next(c for c in runner.components if isinstance(c, Learner))
-    learner.train_step, learner.pending_slots = 5, [7]
-    learner.carried_rows = {3: (2, 4), 4: (6, 4), 6: (1, 5)}
+    source = learner.source
+    source.pending_slots, source.carried_rows = [7], {3: (2, 4), 4: (6, 4), 6: (1, 5)}
     entries = {0: (7, 3, 5),  # its slot came back: skipped
                1: (3, 4, 5),  # carried at the last close, served again since: rows 2..3 now, row 4 next time
                2: (4, 6, 4),  # carried at the last close, still mid-step: carried again, nothing to learn now
@@ -96,7 +96,7 @@ def test_actions_carried_over_count_until_their_slot_comes_back(tmp_path):
     carried.fill_(-1)
     for agent, entry in entries.items():
         carried[agent] = torch.tensor(entry)
-    assert sorted(learner._rows_of_groups_in_flight()) == [(3, 2, 4, 5), (4, 6, 6, 4)]
+    assert sorted(source.rows_of_groups_in_flight(version=5)) == [(3, 2, 4, 5), (4, 6, 6, 4)]
     runner._stop_children()
 
 
@@ -149,7 +149,7 @@ def test_env_errors_do_not_stall_a_rollout(tmp_path):
     runner = serial_runner(tmp_path, algo="ver", env="synthetic_constant", with_vtrace=False, batch_size=32,
                            env_options={"step_us": 0, "error_prob": 0.02})
     learner = _run(runner, updates=30)
-    assert sum(c.env_errors for c in runner.components if isinstance(c, RolloutWorker)) > 5
+    assert sum(c.backend.env_errors for c in runner.components if isinstance(c, RolloutWorker)) > 5
     assert learner.train_step >= 30
     runner._stop_children()
 

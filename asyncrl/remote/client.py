@@ -302,8 +302,6 @@ class RemoteAgents:
             raise ServerRestarted(f"env server {self.connection.address} restarted (run id {self.run_id} -> "
                                   f"{run_id}): the env's episode is gone")
 
-    begin_group_step = staticmethod(lambda envs, actions, on_replied=None: begin_group_step(envs, actions, on_replied))
-
     def render(self):
         raise EnvError("a remote env cannot render here; watch it on its server")
 
@@ -399,9 +397,15 @@ class RemoteFactory:
         self.descriptions = [d.SerializeToString() for d in descriptions]  # messages do not pickle
         self.made, self.envs_per_group = 0, 1
 
+    @staticmethod
+    def env_backend():
+        """How rollout workers step these envs (env_backends.py)."""
+        from asyncrl.remote.backend import RemoteBackend  # (it imports this module)
+        return RemoteBackend
+
     def plan_for_worker(self, cfg, worker_idx: int) -> None:
         """Called by rollout worker `worker_idx` before it makes its envs (in its own copy of the factory)."""
-        self.envs_per_group = cfg.envs_per_split
+        self.envs_per_group = cfg.envs_per_group
         self.made = worker_idx * cfg.num_envs_per_worker
 
     def __call__(self, **options) -> RemoteAgents:

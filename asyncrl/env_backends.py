@@ -1,0 +1,187 @@
+"""How a rollout worker steps its env groups: the env backend, chosen once when the worker starts (env_backend).
+
+The worker owns the slots and the episode bookkeeping; a backend owns the envs and answers the calls of EnvBackend,
+group by group. PerEnvBackend steps a list of gymnasium / PettingZoo envs in this process, one after the other; the
+remote backend (asyncrl/remote/backend.py) sends a group's actions to env servers. An env factory names its own
+backend with an `env_backend` attribute (a function that returns the class), as the remote factory does.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from asyncrl.config import Config
+from asyncrl.distributed import this_rank
+from asyncrl.envs import WORKER_INDEX_VAR, EnvError, EnvUnavailable, env_entry, make_agents
+from asyncrl.envs.multi_agent import env_actions
+
+MAX_CONSECUTIVE_ENV_ERRORS = 3
+
+
+def env_seed(base_seed: int, worker: int, env: int) -> int:
+    """A distinct, reproducible seed per env from (seed, worker index, env index)."""
+    return int(np.random.SeedSequence([base_seed, worker, env]).generate_state(1)[0])
+
+
+@dataclass
+class GroupStep:
+    """What a group's step returned besides the observations, per agent of the group (agents that did not play, or
+    whose env failed, hold zeros)."""
+    rewards: np.ndarray                                # the env's own reward
+    terminated: np.ndarray                             # bool
+    truncated: np.ndarray                              # bool
+    episode_stats: dict = field(default_factory=dict)  # agent -> info["episode_stats"], for every agent that ended
+    resets: list = field(default_factory=list)         # (env, first observations): envs reset as every agent ended
+    failed: list = field(default_factory=list)         # (env, exception): envs whose step raised
+
+
+class EnvBackend:
+    """What a rollout worker asks of its envs. Agents are numbered within a group (env by env, each env's agents in
+    their order); actions come as the policy workers wrote them, one row per agent."""
+
+    unavailable: set | frozenset = frozenset()  # envs out of reach for a while (a remote env's server is down)
+    env_errors = 0  # exceptions the envs raised (each env was restarted)
+
+    def reset(self, group: int) -> list:
+        """Every env's first observations (seeded), at the start; None for an env that is out of reach."""
+        raise NotImplementedError
+
+    def begin_step(self, group: int, actions: np.ndarray, on_results) -> bool:
+        """True: the step goes on elsewhere, and on_results() is called (from another thread) once its results are
+        in; False (here): step() does all the work."""
+        return False
+
+    def step(self, group: int, actions: np.ndarray, playing: list, traj_obs: np.ndarray, slots: np.ndarray,
+             rows: np.ndarray) -> GroupStep:
+        """Every env's step: observations go straight into the group's shared rows (traj_obs[slots[a], rows[a]] for
+        agent a), the rest is returned. `playing` (per agent) says who acts; the agents of an env that raises stop
+        playing (it is updated in place) and the env is listed in GroupStep.failed."""
+        raise NotImplementedError
+
+    def restart(self, group: int, env_in_group: int, error: Exception) -> list | None:
+        """An env raised: its first observations after a restart; None if it is out of reach."""
+        raise NotImplementedError
+
+    def reconnect(self, group: int) -> list:
+        """(env, first observations) of the group's out-of-reach envs that are back."""
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+class PerEnvBackend(EnvBackend):
+    """The worker's envs, made and stepped in this process one after the other (each as a list of agents)."""
+
+    def __init__(self, cfg: Config, worker_idx: int, reports):
+        self.cfg, self.worker_idx, self.reports = cfg, worker_idx, reports
+        base_seed = cfg.seed if cfg.seed is not None else secrets.randbits(31)
+        self.envs = [self._make_env() for _ in range(cfg.num_envs_per_worker)]
+        self.seeds = [env_seed(base_seed, worker_idx, i) for i in range(cfg.num_envs_per_worker)]
+        k = cfg.envs_per_group
+        self.groups = [self.envs[g * k:(g + 1) * k] for g in range(cfg.worker_num_splits)]
+        self.action_space = self.envs[0].action_space
+        self.env_errors = 0  # exceptions this worker's envs raised
+        self.consecutive_errors = np.zeros(cfg.num_envs_per_worker, np.int64)  # per env, since its last whole episode
+        self.logged_errors: set[int] = set()
+
+    def _make_env(self):
+        os.environ[WORKER_INDEX_VAR] = str(this_rank().rank * self.cfg.num_workers + self.worker_idx)
+        env = make_agents(self.cfg.env, **self.cfg.env_kwargs())
+        if env.num_agents != self.cfg.agents_per_env:  # the runner's probe env had another count
+            raise EnvError(f"env {self.cfg.env!r} made an env with {env.num_agents} agents, another with "
+                           f"{self.cfg.agents_per_env}: an env's agent count must be fixed")
+        return env
+
+    def reset(self, group: int) -> list:
+        k = self.cfg.envs_per_group
+        return [env.reset(seed=self.seeds[group * k + i])[0] for i, env in enumerate(self.groups[group])]
+
+    def step(self, group: int, actions: np.ndarray, playing: list, traj_obs: np.ndarray, slots: np.ndarray,
+             rows: np.ndarray) -> GroupStep:
+        """Each env in turn; an env all of whose agents ended is reset."""
+        envs, n = self.groups[group], self.cfg.agents_per_env
+        first_env = group * len(envs)
+        actions = env_actions(self.action_space, actions)
+        size = len(playing)
+        result = GroupStep(np.zeros(size), np.zeros(size, bool), np.zeros(size, bool))
+        for i, env in enumerate(envs):
+            first = i * n
+            if self.unavailable and first_env + i in self.unavailable:
+                continue
+            try:
+                obs, rewards, terminated, truncated, infos = env.step(actions[first:first + n])
+            except Exception as error:
+                result.failed.append((i, error))  # restarted by the worker, once the group's shared writes are done
+                playing[first:first + n] = [False] * n
+                continue
+            still_playing = 0
+            for j in range(n):
+                a = first + j
+                if not playing[a]:
+                    continue
+                result.rewards[a] = rewards[j]
+                traj_obs[slots[a], rows[a]] = obs[j]  # a truncated episode's final obs stays: the learner needs it
+                if terminated[j] or truncated[j]:
+                    result.terminated[a], result.truncated[a] = terminated[j], truncated[j]
+                    result.episode_stats[a] = infos[j].get("episode_stats", {})
+                    self.consecutive_errors[first_env + i] = 0  # a whole episode went through
+                else:
+                    still_playing += 1
+            if still_playing == 0:
+                result.resets.append((i, env.reset()[0]))
+        return result
+
+    def restart(self, group: int, env_in_group: int, error: Exception) -> list | None:
+        """An env raised: count it, log it (once per env), and start it over: a reset, or a new env after
+        MAX_CONSECUTIVE_ENV_ERRORS errors in a row (or if the reset fails). Its first observations."""
+        env_idx = group * self.cfg.envs_per_group + env_in_group
+        self.env_errors += 1
+        self.consecutive_errors[env_idx] += 1
+        if env_idx not in self.logged_errors and not isinstance(error, EnvUnavailable):  # that one: one line
+            self.logged_errors.add(env_idx)
+            print(f"asyncrl-rollout-{self.worker_idx}: env {env_idx} raised; its unfinished trajectory is discarded "
+                  f"(further errors of this env are only counted):\n{''.join(traceback.format_exception(error))}",
+                  file=sys.stderr, flush=True)
+        return self._restart_env(env_idx)
+
+    def _restart_env(self, env_idx: int) -> list:
+        """Reset the env; after MAX_CONSECUTIVE_ENV_ERRORS errors in a row (or if reset fails), recreate it.
+        EnvUnavailable if its host cannot be reached."""
+        env = self.envs[env_idx]
+        if self.consecutive_errors[env_idx] < MAX_CONSECUTIVE_ENV_ERRORS:
+            try:
+                return env.reset()[0]
+            except EnvUnavailable:
+                raise
+            except Exception:
+                pass
+        try:
+            env.close()
+        except Exception:
+            pass
+        env = self.envs[env_idx] = self._make_env()
+        k = self.cfg.envs_per_group
+        self.groups[env_idx // k][env_idx % k] = env
+        self.consecutive_errors[env_idx] = 0
+        return env.reset(seed=self.later_seed(env_idx))[0]
+
+    def later_seed(self, env_idx: int) -> int:
+        """A new seed for an env started over (not its first one: the episodes it played would repeat)."""
+        return self.seeds[env_idx] + 1_000_003 * self.env_errors
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def env_backend(cfg: Config, worker_idx: int, reports) -> EnvBackend:
+    """The backend of this worker's envs: the one the env's factory names, else PerEnvBackend."""
+    named = getattr(env_entry(cfg.env).make_fn, "env_backend", None)
+    return (named() if named is not None else PerEnvBackend)(cfg, worker_idx, reports)

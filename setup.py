@@ -48,7 +48,14 @@ setup(
         "grpcio-tools>=1.60",  # protoc for ude.proto at install (and on first import from a never-installed checkout)
         "protobuf>=4.25",  # the typed messages of ude.proto: no pickle on the wire
     ],
-    # cryptography: the TLS test makes itself a self-signed certificate
-    extras_require={"test": ["pytest>=7", "cryptography>=41"]},
+    extras_require={
+        "hub": ["huggingface_hub>=0.20"],  # asyncrl push, enjoy --hf_repository: the Hub's own client (auth, uploads)
+        # asyncrl export: onnx writes and annotates the file, onnxscript is torch's ONNX exporter, onnxruntime runs it
+        "onnx": ["onnx>=1.16", "onnxscript>=0.1", "onnxruntime>=1.17"],
+        "wandb": ["wandb>=0.17"],  # --with_wandb: Weights & Biases' own client (offline mode, resume by id)
+        # cryptography: the TLS test makes itself a self-signed certificate
+        "test": ["pytest>=7", "cryptography>=41", "huggingface_hub>=0.20", "onnx>=1.16", "onnxscript>=0.1",
+                 "onnxruntime>=1.17", "wandb>=0.17"],
+    },
     entry_points={"console_scripts": ["asyncrl=asyncrl.cli:main"]},
 )

@@ -1,4 +1,4 @@
-"""`asyncrl` command line: `asyncrl train|enjoy|match|bench|tune|envs|plot|env-server ...`.
+"""`asyncrl` command line: `asyncrl train|enjoy|match|export|push|bench|tune|envs|plot|env-server ...`.
 
 Every user error (bad flag, impossible config, unknown env, unusable checkpoint or train_dir) is one
 line on stderr and exit code 2, before any worker process starts.
@@ -72,6 +72,16 @@ def cmd_match(argv: list[str]) -> int:
     return match(argv)
 
 
+def cmd_export(argv: list[str]) -> int:
+    from asyncrl.export import export
+    return export(argv)
+
+
+def cmd_push(argv: list[str]) -> int:
+    from asyncrl.hub import push
+    return push(argv)
+
+
 def cmd_env_server(argv: list[str]) -> int:
     from asyncrl.remote.server import cmd_env_server as serve
     return serve(argv)
@@ -82,8 +92,8 @@ def cmd_tune(argv: list[str]) -> int:
     return tune(argv)
 
 
-COMMANDS = {"train": cmd_train, "enjoy": cmd_enjoy, "match": cmd_match, "bench": cmd_bench, "tune": cmd_tune,
-            "envs": cmd_envs, "plot": cmd_plot, "env-server": cmd_env_server}
+COMMANDS = {"train": cmd_train, "enjoy": cmd_enjoy, "match": cmd_match, "export": cmd_export, "push": cmd_push,
+            "bench": cmd_bench, "tune": cmd_tune, "envs": cmd_envs, "plot": cmd_plot, "env-server": cmd_env_server}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -176,6 +176,13 @@ class Config:
     experiment_summaries_interval: float = _f(5, "Seconds between progress lines, "
                                               "TensorBoard points and stats.jsonl rows.")
     stats_avg: int = _f(100, "Episodes in the moving average of reported episode stats.")
+    with_wandb: bool = _f(False, "Also log the run to Weights & Biases (wandb): the TensorBoard scalars, the config "
+                          "and enjoy's replay videos; a resumed run goes on in the same wandb run.")
+    wandb_user: Optional[str] = _f(None, "The wandb entity (user or team) of the run; None: your default one.")
+    wandb_project: str = _f("asyncrl", "The wandb project of the run.")
+    wandb_group: Optional[str] = _f(None, "The wandb group of the run (e.g. the runs of one sweep); None: none.")
+    wandb_job_type: str = _f("train", "The wandb job type of the run.")
+    wandb_tags: list = _f([], "wandb tags of the run, as JSON (e.g. '[\"doom\", \"baseline\"]').")
 
     # --- evaluation during training
     eval_every_env_steps: int = _f(0, "Every this many env steps (frames) of a policy, an evaluator process plays "

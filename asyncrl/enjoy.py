@@ -35,13 +35,28 @@ def parse_enjoy_args(argv: list[str]) -> tuple[dict, Config]:
     parser.add_argument("--video_name", default="replay.mp4", help="Video file name (.mp4, or .gif).")
     parser.add_argument("--fps", type=float, default=None,
                         help="Video frames per second; default: the env's real time (its render fps / frameskip).")
+    add_hub_argument(parser)
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
     args = {k: given.pop(k) for k in ("max_num_episodes", "load_checkpoint_kind", "checkpoint", "policy_index",
-                                      "save_video", "video_name", "fps")}
+                                      "save_video", "video_name", "fps", "hf_repository")}
     if args["max_num_episodes"] <= 0:
         raise ConfigError(f"--max_num_episodes must be positive, got {args['max_num_episodes']}")
-    return args, config_of_run(given)
+    return args, config_of_run(run_from_hub(given, args["hf_repository"]))
+
+
+def add_hub_argument(parser) -> None:
+    parser.add_argument("--hf_repository", default=None,
+                        help="USER/NAME: play a run someone pushed to the Hugging Face Hub (`asyncrl push`); it is "
+                             "downloaded into <train_dir>/NAME.")
+
+
+def run_from_hub(given: dict, repository: str | None) -> dict:
+    """With --hf_repository: the pushed run, downloaded into <train_dir>/<NAME>, is the experiment to play."""
+    if not repository:
+        return given
+    from asyncrl.hub import download
+    return {**given, "experiment": download(repository, given.get("train_dir", Config.train_dir))}
 
 
 def config_of_run(given: dict) -> Config:
@@ -126,5 +141,10 @@ def enjoy(argv: list[str]) -> int:
         video = os.path.join(cfg.experiment_dir, args["video_name"])
         os.makedirs(cfg.experiment_dir, exist_ok=True)
         write_video(frames, video, fps)
+        if cfg.with_wandb:  # the video joins the run's wandb run
+            from asyncrl.wandb_run import WandbRun
+            wandb = WandbRun(cfg, cfg.num_policies)
+            wandb.log_video(args["policy_index"], video, state.get("env_steps"))
+            wandb.finish()
         print(f"video: {video} ({len(frames)} frames at {fps:g} fps)", flush=True)
     return 0

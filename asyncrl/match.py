@@ -22,7 +22,7 @@ import torch
 
 from asyncrl.checkpoint import check_compatible, load_checkpoint
 from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_arguments
-from asyncrl.enjoy import checkpoint_to_load, config_of_run
+from asyncrl.enjoy import add_hub_argument, checkpoint_to_load, config_of_run, run_from_hub
 from asyncrl.envs import make_agents
 from asyncrl.envs.multi_agent import env_actions
 from asyncrl.model import build_model
@@ -123,12 +123,13 @@ def match(argv: list[str]) -> int:
     parser.add_argument("--episodes", type=int, default=100, help="Episodes to play.")
     parser.add_argument("--policy_index", type=int, default=0, help="The run's policy that latest/best load.")
     parser.add_argument("--out", default=None, help="Also write the result as JSON to this file.")
+    add_hub_argument(parser)
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
-    args = {k: given.pop(k) for k in ("players", "episodes", "policy_index", "out")}
+    args = {k: given.pop(k) for k in ("players", "episodes", "policy_index", "out", "hf_repository")}
     if args["episodes"] <= 0:
         raise ConfigError(f"--episodes must be positive, got {args['episodes']}")
-    cfg = config_of_run(given)
+    cfg = config_of_run(run_from_hub(given, args["hf_repository"]))
     env = make_agents(cfg.env, **cfg.env_kwargs())
     against_bots = args["players"][1] == "bots"
     try:

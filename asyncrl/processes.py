@@ -6,7 +6,6 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-import subprocess
 import sys
 import traceback
 from typing import NoReturn
@@ -16,6 +15,7 @@ import torch.multiprocessing as mp
 
 from asyncrl.envs import adopt_entry
 from asyncrl.messages import Fatal
+from asyncrl.reaper import start_reaper
 
 POLL_TIMEOUT_S = 0.1
 RUN_STOPPED_EXIT_CODE = 3  # a child's error that stops the run instead of restarting the workers (RunStopped)
@@ -61,16 +61,11 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-_reaper = None  # the reaper's pipe must stay open for this process's whole life
-
-
 def lead_group_with_reaper() -> None:
     """Make this process the leader of its own process group (what it starts, e.g. VizDoom engines, joins
     it; the terminal's Ctrl-C does not reach it) and start a reaper that kills the group once we are gone."""
-    global _reaper
     os.setpgid(0, 0)
-    _reaper = subprocess.Popen([sys.executable, "-m", "asyncrl.reaper", str(os.getpid())], stdin=subprocess.PIPE,
-                               start_new_session=True, close_fds=True)
+    start_reaper()
 
 
 def keep_freed_memory_for_reuse() -> None:

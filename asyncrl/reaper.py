@@ -6,15 +6,39 @@ child of the runner leads its own process group (what it starts inherits it) and
 process holding the read end of a pipe; the child holds the write end. The pipe closes when the child
 exits for any reason, and the reaper then SIGKILLs the whole group.
 
-VizDoom's engines also keep IPC segments in /dev/shm, named after their `+viz_instance_id`, which a
-SIGKILL leaves behind; the reaper reads those ids from the engines' command lines and unlinks them.
+VizDoom's engines also keep IPC segments in /dev/shm, named after their `+viz_instance_id`: the controller (the
+worker's side) removes its two message queues only after its engine has exited, so a worker killed in between, or
+SIGKILLed with its engines, leaves segments behind. The reaper unlinks the segments of every engine it knows: those
+running in the group when the worker is gone (from their command lines) and those the worker announced as it started
+them (announce_engines: a line per instance id on the pipe), which may have exited by then.
 
     python -m asyncrl.reaper PGID      (stdin: the pipe)
 """
 
 import os
 import signal
+import subprocess
 import sys
+
+_reaper = None  # this process's reaper (start_reaper); its pipe stays open for the process's whole life
+
+
+def start_reaper() -> None:
+    """Start the reaper of this process's group (this process leads it)."""
+    global _reaper
+    _reaper = subprocess.Popen([sys.executable, "-m", "asyncrl.reaper", str(os.getpid())], stdin=subprocess.PIPE,
+                               start_new_session=True, close_fds=True)
+
+
+def announce_engines() -> None:
+    """Tell this process's reaper (if it has one) the instance ids of the VizDoom engines it runs now: called after
+    an engine started, so that its segments are removed even if it exits before its controller removed them."""
+    if _reaper is None:
+        return
+    ids = vizdoom_instance_ids(os.getpgid(0))
+    if ids:
+        _reaper.stdin.write("".join(f"{i}\n" for i in ids).encode())
+        _reaper.stdin.flush()
 
 
 def main() -> None:
@@ -25,14 +49,16 @@ def main() -> None:
         setproctitle.setproctitle(f"asyncrl-reaper-{pgid}")
     except ImportError:
         pass
-    while os.read(0, 4096):  # blocks until the worker's end of the pipe closes
-        pass
+    announced, pending = set(), b""
+    while chunk := os.read(0, 4096):  # blocks until the worker's end of the pipe closes
+        *lines, pending = (pending + chunk).split(b"\n")
+        announced.update(line.decode() for line in lines)
     instance_ids = vizdoom_instance_ids(pgid)
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    remove_vizdoom_segments(instance_ids)
+    remove_vizdoom_segments(instance_ids | announced)
 
 
 def vizdoom_instance_ids(pgid: int) -> set[str]:

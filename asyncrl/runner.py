@@ -29,6 +29,7 @@ from asyncrl.queues import Empty, Queues
 from asyncrl.rollout_worker import RolloutWorker
 from asyncrl.rollouts import reset_after_restart
 from asyncrl.stats import StatsWriter
+from asyncrl.wandb_run import WandbRun
 from asyncrl.envs import make_agents, portable_entry
 from asyncrl.envs.multi_agent import SingleAgent, is_agents
 from asyncrl.evaluator import Evaluator
@@ -139,10 +140,11 @@ def check_checkpoints(cfg: Config, model: torch.nn.Module) -> None:
 class Runner:
     def __init__(self, cfg: Config, env: EnvInfo, device: torch.device, layout: dict, rank: Rank = Rank()):
         self.cfg, self.env, self.device, self.rank = cfg, env, device, rank
+        wandb = WandbRun(cfg, cfg.num_policies) if cfg.with_wandb and rank.writes else None  # first: it may fail
         self.buffers = SharedBuffers.allocate(layout)
         self.queues = Queues(cfg, num_slots(cfg))
         self.stop_flag = StopFlag()
-        self.stats = StatsWriter(cfg.experiment_dir, cfg.num_policies, cfg.stats_avg, write=rank.writes)
+        self.stats = StatsWriter(cfg.experiment_dir, cfg.num_policies, cfg.stats_avg, write=rank.writes, wandb=wandb)
         self.stats_state_path = os.path.join(cfg.experiment_dir, "stats_state.json")
         if rank.writes:
             self.stats.load_state(self.stats_state_path)

@@ -50,14 +50,16 @@ class PolicyStats:
 
 
 class StatsWriter:
-    """Turns PolicyStats into a progress line, TensorBoard scalars and stats.jsonl rows."""
+    """Turns PolicyStats into a progress line, TensorBoard scalars (and with --with_wandb the same in wandb) and
+    stats.jsonl rows."""
 
-    def __init__(self, experiment_dir: str, num_policies: int, window: int, write: bool = True):
-        """write False (the ranks after rank 0 of a distributed run): keep the numbers, write and show nothing."""
+    def __init__(self, experiment_dir: str, num_policies: int, window: int, write: bool = True, wandb=None):
+        """write False (the ranks after rank 0 of a distributed run): keep the numbers, write and show nothing.
+        wandb: a wandb_run.WandbRun that gets every TensorBoard scalar too (finished by close)."""
         from tensorboardX import SummaryWriter
 
         self.policies = [PolicyStats(p, window) for p in range(num_policies)]
-        self.write = write
+        self.write, self.wandb = write, wandb
         self.tb = [SummaryWriter(os.path.join(experiment_dir, "tb", f"policy_{p}")) if write else None
                    for p in range(num_policies)]
         self.jsonl = open(os.path.join(experiment_dir, "stats.jsonl") if write else os.devnull, "a")
@@ -100,9 +102,9 @@ class StatsWriter:
         self.eval_jsonl = self.eval_jsonl or open(self.eval_jsonl_path, "a")
         self.eval_jsonl.write(json.dumps(row) + "\n")
         self.eval_jsonl.flush()
-        for key, value in result.items():
-            if key not in ("env_steps", "new_best") and isinstance(value, (int, float)):
-                self.tb[policy_id].add_scalar(f"eval/{key}", value, result["env_steps"])
+        scalars = {f"eval/{key}": value for key, value in result.items()
+                   if key not in ("env_steps", "new_best") and isinstance(value, (int, float))}
+        self._scalars(policy_id, result["env_steps"], scalars)
         best = " (new best: best_checkpoint.pth)" if result["new_best"] else ""
         self.progress.message(f"evaluation p{policy_id} at {result['env_steps']:,} env steps: mean return "
                               f"{result['return_mean']:.2f} over {result['episodes']} episodes{best}")
@@ -135,7 +137,7 @@ class StatsWriter:
         interval = max(1e-6, now - self.last_summary_time)
         self.last_summary_time = now
         rows = []
-        for p, tb in zip(self.policies, self.tb):
+        for p in self.policies:
             if p.last_summary_env_steps is None:
                 continue  # its learner has not started yet: a resumed run's counters are not known
             previous = p.last_summary_env_steps
@@ -153,14 +155,19 @@ class StatsWriter:
             p.last_summary_env_steps = p.env_steps
             rows.append(row)
             self.jsonl.write(json.dumps(row) + "\n")
-            for key, value in row.items() if tb is not None else ():
-                if isinstance(value, (int, float)) and key not in ("policy_id", "env_steps"):
-                    tag = "timing/" + key[len("timing_"):] if key.startswith("timing_") else key
-                    tb.add_scalar(tag, value, p.env_steps)
+            self._scalars(p.policy_id, p.env_steps, scalars_of(row))
         self.jsonl.flush()
         if rows and self.write:
             self.progress.show(rows, seconds_left, fraction_done)
         return rows
+
+    def _scalars(self, policy_id: int, env_steps: int, scalars: dict) -> None:
+        """TensorBoard points (and wandb's) of one policy at its env steps."""
+        if self.tb[policy_id] is not None:
+            for tag, value in scalars.items():
+                self.tb[policy_id].add_scalar(tag, value, env_steps)
+        if self.wandb is not None:
+            self.wandb.log(policy_id, env_steps, scalars)
 
     def save_state(self, path: str) -> None:
         """The recent-episode windows and run counters, so a resumed run's averages continue (atomic write)."""
@@ -190,12 +197,20 @@ class StatsWriter:
 
     def close(self) -> None:
         self.progress.close()
+        if self.wandb is not None:
+            self.wandb.finish()
         for tb in self.tb:
             if tb is not None:
                 tb.close()
         self.jsonl.close()
         if self.eval_jsonl is not None:
             self.eval_jsonl.close()
+
+
+def scalars_of(row: dict) -> dict:
+    """A stats row's numbers as TensorBoard tags (the timing_* fractions under timing/)."""
+    return {"timing/" + key[len("timing_"):] if key.startswith("timing_") else key: value
+            for key, value in row.items() if isinstance(value, (int, float)) and key not in ("policy_id", "env_steps")}
 
 
 def _fmt(value, spec: str) -> str:

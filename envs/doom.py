@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from asyncrl.envs import EnvError, register_env
+from asyncrl.reaper import announce_engines
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,7 @@ class DoomEnv(gym.Env):
             self.game.set_seed(int(self.np_random.integers(2 ** 31)))  # reproducible, and not a replay of the start
         if not self._initialized:
             self.game.init()
+            announce_engines()  # its reaper then removes its /dev/shm segments whatever happens to us
             self._initialized = True
             self._episodes_since_init = 0
         self.game.new_episode()

@@ -36,7 +36,7 @@ import psutil
 from pettingzoo import ParallelEnv
 
 from asyncrl.envs import EnvError, register_env
-from asyncrl.reaper import remove_vizdoom_segments, vizdoom_instance_id
+from asyncrl.reaper import announce_engines, remove_vizdoom_segments, vizdoom_instance_id
 from asyncrl.envs.doom import (DEATHMATCH_BUTTONS, DEATHMATCH_COMBOS, DEATHMATCH_STATS, DOOM_DEFAULTS, DoomEnv,
                                Scenario, frag_table, win_of)
 
@@ -224,6 +224,7 @@ class DoomNetGame(ParallelEnv):
                     env.game.add_game_args(f"-join 127.0.0.1:{port} +viz_connect_timeout 10")
             self.port = port
             errors = self._in_threads([env.game.init for env in envs], START_TIMEOUT_S)
+            announce_engines()
             if not errors:
                 for env in envs:
                     env._initialized = True

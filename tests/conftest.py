@@ -1,14 +1,26 @@
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# every file the tests, and the runs and servers they start, put in the temp folder goes to the repository's
+# .pytest_tmp/ (pytest's tmp_path folders too), emptied when a session starts: the suite leaves nothing in /tmp
+TMP = os.path.join(REPO, ".pytest_tmp")
+shutil.rmtree(TMP, ignore_errors=True)
+os.makedirs(TMP)
+os.environ["TMPDIR"] = tempfile.tempdir = TMP
 # as asyncrl.remote sets it, but before any test module imports grpc: this process keeps gRPC channels open while it
 # starts runs, and gRPC's fork support can print an EBADF line into a child's stderr (grpc/grpc#43055)
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+# every wandb run a test starts (--with_wandb True) stays on disk: no test reaches wandb's servers
+os.environ["WANDB_MODE"] = "offline"
+os.environ.setdefault("WANDB_SILENT", "true")
 
 from helpers import engine_processes, kill_started, shm_entries  # noqa: E402
 

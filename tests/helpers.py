@@ -138,3 +138,28 @@ def slot_owners(runner) -> list[int]:
     owned += runner.buffers.agent_slot.tolist()
     owned += [s for c in runner.components if isinstance(c, Learner) for s in c.source.pending_slots]
     return owned
+
+
+def wandb_runs(wandb_dir) -> dict[str, list]:
+    """The records (wandb_internal_pb2.Record) of each offline run under a wandb folder, by run folder: read from
+    the run's transaction log (run-<id>.wandb: a header, then 32 KiB blocks of records, each a 7-byte header -
+    checksum, length, type: full, first, middle or last fragment - and its bytes)."""
+    import glob
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(str(wandb_dir), "offline-run-*", "run-*.wandb"))):
+        data, pos, block, pending, records = open(path, "rb").read(), 7, 32768, b"", []
+        while pos + 7 <= len(data):
+            if block - pos % block < 7:  # a block's tail too short for a header is padding
+                pos += block - pos % block
+                continue
+            _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+            pending, pos = pending + data[pos + 7:pos + 7 + length], pos + 7 + length
+            if kind in (1, 4):  # a full record, or a record's last fragment
+                records.append(wandb_internal_pb2.Record.FromString(pending))
+                pending = b""
+        runs[os.path.dirname(path)] = records
+    return runs

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from helpers import read_stats, run_cli, start_cli, wait_for_training
+from helpers import read_stats, run_cli, start_cli, start_python, wait_for_training
 
 DOOM_SMALL = ["--env", "doom_basic", "--num_envs_per_worker", 2, "--rnn_size", 64, "--batch_size", 256]
 
@@ -157,3 +157,34 @@ def test_run_started_with_sigint_ignored_keeps_it_and_stops_on_sigterm(tmp_path,
     out, _ = proc.communicate(timeout=15)
     assert proc.returncode == 0, out[-2000:]
     assert glob.glob(str(tmp_path / "bg" / "checkpoint_p0" / "checkpoint_*.pth"))
+
+
+ENGINE_THEN_WAIT = """
+import time, psutil
+from asyncrl import make_env
+from asyncrl.reaper import start_reaper
+start_reaper()  # as every child of a run: this process leads its group (its session's), and a reaper watches it
+env = make_env("doom_basic")
+env.reset(seed=0)
+print(next(p.pid for p in psutil.Process().children() if p.name() == "vizdoom"), flush=True)
+time.sleep(600)
+"""
+
+
+def test_an_engine_gone_before_its_worker_leaves_no_segment(clean_machine):
+    """A VizDoom engine that exits before its controller (a rollout worker killed while it closes its envs) left its
+    message queues in /dev/shm, since only the controller removes them and the reaper found no engine to name them:
+    now the worker announces each engine to its reaper when it starts, and the reaper removes their segments."""
+    before = {name for name in os.listdir("/dev/shm") if name.startswith("ViZDoom")}
+    worker = start_python("-c", ENGINE_THEN_WAIT)
+    engine = int(worker.stdout.readline())
+    left = {name for name in os.listdir("/dev/shm") if name.startswith("ViZDoom")} - before
+    assert len(left) >= 2, left  # the engine's message queues (and screen buffer)
+    os.kill(engine, signal.SIGKILL)  # gone first, without removing anything
+    time.sleep(0.5)
+    os.killpg(worker.pid, signal.SIGKILL)  # then its controller, before it could remove the queues
+    worker.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and left & set(os.listdir("/dev/shm")):
+        time.sleep(0.1)
+    assert not left & set(os.listdir("/dev/shm")), left & set(os.listdir("/dev/shm"))

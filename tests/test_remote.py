@@ -22,10 +22,21 @@ from helpers import read_stats, run_cli, serial_runner, start_cli
 MARKED = "tests.remote_envs:make_marked"
 
 
+@pytest.fixture(autouse=True)
+def server_logs_are_removed():
+    yield
+    while SERVER_LOGS:
+        os.unlink(SERVER_LOGS.pop())
+
+
+SERVER_LOGS: list[str] = []  # of the servers the test started
+
+
 def start_server(*flags, port=0, timeout=60):
-    """An `asyncrl env-server` process and its address, once it serves. Its output goes to a file: a pipe nobody
-    reads would fill up and block the server."""
+    """An `asyncrl env-server` process and its address, once it serves. Its output goes to a file (removed at the
+    test's end): a pipe nobody reads would fill up and block the server."""
     log = tempfile.NamedTemporaryFile("w+", prefix="env-server-", suffix=".log", delete=False)
+    SERVER_LOGS.append(log.name)
     proc = start_cli("env-server", *flags, "--port", port, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
@@ -128,7 +139,7 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
     stop, good_steps, good_errors = threading.Event(), [0], []
 
     def play():
-        while not stop.is_set():
+        while not stop.is_set() and len(good_errors) < 10:  # a broken server fails every step at once: stop then
             try:
                 _, _, terminated, _, _ = good.step(1)
                 if terminated:
@@ -179,17 +190,20 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
                     codes.append(e.code())
         return codes
 
-    player = threading.Thread(target=play)
+    player = threading.Thread(target=play, daemon=True)
     player.start()
-    process = next(p for p in psutil.Process(server.pid).children() if p.cmdline()[0] == "asyncrl-env-server")
-    assert None not in send_all([bad_message(i) for i in range(500)])  # warms up the server's allocations
-    rss_before, steps_before = process.memory_info().rss, good_steps[0]
-    oversized = [("Reset", b"\x0a" + rng.bytes(60_000), auth)] * 200  # each takes gRPC ~0.2 s to refuse: fewer
-    codes = send_all([bad_message(i) for i in range(10_000)]) + send_all(oversized)
-    assert None not in codes, f"message {codes.index(None)} was accepted"
-    assert_streams_refuse(channel, [payload for i in range(2_000) for m, payload, md in [bad_message(i)] if md == auth])
-    stop.set()
-    player.join()
+    try:
+        process = next(p for p in psutil.Process(server.pid).children() if p.cmdline()[0] == "asyncrl-env-server")
+        assert None not in send_all([bad_message(i) for i in range(500)])  # warms up the server's allocations
+        rss_before, steps_before = process.memory_info().rss, good_steps[0]
+        oversized = [("Reset", b"\x0a" + rng.bytes(60_000), auth)] * 200  # each takes gRPC ~0.2 s to refuse: fewer
+        codes = send_all([bad_message(i) for i in range(10_000)]) + send_all(oversized)
+        assert None not in codes, f"message {codes.index(None)} was accepted"
+        bad_payloads = [payload for i in range(2_000) for m, payload, md in [bad_message(i)] if md == auth]
+        assert_streams_refuse(channel, bad_payloads)
+    finally:  # the good client stops with the test, however it ends
+        stop.set()
+        player.join()
     assert not good_errors, good_errors[:3]
     assert good_steps[0] > steps_before + 100  # the good client kept stepping during the fuzzing
     assert process.memory_info().rss < 1.10 * rss_before
@@ -229,6 +243,7 @@ def test_a_silent_server_fails_the_step_within_the_timeout():
     env.step(1)
     process.suspend()
     try:
+        assert every_thread_stopped(process), "SIGSTOP did not stop the server's threads in 10 s"
         started = time.monotonic()
         with pytest.raises(RemoteEnvError, match="DEADLINE_EXCEEDED"):
             env.step(1)
@@ -238,6 +253,24 @@ def test_a_silent_server_fails_the_step_within_the_timeout():
     env.reset()
     assert env.step(1)[1] == 1.0
     env.close()
+
+
+def every_thread_stopped(process: psutil.Process, timeout: float = 10.0) -> bool:
+    """Whether each of the process's threads is stopped (state T) within `timeout`: a SIGSTOP stops a thread only
+    once it leaves the kernel, and a server thread still running could answer one more request."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir(f"/proc/{process.pid}/task"):
+            try:
+                with open(f"/proc/{process.pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass  # a thread that ended meanwhile
+        if states and all(state in "tT" for state in states):
+            return True
+        time.sleep(0.01)
+    return False
 
 
 def _one_trajectory(rows) -> bool:

@@ -1,5 +1,5 @@
 """The daily workflow around a run: evaluation during training, `asyncrl enjoy` (with video), `asyncrl plot`,
-and the terminal's progress display."""
+sharing (Hugging Face Hub folder), ONNX export, wandb (offline), and the terminal's progress display."""
 
 import glob
 import json
@@ -11,16 +11,16 @@ import imageio.v2 as imageio
 import pytest
 import torch
 
-from helpers import read_stats, run_cli, start_cli
+from helpers import REPO, read_stats, run_cli, run_python, start_cli, wandb_runs
 
 
 @pytest.fixture(scope="module")
 def evaluated_run(tmp_path_factory):
-    """A CartPole run with evaluation every 20k env steps (shared by the tests below)."""
+    """A CartPole run with evaluation every 20k env steps, logged to wandb offline too (shared by the tests below)."""
     train_dir = tmp_path_factory.mktemp("runs")
     r = run_cli("train", "--env", "CartPole-v1", "--train_dir", train_dir, "--experiment", "cp", "--seed", 0,
                 "--eval_every_env_steps", 20_000, "--eval_episodes", 3, "--eval_deterministic", "True",
-                "--train_for_env_steps", 100_000, "--experiment_summaries_interval", 1)
+                "--train_for_env_steps", 100_000, "--experiment_summaries_interval", 1, "--with_wandb", "True")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return train_dir, r.stdout
 
@@ -79,6 +79,78 @@ def test_plot_writes_a_png_of_one_or_more_runs(evaluated_run, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     r = run_cli("plot", train_dir / "cp", train_dir / "cp", "--out", tmp_path / "two.png", timeout=120)
     assert r.returncode == 0 and (tmp_path / "two.png").exists(), r.stderr
+
+
+def test_wandb_offline_run_has_the_scalars_the_config_and_the_video(evaluated_run):
+    """--with_wandb True, in wandb's offline mode (as every test runs): the run's records hold every policy's scalars
+    against its env steps (stats, evaluation, timing) and the config, and enjoy's video joins the same wandb run."""
+    train_dir, _ = evaluated_run
+    r = run_cli("enjoy", "--train_dir", train_dir, "--experiment", "cp", "--max_num_episodes", 1,
+                "--save_video", "True", "--video_name", "wandb.gif")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    run_id = (train_dir / "cp" / "wandb_id").read_text().strip()
+    runs = wandb_runs(train_dir / "cp" / "wandb")
+    records = [record for records in runs.values() for record in records]
+    assert {record.run.run_id for record in records if record.HasField("run")} == {run_id}
+    config = {item.key: json.loads(item.value_json) for record in records if record.HasField("run")
+              for item in record.run.config.update}
+    assert config["env"] == "CartPole-v1" and config["train_for_env_steps"] == 100_000
+    logged = [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+              for record in records if record.HasField("history")]
+    keys = set().union(*logged)
+    assert {"policy_0/env_steps", "policy_0/episode_reward_mean", "policy_0/fps", "policy_0/policy_loss",
+            "policy_0/eval/return_mean", "policy_0/timing/learner_train"} <= keys, keys
+    steps = [row["policy_0/env_steps"] for row in logged if "policy_0/fps" in row]
+    assert len(steps) >= 3 and steps == sorted(steps)
+    video = next(row for row in logged if "policy_0/replay/_type" in row)  # a media file's fields, flattened
+    assert video["policy_0/replay/_type"] == "video-file" and any(
+        os.path.isfile(os.path.join(folder, "files", video["policy_0/replay/path"])) for folder in runs)
+
+
+def test_export_then_the_readme_snippet_acts_without_asyncrl(evaluated_run, tmp_path):
+    """`asyncrl export` on the best checkpoint, then README's snippet in a plain Python process: it acts with
+    onnxruntime, never imports asyncrl, and plays the trained policy's game (a random one scores ~20)."""
+    train_dir, _ = evaluated_run
+    r = run_cli("export", "--train_dir", train_dir, "--experiment", "cp", "--load_checkpoint_kind", "best",
+                "--out", tmp_path / "cp.onnx")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    readme = open(os.path.join(REPO, "README.md")).read()
+    snippet = next(block for block in re.findall(r"```python\n(.*?)```", readme, re.S) if "onnxruntime" in block)
+    snippet = snippet.replace("train_dir/cartpole/policy_p0.onnx", str(tmp_path / "cp.onnx"))
+    snippet += "import sys\nprint('asyncrl imported:', any(m.startswith('asyncrl') for m in sys.modules))\n"
+    r = run_python("-c", snippet, cwd=tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "asyncrl imported: False" in r.stdout and float(re.search(r"return ([\d.]+)", r.stdout).group(1)) > 100
+
+
+def test_pushed_folder_plays_from_disk_and_the_hub_unreachable_is_one_line(evaluated_run, tmp_path):
+    """The folder `asyncrl push` uploads is a run: enjoy plays it from disk. Without a token, or with a token and a
+    Hub that cannot be reached, push (and enjoy --hf_repository) fail in one line with exit code 2."""
+    from asyncrl.enjoy import config_of_run
+    from asyncrl.hub import hub_folder
+    train_dir, _ = evaluated_run
+    cfg = config_of_run({"train_dir": str(train_dir), "experiment": "cp"})
+    folder = hub_folder(cfg, "someone/cp-agent", str(tmp_path / "cp-agent"))
+    card = open(os.path.join(folder, "README.md")).read()
+    assert "library_name: asyncrl" in card and "asyncrl enjoy --hf_repository someone/cp-agent" in card
+    assert "mean_reward" in card and "not evaluated" not in card
+    shared = sorted(os.listdir(os.path.join(folder, "checkpoint_p0")))
+    assert shared[0] == "best_checkpoint.pth" and len(shared) == 2 and shared[1].startswith("checkpoint_"), shared
+    assert json.loads(open(os.path.join(folder, "config.json")).read())["with_wandb"] is False
+    r = run_cli("enjoy", "--train_dir", tmp_path, "--experiment", "cp-agent", "--load_checkpoint_kind", "best",
+                "--max_num_episodes", 1)
+    assert r.returncode == 0 and "episode 0: return" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    offline = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": "http://127.0.0.1:9"}
+    offline.pop("HF_TOKEN", None)
+    for args, env, needle in [
+            (["push", "--train_dir", train_dir, "--experiment", "cp", "--hf_repository", "someone/cp-agent"], offline,
+             "no Hugging Face token"),
+            (["push", "--train_dir", train_dir, "--experiment", "cp", "--hf_repository", "someone/cp-agent"],
+             {**offline, "HF_TOKEN": "hf_not_a_real_token"}, "cannot upload to the Hugging Face Hub"),
+            (["enjoy", "--train_dir", tmp_path / "dl", "--hf_repository", "someone/cp-agent"], offline,
+             "cannot download someone/cp-agent")]:
+        r = run_cli(*args, env=env, timeout=120)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("args,needle", [

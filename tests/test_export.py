@@ -1,0 +1,53 @@
+"""`asyncrl export`: the ONNX file acts as the torch model does (onnxruntime against forward_step on random inputs)."""
+
+import gymnasium as gym
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import torch
+
+from asyncrl.config import Config
+from asyncrl.export import export_onnx
+from asyncrl.model import build_model
+
+MODELS = {
+    "doom conv+gru": (gym.spaces.Box(0, 255, (3, 72, 128), np.uint8), gym.spaces.Discrete(7),
+                      dict(encoder="conv", use_rnn=True, rnn_size=64, normalize_input=True)),
+    "mlp": (gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(2),
+            dict(use_rnn=False, encoder_mlp_layers=[64, 64], normalize_input=True)),
+    "mlp gaussian lstm": (gym.spaces.Box(-5, 5, (11,), np.float32), gym.spaces.Box(-1, 1, (3,), np.float32),
+                          dict(use_rnn=True, rnn_type="lstm", rnn_size=32, encoder_mlp_layers=[64])),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_onnx_policy_matches_the_torch_model(tmp_path, name):
+    """Logits (or the Gaussian's mean and std), value and new recurrent state within 1e-4 of forward_step, for a batch
+    of random observations and states; the input normalizer (random statistics here) is part of the graph."""
+    obs_space, action_space, flags = MODELS[name]
+    torch.manual_seed(0)
+    model = build_model(obs_space, action_space, Config(env="x", **flags)).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # away from the near-zero action head of a fresh init
+            p.add_(0.05 * torch.randn_like(p))
+        if model.normalizer is not None:
+            model.normalizer.mean.copy_(torch.rand_like(model.normalizer.mean) * float(obs_space.high.flat[0]) / 2)
+            model.normalizer.var.copy_(torch.rand_like(model.normalizer.var) * 4 + 0.1)
+    path = str(tmp_path / "policy.onnx")
+    export_onnx(model, obs_space, path, {"env": name})
+    session = onnxruntime.InferenceSession(path)
+    obs = np.stack([obs_space.sample() for _ in range(5)])
+    feeds = {"obs": obs}
+    if model.rnn_type:
+        feeds["rnn_state"] = np.random.default_rng(0).normal(size=(5, model.rnn_state_size)).astype(np.float32)
+    got = session.run(None, feeds)
+    with torch.no_grad():
+        state = torch.as_tensor(feeds["rnn_state"]) if model.rnn_type else torch.zeros(5, 0)
+        params, value, state = model.forward_step(torch.as_tensor(obs), state)
+        expected = [params] if model.discrete else [params, model.action_log_std.exp().expand_as(params)]
+    expected += [value] + ([state] if model.rnn_type else [])
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.shape == tuple(e.shape) and np.abs(g - e.numpy()).max() < 1e-4
+    assert {p.key: p.value for p in onnx.load(path).metadata_props}["env"] == name

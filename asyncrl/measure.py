@@ -115,12 +115,15 @@ def cpu_seconds_by_process() -> dict[int, tuple[str, float]]:
         owner = next((t for t in titles if t.startswith("asyncrl-")), "")
         if proc.pid == me.pid:
             role = "runner"
-        elif owner == titles[0]:
+        elif owner and owner == titles[0]:
             role = owner.split("-")[1]
         else:
             role = {"rollout": "env", "eval": "eval"}.get(owner.split("-")[1] if owner else "", "other")
         totals[proc.pid] = (role, times.user + times.system)
     return totals
+
+
+ROLES_TAIL_S = 2.0  # seconds an engine run goes on after its measured window
 
 
 def _watch_cpu(start_s: float, end_s: float, cores_used: dict) -> None:
@@ -138,15 +141,16 @@ def _watch_cpu(start_s: float, end_s: float, cores_used: dict) -> None:
 
 
 def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -> dict:
-    """Run the engine for warmup + seconds; returns frames/s over the stats rows after the warm-up, the last row,
-    and the CPU cores each role used over (nearly) the same window."""
+    """Run the engine for warmup + seconds (and a short tail); returns frames/s over the stats rows after the
+    warm-up, the last row, and the CPU cores each role used over (nearly) the same window."""
     from asyncrl.runner import train
     name = "sampler" if sampler_only else "train"
-    run_cfg = dataclasses.replace(cfg, sampler_only=sampler_only, train_for_seconds=warmup + seconds,
+    # the runner's clock starts a moment after this one: the tail keeps every role running past the CPU window's end
+    run_cfg = dataclasses.replace(cfg, sampler_only=sampler_only, train_for_seconds=warmup + seconds + ROLES_TAIL_S,
                                   experiment=f"{cfg.experiment}_{name}",
                                   experiment_summaries_interval=min(2.0, max(0.5, seconds / 10)),
                                   save_every_sec=1e9)
-    cores_used: dict = {}  # the runner's clock starts after its start-up, so this window ends inside the run
+    cores_used: dict = {}
     watcher = threading.Thread(target=_watch_cpu, args=(warmup, warmup + seconds, cores_used), daemon=True)
     watcher.start()
     if train(run_cfg) != 0:

@@ -36,8 +36,12 @@ def stop_run(reports, message: str) -> NoReturn:
     raise RunStopped(message)
 
 
-# spawn, not fork: forking a parent whose torch/OpenMP thread pools already ran can deadlock the child
-mp_context = mp.get_context("spawn")
+# A fork server, neither fork nor spawn: forking a parent whose torch/OpenMP thread pools already ran can deadlock the
+# child, and a spawned child imports torch and the engine anew (about a second of CPU each). The fork server is a fresh
+# process that imports them once, runs nothing, and forks every child from that state; it exits with its parent.
+mp_context = mp.get_context("forkserver")
+mp_context.set_forkserver_preload(["asyncrl.learner", "asyncrl.policy_worker", "asyncrl.rollout_worker",
+                                   "asyncrl.evaluator"])
 
 
 class StopFlag:
@@ -54,11 +58,37 @@ class StopFlag:
         return bool(self._flag[0])
 
 
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies, so a killed runner leaves no orphans."""
+def die_with_parent(owner_pid: int | None = None) -> bool:
+    """Ask Linux to SIGKILL this process when its parent dies (a child's parent is the fork server, which exits with
+    the process that started it), so a killed runner leaves no orphans. False if that came too late: the parent, or
+    the owner (the process that asked for this child), is gone already."""
+    release_fork_server()
+    parent = os.getppid()
     if sys.platform.startswith("linux"):
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    return os.getppid() == parent and (owner_pid is None or _alive(owner_pid))
+
+
+def release_fork_server() -> None:
+    """In a child of the fork server: close the pipe end every such child inherits, which keeps the server running
+    while the child lives (for children that start children of their own through it; ours never do). The server
+    then exits with the process that started it, and its children, by PDEATHSIG, with the server."""
+    from multiprocessing import forkserver, parent_process
+    if parent_process() is None:  # not a child: this process's own pipe end keeps its fork server
+        return
+    fd = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)  # the pipe end's fd (CPython 3.10-3.13)
+    if fd is not None:
+        os.close(fd)
+        forkserver._forkserver._forkserver_alive_fd = None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def lead_group_with_reaper() -> None:
@@ -128,8 +158,7 @@ def child_main(title: str, make_component, stop_flag, torch_threads: int, parent
     A component has poll(timeout), and optionally start(), stop() (after a normal stop) and close() (always).
     `env` is (name, portable entry): the env the runner resolved, so the child makes exactly that one."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    die_with_parent()
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    if not die_with_parent(parent_pid):  # the runner died before prctl took effect
         return
     lead_group_with_reaper()
     set_process_title(title)

@@ -5,6 +5,7 @@ fixture), whether the test passed, failed or timed out: a run left training woul
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -65,9 +66,12 @@ def read_stats(experiment_dir) -> list[dict]:
 
 
 def engine_processes() -> list[psutil.Process]:
-    """asyncrl children (named by their process titles) and VizDoom engines on this machine."""
+    """asyncrl children (named by their process titles) and VizDoom engines on this machine, alive (an exited
+    process waiting for init to reap it, as a reaper whose worker died is, holds nothing)."""
     found = []
-    for p in psutil.process_iter(["name", "cmdline"]):
+    for p in psutil.process_iter(["name", "cmdline", "status"]):
+        if p.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
         cmd = (p.info["cmdline"] or [""])[0]
         if cmd.startswith("asyncrl-") or (p.info["name"] or "").startswith("asyncrl-") or p.info["name"] == "vizdoom":
             found.append(p)
@@ -163,3 +167,44 @@ def wandb_runs(wandb_dir) -> dict[str, list]:
                 pending = b""
         runs[os.path.dirname(path)] = records
     return runs
+
+
+# --- user errors: `asyncrl ...` calls that must fail in one line, run in one long-lived process
+_CLI_SERVER = r"""
+import contextlib, io, json, os, sys
+from asyncrl.cli import main
+for line in sys.stdin:
+    request = json.loads(line)
+    saved_env, saved_path, saved_cwd = dict(os.environ), list(sys.path), os.getcwd()
+    os.environ.update(request["env"])
+    sys.path[:0] = request["path"]
+    os.chdir(request["cwd"])
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(request["argv"])
+        except SystemExit as e:
+            code = e.code
+    os.environ.clear(); os.environ.update(saved_env); sys.path[:] = saved_path; os.chdir(saved_cwd)
+    print(json.dumps({"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}), flush=True)
+"""
+_cli_server: list[subprocess.Popen] = []
+
+
+def run_cli_error(*args, env: dict | None = None, path: list | None = None, cwd=REPO, timeout: float = 60) \
+        -> subprocess.CompletedProcess:
+    """`asyncrl ARGS` as run_cli runs it, for a call that must stop on a user error before any process starts: it
+    runs in one long-lived process of the session (asyncrl and torch imported once, not once per call), with `env`
+    variables set, `path` on sys.path and `cwd` the working folder for that call alone."""
+    if not _cli_server or _cli_server[0].poll() is not None:
+        _cli_server[:] = [subprocess.Popen([sys.executable, "-c", _CLI_SERVER], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, text=True, cwd=REPO)]
+    server = _cli_server[0]
+    server.stdin.write(json.dumps({"argv": [str(a) for a in args], "env": env or {}, "cwd": str(cwd),
+                                   "path": [str(p) for p in path or []]}) + "\n")
+    server.stdin.flush()
+    if not select.select([server.stdout], [], [], timeout)[0]:  # accepted, and training: not a user error
+        server.kill()
+        raise AssertionError(f"asyncrl {' '.join(map(str, args))} did not stop within {timeout} s")
+    reply = json.loads(server.stdout.readline())
+    return subprocess.CompletedProcess(args, reply["code"], reply["stdout"], reply["stderr"])

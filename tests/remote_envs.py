@@ -7,9 +7,9 @@ import numpy as np
 
 
 class MarkedEnv(gym.Env):
-    """Each observation says where and when it was made: (process id of the `asyncrl env-server` command, whose child
-    process serves the envs; episode number of this env; step in the episode). Episodes last 20 steps; the reward is 1 when the action is 1. Takes a side-channel `bonus`
-    added to every reward."""
+    """Each observation says where and when it was made: (process id of the env server's serving process; episode
+    number of this env; step in the episode). Episodes last 20 steps; the reward is 1 when the action is 1. Takes a
+    side-channel `bonus` added to every reward."""
 
     def __init__(self):
         self.observation_space = gym.spaces.Box(0, np.inf, (3,), np.float32)
@@ -21,7 +21,7 @@ class MarkedEnv(gym.Env):
             self.bonus = float(value)
 
     def _obs(self):
-        return np.array([os.getppid(), self.episode, self.t], np.float32)
+        return np.array([os.getpid(), self.episode, self.t], np.float32)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)

@@ -11,7 +11,7 @@ import pytest
 from asyncrl.bench import MODES, parse_bench_args
 from asyncrl.config import ConfigError
 from asyncrl.timing import Timing
-from helpers import run_cli
+from helpers import run_cli, run_cli_error
 
 
 def test_bench_flags():
@@ -29,7 +29,7 @@ def test_bench_flags():
 
 
 def test_bench_bad_input_is_one_line_and_exit_2():
-    r = run_cli("bench", "--env", "no_such_env")
+    r = run_cli_error("bench", "--env", "no_such_env")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "unknown env" in r.stderr
 
 
@@ -47,7 +47,7 @@ def test_timing_reports_fractions_of_wall_time():
 def test_bench_all_modes_on_a_synthetic_env(tmp_path, clean_machine):
     out = tmp_path / "result.json"
     r = run_cli("bench", "--env", "synthetic_constant", "--env_options", '{"step_us": 100}', "--mode", "all",
-                "--seconds", 6, "--warmup_seconds", 6, "--num_workers", 2, "--num_envs_per_worker", 4,
+                "--seconds", 6, "--warmup_seconds", 4, "--num_workers", 2, "--num_envs_per_worker", 4,
                 "--batch_size", 256, "--train_dir", tmp_path, "--out", out, timeout=240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads(out.read_text())

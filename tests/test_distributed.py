@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from helpers import read_stats, run_python, start_cli, start_python, wait_for_training
+from helpers import read_stats, start_cli, start_python, wait_for_training, run_cli_error
 
 from asyncrl import losses
 from asyncrl.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
@@ -107,7 +107,7 @@ def test_a_straggling_rank_is_preempted(tmp_path, algo, rule, clean_machine):
     procs = start_ranks(tmp_path, "--algo", algo, "--preemption_rule", rule, "--env", "synthetic_constant",
                         "--env_options", '{"step_us": 100, "worker_cost": [20, 1]}', "--preemption_threshold", 0.5,
                         "--rollout", 16,
-                        "--batch_size", 512, "--num_batches_per_epoch", 2, "--train_for_env_steps", 20_000)
+                        "--batch_size", 512, "--num_batches_per_epoch", 2, "--train_for_env_steps", 12_000)
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     rows = read_stats(tmp_path / "rank0" / "runs" / "dd")
@@ -145,7 +145,8 @@ def test_two_torchrun_launches_on_loopback_train_together(tmp_path, clean_machin
 def test_distributed_bad_input_is_one_line_and_exit_2(tmp_path, flags, needle):
     if "cuda" in flags and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    r = run_python("-m", "asyncrl", *CARTPOLE, *flags, cwd=tmp_path, env=rank_env(0, free_port()), timeout=60)
+    ranks = {k: v for k, v in rank_env(0, free_port()).items() if os.environ.get(k) != v}  # torchrun's variables
+    r = run_cli_error(*CARTPOLE, *flags, cwd=tmp_path, env=ranks)
     assert r.returncode == 2, r.stdout + r.stderr
     assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 

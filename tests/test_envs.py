@@ -139,7 +139,7 @@ def test_doom_duel_games_on_busy_cores_do_not_stall(clean_machine):
     apart and each waited for the other (each game stalled every ~10 s). A stall raises after step_timeout, and
     raw mode then ends with exit code 1."""
     r = run_cli("bench", "--env", "doom_duel", "--env_options", '{"step_timeout": 3.0, "timelimit_minutes": 0.25}',
-                "--mode", "raw", "--num_workers", 8, "--num_envs_per_worker", 1, "--worker_num_splits", 1, "--seconds", 20,
+                "--mode", "raw", "--num_workers", 8, "--num_envs_per_worker", 1, "--worker_num_splits", 1, "--seconds", 12,
                 "--warmup_seconds", 3)
     assert r.returncode == 0 and "asyncrl bench: raw" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
 

@@ -104,7 +104,7 @@ def test_sigkilled_worker_is_replaced_and_the_run_finishes(tmp_path, clean_machi
     proc = start_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "rk",
                      "--train_for_env_steps", 80_000, "--experiment_summaries_interval", 1)
     wait_for_training(tmp_path / "rk", proc, min_train_step=5)
-    victims = [p for p in psutil.process_iter(["name", "ppid"]) if p.info["name"] == role and p.info["ppid"] == proc.pid]
+    victims = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == role]
     assert len(victims) == 1
     victims[0].kill()
     out, _ = proc.communicate(timeout=120)
@@ -134,8 +134,7 @@ def test_dead_learner_stops_the_run_and_keeps_its_checkpoints(tmp_path, clean_ma
     while not glob.glob(str(ckpt_dir / "checkpoint_*.pth")):
         assert time.time() < deadline and proc.poll() is None, "no checkpoint within 30 s"
         time.sleep(0.2)
-    learner = [p for p in psutil.process_iter(["name", "ppid"])
-               if p.info["name"] == "asyncrl-learner-0" and p.info["ppid"] == proc.pid]
+    learner = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == "asyncrl-learner-0"]
     learner[0].kill()
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 1 and "asyncrl-learner-0 exited with code -9" in out, out[-2000:]

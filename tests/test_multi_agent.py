@@ -4,7 +4,7 @@ policy mapping, and real multi-process runs (the synthetic multi-agent env and a
 import textwrap
 
 import pytest
-from helpers import drain, read_stats, run_cli, serial_runner, slot_owners
+from helpers import drain, read_stats, run_cli, serial_runner, slot_owners, run_cli_error
 
 from asyncrl.buffers import NO_PLAYER, num_slots
 from asyncrl.envs import make_agents
@@ -69,7 +69,7 @@ def _write_bad_envs(folder) -> None:
 ])
 def test_bad_multi_agent_env_is_one_line_and_exit_2(tmp_path, flags, needle):
     _write_bad_envs(tmp_path)
-    r = run_cli("train", *flags, "--train_dir", tmp_path, env={"PYTHONPATH": str(tmp_path)}, timeout=60)
+    r = run_cli_error("train", *flags, "--train_dir", tmp_path, path=[tmp_path])
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
 
 

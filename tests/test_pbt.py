@@ -7,7 +7,7 @@ import random
 import gymnasium as gym
 import pytest
 import torch
-from helpers import read_stats, run_cli
+from helpers import read_stats, run_cli, run_cli_error
 
 from asyncrl.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
 from asyncrl.config import PER_POLICY_HPARAMS, Config
@@ -74,7 +74,7 @@ def test_pbt_run_copies_and_mutates_in_memory_logs_and_resumes_its_hyperparamete
              "--pbt_start_mutation", 4000, "--pbt_mutation_rate", 0.5, "--policy_overrides",
              '{"2": {"learning_rate": 1e-7}}', "--train_dir", tmp_path, "--experiment", "pbt", "--seed", 1,
              "--experiment_summaries_interval", 2, "--num_envs_per_worker", 8]
-    r = run_cli("train", *flags, "--train_for_seconds", 30, timeout=180)
+    r = run_cli("train", *flags, "--train_for_seconds", 15, timeout=180)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     decisions = [json.loads(line) for line in (tmp_path / "pbt" / "pbt.jsonl").read_text().splitlines()]
     assert len(decisions) >= 6 and {d["policy"] for d in decisions} == {0, 1, 2}
@@ -88,7 +88,7 @@ def test_pbt_run_copies_and_mutates_in_memory_logs_and_resumes_its_hyperparamete
 
     saved = [load_checkpoint(list_checkpoints(checkpoint_dir(str(tmp_path / "pbt"), p))[-1])["hparams"] for p in range(3)]
     resumed_from = len(rows)
-    r = run_cli("train", *flags, "--train_for_seconds", 10, "--pbt_start_mutation", 10**9, timeout=180)
+    r = run_cli("train", *flags, "--train_for_seconds", 6, "--pbt_start_mutation", 10**9, timeout=180)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     new_rows = read_stats(tmp_path / "pbt")[resumed_from:]
     for p in range(3):
@@ -115,5 +115,5 @@ def test_policy_overrides_without_pbt_reach_the_learner(tmp_path):
     (["--num_policies", 2, "--policy_overrides", '{"2": {"learning_rate": 1e-7}}'], "'2' is not a policy index"),
 ])
 def test_bad_pbt_flags_are_one_line_and_exit_2(tmp_path, flags, needle):
-    r = run_cli("train", "--env", "CartPole-v1", *flags, "--train_dir", tmp_path, timeout=60)
+    r = run_cli_error("train", "--env", "CartPole-v1", *flags, "--train_dir", tmp_path)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr

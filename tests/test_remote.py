@@ -47,11 +47,17 @@ def start_server(*flags, port=0, timeout=60):
     raise AssertionError(f"env server did not start:\n{open(log.name).read()}")
 
 
+def serving(server) -> psutil.Process:
+    """The process of an `asyncrl env-server` command that serves (it runs the envs; it dies with the command)."""
+    return next(p for p in psutil.Process(server.pid).children(recursive=True)
+                if p.cmdline()[0] == "asyncrl-env-server")
+
+
 def test_remote_env_alone_as_gymnasium_env_with_side_channel():
     server, address = start_server("--env", MARKED, "--num_envs", "2")
     env = RemoteEnv(address)
     obs, _ = env.reset(seed=3)
-    assert obs.tolist() == [server.pid, 1, 0]  # made on the server, episode 1, step 0
+    assert obs.tolist() == [serving(server).pid, 1, 0]  # made on the server, episode 1, step 0
     assert side_channel(address, {"bonus": 0.5, "level": "hard"}) == {"bonus": 0.5, "level": "hard"}
     total, steps = 0.0, 0
     while True:
@@ -60,7 +66,7 @@ def test_remote_env_alone_as_gymnasium_env_with_side_channel():
         if terminated:
             break
     assert steps == 20 and total == pytest.approx(30.0) and info["episode_stats"] == {"bonus": 0.5}
-    assert env.reset()[0].tolist() == [server.pid, 2, 0]  # the server reset it at the episode's end
+    assert env.reset()[0].tolist() == [serving(server).pid, 2, 0]  # the server reset it at the episode's end
     env.close()
 
 
@@ -193,7 +199,7 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
     player = threading.Thread(target=play, daemon=True)
     player.start()
     try:
-        process = next(p for p in psutil.Process(server.pid).children() if p.cmdline()[0] == "asyncrl-env-server")
+        process = serving(server)
         assert None not in send_all([bad_message(i) for i in range(500)])  # warms up the server's allocations
         rss_before, steps_before = process.memory_info().rss, good_steps[0]
         oversized = [("Reset", b"\x0a" + rng.bytes(60_000), auth)] * 200  # each takes gRPC ~0.2 s to refuse: fewer
@@ -237,7 +243,7 @@ def test_a_silent_server_fails_the_step_within_the_timeout():
     """A server that stops answering (SIGSTOP) fails a step on its stream after --remote_timeout, not never; once it
     answers again, a reset reopens the env and stepping goes on."""
     server, address = start_server("--env", MARKED, "--num_envs", "2")
-    process = next(p for p in psutil.Process(server.pid).children() if p.cmdline()[0] == "asyncrl-env-server")
+    process = serving(server)
     env = RemoteEnv(address, timeout=1.0)
     env.reset()
     env.step(1)
@@ -309,18 +315,19 @@ def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path
                 component.poll(0.0)
     run_until(lambda: len(sent) > 20, 60)
     workers = [c for c in runner.components if isinstance(c, rollout_worker.RolloutWorker)]
-    serving = psutil.Process(killed.pid).children()  # the process that serves, which dies with the command
+    killed_serving = serving(killed)  # dies with the command
     os.kill(killed.pid, signal.SIGKILL)
     killed.wait()
-    psutil.wait_procs(serving, timeout=10)
+    psutil.wait_procs([killed_serving], timeout=10)
     killed_at[0] = time.time()
     run_until(lambda: all(len(w.backend.unavailable) == 2 for w in workers), 30)  # each worker's 2 envs on it wait
     sent_while_down = len(sent)
     run_until(lambda: len(sent) > sent_while_down + 10, 30)  # the other server's envs train on
     restarted, _ = start_server("--env", MARKED, "--num_envs", "4", port=address_a.rsplit(":", 1)[1])
     run_until(lambda: not any(w.backend.unavailable for w in workers), 30)  # the killed server's envs rejoin
-    run_until(lambda: any(restarted.pid in servers for servers, _, _ in sent), 30)
-    assert any(killed.pid in servers for servers, _, _ in sent)
+    restarted_pid = serving(restarted).pid
+    run_until(lambda: any(restarted_pid in servers for servers, _, _ in sent), 30)
+    assert any(killed_serving.pid in servers for servers, _, _ in sent)
     assert all(whole for _, _, whole in sent)  # no interrupted (short or glued) trajectory reached a learner
     runner._stop_children()
 

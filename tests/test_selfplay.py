@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import drain, read_stats, run_cli, serial_runner
+from helpers import drain, read_stats, run_cli, serial_runner, run_cli_error
 
 from asyncrl.buffers import frozen_player
 from asyncrl.config import Config
@@ -150,7 +150,7 @@ def test_selfplay_run_rates_its_snapshots_and_match_plays_them(tmp_path):
     (["--env", "grid_duel", "--players", "random"], "expected 2 arguments"),
 ])
 def test_bad_match_input_is_one_line_and_exit_2(tmp_path, flags, needle):
-    r = run_cli("match", *flags, "--train_dir", tmp_path, timeout=60)
+    r = run_cli_error("match", *flags, "--train_dir", tmp_path)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
 
 
@@ -166,7 +166,7 @@ def test_doom_duel_trains_two_players_of_network_games(tmp_path, clean_machine):
     and win, the learner trains, and no engine or segment outlives the run."""
     r = run_cli("train", "--env", "doom_duel", "--train_dir", tmp_path, "--experiment", "duel", "--num_workers", 2,
                 "--num_envs_per_worker", 2, "--env_options", '{"timelimit_minutes": 0.05}', "--rollout", 16,
-                "--batch_size", 128, "--train_for_seconds", 30, timeout=240)
+                "--batch_size", 128, "--train_for_seconds", 18, timeout=240)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     rows = read_stats(tmp_path / "duel")
     last = rows[-1]

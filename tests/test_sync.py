@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from helpers import drain, read_stats, run_cli, serial_runner
+from helpers import drain, read_stats, run_cli, serial_runner, run_cli_error
 
 from asyncrl.learner import Learner
 from asyncrl.rollout_worker import RolloutWorker
@@ -163,6 +163,6 @@ def test_env_errors_do_not_stall_a_rollout(tmp_path):
     (["--preemption_rule", "optimal"], "--preemption_rule optimal ends rollouts"),
 ])
 def test_sync_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
-    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, *args)
+    r = run_cli_error("train", "--env", "CartPole-v1", "--train_dir", tmp_path, *args)
     assert r.returncode == 2, r.stdout + r.stderr
     assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from helpers import read_stats, run_cli
+from helpers import read_stats, run_cli, run_cli_error
 
 
 def test_multiprocess_cartpole_learns(tmp_path, clean_machine):
@@ -125,7 +125,7 @@ def test_doom_basic_runs_headless(tmp_path, clean_machine):
     ([], "--env is required"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
-    r = run_cli("train", "--train_dir", tmp_path, *args, timeout=60)
+    r = run_cli_error("train", "--train_dir", tmp_path, *args)
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], r.stderr

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from helpers import read_stats, run_cli, run_python
+from helpers import read_stats, run_cli, run_python, run_cli_error
 
 CORRIDOR = '''
 """A corridor of 6 cells: step left or right, +1 for reaching the right end; 40 steps at most."""
@@ -125,7 +125,7 @@ def test_env_registered_in_a_users_script_reaches_the_workers(tmp_path, clean_ma
     ("tiny_corridor_pkg.corridor:not_an_env", "returned a str, not a gymnasium.Env"),
 ])
 def test_bad_import_path_is_one_line_and_exit_2(tmp_path, installed_plugin, env, needle):
-    r = run_cli("train", "--env", env, "--train_dir", tmp_path, env=installed_plugin, timeout=60)
+    r = run_cli_error("train", "--env", env, "--train_dir", tmp_path, path=[installed_plugin["PYTHONPATH"]])
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
 
 

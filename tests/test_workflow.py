@@ -11,7 +11,7 @@ import imageio.v2 as imageio
 import pytest
 import torch
 
-from helpers import REPO, read_stats, run_cli, run_python, start_cli, wandb_runs
+from helpers import REPO, read_stats, run_cli, run_python, start_cli, wandb_runs, run_cli_error
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def evaluated_run(tmp_path_factory):
     train_dir = tmp_path_factory.mktemp("runs")
     r = run_cli("train", "--env", "CartPole-v1", "--train_dir", train_dir, "--experiment", "cp", "--seed", 0,
                 "--eval_every_env_steps", 20_000, "--eval_episodes", 3, "--eval_deterministic", "True",
-                "--train_for_env_steps", 100_000, "--experiment_summaries_interval", 1, "--with_wandb", "True")
+                "--train_for_env_steps", 150_000, "--experiment_summaries_interval", 1, "--with_wandb", "True")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return train_dir, r.stdout
 
@@ -94,7 +94,7 @@ def test_wandb_offline_run_has_the_scalars_the_config_and_the_video(evaluated_ru
     assert {record.run.run_id for record in records if record.HasField("run")} == {run_id}
     config = {item.key: json.loads(item.value_json) for record in records if record.HasField("run")
               for item in record.run.config.update}
-    assert config["env"] == "CartPole-v1" and config["train_for_env_steps"] == 100_000
+    assert config["env"] == "CartPole-v1" and config["train_for_env_steps"] == 150_000
     logged = [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
               for record in records if record.HasField("history")]
     keys = set().union(*logged)
@@ -160,7 +160,7 @@ def test_pushed_folder_plays_from_disk_and_the_hub_unreachable_is_one_line(evalu
     (["plot", "no_such_run"], "has no readable stats.jsonl"),
 ])
 def test_workflow_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
-    r = run_cli(*args, "--train_dir", tmp_path, timeout=60) if args[0] == "enjoy" else run_cli(*args, timeout=60)
+    r = run_cli_error(*args, "--train_dir", tmp_path) if args[0] == "enjoy" else run_cli_error(*args)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
 
 
@@ -189,7 +189,7 @@ def test_progress_is_a_live_bar_on_a_terminal_and_plain_lines_otherwise(tmp_path
 
 def test_tune_returns_valid_flags_that_train_uses(tmp_path, clean_machine):
     cache = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # where tuning results are kept
-    r = run_cli("tune", "--env", "CartPole-v1", "--budget_seconds", 45, "--seconds", 3, "--warmup_seconds", 5,
+    r = run_cli("tune", "--env", "CartPole-v1", "--budget_seconds", 30, "--seconds", 3, "--warmup_seconds", 4,
                 timeout=240, env=cache)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     result = json.loads((tmp_path / "cache" / "asyncrl" / "tune" / "CartPole-v1.json").read_text())

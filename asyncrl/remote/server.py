@@ -112,8 +112,7 @@ def serve(args, token: str | None, tls: tuple[bytes, bytes] | None, parent_pid: 
     once the process is gone, however it went; it dies with the `asyncrl env-server` process that started it."""
     from asyncrl.processes import die_with_parent, lead_group_with_reaper, set_process_title
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent forwards Ctrl-C as SIGTERM
-    die_with_parent()
-    if os.getppid() != parent_pid:
+    if not die_with_parent(parent_pid):
         return
     lead_group_with_reaper()
     set_process_title("asyncrl-env-server")

@@ -53,9 +53,11 @@ setup(
         # asyncrl export: onnx writes and annotates the file, onnxscript is torch's ONNX exporter, onnxruntime runs it
         "onnx": ["onnx>=1.16", "onnxscript>=0.1", "onnxruntime>=1.17"],
         "wandb": ["wandb>=0.17"],  # --with_wandb: Weights & Biases' own client (offline mode, resume by id)
+        # atari_<game>: ALE itself, its ROMs in the wheel and its C++ vector env (preprocessing, thread pool)
+        "atari": ["ale-py>=0.11"],
         # cryptography: the TLS test makes itself a self-signed certificate
         "test": ["pytest>=7", "cryptography>=41", "huggingface_hub>=0.20", "onnx>=1.16", "onnxscript>=0.1",
-                 "onnxruntime>=1.17", "wandb>=0.17"],
+                 "onnxruntime>=1.17", "wandb>=0.17", "ale-py>=0.11"],
     },
     entry_points={"console_scripts": ["asyncrl=asyncrl.cli:main"]},
 )

@@ -11,7 +11,8 @@ import sys
 from asyncrl.checkpoint import CheckpointError
 from asyncrl.config import (Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config,
                             experiment_dir_of, read_saved_config)
-from asyncrl.envs import ENTRY_POINT_GROUP, EnvError, connect_remote, env_entry, plugin_envs, registered_envs
+from asyncrl.envs import (ENTRY_POINT_GROUP, EnvError, connect_remote, env_entry, env_families, plugin_envs,
+                          registered_envs)
 from asyncrl.tune import with_tuned_flags
 
 USER_ERRORS = (ConfigError, EnvError, CheckpointError)
@@ -43,6 +44,7 @@ def cmd_envs(argv: list[str]) -> int:
     entries = {name: entry.description for name, entry in registered_envs().items()}
     entries.update({name: f"plugin ({ENTRY_POINT_GROUP} entry point): {value}" for name, value in plugin_envs().items()
                     if name not in entries})
+    entries.update({f"{prefix}<game>": description for prefix, description in env_families().items()})
     width = max(len(name) for name in entries)
     for name, description in sorted(entries.items()):
         print(f"{name:<{width}}  {description}")

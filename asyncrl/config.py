@@ -103,6 +103,10 @@ class Config:
     env_frameskip: Optional[int] = _f(None, "Env frames per agent step (the action repeats; VizDoom's default is 4). "
                                       "None: the env's default.")
     env_options: dict = _f({}, "Extra keyword options for the env's constructor, as JSON (e.g. '{\"step_us\": 500}').")
+    env_backend: str = _f("per_env", "How a rollout worker steps an env group. per_env: each env in turn, in "
+                          "Python. vector: the group as one vector env, all its envs in one call (e.g. in ALE's C++ "
+                          "threads): for envs that have one (atari_<game>, gymnasium ids, a factory's make_vector).",
+                          choices=["per_env", "vector"])
 
     env_step_timeout: float = _f(60.0, "A rollout worker stuck this many seconds (an env step or reset hangs) is "
                                  "killed and the workers restart.")

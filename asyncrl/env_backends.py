@@ -14,6 +14,7 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 
+import gymnasium as gym
 import numpy as np
 
 from asyncrl.config import Config
@@ -39,6 +40,7 @@ class GroupStep:
     episode_stats: dict = field(default_factory=dict)  # agent -> info["episode_stats"], for every agent that ended
     resets: list = field(default_factory=list)         # (env, first observations): envs reset as every agent ended
     failed: list = field(default_factory=list)         # (env, exception): envs whose step raised
+    life_lost: np.ndarray | bool = False               # terminal for learning, the episode goes on (info["life_lost"])
 
 
 class EnvBackend:
@@ -110,7 +112,7 @@ class PerEnvBackend(EnvBackend):
         first_env = group * len(envs)
         actions = env_actions(self.action_space, actions)
         size = len(playing)
-        result = GroupStep(np.zeros(size), np.zeros(size, bool), np.zeros(size, bool))
+        result = GroupStep(np.zeros(size), np.zeros(size, bool), np.zeros(size, bool), life_lost=np.zeros(size, bool))
         for i, env in enumerate(envs):
             first = i * n
             if self.unavailable and first_env + i in self.unavailable:
@@ -134,6 +136,7 @@ class PerEnvBackend(EnvBackend):
                     self.consecutive_errors[first_env + i] = 0  # a whole episode went through
                 else:
                     still_playing += 1
+                    result.life_lost[a] = infos[j].get("life_lost", False)
             if still_playing == 0:
                 result.resets.append((i, env.reset()[0]))
         return result
@@ -181,7 +184,128 @@ class PerEnvBackend(EnvBackend):
             env.close()
 
 
+class VectorBackend(EnvBackend):
+    """Each group's envs as one gymnasium VectorEnv (ALE's, EnvPool's, gymnasium's; the env entry's make_vector):
+    one call steps the group, and its observations land in the group's shared rows with one copy.
+
+    Autoreset (gymnasium's modes): same-step, an env whose episode ended returns its next episode's first observation
+    and the final one in info["final_obs"]: the final one goes in the row, the first one starts the next episode now.
+    Next-step: the ended env's next step is its reset (its action is ignored); its agent waits out that step as an
+    agent of an unfinished multi-agent env does, and starts its next episode from the observation it returns."""
+
+    def __init__(self, cfg: Config, worker_idx: int, reports):
+        self.cfg, self.worker_idx = cfg, worker_idx
+        self.make_vector = env_entry(cfg.env).make_vector
+        base_seed = cfg.seed if cfg.seed is not None else secrets.randbits(31)
+        k = cfg.envs_per_group
+        self.seeds = [[env_seed(base_seed, worker_idx, g * k + i) for i in range(k)]
+                      for g in range(cfg.worker_num_splits)]
+        self.vectors = [self._make_vector() for _ in range(cfg.worker_num_splits)]
+        self.action_space = self.vectors[0].single_action_space
+        self.next_step_reset = [self._next_step(v) for v in self.vectors]
+        self.resetting = [np.zeros(k, bool) for _ in self.vectors]  # next-step mode: the env's next step resets it
+        self.env_errors = 0
+        self.restarted: dict[int, list] = {}  # group -> first observations of its vector env made anew
+
+    def _make_vector(self):
+        os.environ[WORKER_INDEX_VAR] = str(this_rank().rank * self.cfg.num_workers + self.worker_idx)
+        vector = self.make_vector(self.cfg.envs_per_group, **self.cfg.env_kwargs())
+        if vector.num_envs != self.cfg.envs_per_group:
+            raise EnvError(f"env {self.cfg.env!r}: make_vector({self.cfg.envs_per_group}) made {vector.num_envs} envs")
+        return vector
+
+    @staticmethod
+    def _next_step(vector) -> bool:
+        from gymnasium.vector import AutoresetMode
+        mode = AutoresetMode(vector.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+        if mode == AutoresetMode.DISABLED:
+            raise EnvError(f"{type(vector).__name__}: a vector env must reset its envs itself (autoreset same-step or "
+                           f"next-step), not {mode}")
+        return mode == AutoresetMode.NEXT_STEP
+
+    def reset(self, group: int) -> list:
+        try:
+            obs, _ = self.vectors[group].reset(seed=self.seeds[group])
+        except (TypeError, gym.error.Error):  # one seed for the vector env (its envs share a generator: CartPole's)
+            obs, _ = self.vectors[group].reset(seed=self.seeds[group][0])
+        self.resetting[group][:] = False
+        return [[o] for o in obs]
+
+    def step(self, group: int, actions: np.ndarray, playing: list, traj_obs: np.ndarray, slots: np.ndarray,
+             rows: np.ndarray) -> GroupStep:
+        if not isinstance(self.action_space, gym.spaces.Discrete):
+            actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        try:
+            obs, rewards, terminated, truncated, info = self.vectors[group].step(actions)
+        except Exception as error:  # every env of the group: the worker restarts them (restart below)
+            playing[:] = [False] * len(playing)
+            return GroupStep(np.zeros(len(playing)), np.zeros(len(playing), bool), np.zeros(len(playing), bool),
+                             failed=[(i, error) for i in range(len(playing))])
+        resetting, ended = self.resetting[group], terminated | truncated
+        result = GroupStep(np.where(resetting, 0.0, rewards), terminated & ~resetting, truncated & ~resetting,
+                           life_lost=np.asarray(info.get("life_lost", False)) & ~ended)
+        first_obs = obs
+        if self.next_step_reset[group]:
+            result.resets = [(i, [obs[i]]) for i in np.flatnonzero(resetting)]
+            resetting[:] = ended & ~resetting
+        elif ended.any():  # same-step: the final observations go in the rows, the first ones start new episodes
+            obs = obs.copy()
+            for i in np.flatnonzero(ended):
+                obs[i] = info["final_obs"][i]
+                result.resets.append((i, [first_obs[i]]))
+        stepped = slice(None) if all(playing) else np.array(playing)
+        traj_obs[slots[stepped], rows[stepped]] = obs[stepped]
+        for i in np.flatnonzero(result.terminated | result.truncated):
+            result.episode_stats[i] = {}
+        return result
+
+    def restart(self, group: int, env_in_group: int, error: Exception) -> list | None:
+        """The group's vector env raised: made anew (once for the group, at its first env), with new seeds."""
+        if env_in_group == 0:
+            self.env_errors += 1
+            if self.env_errors == 1:
+                print(f"asyncrl-rollout-{self.worker_idx}: the vector env of group {group} raised; it is made anew and "
+                      f"its unfinished trajectories are discarded (further errors are only counted):\n"
+                      f"{''.join(traceback.format_exception(error))}", file=sys.stderr, flush=True)
+            try:
+                self.vectors[group].close()
+            except Exception:
+                pass
+            self.vectors[group] = self._make_vector()
+            self.seeds[group] = [seed + 1_000_003 for seed in self.seeds[group]]
+            self.restarted[group] = self.reset(group)
+        return self.restarted[group][env_in_group]
+
+    def close(self) -> None:
+        for vector in self.vectors:
+            vector.close()
+
+
+def check_vector_env(cfg: Config, obs_space: gym.Space, action_space: gym.Space, num_agents: int) -> None:
+    """Before any process starts (--env_backend vector): the env has a vector env of one agent per env, and a vector
+    env of it has the spaces of the env itself. EnvError saying what is wrong."""
+    entry = env_entry(cfg.env)
+    if entry.make_vector is None or getattr(entry.make_fn, "env_backend", None) is not None:
+        raise EnvError(f"--env_backend vector: env {cfg.env!r} has no vector env (atari_<game> envs, gymnasium ids and "
+                       f"factories with a make_vector have one); use --env_backend per_env")
+    if num_agents != 1:
+        raise EnvError(f"--env_backend vector steps single-agent envs; env {cfg.env!r} has {num_agents} agents: use "
+                       f"--env_backend per_env")
+    vector = entry.make_vector(1, **cfg.env_kwargs())
+    try:
+        spaces = (vector.single_observation_space, vector.single_action_space)
+        VectorBackend._next_step(vector)
+    finally:
+        vector.close()
+    if spaces != (obs_space, action_space):
+        raise EnvError(f"--env_backend vector: env {cfg.env!r}'s vector env has the spaces {spaces[0]}, {spaces[1]}; "
+                       f"the env itself {obs_space}, {action_space}: they must be the same")
+
+
+BACKENDS = {"per_env": PerEnvBackend, "vector": VectorBackend}
+
+
 def env_backend(cfg: Config, worker_idx: int, reports) -> EnvBackend:
-    """The backend of this worker's envs: the one the env's factory names, else PerEnvBackend."""
+    """The backend of this worker's envs: the one the env's factory names (remote envs), else --env_backend's."""
     named = getattr(env_entry(cfg.env).make_fn, "env_backend", None)
-    return (named() if named is not None else PerEnvBackend)(cfg, worker_idx, reports)
+    return (named() if named is not None else BACKENDS[cfg.env_backend])(cfg, worker_idx, reports)

@@ -24,7 +24,7 @@ import psutil
 import torch
 
 from asyncrl.config import Config
-from asyncrl.envs import adopt_entry, make_agents, portable_entry
+from asyncrl.envs import adopt_entry, env_entry, make_agents, portable_entry
 from asyncrl.envs.multi_agent import random_step
 from asyncrl.processes import die_with_parent, keep_freed_memory_for_reuse, lead_group_with_reaper, mp_context
 
@@ -50,13 +50,37 @@ class RandomPlay:
             env.close()
 
 
-def _raw_worker(env: tuple[str, bytes], env_kwargs: dict, num_envs: int, seed: int, warmup: float, seconds: float,
-                results):
+class RandomVectorPlay:
+    """Vector envs (--env_backend vector: one per env group) stepped in turn with random actions, as a rollout
+    worker steps them; each resets its own ended envs."""
+
+    def __init__(self, cfg_env: str, env_kwargs: dict, num_envs: int, seed: int, groups: int):
+        make_vector = env_entry(cfg_env).make_vector
+        self.vectors = [make_vector(num_envs // groups, **env_kwargs) for _ in range(groups)]
+        for g, vector in enumerate(self.vectors):
+            vector.reset(seed=[seed + g * vector.num_envs + i for i in range(vector.num_envs)])
+            vector.action_space.seed(seed + g)
+        self.frameskip = getattr(self.vectors[0], "frameskip", 1)
+
+    def step(self) -> int:
+        for vector in self.vectors:
+            vector.step(vector.action_space.sample())
+        return sum(vector.num_envs for vector in self.vectors)
+
+    def close(self) -> None:
+        for vector in self.vectors:
+            vector.close()
+
+
+def _raw_worker(env: tuple[str, bytes], env_kwargs: dict, num_envs: int, groups: int | None, seed: int,
+                warmup: float, seconds: float, results):
+    """groups: the vector envs to step (--env_backend vector), or None to step each env in turn."""
     die_with_parent()
     lead_group_with_reaper()  # as every engine child: what the envs start (VizDoom engines) dies with this process
     adopt_entry(*env)
     try:
-        play = RandomPlay(env[0], env_kwargs, num_envs, seed)
+        play = RandomPlay(env[0], env_kwargs, num_envs, seed) if groups is None else \
+            RandomVectorPlay(env[0], env_kwargs, num_envs, seed, groups)
         steps, start = 0, time.perf_counter()
         measured_from, steps_at_warmup = None, 0
         while True:
@@ -78,12 +102,14 @@ class EnvFailed(RuntimeError):
 
 
 def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
-    """Frames/s of --num_workers processes each stepping --num_envs_per_worker envs with random actions. An env
-    that raises ends the measurement (EnvFailed): raw mode measures the simulation, which should not fail."""
+    """Frames/s of --num_workers processes each stepping --num_envs_per_worker envs with random actions (in
+    --worker_num_splits vector envs with --env_backend vector). An env that raises ends the measurement (EnvFailed):
+    raw mode measures the simulation, which should not fail."""
     results, env = mp_context.Queue(), (cfg.env, portable_entry(cfg.env))
+    groups = cfg.worker_num_splits if cfg.env_backend == "vector" else None
     processes = [mp_context.Process(target=_raw_worker, daemon=True,
-                                    args=(env, cfg.env_kwargs(), cfg.num_envs_per_worker, 1000 * w, warmup, seconds,
-                                          results)) for w in range(cfg.num_workers)]
+                                    args=(env, cfg.env_kwargs(), cfg.num_envs_per_worker, groups, 1000 * w, warmup,
+                                          seconds, results)) for w in range(cfg.num_workers)]
     for p in processes:
         p.start()
     try:

@@ -110,6 +110,7 @@ class RolloutWorker:
         with self.timing.phase("env_step"):
             result = self.backend.step(group, actions, playing, shared.traj_obs, slots, steps + 1)
         terminal = result.terminated if self.cfg.value_bootstrap else result.terminated | result.truncated
+        terminal = terminal | result.life_lost  # a lost life is terminal for learning; the episode goes on
         # whole-group writes: a few numpy calls per group instead of several per env (the worker's cache is cold
         # after every engine step, so each call costs microseconds); `stepped` selects all agents in the common case
         stepped = slice(None) if all(playing) else np.array(playing)
@@ -118,7 +119,9 @@ class RolloutWorker:
         self.episode_return[local] += result.rewards
         self.episode_length[local[stepped]] += 1
         shared.agent_step[agents[stepped]] += 1
-        if result.episode_stats:  # some episodes ended
+        if np.any(result.life_lost):  # as at an episode's end, recurrent states restart from zero
+            shared.agent_rnn_state[agents[result.life_lost]] = 0
+        if result.episode_stats or result.resets:  # some episodes ended, or envs were reset (a vector env's next step)
             ended = result.terminated | result.truncated
             self._end_episodes(group, ended, terminal, result.episode_stats)
             left, n = ended.copy(), self.cfg.agents_per_env

@@ -18,6 +18,7 @@ from asyncrl.buffers import SharedBuffers, buffer_layout, layout_nbytes, num_age
 from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint
 from asyncrl.config import Config, ConfigError
 from asyncrl.distributed import EpisodeRelay, Rank, this_rank
+from asyncrl.env_backends import check_vector_env
 from asyncrl.learner import Learner
 from asyncrl.model import build_model, learner_state_floats, num_state_floats
 from asyncrl.pbt import PopulationBasedTraining
@@ -104,6 +105,8 @@ def probe_env(cfg: Config) -> EnvInfo:
     try:
         if not isinstance(env, SingleAgent) and not is_agents(env):
             env.reset(seed=0)
+        if cfg.env_backend == "vector":
+            check_vector_env(cfg, env.observation_space, env.action_space, env.num_agents)
         return EnvInfo(env.observation_space, env.action_space, env.frameskip, env.num_agents,
                        (cfg.env, portable_entry(cfg.env)))
     finally:

@@ -2,13 +2,19 @@
 
 `--env NAME` is looked up in this order:
 1. a name given to `register_env` (the VizDoom scenarios, the synthetic envs, a user's own calls);
-2. an installed package's entry point in the `asyncrl.envs` group (name = the env's name, value = its factory);
-3. `remote:HOST:PORT[,HOST:PORT...]`: envs served by `asyncrl env-server` (asyncrl/remote);
-4. an import path `package.module:factory` (any importable module, e.g. the user's own);
-5. a gymnasium id.
+2. a name in an env family (`register_env_family`: atari_<game>);
+3. an installed package's entry point in the `asyncrl.envs` group (name = the env's name, value = its factory);
+4. `remote:HOST:PORT[,HOST:PORT...]`: envs served by `asyncrl env-server` (asyncrl/remote);
+5. `module:name`, which the module decides: its attribute `name` (dotted: `pkg.envs:Maker.build`) is the factory
+   (this engine's import path), else `name` is a gymnasium id that importing the module registered (gymnasium's own
+   `package:EnvId` form, e.g. `ale_py:ALE/Pong-v5`); neither is an error that names both;
+6. a gymnasium id; ids in the `ALE/` namespace (ale-py's games, raw frames) work without importing ale-py first.
 A factory is called as `factory(**options)` and returns a gymnasium.Env, or a PettingZoo ParallelEnv (or AECEnv) for
 a multi-agent env; it may carry a `default_config` dict attribute (Config fields that suit the env, e.g.
-{"reward_scale": 0.1}). Rollout workers step every env as a list of agents (`make_agents`, multi_agent.py).
+{"reward_scale": 0.1}) and a `make_vector(num_envs, **options)` attribute that returns a gymnasium VectorEnv of such
+envs (--env_backend vector; autoreset same-step or next-step). An env's info["life_lost"] (a VectorEnv's: per env)
+marks a step terminal for learning while the reported episode goes on (Atari's lost lives). Rollout workers step
+every env as a list of agents (`make_agents`, multi_agent.py).
 
 The runner resolves the env once and ships its entry to the worker processes (`portable_entry`), so an env
 registered in a user's script before `asyncrl.cli.main(...)` reaches spawned workers too.
@@ -44,16 +50,33 @@ class EnvEntry:
     make_fn: Callable[..., gym.Env]
     description: str
     default_config: dict = field(default_factory=dict)  # Config fields this env wants unless the user says otherwise
+    # make_vector(num_envs, **options) -> gymnasium VectorEnv of num_envs such envs, for --env_backend vector
+    make_vector: Callable[..., gym.vector.VectorEnv] | None = None
 
 
 _REGISTRY: dict[str, EnvEntry] = {}
+_FAMILIES: dict[str, tuple[Callable[[str], EnvEntry], str]] = {}  # name prefix -> (entry of a name, description)
 _RESOLVED: dict[str, EnvEntry] = {}  # plugins, import paths and gymnasium ids, resolved once
 
 
-def register_env(name: str, make_fn: Callable[..., gym.Env], description: str = "", default_config: dict | None = None):
+def register_env(name: str, make_fn: Callable[..., gym.Env], description: str = "", default_config: dict | None = None,
+                 make_vector: Callable[..., gym.vector.VectorEnv] | None = None):
     """Make `name` available to `asyncrl train --env name`. `make_fn(**options)` returns a gymnasium.Env;
-    `default_config` holds Config fields (e.g. {"reward_scale": 0.01}) that suit this env."""
-    _REGISTRY[name] = EnvEntry(make_fn, description, dict(default_config or {}))
+    `default_config` holds Config fields (e.g. {"reward_scale": 0.01}) that suit this env; `make_vector(num_envs,
+    **options)`, if given, returns num_envs of them as one gymnasium VectorEnv (for --env_backend vector)."""
+    _REGISTRY[name] = EnvEntry(make_fn, description, dict(default_config or {}), make_vector)
+
+
+def register_env_family(prefix: str, entry_of: Callable[[str], EnvEntry], description: str) -> None:
+    """Make every name that starts with `prefix` an env (e.g. atari_<game>): `entry_of(name)` returns its entry, or
+    raises EnvError if there is no such env. `asyncrl envs` lists the family in one line."""
+    _FAMILIES[prefix] = (entry_of, description)
+
+
+def env_families() -> dict[str, str]:
+    """Prefix -> description of every env family."""
+    _register_builtin()
+    return {prefix: description for prefix, (_, description) in _FAMILIES.items()}
 
 
 def registered_envs() -> dict[str, EnvEntry]:
@@ -68,7 +91,7 @@ def plugin_envs() -> dict[str, str]:
 
 def _register_builtin():
     # Imported lazily so `import asyncrl.envs` stays cheap; the modules call register_env on import.
-    from asyncrl.envs import doom, doom_netgame, duel, synthetic  # noqa: F401
+    from asyncrl.envs import atari, doom, doom_netgame, duel, synthetic  # noqa: F401
 
 
 def _plugins():
@@ -79,7 +102,8 @@ def _factory_entry(factory, source: str) -> EnvEntry:
     if not callable(factory):
         raise EnvError(f"{source} is a {type(factory).__name__}, not a factory that returns a gymnasium.Env")
     description = ((factory.__doc__ or "").strip().splitlines() or [source])[0]
-    return EnvEntry(factory, description, dict(getattr(factory, "default_config", None) or {}))
+    return EnvEntry(factory, description, dict(getattr(factory, "default_config", None) or {}),
+                    getattr(factory, "make_vector", None))
 
 
 def _import_path_entry(path: str) -> EnvEntry:
@@ -93,7 +117,11 @@ def _import_path_entry(path: str) -> EnvEntry:
     factory = module
     for part in attribute.split("."):
         if not hasattr(factory, part):
-            raise EnvError(f"--env {path}: module {module_name!r} has no attribute {attribute!r}")
+            if attribute in gym.envs.registry:  # gymnasium's `package:EnvId`: the import registered the id
+                from asyncrl.envs.gym_adapter import gym_entry
+                return gym_entry(path)
+            raise EnvError(f"--env {path}: module {module_name!r} has no attribute {attribute!r}, and importing it "
+                           f"registered no gymnasium id {attribute!r}")
         factory = getattr(factory, part)
     return _factory_entry(factory, f"--env {path}")
 
@@ -109,7 +137,10 @@ def env_entry(name: str) -> EnvEntry:
 
 
 def _resolve(name: str) -> EnvEntry:
-    """The entry of a name that was not registered: a plugin, an import path or a gymnasium id."""
+    """The entry of a name that was not registered: a family's, a plugin, an import path or a gymnasium id."""
+    family = next((entry_of for prefix, (entry_of, _) in _FAMILIES.items() if name.startswith(prefix)), None)
+    if family is not None:
+        return family(name)
     plugin = next((ep for ep in _plugins() if ep.name == name), None)
     if plugin is not None:
         try:
@@ -122,6 +153,8 @@ def _resolve(name: str) -> EnvEntry:
         return remote_entry(name)
     if ":" in name:
         return _import_path_entry(name)
+    if name.startswith("ALE/"):  # registered by ale-py, which gymnasium 1.x does not import
+        register_ale_ids()
     if name in gym.envs.registry:
         from asyncrl.envs.gym_adapter import gym_entry
         return gym_entry(name)
@@ -129,6 +162,15 @@ def _resolve(name: str) -> EnvEntry:
                                         n=5, cutoff=0.6)
     hint = f"; did you mean: {', '.join(matches)}?" if matches else "; `asyncrl envs` lists the registered envs"
     raise EnvError(f"unknown env {name!r}{hint} (your own env: --env package.module:factory)")
+
+
+def register_ale_ids() -> None:
+    """Gymnasium ids of ale-py's games (ALE/Pong-v5, ...), which gymnasium 1.x knows only once ale-py registers them."""
+    try:
+        import ale_py
+    except ImportError:
+        raise EnvError('ALE/ ids need ale-py: pip install -e ".[atari]"') from None
+    gym.register_envs(ale_py)
 
 
 def connect_remote(name: str, settings) -> None:

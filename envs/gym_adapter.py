@@ -3,6 +3,8 @@ observations made CHW uint8 once, here, not in the model."""
 
 from __future__ import annotations
 
+import importlib
+
 import gymnasium as gym
 import numpy as np
 
@@ -45,8 +47,21 @@ def check_spaces(name: str, obs: gym.Space, act: gym.Space) -> None:
         raise EnvError(f"env {name!r}: action space {act} is not supported yet (Discrete or 1-D Box only)")
 
 
+def registered_id(gym_id: str) -> str:
+    """The id of `gym_id` (or of gymnasium's `package:EnvId` form), once what registers it is imported (the package;
+    ale-py for ALE/ ids), in whichever process makes the env."""
+    from asyncrl.envs import register_ale_ids
+    package, _, env_id = gym_id.rpartition(":")
+    if package:
+        importlib.import_module(package)
+    if env_id.startswith("ALE/"):
+        register_ale_ids()
+    return env_id
+
+
 def make_gym_env(gym_id: str, **options) -> gym.Env:
     from asyncrl.envs import EnvError
+    registered_id(gym_id)
     try:
         env = gym.make(gym_id, **options)
     except TypeError as e:  # an option the env's constructor does not take
@@ -68,4 +83,22 @@ def gym_entry(gym_id: str):
     defaults = {} if is_image_space(probe.observation_space) else dict(VECTOR_ENV_DEFAULTS)
     defaults.update(GYM_ID_DEFAULTS.get(gym_id, {}))
     probe.close()
-    return EnvEntry(lambda **options: make_gym_env(gym_id, **options), f"gymnasium {gym_id}", defaults)
+    return EnvEntry(lambda **options: make_gym_env(gym_id, **options), f"gymnasium {gym_id}", defaults,
+                    lambda num_envs, **options: make_gym_vector(gym_id, num_envs, **options))
+
+
+def make_gym_vector(gym_id: str, num_envs: int, **options) -> gym.vector.VectorEnv:
+    """num_envs of a gymnasium id as one vector env: its own vector implementation if it has one (e.g. CartPole's),
+    else gymnasium's SyncVectorEnv of the envs this module adapts."""
+    from asyncrl.envs import EnvError
+    if gym.spec(registered_id(gym_id)).vector_entry_point is None:
+        return sync_vector(lambda: adapt(gym_id, make_gym_env(gym_id, **options)), num_envs)
+    try:
+        return gym.make_vec(gym_id, num_envs, **options)
+    except TypeError as e:
+        raise EnvError(f"env {gym_id!r} does not take the options {sorted(options)}: {e}") from None
+
+
+def sync_vector(make_one, num_envs: int) -> gym.vector.VectorEnv:
+    """num_envs envs of make_one() as one vector env, stepped in turn in this process (same-step autoreset)."""
+    return gym.vector.SyncVectorEnv([make_one] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)

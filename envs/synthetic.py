@@ -28,7 +28,7 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from asyncrl.envs import WORKER_INDEX_VAR, EnvError, register_env
-from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS
+from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS, sync_vector
 
 
 def burn_cpu(microseconds: float) -> None:
@@ -146,7 +146,7 @@ SYNTHETIC_DEFAULTS = dict(VECTOR_ENV_DEFAULTS)
 
 register_env("synthetic_constant", lambda **options: SyntheticEnv(**options),
              "synthetic: every step burns step_us of CPU (option via --env_options '{\"step_us\": 100}')",
-             SYNTHETIC_DEFAULTS)
+             SYNTHETIC_DEFAULTS, lambda num_envs, **options: sync_vector(lambda: SyntheticEnv(**options), num_envs))
 register_env("synthetic_heterogeneous",
              lambda **options: SyntheticEnv(**{"env_spread": 0.5, "step_tail": 1.5, **options}),
              "synthetic: step cost differs across envs (log-normal) and per step (Pareto tail)", SYNTHETIC_DEFAULTS)

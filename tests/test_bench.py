@@ -97,7 +97,7 @@ def test_a_killed_raw_worker_takes_its_engines_with_it(clean_machine):
 
     results = mp_context.Queue()
     worker = mp_context.Process(target=_raw_worker, daemon=True, args=(
-        ("doom_basic", portable_entry("doom_basic")), {}, 1, 0, 60.0, 60.0, results))
+        ("doom_basic", portable_entry("doom_basic")), {}, 1, None, 0, 60.0, 60.0, results))
     worker.start()
     deadline = time.time() + 60
     while not any(p.name() == "vizdoom" for p in psutil.Process(worker.pid).children(recursive=True)):

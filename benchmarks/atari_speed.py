@@ -1,0 +1,103 @@
+"""Atari raw speed: asyncrl's per-env path vs its vector path vs the vector envs' own loops, one after the other.
+
+    python benchmarks/atari_speed.py [--game breakout] [--seconds 20] [--rounds 3]
+
+All sides: atari_<game>'s baselines preprocessing (84x84 gray, 4 stacked, frameskip 4 max-pooled, no-op starts,
+FIRE reset), random actions, 16 envs on the machine's cores. Ours through one instrument, `asyncrl bench` (2 workers
+x 8 envs): raw mode per env (each env a vector env of one), raw mode vector (each worker steps 2 vector envs of 4),
+and the sampler with the vector backend (the whole engine without learning). The vector envs' own loops: ALE's
+AtariVectorEnv of 16 with one thread per core, and EnvPool's (if it is installed) with the same settings, each
+stepped in a bare loop. Rounds alternate the sides so machine noise hits all alike; medians and ratios are printed.
+"""
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import psutil
+
+from _run import asyncrl_bench, machine, write_result
+
+FRAMESKIP = 4
+NUM_ENVS = 16
+
+
+def own_loop_fps(make, seconds: float) -> float:
+    envs = make()
+    if hasattr(envs, "single_action_space"):  # a gymnasium VectorEnv
+        envs.reset(seed=list(range(NUM_ENVS)))
+        n = envs.single_action_space.n
+    else:  # EnvPool: seeded when made, and its action_space is one env's
+        envs.reset()
+        n = envs.action_space.n
+    rng, steps = np.random.default_rng(0), 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        envs.step(rng.integers(0, n, NUM_ENVS))
+        steps += NUM_ENVS
+    fps = steps * FRAMESKIP / (time.perf_counter() - start)
+    envs.close()
+    return fps
+
+
+def ale_vector(game: str):
+    from asyncrl.envs.atari import make_vector_game
+    return make_vector_game(game, NUM_ENVS, num_threads=psutil.cpu_count())
+
+
+def envpool_vector(game: str):
+    import envpool
+    task = "".join(part.capitalize() for part in game.split("_")) + "-v5"
+    return envpool.make_gymnasium(task, num_envs=NUM_ENVS, batch_size=NUM_ENVS, num_threads=psutil.cpu_count(), seed=0,
+                                  episodic_life=False, reward_clip=False, noop_max=30, use_fire_reset=True,
+                                  stack_num=4, img_height=84, img_width=84, repeat_action_probability=0.0,
+                                  full_action_space=False, max_episode_steps=27_000)
+
+
+def ours(game: str, mode: str, backend: str, seconds: float) -> float:
+    flags = ["--env", f"atari_{game}", "--mode", mode, "--env_backend", backend, "--num_workers", 2,
+             "--num_envs_per_worker", 8, "--seconds", seconds, "--warmup_seconds", 5]
+    with tempfile.TemporaryDirectory() as train_dir:
+        result, _ = asyncrl_bench([str(f) for f in flags], train_dir)
+    return result[f"{mode}_fps"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--game", default="breakout")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    sides = {"ours raw per-env": lambda: ours(args.game, "raw", "per_env", args.seconds),
+             "ours raw vector": lambda: ours(args.game, "raw", "vector", args.seconds),
+             "ours sampler vector": lambda: ours(args.game, "sampler", "vector", args.seconds),
+             "ALE vector env, own loop": lambda: own_loop_fps(lambda: ale_vector(args.game), args.seconds)}
+    try:
+        envpool_vector(args.game).close()
+        sides["EnvPool, own loop"] = lambda: own_loop_fps(lambda: envpool_vector(args.game), args.seconds)
+    except ImportError:
+        print("EnvPool is not installed: its side is left out")
+    fps = {side: [] for side in sides}
+    for r in range(args.rounds):
+        for side, measure in sides.items():
+            fps[side].append(measure())
+            print(f"round {r}: {side}: {fps[side][-1]:,.0f} frames/s", flush=True)
+    median = {side: statistics.median(values) for side, values in fps.items()}
+    reference = "EnvPool, own loop" if "EnvPool, own loop" in median else "ALE vector env, own loop"
+    rows = "\n".join(f"| {side} | {' / '.join(f'{v:,.0f}' for v in fps[side])} | {median[side]:,.0f} | "
+                     f"{median[side] / median[reference]:.2f} |" for side in sides)
+    markdown = (f"# Atari raw speed: atari_{args.game}, {NUM_ENVS} envs\n\nMachine: {machine()}\n\n"
+                f"Command: `python benchmarks/atari_speed.py --game {args.game} --seconds {args.seconds:g} "
+                f"--rounds {args.rounds}`\n\n| side | frames/s per round | median | / {reference} |\n"
+                f"| --- | --- | --- | --- |\n{rows}\n\nvector path / per-env path: "
+                f"{median['ours raw vector'] / median['ours raw per-env']:.2f}; vector path / ALE's own loop: "
+                f"{median['ours raw vector'] / median['ALE vector env, own loop']:.2f}\n")
+    write_result(f"atari_speed_{args.game}", {"fps": fps, "median": median, "reference": reference}, markdown)
+
+
+if __name__ == "__main__":
+    os.chdir(os.path.dirname(os.path.abspath(__file__)))
+    main()

@@ -1,0 +1,170 @@
+"""Atari 2600 games through ale-py: `atari_<game>` for every ROM ale-py ships (`atari_pong`, `atari_breakout`, ...).
+
+Every game is ALE's own C++ preprocessing (ale_py.vector_env.AtariVectorEnv): a rollout worker steps a group's games
+as one vector env (`--env_backend vector`, the Atari default: env_backends.VectorBackend), or each game as a vector
+env of one (`--env_backend per_env`, AtariGame below). Both give the same observations for the same seeds and actions.
+
+Two presets, chosen with `--env_options '{"preset": "..."}'`:
+- "baselines" (the default; what CleanRL and Sample Factory report): 4 frames per step, max-pooled over the last two;
+  up to 30 no-op starts; FIRE on reset in games that need it; a lost life is terminal for the learner (the info flag
+  "life_lost") while the game goes on; no sticky actions; the minimal action set.
+- "machado" (Machado et al. 2018, "Revisiting the ALE"): sticky actions (0.25), the full action set, no life-loss
+  signal, no FIRE reset, and no no-op starts (sticky actions are the paper's source of randomness instead).
+Both: 84x84 grayscale, 4 frames stacked, and a game cut at 108,000 frames (a truncation, bootstrapped). Rewards come
+unclipped: the reported return is the game's score over a whole game; the learner clips them (--reward_clip 1, the
+family's default config).
+"""
+
+from __future__ import annotations
+
+import difflib
+
+import gymnasium as gym
+import numpy as np
+
+from asyncrl.envs import EnvEntry, EnvError, register_env_family
+
+PREFIX = "atari_"
+MAX_FRAMES_PER_GAME = 108_000
+PRESETS = {
+    "baselines": {"repeat_action_probability": 0.0, "full_action_space": False, "noop_max": 30, "use_fire_reset": True,
+                  "life_loss": True},
+    "machado": {"repeat_action_probability": 0.25, "full_action_space": True, "noop_max": 0, "use_fire_reset": False,
+                "life_loss": False},
+}
+FRAMESKIP = 4
+# Sample Factory's Atari settings (sf_examples/atari, chosen there to match CleanRL's PPO): the Nature conv encoder,
+# no RNN, 128-step rollouts, 4 epochs of 4 minibatches, GAE targets, clipped rewards, a linearly decaying rate.
+ATARI_DEFAULTS = {"encoder": "conv", "use_rnn": False, "rollout": 128, "batch_size": 1024, "num_batches_per_epoch": 4,
+                  "num_epochs": 4, "with_vtrace": False, "gae_lambda": 0.95, "gamma": 0.99, "ppo_clip_ratio": 0.1,
+                  "value_loss_coeff": 0.5, "exploration_loss_coeff": 0.01, "max_grad_norm": 0.5,
+                  "learning_rate": 2.5e-4, "lr_schedule": "linear_decay", "adam_eps": 1e-5, "reward_clip": 1.0,
+                  "train_for_env_steps": 10_000_000, "num_envs_per_worker": 8, "env_backend": "vector"}
+
+
+def games() -> list[str]:
+    """Every game ale-py has a ROM for."""
+    return sorted(_ale().roms.get_all_rom_ids())
+
+
+def _ale():
+    try:
+        import ale_py
+        import ale_py.roms  # noqa: F401
+    except ImportError:
+        raise EnvError('atari_<game> envs need ale-py: pip install -e ".[atari]"') from None
+    return ale_py
+
+
+def make_vector_game(game: str, num_envs: int, preset: str = "baselines", num_threads: int = 1) -> gym.vector.VectorEnv:
+    """`num_envs` copies of one game with the preset's preprocessing, reset as their episodes end (same step: the
+    final observation is in info["final_obs"]), with info["life_lost"] per env."""
+    settings = _preset(preset)
+    from ale_py.vector_env import AtariVectorEnv
+    env = AtariVectorEnv(game, num_envs, num_threads=num_threads, frameskip=FRAMESKIP, maxpool=True, stack_num=4,
+                         img_height=84, img_width=84, grayscale=True, reward_clipping=False, episodic_life=False,
+                         life_loss_info=False, max_num_frames_per_episode=MAX_FRAMES_PER_GAME,
+                         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+                         **{k: v for k, v in settings.items() if k != "life_loss"})
+    return AtariGames(env, settings["life_loss"])
+
+
+def _preset(preset: str) -> dict:
+    if preset not in PRESETS:
+        raise EnvError(f"unknown Atari preset {preset!r}: choose one of {', '.join(PRESETS)}")
+    return PRESETS[preset]
+
+
+class AtariGames(gym.vector.VectorWrapper):
+    """ALE's vector env with info["life_lost"][i]: env i's player lost a life and its game goes on (a learner treats
+    that step as terminal; the reported episode is the whole game); always False without the signal (the machado
+    preset). Seeds are taken modulo 2**31 (ALE's are C ints)."""
+
+    def __init__(self, env: gym.vector.VectorEnv, signal: bool):
+        super().__init__(env)
+        self.signal = signal
+        self.frameskip = FRAMESKIP
+        self.lives = np.zeros(env.num_envs, np.int64)
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            seed = int(seed) % 2**31 if np.ndim(seed) == 0 else np.asarray(seed, np.int64) % 2**31
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.lives[info["env_id"]] = info["lives"]
+        return obs, info
+
+    def step(self, actions):
+        obs, rewards, terminated, truncated, info = self.env.step(actions)
+        lives = info["lives"]
+        info["life_lost"] = (lives < self.lives) & ~(terminated | truncated) & self.signal
+        self.lives[:] = lives  # after a game's end: the next game's lives (it was reset in this step)
+        return obs, rewards, terminated, truncated, info
+
+
+class AtariGame(gym.Env):
+    """One game as a gymnasium.Env: a vector env of one, so this path and the vector path preprocess alike. A game
+    that ends is reset at once (in its last step); reset() without a seed then returns that new game."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, game: str, preset: str = "baselines", render_mode: str | None = None):
+        self.game = make_vector_game(game, 1, preset)
+        self.observation_space = self.game.single_observation_space
+        self.action_space = self.game.single_action_space
+        self.frameskip, self.render_mode = FRAMESKIP, render_mode
+        self.next_game = None  # (obs, info) of the game started as the last one ended
+        self.last_obs = None
+
+    def reset(self, *, seed: int | None = None, options=None):
+        if seed is None and self.next_game is not None:
+            (self.last_obs, info), self.next_game = self.next_game, None
+            return self.last_obs, info
+        obs, _ = self.game.reset(seed=None if seed is None else np.array([seed]))
+        self.next_game, self.last_obs = None, obs[0]
+        return obs[0], {}
+
+    def step(self, action):
+        obs, rewards, terminated, truncated, info = self.game.step(np.array([action], np.int64))
+        step_info = {"life_lost": bool(info["life_lost"][0])}
+        if terminated[0] or truncated[0]:
+            self.next_game = (obs[0], {})
+            obs = info["final_obs"]
+        self.last_obs = obs[0]
+        return obs[0], float(rewards[0]), bool(terminated[0]), bool(truncated[0]), step_info
+
+    def render(self):
+        """The newest 84x84 frame the agent saw, gray as RGB (ALE's vector env keeps no full-size screen)."""
+        return np.repeat(self.last_obs[-1][:, :, None], 3, axis=2)
+
+    def close(self):
+        self.game.close()
+
+
+def atari_entry(name: str) -> EnvEntry:
+    """The entry of `atari_<game>`; EnvError naming near matches for an unknown game."""
+    game = name[len(PREFIX):]
+    known = games()
+    if game not in known:
+        near = difflib.get_close_matches(game, known, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(PREFIX + g for g in near)}?" if near else "; see `asyncrl envs`"
+        raise EnvError(f"unknown Atari game {game!r}{hint}")
+
+    def make(preset: str = "baselines", num_threads: int = 1, render_mode: str | None = None, **options) -> AtariGame:
+        _check_options(name, options)
+        return AtariGame(game, preset, render_mode)  # a vector env of one: one thread
+
+    def make_vector(num_envs: int, preset: str = "baselines", num_threads: int = 1, **options):
+        _check_options(name, options)
+        return make_vector_game(game, num_envs, preset, num_threads)
+
+    return EnvEntry(make, f"Atari {game} (ALE)", dict(ATARI_DEFAULTS), make_vector)
+
+
+def _check_options(name: str, options: dict) -> None:
+    if options:
+        raise EnvError(f"env {name!r} takes the options preset ({' or '.join(PRESETS)}) and num_threads (vector "
+                       f"envs), not {sorted(options)}")
+
+
+register_env_family(PREFIX, atari_entry, "Atari 2600 (ALE): atari_pong, atari_breakout, ... every game in "
+                    "ale_py.roms.get_all_rom_ids(); --env_options preset: baselines|machado")

@@ -1,0 +1,101 @@
+"""Atari (ale-py): the presets on real ROMs, what the engine records of a game, and bad input."""
+
+import numpy as np
+import pytest
+
+from asyncrl.envs import make_env
+from asyncrl.envs.atari import FRAMESKIP, MAX_FRAMES_PER_GAME, make_vector_game
+from helpers import run_cli_error, serial_runner
+
+
+def play_one_game(env, actions, seed=1):
+    """Steps until the game ends; returns (rewards, life_lost flags, terminated, truncated) of its steps."""
+    env.reset(seed=seed)
+    rewards, lives_lost = [], []
+    while True:
+        _, reward, terminated, truncated, info = env.step(actions(len(rewards)))
+        rewards.append(reward)
+        lives_lost.append(info["life_lost"])
+        if terminated or truncated:
+            return rewards, lives_lost, terminated, truncated
+
+
+@pytest.mark.parametrize("preset, life_signals", [("baselines", 4), ("machado", 0)])
+def test_a_lost_life_is_signalled_only_by_baselines_and_the_game_goes_on(preset, life_signals):
+    """Breakout has 5 lives: with baselines, 4 steps say a life was lost and the 5th loss ends the game."""
+    env = make_env("atari_breakout", preset=preset)
+    rng = np.random.default_rng(0)
+    rewards, lives_lost, terminated, truncated = play_one_game(env, lambda t: rng.integers(env.action_space.n))
+    assert terminated and not truncated and sum(lives_lost) == life_signals and not lives_lost[-1]
+    assert env.action_space.n == (4 if preset == "baselines" else 18)  # minimal vs full action set
+    env.close()
+
+
+def test_no_op_starts_vary_the_first_frame_of_a_game_only_with_baselines():
+    for preset, varied in [("baselines", True), ("machado", False)]:
+        games = make_vector_game("pong", 8, preset)
+        _, info = games.reset(seed=list(range(8)))
+        start_frames = info["episode_frame_number"]
+        assert (len(set(start_frames.tolist())) > 1) == varied, (preset, start_frames)
+        assert start_frames.max() <= (30 + 2) * FRAMESKIP  # no-ops, then FIRE (and the step after it)
+        games.close()
+
+
+def test_a_game_is_cut_at_108000_frames_as_a_truncation():
+    """Breakout after a lost life waits for FIRE: never pressing it stalls the game until the frame limit."""
+    env = make_env("atari_breakout")
+    rewards, lives_lost, terminated, truncated = play_one_game(env, lambda t: 0)
+    assert truncated and not terminated and sum(lives_lost) == 1
+    assert len(rewards) == pytest.approx(MAX_FRAMES_PER_GAME / FRAMESKIP, abs=40)  # less the start's no-ops
+    env.close()
+
+
+@pytest.mark.parametrize("backend", ["per_env", "vector"])
+def test_the_learner_sees_each_life_the_stats_see_the_whole_game_unclipped(tmp_path, monkeypatch, backend):
+    """Ms. Pac-Man (10 points a pellet): every step's raw reward and done (terminated or a lost life) land in the
+    agent's slot; a finished episode is the whole game with its unclipped score (the learner clips, --reward_clip)."""
+    from asyncrl import rollout_worker
+    from asyncrl.rollout_worker import RolloutWorker
+    monkeypatch.setattr(rollout_worker, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
+    runner = serial_runner(tmp_path, env="atari_ms_pacman", env_backend=backend, num_workers=1, num_envs_per_worker=2,
+                           worker_num_splits=1, rollout=32, batch_size=64, sampler_only=True, reward_clip=1.0)
+    worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
+    b, recorded, games = runner.buffers, [], {0: [0.0, 0], 1: [0.0, 0]}
+    step = worker.backend.step
+
+    def recording_step(group, actions, playing, traj_obs, slots, rows):
+        result = step(group, actions, playing, traj_obs, slots, rows)
+        for a in range(2):
+            done = bool(result.terminated[a] or np.asarray(result.life_lost)[a])
+            recorded.append((int(slots[a]), int(rows[a]) - 1, float(result.rewards[a]), done))
+            games[a][0] += result.rewards[a]
+            games[a][1] += 1
+            if result.terminated[a] or result.truncated[a]:
+                played.append(tuple(games[a]))
+                games[a] = [0.0, 0]
+        return result
+    played: list = []
+    worker.backend.step = recording_step
+    lives_lost = 0
+    while len(played) < 2:
+        for c in runner.components:
+            c.poll(0.0)
+            if c is worker:  # before a learner can recycle the slots the worker just wrote
+                for slot, t, reward, done in recorded:
+                    assert b.traj_rewards[slot, t].item() == reward and bool(b.traj_dones[slot, t]) == done
+                    lives_lost += done
+                recorded.clear()
+    reported = sorted((ret, length) for _, ret, length, _ in worker.finished_episodes)
+    assert reported == sorted(played)
+    assert lives_lost > len(played) and all(ret > 30 for ret, _ in played)  # several lives each; 10-point pellets
+    runner._stop_children()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--env", "atari_pongg"], "unknown Atari game 'pongg'; did you mean atari_pong?"),
+    (["--env", "atari_pong", "--env_options", '{"preset": "deepmind"}'], "unknown Atari preset 'deepmind'"),
+    (["--env", "atari_pong", "--env_options", '{"sticky": 1}'], "takes the options preset"),
+])
+def test_bad_atari_input_is_one_line_and_exit_2(argv, message):
+    r = run_cli_error("train", *argv)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and message in r.stderr, r.stderr

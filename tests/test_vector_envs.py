@@ -1,0 +1,107 @@
+"""--env_backend vector: a group's envs stepped as one gymnasium VectorEnv, against the per-env backend."""
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+from asyncrl.buffers import num_slots
+from asyncrl.config import Config
+from asyncrl.env_backends import PerEnvBackend, VectorBackend
+from helpers import REPO, read_stats, run_cli, run_cli_error, serial_runner, slot_owners
+
+
+@pytest.mark.parametrize("env, steps", [("atari_breakout", 1500), ("Acrobot-v1", 1200)])
+def test_vector_rows_equal_per_env_rows_for_the_same_seeds_and_actions(env, steps):
+    """ALE's vector env (same-step autoreset, C++) and gymnasium's SyncVectorEnv (same-step) against the same envs
+    stepped one by one: every observation row, reward, done, lost life and episode start is the same."""
+    cfg = dataclasses.replace(Config(env=env, num_workers=1, num_envs_per_worker=4, seed=5), agents_per_env=1)
+    per_env, vector = PerEnvBackend(cfg, 0, None), VectorBackend(cfg, 0, None)
+    k, space = cfg.envs_per_group, per_env.envs[0].observation_space
+    for first_a, first_b in zip(per_env.reset(0), vector.reset(0)):
+        np.testing.assert_array_equal(first_a[0], first_b[0])
+    rows_a, rows_b = (np.zeros((k, steps + 1, *space.shape), space.dtype) for _ in range(2))
+    rng, slots, episodes = np.random.default_rng(0), np.arange(k), 0
+    for t in range(steps):
+        actions = rng.integers(0, per_env.action_space.n, k)
+        a = per_env.step(0, actions, [True] * k, rows_a, slots, np.full(k, t + 1))
+        b = vector.step(0, actions, [True] * k, rows_b, slots, np.full(k, t + 1))
+        np.testing.assert_array_equal(rows_a[:, t + 1], rows_b[:, t + 1])
+        for field in ("rewards", "terminated", "truncated", "life_lost"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=f"{field} at step {t}")
+        assert [i for i, _ in a.resets] == [i for i, _ in b.resets] and a.episode_stats.keys() == b.episode_stats.keys()
+        for (_, first_a), (_, first_b) in zip(a.resets, b.resets):
+            np.testing.assert_array_equal(first_a[0], first_b[0])
+        episodes += len(a.resets)
+    assert episodes >= 4
+    per_env.close()
+    vector.close()
+
+
+def test_next_step_autoreset_gives_every_episode_its_steps_and_return(tmp_path, monkeypatch):
+    """CartPole's own vector env resets an ended env in its next step (the action is ignored): the agent waits out
+    that step, and the episodes the worker reports are exactly the envs' episodes."""
+    from asyncrl import rollout_worker
+    from asyncrl.rollout_worker import RolloutWorker
+    monkeypatch.setattr(rollout_worker, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
+    runner = serial_runner(tmp_path, env_backend="vector", num_workers=1)
+    worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
+    assert all(worker.backend.next_step_reset)
+    played, running = [], {}
+    for group, vector in enumerate(worker.backend.vectors):
+        step, resetting = vector.step, np.zeros(vector.num_envs, bool)
+
+        def recording_step(actions, group=group, step=step, resetting=resetting):
+            obs, rewards, terminated, truncated, info = step(actions)
+            for i in np.flatnonzero(~resetting):  # a resetting env's step is its reset, not a step of an episode
+                ret, length = running.get((group, i), (0.0, 0))
+                running[(group, i)] = (ret + rewards[i], length + 1)
+                if terminated[i] or truncated[i]:
+                    played.append(running.pop((group, i)))
+            resetting[:] = terminated | truncated
+            return obs, rewards, terminated, truncated, info
+        vector.step = recording_step
+    while len(played) < 30:
+        for c in runner.components:
+            c.poll(0.0)
+    reported = [(ret, length) for _, ret, length, _ in worker.finished_episodes]
+    assert sorted(reported) == sorted(played)
+    assert sorted(slot_owners(runner)) == list(range(num_slots(runner.cfg)))
+    runner._stop_children()
+
+
+def test_a_vector_env_that_raises_is_made_anew_and_its_slots_recycled(tmp_path):
+    from asyncrl.rollout_worker import RolloutWorker
+    runner = serial_runner(tmp_path, env="synthetic_constant", env_backend="vector",
+                           env_options={"step_us": 0, "error_prob": 0.05})
+    worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
+    first_vectors = list(worker.backend.vectors)
+    for _ in range(300):
+        for c in runner.components:
+            c.poll(0.0)
+    assert worker.backend.env_errors >= 5
+    assert all(new is not old for new, old in zip(worker.backend.vectors, first_vectors))
+    assert sorted(slot_owners(runner)) == list(range(num_slots(runner.cfg))), "a failed trajectory's slot was lost"
+    runner._stop_children()
+
+
+def test_a_hanging_vector_env_is_treated_as_its_worker_dying(tmp_path, clean_machine):
+    options = '{"step_us": 10, "hang_once_file": "%s"}' % (tmp_path / "hung")
+    r = run_cli("train", "--env", "synthetic_constant", "--env_backend", "vector", "--train_dir", tmp_path,
+                "--experiment", "hang", "--env_options", options, "--env_step_timeout", 3,
+                "--train_for_env_steps", 60_000, "--experiment_summaries_interval", 1)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert (tmp_path / "hung").exists() and "an env hangs" in r.stdout
+    rows = read_stats(tmp_path / "hang")
+    assert rows[-1]["env_steps"] >= 60_000 and rows[-1]["worker_restarts"] == 1
+
+
+@pytest.mark.parametrize("env, message", [
+    ("vector_envs:wider", "vector env has the spaces Box(-inf, inf, (5,), float32)"),
+    ("doom_basic", "env 'doom_basic' has no vector env"),
+    ("synthetic_multi", "env 'synthetic_multi' has no vector env"),
+])
+def test_bad_vector_env_input_is_one_line_and_exit_2(env, message):
+    r = run_cli_error("train", "--env", env, "--env_backend", "vector", path=[os.path.join(REPO, "tests")])
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and message in r.stderr, r.stderr

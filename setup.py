@@ -55,9 +55,10 @@ setup(
         "wandb": ["wandb>=0.17"],  # --with_wandb: Weights & Biases' own client (offline mode, resume by id)
         # atari_<game>: ALE itself, its ROMs in the wheel and its C++ vector env (preprocessing, thread pool)
         "atari": ["ale-py>=0.11"],
+        "mujoco": ["mujoco>=3.1"],  # mujoco_<task>: DeepMind's MuJoCo bindings, which gymnasium's v5 tasks run on
         # cryptography: the TLS test makes itself a self-signed certificate
         "test": ["pytest>=7", "cryptography>=41", "huggingface_hub>=0.20", "onnx>=1.16", "onnxscript>=0.1",
-                 "onnxruntime>=1.17", "wandb>=0.17", "ale-py>=0.11"],
+                 "onnxruntime>=1.17", "wandb>=0.17", "ale-py>=0.11", "mujoco>=3.1"],
     },
     entry_points={"console_scripts": ["asyncrl=asyncrl.cli:main"]},
 )

@@ -138,8 +138,11 @@ class Config:
     value_loss_coeff: float = _f(0.5, "Weight of the value loss.")
     exploration_loss_coeff: float = _f(0.003, "Weight of the entropy bonus.")
     normalize_advantage: bool = _f(True, "Normalize advantages per minibatch.")
-    normalize_input: bool = _f(False, "Normalize observations with a running per-element "
-                               "mean/std (learned by the learner).")
+    normalize_input: Optional[bool] = _f(None, "Normalize observations with a running per-element mean/std (learned "
+                                         "by the learner). None (auto): on for vector observations, off for images "
+                                         "(scaled by 1/255).")
+    normalize_returns: bool = _f(True, "The value head learns returns normalized by their running mean/std; V-trace "
+                                 "and GAE see them in return units (the reported value stays in return units).")
     reward_scale: float = _f(1.0, "Rewards are multiplied by this before learning "
                              "(reported returns stay the env's own).")
     reward_clip: float = _f(1000.0, "Scaled rewards are clipped to [-c, c].")
@@ -211,12 +214,15 @@ class Config:
     policy_overrides: dict = _f({}, "Starting hyperparameters per policy, as JSON: '{\"1\": {\"learning_rate\": "
                                 "1e-7}}'. Keys: learning_rate, exploration_loss_coeff, value_loss_coeff, "
                                 "max_grad_norm, ppo_clip_ratio, ppo_clip_value, gamma.")
-    with_pbt: bool = _f(False, "Population-based training: every --pbt_period_env_steps, a policy in the bottom "
+    with_pbt: bool = _f(False, "Population-based training: every --pbt_period_env_steps of the population's mean "
+                        "env steps, a policy in the bottom "
                         "--pbt_replace_fraction copies a top policy's weights and optimizer state (in memory) and "
                         "hyperparameters; every policy's hyperparameters mutate. Decisions go to "
                         "<experiment>/pbt.jsonl.")
-    pbt_period_env_steps: int = _f(5_000_000, "Env steps of a policy between its PBT updates.")
-    pbt_start_mutation: int = _f(20_000_000, "A policy's first PBT update comes after this many of its env steps.")
+    pbt_period_env_steps: int = _f(5_000_000, "The population's mean env steps between PBT decisions (each one decides "
+                                   "for every policy).")
+    pbt_start_mutation: int = _f(20_000_000, "The first PBT decisions come once the population's mean env steps pass "
+                                 "this.")
     pbt_replace_fraction: float = _f(0.3, "Fraction of the population (rounded up) that counts as "
                                      "bottom, and as top; in (0, 0.5].")
     pbt_mutation_rate: float = _f(0.15, "Probability that each hyperparameter mutates at a PBT update.")
@@ -439,8 +445,13 @@ def _optional_int(text: str) -> Optional[int]:
     return None if text.lower() == "none" else int(text)
 
 
+def _optional_bool(text: str) -> Optional[bool]:
+    return None if text.lower() == "none" else parse_bool(text)
+
+
 _PARSERS = {"bool": parse_bool, "int": int, "float": float, "str": str, "list": _parse_json(list),
-            "dict": _parse_json(dict), "Optional[int]": _optional_int, "Optional[str]": str}
+            "dict": _parse_json(dict), "Optional[int]": _optional_int, "Optional[bool]": _optional_bool,
+            "Optional[str]": str}
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -453,6 +464,11 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                             help=f"{f.metadata['help']} (default: {default})")
 
 
+# A run saved before these fields existed ran as these values say (its checkpoints hold no returns normalizer):
+# resumed, it goes on that way instead of taking today's defaults.
+SAVED_BEFORE_DEFAULTS = {"normalize_returns": False, "normalize_input": False}
+
+
 def build_config(given: dict, env_defaults: dict, saved: Optional[dict] = None) -> Config:
     """Precedence, lowest first: dataclass defaults, the env's own defaults, a resumed run's saved config,
     then the flags the user gave on this command line."""
@@ -460,6 +476,7 @@ def build_config(given: dict, env_defaults: dict, saved: Optional[dict] = None) 
     values.update(env_defaults)
     if saved:
         known = {f.name for f in dataclasses.fields(Config)}
+        values.update({k: v for k, v in SAVED_BEFORE_DEFAULTS.items() if k not in saved})
         values.update({k: v for k, v in saved.items() if k in known})
     values.update(given)
     values.update({k: v for k, v in algo_defaults(values).items() if k not in given})

@@ -6,7 +6,8 @@
 The file holds the acting policy, one step for a batch of agents, with the input normalizer folded in:
     inputs   obs [B, *obs shape] (the env's dtype: uint8 images, float32 vectors); rnn_state [B, H] (with an RNN)
     outputs  logits [B, actions] (Discrete), or mean [B, d] and std [B, d] (Box: a Gaussian; clip samples to the
-             action bounds); value [B]; rnn_state_out [B, H] (with an RNN: feed it back, zeros at an episode start)
+             action bounds); value [B] (in return units); rnn_state_out [B, H] (with an RNN: feed it back, zeros at
+             an episode start)
 Its metadata (model.metadata_props) names the env, the action space and the recurrent state's size.
 """
 
@@ -46,6 +47,7 @@ class ActingPolicy(nn.Module):
         elif model.rnn_type == "lstm":
             x, rnn_state = model._core_step(x, rnn_state)
         action_params, value = model.heads(x)
+        value = model.returns(value)
         outputs = (action_params,) if model.discrete else (action_params, model.action_log_std.exp().expand_as(
             action_params))
         return outputs + ((value, rnn_state) if model.rnn_type else (value,))

@@ -223,7 +223,8 @@ class Learner:
         self.env_steps += int(self.collective.sum(valid.sum().reshape(1))[0]) * self.frameskip  # every rank's
         self.hp = self.buffers.hparams(self.policy_id)
         if self.model.normalizer is not None:
-            self.model.normalizer.update(_sample_observations(batch["obs"][:-1], valid, NORMALIZER_SAMPLES_PER_BATCH))
+            self.model.normalizer.update(_sample_observations(batch["obs"][:-1], valid, NORMALIZER_SAMPLES_PER_BATCH),
+                                         self.collective.sum)
         lr = self._learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -255,8 +256,10 @@ class Learner:
         if mb["valid"].shape[1] == 0:
             stats = self._empty_minibatch()
         else:
-            loss, stats = self._loss(mb)
+            loss, stats, targets = self._loss(mb)
             loss.backward()
+            if self.model.returns_normalizer is not None:  # the next minibatch's targets are normalized with these too
+                self.model.returns_normalizer.update(targets[mb["mask"]], self.collective.sum)
         self.collective.average_gradients(list(self.model.parameters()))
         max_norm = self.hp["max_grad_norm"] if self.hp["max_grad_norm"] > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
@@ -271,9 +274,11 @@ class Learner:
         """Under torchrun a preempted rank may hold fewer trajectories than minibatches. An empty one has no loss but
         makes the same collectives as any (advantage moments, gradients), so the ranks stay in step and this rank
         applies the same averaged update as the others."""
+        empty = torch.zeros(0, device=self.device)
         if self.cfg.normalize_advantage:
-            empty = torch.zeros(0, device=self.device)
             losses.normalize(empty, empty.bool(), self.collective.sum)
+        if self.model.returns_normalizer is not None:
+            self.model.returns_normalizer.update(empty, self.collective.sum)
         for p in self.model.parameters():
             p.grad = torch.zeros_like(p)
         return {}
@@ -296,7 +301,8 @@ class Learner:
         log_ratio = torch.where(valid, logp - mb["behavior_logp"], torch.zeros_like(logp))
         rewards = (mb["rewards"] * cfg.reward_scale).clamp(-cfg.reward_clip, cfg.reward_clip)
         discounts = hp["gamma"] * (~mb["dones"]).float()
-        values_now, bootstrap = values[:-1].detach(), values[-1].detach()
+        returns = self.model.returns(values.detach())  # the value head's outputs in return units
+        values_now, bootstrap = returns[:-1], returns[-1]
         if cfg.with_vtrace:
             vt = from_importance_weights(log_ratio.detach(), discounts, rewards, values_now, bootstrap,
                                          cfg.vtrace_rho, cfg.vtrace_pg_rho, cfg.vtrace_c, valid)
@@ -307,12 +313,14 @@ class Learner:
             advantages = losses.normalize(advantages, mask, self.collective.sum)
 
         policy_loss = losses.ppo_policy_loss(torch.exp(log_ratio), advantages, hp["ppo_clip_ratio"], mask)
-        value_loss = losses.value_loss(values[:-1], targets, mb["behavior_values"], hp["ppo_clip_value"], mask)
+        # with --normalize_returns the value head learns normalized returns
+        learned = targets if self.model.returns_normalizer is None else self.model.returns_normalizer.normalize(targets)
+        value_loss = losses.value_loss(values[:-1], learned, mb["behavior_values"], hp["ppo_clip_value"], mask)
         entropy = losses.masked_mean(dist.entropy(), mask)
         loss = policy_loss + hp["value_loss_coeff"] * value_loss - hp["exploration_loss_coeff"] * entropy
         stats = {"loss": loss.item(), "policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
                  "entropy": entropy.item(), "value": losses.masked_mean(values_now, mask).item()}
-        return loss, stats
+        return loss, stats, targets
 
     def _hp_stats(self) -> dict:
         return {f"hp_{name}": value for name, value in self.hp.items()}

@@ -31,11 +31,20 @@ class RunningNorm(nn.Module):
         self.clip = clip
 
     @torch.no_grad()
-    def update(self, x: torch.Tensor) -> None:
-        x = x.reshape(-1, *self.mean.shape).float()
-        # two passes (mean, then mean squared deviation): 4x faster than torch.var_mean over dim 0 here
-        batch_mean, n = x.mean(0), x.shape[0]
-        batch_var = (x - batch_mean).square_().mean(0)
+    def update(self, x: torch.Tensor, sum_over_ranks) -> None:
+        """Merge a batch of samples [N, *shape]; sum_over_ranks (distributed.py) sums their moments over DD-PPO's
+        ranks, so every rank keeps the same statistics (and so the same weights)."""
+        x = x.reshape(-1, *self.mean.shape).double()  # one pass over sums of squares: float64 for its cancellation
+        size = self.mean.numel()
+        moments = sum_over_ranks(torch.cat([x.new_tensor([len(x)]), x.sum(0).flatten(), x.square().sum(0).flatten()]))
+        n, total, squares = moments[0], moments[1:1 + size].view_as(self.mean), moments[1 + size:].view_as(self.mean)
+        if n > 0:
+            mean = total / n
+            self.merge(float(n), mean.float(), (squares / n - mean ** 2).clamp(min=0).float())
+
+    @torch.no_grad()
+    def merge(self, n, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> None:
+        """Merge the moments of n more samples (Chan et al.'s parallel variance)."""
         delta, total = batch_mean - self.mean, self.count + n
         self.mean += delta * n / total
         self.var.copy_((self.var * self.count + batch_var * n + delta ** 2 * self.count * n / total) / total)
@@ -44,6 +53,21 @@ class RunningNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalizes `x` in place (the caller passes a float copy it owns): one pass instead of four temporaries."""
         return x.sub_(self.mean).mul_(torch.rsqrt(self.var + 1e-8)).clamp_(-self.clip, self.clip)
+
+
+class ReturnNorm(RunningNorm):
+    """Running mean/std of the value targets (Sample Factory's --normalize_returns): the value head learns
+    (G - mean) / std, and the learner turns its outputs back into returns for V-trace and GAE. Its statistics are
+    buffers, so they travel with the weights, checkpoints and PBT's copies."""
+
+    def __init__(self):
+        super().__init__((), clip=float("inf"))
+
+    def normalize(self, returns: torch.Tensor) -> torch.Tensor:
+        return (returns - self.mean) * torch.rsqrt(self.var + 1e-8)
+
+    def denormalize(self, values: torch.Tensor) -> torch.Tensor:
+        return values * torch.sqrt(self.var + 1e-8) + self.mean
 
 
 def conv_encoder(obs_shape) -> tuple[nn.Module, int]:
@@ -80,7 +104,9 @@ class ActorCritic(nn.Module):
         use_conv = cfg.encoder == "conv" or (cfg.encoder == "auto" and self.is_image)
         if use_conv and not self.is_image:
             raise ValueError(f"--encoder conv needs image observations, got shape {obs_space.shape}")
-        self.normalizer = RunningNorm(obs_space.shape) if cfg.normalize_input else None
+        normalize_input = not self.is_image if cfg.normalize_input is None else cfg.normalize_input
+        self.normalizer = RunningNorm(obs_space.shape) if normalize_input else None
+        self.returns_normalizer = ReturnNorm() if cfg.normalize_returns else None
         self.is_conv = use_conv
         if use_conv:
             self.encoder, size = conv_encoder(obs_space.shape)
@@ -164,6 +190,10 @@ class ActorCritic(nn.Module):
         """(action distribution parameters, value), float32."""
         features = features.to(self.compute_dtype)
         return self.action_head(features).float(), self.value_head(features).squeeze(-1).float()
+
+    def returns(self, values: torch.Tensor) -> torch.Tensor:
+        """The value head's outputs in return units (they are normalized returns with --normalize_returns)."""
+        return values if self.returns_normalizer is None else self.returns_normalizer.denormalize(values)
 
     def store_weights_as(self, dtype: torch.dtype) -> "ActorCritic":
         """For inference only: keep encoder, core and heads in `dtype`. With bfloat16 each small batch streams

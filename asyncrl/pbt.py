@@ -1,12 +1,16 @@
-"""Population-based training (Jaderberg et al. 2017), on Sample Factory's schedule, run by the runner.
+"""Population-based training (Jaderberg et al. 2017), with Sample Factory's flags, run by the runner.
 
-Each time a policy has made another --pbt_period_env_steps (after its first --pbt_start_mutation), the policies are
-ranked by their objective (the mean of --pbt_target_objective over the last --stats_avg episodes, or of the return
-for envs that do not report it). The bottom ceil(--pbt_replace_fraction * P) are "bottom", as many "top". A bottom
-policy whose objective trails a random top policy's by the gaps copies that policy (exploit): its learner loads the
-top learner's weights and Adam state from shared memory, never from disk. Then every updated policy mutates
-(explore): each hyperparameter, with probability --pbt_mutation_rate, is multiplied or divided by U[min, max]
-(gamma through 1 - gamma, if --pbt_optimize_gamma). Every decision is a line of <experiment>/pbt.jsonl.
+PBT runs on the population's clock: its mean env steps (the policies' env steps summed, divided by their number).
+Each time that clock passes another --pbt_period_env_steps (after --pbt_start_mutation), every policy gets a
+decision, however few env steps it made itself (a policy whose episodes are short, as a bad policy's often are,
+collects a small share of the steps: on its own steps it would wait many periods for the decision that could save
+it). At a decision the policies are ranked by their objective (the mean of --pbt_target_objective over the last
+--stats_avg episodes, or of the return for envs that do not report it). The bottom ceil(--pbt_replace_fraction * P)
+are "bottom", as many "top". A bottom policy whose objective trails a random top policy's by the gaps copies that
+policy (exploit): its learner loads the top learner's weights and Adam state from shared memory, never from disk.
+Then every updated policy mutates (explore): each hyperparameter, with probability --pbt_mutation_rate, is
+multiplied or divided by U[min, max] (gamma through 1 - gamma, if --pbt_optimize_gamma). Every decision is a line of
+<experiment>/pbt.jsonl.
 """
 
 from __future__ import annotations
@@ -69,30 +73,31 @@ class PopulationBasedTraining:
     def __init__(self, cfg: Config, buffers: SharedBuffers, commands: list, policies: list[PolicyStats]):
         self.cfg, self.buffers, self.commands, self.policies = cfg, buffers, commands, policies
         self.rng = random.Random(cfg.seed)
-        self.next_update: list[int | None] = [None] * cfg.num_policies  # env steps of each policy's next update
+        self.next_update: float | None = None  # the population's clock (mean env steps) at the next decisions
         self.waiting: dict[int, list[tuple[int, dict]]] = {}  # source -> (policy, its new hparams): awaiting export
         self.importing: dict[int, int] = {}  # source -> imports of its exported state not yet done (do not overwrite)
         self.log_path = os.path.join(cfg.experiment_dir, "pbt.jsonl")
         self.start = time.monotonic()
 
     def update(self) -> None:
-        """Update each policy whose env steps passed its next update point (see the module docstring)."""
+        """Once the population's clock passes the next point, a decision for every policy (see the module
+        docstring)."""
+        if any(p.launch_env_steps is None for p in self.policies):  # not every learner has reported yet
+            return
+        if self.next_update is None:
+            self.next_update = self._next_point(np.mean([p.launch_env_steps for p in self.policies]))
         objectives = [objective(p, self.cfg.pbt_target_objective) for p in self.policies]
-        for p in self.policies:
-            if p.launch_env_steps is None:
-                continue
-            due = self.next_update[p.policy_id]
-            if due is None:
-                due = self.next_update[p.policy_id] = self._next_point(p.launch_env_steps)
-            if p.env_steps >= due and None not in objectives:
-                self._update_policy(p, objectives)
-                self.next_update[p.policy_id] = self._next_point(p.env_steps)
+        clock = np.mean([p.env_steps for p in self.policies])
+        if clock >= self.next_update and None not in objectives:
+            for p in self.policies:
+                self._update_policy(p, objectives, clock)
+            self.next_update = self._next_point(clock)
 
-    def _next_point(self, env_steps: int) -> int:
+    def _next_point(self, env_steps: float) -> float:
         start, period = self.cfg.pbt_start_mutation, self.cfg.pbt_period_env_steps
         return start if env_steps < start else start + ((env_steps - start) // period + 1) * period
 
-    def _update_policy(self, policy: PolicyStats, objectives: list[float]) -> None:
+    def _update_policy(self, policy: PolicyStats, objectives: list[float], clock: float) -> None:
         p = policy.policy_id
         before = self.buffers.hparams(p)
         source = copy_source(p, objectives, self.cfg, self.rng)
@@ -104,7 +109,8 @@ class PopulationBasedTraining:
                 self.commands[source].put(ExportState())
             self.waiting.setdefault(source, []).append((p, after))
         self._log({"time_s": round(time.monotonic() - self.start, 3), "policy": p, "env_steps": policy.env_steps,
-                   "objectives": objectives, "copied_from": source, "hparams_before": before, "hparams_after": after})
+                   "population_env_steps": round(float(clock)), "objectives": objectives, "copied_from": source,
+                   "hparams_before": before, "hparams_after": after})
 
     def exported(self, report: StateExported) -> None:
         """The policies waiting for that source's state load it, with their new hparams; their episode windows

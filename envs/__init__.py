@@ -2,7 +2,7 @@
 
 `--env NAME` is looked up in this order:
 1. a name given to `register_env` (the VizDoom scenarios, the synthetic envs, a user's own calls);
-2. a name in an env family (`register_env_family`: atari_<game>);
+2. a name in an env family (`register_env_family`: atari_<game>, mujoco_<task>);
 3. an installed package's entry point in the `asyncrl.envs` group (name = the env's name, value = its factory);
 4. `remote:HOST:PORT[,HOST:PORT...]`: envs served by `asyncrl env-server` (asyncrl/remote);
 5. `module:name`, which the module decides: its attribute `name` (dotted: `pkg.envs:Maker.build`) is the factory
@@ -91,7 +91,7 @@ def plugin_envs() -> dict[str, str]:
 
 def _register_builtin():
     # Imported lazily so `import asyncrl.envs` stays cheap; the modules call register_env on import.
-    from asyncrl.envs import atari, doom, doom_netgame, duel, synthetic  # noqa: F401
+    from asyncrl.envs import atari, doom, doom_netgame, duel, mujoco, synthetic  # noqa: F401
 
 
 def _plugins():

@@ -10,7 +10,8 @@ Two presets, chosen with `--env_options '{"preset": "..."}'`:
   "life_lost") while the game goes on; no sticky actions; the minimal action set.
 - "machado" (Machado et al. 2018, "Revisiting the ALE"): sticky actions (0.25), the full action set, no life-loss
   signal, no FIRE reset, and no no-op starts (sticky actions are the paper's source of randomness instead).
-Both: 84x84 grayscale, 4 frames stacked, and a game cut at 108,000 frames (a truncation, bootstrapped). Rewards come
+Both: 84x84 grayscale, 4 frames stacked, and a game cut at 108,000 frames (a truncation, bootstrapped; option
+max_frames). Rewards come
 unclipped: the reported return is the game's score over a whole game; the learner clips them (--reward_clip 1, the
 family's default config).
 """
@@ -56,14 +57,16 @@ def _ale():
     return ale_py
 
 
-def make_vector_game(game: str, num_envs: int, preset: str = "baselines", num_threads: int = 1) -> gym.vector.VectorEnv:
+def make_vector_game(game: str, num_envs: int, preset: str = "baselines", num_threads: int = 1,
+                     max_frames: int = MAX_FRAMES_PER_GAME) -> gym.vector.VectorEnv:
     """`num_envs` copies of one game with the preset's preprocessing, reset as their episodes end (same step: the
-    final observation is in info["final_obs"]), with info["life_lost"] per env."""
+    final observation is in info["final_obs"]), with info["life_lost"] per env; a game is cut (truncated) after
+    max_frames frames."""
     settings = _preset(preset)
     from ale_py.vector_env import AtariVectorEnv
     env = AtariVectorEnv(game, num_envs, num_threads=num_threads, frameskip=FRAMESKIP, maxpool=True, stack_num=4,
                          img_height=84, img_width=84, grayscale=True, reward_clipping=False, episodic_life=False,
-                         life_loss_info=False, max_num_frames_per_episode=MAX_FRAMES_PER_GAME,
+                         life_loss_info=False, max_num_frames_per_episode=max_frames,
                          autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
                          **{k: v for k, v in settings.items() if k != "life_loss"})
     return AtariGames(env, settings["life_loss"])
@@ -107,8 +110,9 @@ class AtariGame(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"]}
 
-    def __init__(self, game: str, preset: str = "baselines", render_mode: str | None = None):
-        self.game = make_vector_game(game, 1, preset)
+    def __init__(self, game: str, preset: str = "baselines", render_mode: str | None = None,
+                 max_frames: int = MAX_FRAMES_PER_GAME):
+        self.game = make_vector_game(game, 1, preset, max_frames=max_frames)
         self.observation_space = self.game.single_observation_space
         self.action_space = self.game.single_action_space
         self.frameskip, self.render_mode = FRAMESKIP, render_mode
@@ -149,21 +153,23 @@ def atari_entry(name: str) -> EnvEntry:
         hint = f"; did you mean {', '.join(PREFIX + g for g in near)}?" if near else "; see `asyncrl envs`"
         raise EnvError(f"unknown Atari game {game!r}{hint}")
 
-    def make(preset: str = "baselines", num_threads: int = 1, render_mode: str | None = None, **options) -> AtariGame:
+    def make(preset: str = "baselines", num_threads: int = 1, max_frames: int = MAX_FRAMES_PER_GAME,
+             render_mode: str | None = None, **options) -> AtariGame:
         _check_options(name, options)
-        return AtariGame(game, preset, render_mode)  # a vector env of one: one thread
+        return AtariGame(game, preset, render_mode, max_frames)  # a vector env of one: one thread
 
-    def make_vector(num_envs: int, preset: str = "baselines", num_threads: int = 1, **options):
+    def make_vector(num_envs: int, preset: str = "baselines", num_threads: int = 1,
+                    max_frames: int = MAX_FRAMES_PER_GAME, **options):
         _check_options(name, options)
-        return make_vector_game(game, num_envs, preset, num_threads)
+        return make_vector_game(game, num_envs, preset, num_threads, max_frames)
 
     return EnvEntry(make, f"Atari {game} (ALE)", dict(ATARI_DEFAULTS), make_vector)
 
 
 def _check_options(name: str, options: dict) -> None:
     if options:
-        raise EnvError(f"env {name!r} takes the options preset ({' or '.join(PRESETS)}) and num_threads (vector "
-                       f"envs), not {sorted(options)}")
+        raise EnvError(f"env {name!r} takes the options preset ({' or '.join(PRESETS)}), max_frames (per game) and "
+                       f"num_threads (vector envs), not {sorted(options)}")
 
 
 register_env_family(PREFIX, atari_entry, "Atari 2600 (ALE): atari_pong, atari_breakout, ... every game in "

@@ -4,6 +4,7 @@ observations made CHW uint8 once, here, not in the model."""
 from __future__ import annotations
 
 import importlib
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -49,14 +50,29 @@ def check_spaces(name: str, obs: gym.Space, act: gym.Space) -> None:
 
 def registered_id(gym_id: str) -> str:
     """The id of `gym_id` (or of gymnasium's `package:EnvId` form), once what registers it is imported (the package;
-    ale-py for ALE/ ids), in whichever process makes the env."""
+    ale-py for ALE/ ids), in whichever process makes the env; MuJoCo's warnings are routed (quiet_mujoco) first."""
     from asyncrl.envs import register_ale_ids
     package, _, env_id = gym_id.rpartition(":")
     if package:
         importlib.import_module(package)
     if env_id.startswith("ALE/"):
         register_ale_ids()
+    if env_id in gym.envs.registry and "mujoco" in str(gym.spec(env_id).entry_point):
+        quiet_mujoco()
     return env_id
+
+
+def quiet_mujoco() -> None:
+    """MuJoCo writes its warnings (mujoco 4's deprecations of gymnasium's models) to MUJOCO_LOG.TXT in the working
+    directory: send them to Python's warnings instead (once per process; deprecations, which are about the model
+    files and not for the user to act on, hidden as Python hides DeprecationWarning)."""
+    from asyncrl.envs import EnvError
+    try:
+        import mujoco
+    except ImportError:
+        raise EnvError('MuJoCo envs need mujoco: pip install -e ".[mujoco]"') from None
+    mujoco.set_mju_user_warning(lambda message: warnings.warn(
+        f"MuJoCo: {message}", DeprecationWarning if "deprecated" in message else RuntimeWarning, stacklevel=2))
 
 
 def make_gym_env(gym_id: str, **options) -> gym.Env:
@@ -73,6 +89,13 @@ def make_gym_env(gym_id: str, **options) -> gym.Env:
 # per worker, and several PPO epochs per batch, since samples are cheap but learning from them is not.
 VECTOR_ENV_DEFAULTS = {"use_rnn": False, "encoder_mlp_layers": [64, 64], "num_envs_per_worker": 16,
                        "learning_rate": 1e-3, "num_epochs": 4, "num_batches_per_epoch": 4}
+# Continuous control (any env with Box actions: MuJoCo, Box2D, classic control): Sample Factory's MuJoCo settings,
+# a Gaussian policy with a learned log-std on a small tanh MLP, observations and returns normalized, GAE.
+CONTINUOUS_DEFAULTS = {**VECTOR_ENV_DEFAULTS, "rollout": 64, "batch_size": 1024, "num_epochs": 2,
+                       "num_batches_per_epoch": 4, "with_vtrace": False, "gae_lambda": 0.95, "gamma": 0.99,
+                       "ppo_clip_ratio": 0.2, "value_loss_coeff": 1.3, "exploration_loss_coeff": 0.0,
+                       "max_grad_norm": 3.5, "learning_rate": 0.00295, "lr_schedule": "linear_decay",
+                       "normalize_input": True, "normalize_returns": True, "value_bootstrap": True}
 # Per-id additions: returns in the hundreds want scaled rewards for the value head to keep up.
 GYM_ID_DEFAULTS = {"CartPole-v1": {"reward_scale": 0.1}, "CartPole-v0": {"reward_scale": 0.1}}
 
@@ -80,7 +103,10 @@ GYM_ID_DEFAULTS = {"CartPole-v1": {"reward_scale": 0.1}, "CartPole-v0": {"reward
 def gym_entry(gym_id: str):
     from asyncrl.envs import EnvEntry
     probe = make_gym_env(gym_id)  # the observation space decides the defaults; gymnasium envs are cheap to make
-    defaults = {} if is_image_space(probe.observation_space) else dict(VECTOR_ENV_DEFAULTS)
+    if isinstance(probe.action_space, gym.spaces.Box):
+        defaults = dict(CONTINUOUS_DEFAULTS)
+    else:
+        defaults = {} if is_image_space(probe.observation_space) else dict(VECTOR_ENV_DEFAULTS)
     defaults.update(GYM_ID_DEFAULTS.get(gym_id, {}))
     probe.close()
     return EnvEntry(lambda **options: make_gym_env(gym_id, **options), f"gymnasium {gym_id}", defaults,

@@ -41,12 +41,14 @@ def test_no_op_starts_vary_the_first_frame_of_a_game_only_with_baselines():
         games.close()
 
 
-def test_a_game_is_cut_at_108000_frames_as_a_truncation():
-    """Breakout after a lost life waits for FIRE: never pressing it stalls the game until the frame limit."""
-    env = make_env("atari_breakout")
+@pytest.mark.parametrize("max_frames", [8_000, None])
+def test_a_game_is_cut_at_the_frame_limit_as_a_truncation(max_frames):
+    """Breakout after a lost life waits for FIRE: never pressing it stalls the game until the frame limit (108,000
+    frames unless the option says otherwise: 27,000 steps)."""
+    env = make_env("atari_breakout", **({"max_frames": max_frames} if max_frames else {}))
     rewards, lives_lost, terminated, truncated = play_one_game(env, lambda t: 0)
     assert truncated and not terminated and sum(lives_lost) == 1
-    assert len(rewards) == pytest.approx(MAX_FRAMES_PER_GAME / FRAMESKIP, abs=40)  # less the start's no-ops
+    assert len(rewards) == pytest.approx((max_frames or MAX_FRAMES_PER_GAME) / FRAMESKIP, abs=40)  # less the no-ops
     env.close()
 
 
@@ -94,7 +96,7 @@ def test_the_learner_sees_each_life_the_stats_see_the_whole_game_unclipped(tmp_p
 @pytest.mark.parametrize("argv, message", [
     (["--env", "atari_pongg"], "unknown Atari game 'pongg'; did you mean atari_pong?"),
     (["--env", "atari_pong", "--env_options", '{"preset": "deepmind"}'], "unknown Atari preset 'deepmind'"),
-    (["--env", "atari_pong", "--env_options", '{"sticky": 1}'], "takes the options preset"),
+    (["--env", "atari_pong", "--env_options", '{"sticky": 1}'], "takes the options preset (baselines or machado)"),
 ])
 def test_bad_atari_input_is_one_line_and_exit_2(argv, message):
     r = run_cli_error("train", *argv)

@@ -24,7 +24,8 @@ MODELS = {
 @pytest.mark.parametrize("name", list(MODELS))
 def test_onnx_policy_matches_the_torch_model(tmp_path, name):
     """Logits (or the Gaussian's mean and std), value and new recurrent state within 1e-4 of forward_step, for a batch
-    of random observations and states; the input normalizer (random statistics here) is part of the graph."""
+    of random observations and states; the input normalizer (random statistics here) is part of the graph, and the value
+    is in return units (the returns normalizer's statistics folded in)."""
     obs_space, action_space, flags = MODELS[name]
     torch.manual_seed(0)
     model = build_model(obs_space, action_space, Config(env="x", **flags)).eval()
@@ -34,6 +35,8 @@ def test_onnx_policy_matches_the_torch_model(tmp_path, name):
         if model.normalizer is not None:
             model.normalizer.mean.copy_(torch.rand_like(model.normalizer.mean) * float(obs_space.high.flat[0]) / 2)
             model.normalizer.var.copy_(torch.rand_like(model.normalizer.var) * 4 + 0.1)
+        model.returns_normalizer.mean.fill_(30.0)  # the value comes out in return units
+        model.returns_normalizer.var.fill_(16.0)
     path = str(tmp_path / "policy.onnx")
     export_onnx(model, obs_space, path, {"env": name})
     session = onnxruntime.InferenceSession(path)
@@ -46,7 +49,7 @@ def test_onnx_policy_matches_the_torch_model(tmp_path, name):
         state = torch.as_tensor(feeds["rnn_state"]) if model.rnn_type else torch.zeros(5, 0)
         params, value, state = model.forward_step(torch.as_tensor(obs), state)
         expected = [params] if model.discrete else [params, model.action_log_std.exp().expand_as(params)]
-    expected += [value] + ([state] if model.rnn_type else [])
+    expected += [model.returns(value)] + ([state] if model.rnn_type else [])
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         assert g.shape == tuple(e.shape) and np.abs(g - e.numpy()).max() < 1e-4

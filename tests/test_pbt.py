@@ -13,6 +13,7 @@ from asyncrl.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
 from asyncrl.config import PER_POLICY_HPARAMS, Config
 from asyncrl.model import learner_state_floats, pack_state, unpack_state
 from asyncrl.model import build_model
+from asyncrl.messages import StateExported
 from asyncrl.pbt import MUTATED, copy_source, mutate
 
 
@@ -117,3 +118,42 @@ def test_policy_overrides_without_pbt_reach_the_learner(tmp_path):
 def test_bad_pbt_flags_are_one_line_and_exit_2(tmp_path, flags, needle):
     r = run_cli_error("train", "--env", "CartPole-v1", *flags, "--train_dir", tmp_path)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+
+
+def test_every_policy_gets_a_decision_on_the_populations_clock(tmp_path):
+    """Two policies make almost all the env steps (long episodes), two dead ones almost none: each time the mean env
+    steps pass another period, all four get a decision, the dead ones included."""
+    from asyncrl.pbt import PopulationBasedTraining
+    from asyncrl.stats import PolicyStats
+
+    class Hparams:  # the shared per-policy hyperparameters, as SharedBuffers keeps them
+        def __init__(self, cfg):
+            self.values = [cfg.policy_hparams(p) for p in range(cfg.num_policies)]
+
+        def hparams(self, p):
+            return dict(self.values[p])
+
+        def set_hparams(self, p, values):
+            self.values[p] = dict(values)
+
+    class Commands(list):
+        put = list.append
+    cfg = Config(env="x", num_policies=4, pbt_period_env_steps=200_000, pbt_start_mutation=0, with_pbt=True,
+                 train_dir=str(tmp_path), experiment="pbt", seed=0)
+    (tmp_path / "pbt").mkdir()
+    policies = [PolicyStats(p, 10) for p in range(4)]
+    pbt = PopulationBasedTraining(cfg, Hparams(cfg), [Commands() for _ in range(4)], policies)
+    for step in range(1, 101):  # 10,000 env steps a report: 19,000 for each good policy, 1,000 for each dead one
+        for p, share in zip(policies, (19, 19, 1, 1)):
+            p.add_learner_report({"env_steps": step * share * 1000})
+            p.add_episode(500.0 if share > 1 else 20.0, 500 if share > 1 else 20, {})
+        pbt.update()
+        for source in list(pbt.waiting):  # each source's learner exported its state, its copies imported it
+            pbt.exported(StateExported(source))
+        pbt.importing.clear()
+    rows = [json.loads(line) for line in open(tmp_path / "pbt" / "pbt.jsonl")]
+    # the clock (mean env steps) reached 1M: 5 periods of 200k, a decision for each policy at each
+    assert {row["policy"]: sum(r["policy"] == row["policy"] for r in rows) for row in rows} == {p: 5 for p in range(4)}
+    assert all(row["population_env_steps"] % 200_000 < 10_000 for row in rows)
+    assert {row["copied_from"] for row in rows if row["policy"] in (2, 3)} <= {0, 1} and \
+        any(row["copied_from"] is not None for row in rows if row["policy"] in (2, 3))

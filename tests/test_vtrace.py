@@ -201,3 +201,50 @@ def test_gae_bootstraps_truncated_episodes_from_their_final_observation(seed):
 
     np.testing.assert_allclose(engine(bootstrap_truncation=True), ref, atol=1e-10)
     assert not np.allclose(engine(bootstrap_truncation=False), ref)
+
+
+def test_return_normalizer_keeps_the_moments_of_every_target_it_merged():
+    """Chan et al.'s merge over batches of masked targets gives the mean and variance of all of them together (the
+    prior's 1e-4 count aside); normalize and denormalize are inverses."""
+    from asyncrl.model import ReturnNorm
+    rng, norm, seen = np.random.default_rng(0), ReturnNorm(), []
+    for scale in (1.0, 30.0, 100.0):  # returns that grow as a policy learns
+        targets = torch.tensor(rng.normal(scale, scale / 3, (16, 8)))
+        mask = torch.tensor(rng.random((16, 8)) < 0.8)
+        norm.update(targets[mask], lambda moments: moments)
+        seen.append(targets[mask].numpy())
+    everything = np.concatenate(seen)
+    assert float(norm.mean) == pytest.approx(everything.mean(), rel=1e-4)
+    assert float(norm.var) == pytest.approx(everything.var(), rel=1e-4)
+    values = torch.tensor([-3.0, 0.0, 2.5])
+    torch.testing.assert_close(norm.normalize(norm.denormalize(values)), values)
+
+
+def test_vtrace_and_gae_of_normalized_values_are_the_references_in_return_units():
+    """With --normalize_returns the value head's outputs are (V - mean) / std: V-trace and GAE must see them in
+    return units (ActorCritic.returns), so their targets are the papers' sums over the denormalized values, and the
+    value head then learns those targets normalized with the statistics that include them."""
+    from asyncrl.config import Config
+    from asyncrl.model import build_model
+    import gymnasium as gym
+    model = build_model(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), Config(env="x", use_rnn=False))
+    norm = model.returns_normalizer
+    norm.mean.fill_(40.0)
+    norm.var.fill_(25.0)
+    norm.count.fill_(1000.0)
+    d = random_batch(np.random.default_rng(5))
+    t = {k: torch.tensor(v, dtype=torch.float32) for k, v in d.items()}  # the head's (normalized) outputs
+    values, bootstrap = model.returns(t["values"]), model.returns(t["bootstrap"])
+    vs_ref, _ = vtrace_reference(d["log_rhos"], d["discounts"], d["rewards"], 40 + 5 * d["values"],
+                                 40 + 5 * d["bootstrap"], 1.0, 1.0, 1.0)
+    vt = from_importance_weights(t["log_rhos"], t["discounts"], t["rewards"], values, bootstrap)
+    np.testing.assert_allclose(vt.vs.numpy(), vs_ref, rtol=1e-4, atol=1e-3)
+    _, gae_targets = gae(t["rewards"], values, bootstrap, t["discounts"], 0.95)
+    _, gae_ref = gae(t["rewards"], 40 + 5 * t["values"], 40 + 5 * t["bootstrap"], t["discounts"], 0.95)
+    torch.testing.assert_close(gae_targets, gae_ref)
+    mask = torch.ones_like(vt.vs, dtype=torch.bool)
+    norm.update(vt.vs[mask], lambda moments: moments)
+    n, merged = 1000 + vs_ref.size, vs_ref.ravel()
+    mean = (1000 * 40 + merged.sum()) / n
+    var = (1000 * (25 + (40 - mean) ** 2) + ((merged - mean) ** 2).sum()) / n
+    np.testing.assert_allclose(norm.normalize(vt.vs).numpy(), (vs_ref - mean) / np.sqrt(var), rtol=1e-3, atol=1e-3)

@@ -30,6 +30,17 @@ def env_seed(base_seed: int, worker: int, env: int) -> int:
     return int(np.random.SeedSequence([base_seed, worker, env]).generate_state(1)[0])
 
 
+def worker_env_seeds(cfg: Config, worker_idx: int) -> list[int]:
+    """The first seed of each of a worker's envs (a random base seed without --seed)."""
+    base_seed = cfg.seed if cfg.seed is not None else secrets.randbits(31)
+    return [env_seed(base_seed, worker_idx, i) for i in range(cfg.num_envs_per_worker)]
+
+
+def tell_envs_their_worker(cfg: Config, worker_idx: int) -> None:
+    """Set WORKER_INDEX_VAR for the envs made next (this worker's index among every rank's workers)."""
+    os.environ[WORKER_INDEX_VAR] = str(this_rank().rank * cfg.num_workers + worker_idx)
+
+
 @dataclass
 class GroupStep:
     """What a group's step returned besides the observations, per agent of the group (agents that did not play, or
@@ -83,9 +94,8 @@ class PerEnvBackend(EnvBackend):
 
     def __init__(self, cfg: Config, worker_idx: int, reports):
         self.cfg, self.worker_idx, self.reports = cfg, worker_idx, reports
-        base_seed = cfg.seed if cfg.seed is not None else secrets.randbits(31)
         self.envs = [self._make_env() for _ in range(cfg.num_envs_per_worker)]
-        self.seeds = [env_seed(base_seed, worker_idx, i) for i in range(cfg.num_envs_per_worker)]
+        self.seeds = worker_env_seeds(cfg, worker_idx)
         k = cfg.envs_per_group
         self.groups = [self.envs[g * k:(g + 1) * k] for g in range(cfg.worker_num_splits)]
         self.action_space = self.envs[0].action_space
@@ -94,7 +104,7 @@ class PerEnvBackend(EnvBackend):
         self.logged_errors: set[int] = set()
 
     def _make_env(self):
-        os.environ[WORKER_INDEX_VAR] = str(this_rank().rank * self.cfg.num_workers + self.worker_idx)
+        tell_envs_their_worker(self.cfg, self.worker_idx)
         env = make_agents(self.cfg.env, **self.cfg.env_kwargs())
         if env.num_agents != self.cfg.agents_per_env:  # the runner's probe env had another count
             raise EnvError(f"env {self.cfg.env!r} made an env with {env.num_agents} agents, another with "
@@ -196,10 +206,8 @@ class VectorBackend(EnvBackend):
     def __init__(self, cfg: Config, worker_idx: int, reports):
         self.cfg, self.worker_idx = cfg, worker_idx
         self.make_vector = env_entry(cfg.env).make_vector
-        base_seed = cfg.seed if cfg.seed is not None else secrets.randbits(31)
-        k = cfg.envs_per_group
-        self.seeds = [[env_seed(base_seed, worker_idx, g * k + i) for i in range(k)]
-                      for g in range(cfg.worker_num_splits)]
+        k, seeds = cfg.envs_per_group, worker_env_seeds(cfg, worker_idx)
+        self.seeds = [seeds[g * k:(g + 1) * k] for g in range(cfg.worker_num_splits)]
         self.vectors = [self._make_vector() for _ in range(cfg.worker_num_splits)]
         self.action_space = self.vectors[0].single_action_space
         self.next_step_reset = [self._next_step(v) for v in self.vectors]
@@ -208,7 +216,7 @@ class VectorBackend(EnvBackend):
         self.restarted: dict[int, list] = {}  # group -> first observations of its vector env made anew
 
     def _make_vector(self):
-        os.environ[WORKER_INDEX_VAR] = str(this_rank().rank * self.cfg.num_workers + self.worker_idx)
+        tell_envs_their_worker(self.cfg, self.worker_idx)
         vector = self.make_vector(self.cfg.envs_per_group, **self.cfg.env_kwargs())
         if vector.num_envs != self.cfg.envs_per_group:
             raise EnvError(f"env {self.cfg.env!r}: make_vector({self.cfg.envs_per_group}) made {vector.num_envs} envs")

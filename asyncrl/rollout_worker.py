@@ -139,9 +139,8 @@ class RolloutWorker:
         self._request_actions(group)
 
     def _end_rollout(self, group: int) -> None:
-        """ppo/ver (rollouts.py): the rollout is closed and the group waits for the next version's actions. Its slots
-        go to the learner as they are (the observation the group waits on is their bootstrap row) and it goes on in
-        new slots, so the next rollout's samples start there."""
+        """ppo/ver (rollouts.py): the rollout is closed; the group's slots go to the learner as they are (the obs the
+        group waits on is their bootstrap row) and the next version's samples start in new slots."""
         agents = self.group_agents[group]
         for agent in agents[self.shared.agent_step[agents] > 0]:
             self._finish_slot(agent, int(self.shared.agent_step[agent]))
@@ -184,8 +183,7 @@ class RolloutWorker:
 
     def _start_episode(self, group: int, env_in_group: int, first_obs: list) -> None:
         """An env was reset: each of its agents draws a player and goes on from its first observation, in the row
-        after its last episode's (in a new slot if its slot is full or it changes policy: a slot holds the samples
-        of one policy)."""
+        after its last episode's (in a new slot if its slot is full or it changes policy: a slot holds one's)."""
         shared = self.shared
         agents, local = self._env_agents(group, env_in_group)
         self._report_match(group * self.cfg.envs_per_group + env_in_group)

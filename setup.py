@@ -60,5 +60,5 @@ setup(
         "test": ["pytest>=7", "cryptography>=41", "huggingface_hub>=0.20", "onnx>=1.16", "onnxscript>=0.1",
                  "onnxruntime>=1.17", "wandb>=0.17", "ale-py>=0.11", "mujoco>=3.1"],
     },
-    entry_points={"console_scripts": ["asyncrl=asyncrl.cli:main"]},
+    entry_points={"console_scripts": ["asyncrl=asyncrl.cli:run"]},
 )

@@ -1,5 +1,3 @@
-import sys
+from asyncrl.cli import run
 
-from asyncrl.cli import main
-
-sys.exit(main())
+run()

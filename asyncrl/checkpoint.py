@@ -7,9 +7,7 @@ import os
 
 import torch
 
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded; the message names the file and what is wrong."""
+from asyncrl.config import CheckpointError
 
 
 def checkpoint_dir(experiment_dir: str, policy_id: int) -> str:

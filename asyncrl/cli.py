@@ -6,13 +6,17 @@ line on stderr and exit code 2, before any worker process starts.
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
+import threading
+from typing import NoReturn
 
-from asyncrl.checkpoint import CheckpointError
-from asyncrl.config import (Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config,
-                            experiment_dir_of, read_saved_config)
+from asyncrl.config import (CheckpointError, Config, ConfigError, OneLineErrorParser, add_config_arguments,
+                            build_config, experiment_dir_of, read_saved_config)
 from asyncrl.envs import (ENTRY_POINT_GROUP, EnvError, connect_remote, env_entry, env_families, plugin_envs,
                           registered_envs)
+from asyncrl.fork_server import start_fork_server, stop_fork_server
 from asyncrl.tune import with_tuned_flags
 
 USER_ERRORS = (ConfigError, EnvError, CheckpointError)
@@ -35,6 +39,7 @@ def config_from_args(argv: list[str]) -> Config:
 
 
 def cmd_train(argv: list[str]) -> int:
+    start_fork_server()  # its imports overlap ours (torch: seconds); a user error below stops it
     from asyncrl.runner import train
     cfg = config_from_args(argv)
     return train(cfg)
@@ -55,6 +60,7 @@ def cmd_envs(argv: list[str]) -> int:
 
 
 def cmd_bench(argv: list[str]) -> int:
+    start_fork_server()
     from asyncrl.bench import cmd_bench as bench
     return bench(argv)
 
@@ -113,7 +119,23 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as e:
         print(f"asyncrl: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        stop_fork_server()  # the command's children are gone (or never started); the server would linger a second
+
+
+def run() -> NoReturn:
+    """The `asyncrl` command: main(), then exit as Python would, less the teardown of torch's modules, which
+    adds most of a second of CPU to every command and has nothing to release (files, children and shared memory
+    are closed by then; atexit handlers, wandb's and logging's among them, still run)."""
+    code = main()
+    for thread in threading.enumerate():  # as interpreter shutdown does: non-daemon threads finish first
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

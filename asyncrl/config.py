@@ -28,6 +28,11 @@ class ConfigError(ValueError):
     """A user error: the CLI prints it as one line and exits with code 2, before any process starts."""
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded; the message names the file and what is wrong. (Here, not in
+    checkpoint.py, so the command line catches it without importing torch.)"""
+
+
 def _f(default, help_text, choices=None):
     """A field with its help line. A list or dict default is copied per instance."""
     metadata = {"help": help_text, "choices": choices}

@@ -26,7 +26,8 @@ import torch
 from asyncrl.config import Config
 from asyncrl.envs import adopt_entry, env_entry, make_agents, portable_entry
 from asyncrl.envs.multi_agent import random_step
-from asyncrl.processes import die_with_parent, keep_freed_memory_for_reuse, lead_group_with_reaper, mp_context
+from asyncrl.fork_server import mp_context
+from asyncrl.processes import die_with_parent, keep_freed_memory_for_reuse, lead_group_with_reaper
 
 
 # --- raw: the env alone

@@ -11,9 +11,9 @@ import traceback
 from typing import NoReturn
 
 import torch
-import torch.multiprocessing as mp
 
 from asyncrl.envs import adopt_entry
+from asyncrl.fork_server import mp_context, release_fork_server
 from asyncrl.messages import Fatal
 from asyncrl.reaper import start_reaper
 
@@ -34,14 +34,6 @@ def stop_run(reports, message: str) -> NoReturn:
     """Tell the runner why (a Fatal report: the run's one error line) and stop this child without a traceback."""
     reports.put(Fatal(message))
     raise RunStopped(message)
-
-
-# A fork server, neither fork nor spawn: forking a parent whose torch/OpenMP thread pools already ran can deadlock the
-# child, and a spawned child imports torch and the engine anew (about a second of CPU each). The fork server is a fresh
-# process that imports them once, runs nothing, and forks every child from that state; it exits with its parent.
-mp_context = mp.get_context("forkserver")
-mp_context.set_forkserver_preload(["asyncrl.learner", "asyncrl.policy_worker", "asyncrl.rollout_worker",
-                                   "asyncrl.evaluator"])
 
 
 class StopFlag:
@@ -68,19 +60,6 @@ def die_with_parent(owner_pid: int | None = None) -> bool:
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     return os.getppid() == parent and (owner_pid is None or _alive(owner_pid))
-
-
-def release_fork_server() -> None:
-    """In a child of the fork server: close the pipe end every such child inherits, which keeps the server running
-    while the child lives (for children that start children of their own through it; ours never do). The server
-    then exits with the process that started it, and its children, by PDEATHSIG, with the server."""
-    from multiprocessing import forkserver, parent_process
-    if parent_process() is None:  # not a child: this process's own pipe end keeps its fork server
-        return
-    fd = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)  # the pipe end's fd (CPython 3.10-3.13)
-    if fd is not None:
-        os.close(fd)
-        forkserver._forkserver._forkserver_alive_fd = None
 
 
 def _alive(pid: int) -> bool:

@@ -19,8 +19,6 @@ import re
 import tempfile
 import time
 
-import torch
-
 from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config
 
 KNOBS = ("num_envs_per_worker", "num_workers", "worker_num_splits", "policy_workers_per_policy", "batch_size")
@@ -71,7 +69,7 @@ def search(cfg: Config, budget_s: float, warmup_s: float, seconds: float, log=pr
 
     cores = len(os.sched_getaffinity(0))
     costs = compute_limit(cfg, cfg.envs_per_group)
-    log(f"asyncrl tune: {cfg.env} on {cores} cores, {'a GPU' if torch.cuda.is_available() else 'no GPU'}; CPU ms per "
+    log(f"asyncrl tune: {cfg.env} on {cores} cores, {'a GPU' if has_gpu() else 'no GPU'}; CPU ms per "
         f"agent step alone: simulation {costs['sim_ms_per_step']:.3f}, inference {costs['inference_ms_per_step']:.3f} "
         f"(batch {costs['inference_batch']}), learning {costs['learn_ms_per_step']:.3f}; compute limit "
         f"{costs['compute_limited_fps']:,.0f} frames/s")
@@ -101,7 +99,7 @@ def search(cfg: Config, budget_s: float, warmup_s: float, seconds: float, log=pr
                 fps = measure(c)
                 if fps > MARGIN * best_fps:
                     best, best_fps, improved = c, fps, True
-    return {"env": cfg.env, "cores": cores, "gpu": torch.cuda.is_available(), "costs": costs,
+    return {"env": cfg.env, "cores": cores, "gpu": has_gpu(), "costs": costs,
             "tried": [{"flags": dict(zip(KNOBS, key)), "fps": fps} for key, fps in tried.items()],
             "best": flags_of(best), "best_fps": best_fps, "budget_s": budget_s}
 
@@ -113,6 +111,11 @@ def with_tuned_flags(given: dict, env_defaults: dict) -> dict:
     return {**env_defaults, **tuned_flags(given, env_defaults)}
 
 
+def has_gpu() -> bool:
+    import torch  # here, not at the top: the command line imports this module before it starts the fork server
+    return torch.cuda.is_available()
+
+
 def tuned_flags(given: dict, env_defaults: dict) -> dict:
     """For --tune True: the fastest flags `asyncrl tune` saved for this env on this machine; if there are none (or
     they were measured on another machine), tunes first with the default budget."""
@@ -120,7 +123,7 @@ def tuned_flags(given: dict, env_defaults: dict) -> dict:
     try:
         with open(path) as f:
             result = json.load(f)
-        if result["cores"] == len(os.sched_getaffinity(0)) and result["gpu"] == torch.cuda.is_available():
+        if result["cores"] == len(os.sched_getaffinity(0)) and result["gpu"] == has_gpu():
             return result["best"]
     except (OSError, json.JSONDecodeError, KeyError):
         pass

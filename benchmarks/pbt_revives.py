@@ -1,12 +1,13 @@
 """Does PBT revive policies that cannot learn? CartPole-v1, 4 policies, 2 of them started with learning rate 1e-7.
 
-    python benchmarks/pbt_revives.py [--env_steps 3000000] [--period 50000] [--seconds 600]
+    python benchmarks/pbt_revives.py [--env_steps 3000000] [--period 50000] [--seconds 600] [--pbt_only]
 
-Runs `asyncrl train` with --with_pbt True and then False, the same otherwise, for --seconds each. Curves are drawn
+Runs `asyncrl train` with --with_pbt True and then False (unless --pbt_only), the same otherwise, for --seconds each. Curves are drawn
 against the env steps of all policies together (episodes go to random policies, so a policy that plays short
 episodes gets few steps). Reports each policy's mean return (last 100 episodes) at the last summary within
---env_steps, and whether every policy reached 400 there (with PBT) and policies 2 and 3 stayed below 100 (without).
-Writes benchmarks/results/pbt_revives.{md,json,png}.
+--env_steps, the env steps at which every policy's mean return was first >= 400, and whether every policy reached 400
+(with PBT) and policies 2 and 3 stayed below 100 (without). Writes benchmarks/results/pbt_revives[_<period>].{md,json,
+png} (the period's suffix when it is not the default).
 """
 
 import argparse
@@ -40,12 +41,17 @@ def run(pbt: bool, args, train_dir: str) -> dict:
     rows = train_and_watch(flags, os.path.join(train_dir, name), timeout_s=args.seconds + 120)
     per_policy = curves(rows)
     within = {p: [point for point in c if point[0] <= args.env_steps] or c[:1] for p, c in per_policy.items()}
+    latest, all_at_400 = {}, None
+    for p, (steps, ret) in sorted(((p, point) for p, c in within.items() for point in c), key=lambda x: x[1][0]):
+        latest[p] = ret
+        if all_at_400 is None and len(latest) == POLICIES and min(latest.values()) >= 400:
+            all_at_400 = steps
     decisions = 0
     if pbt:
         with open(os.path.join(train_dir, name, "pbt.jsonl")) as f:
             decisions = [json.loads(line) for line in f]
     return {"pbt": pbt, "curves": per_policy, "final": {p: c[-1][1] for p, c in within.items()},
-            "total_env_steps": max(c[-1][0] for c in within.values()),
+            "total_env_steps": max(c[-1][0] for c in within.values()), "all_at_400": all_at_400,
             "copies": sum(d["copied_from"] is not None for d in decisions) if pbt else 0}
 
 
@@ -54,15 +60,17 @@ def main():
     parser.add_argument("--env_steps", type=int, default=3_000_000)
     parser.add_argument("--period", type=int, default=50_000)
     parser.add_argument("--seconds", type=int, default=600)
+    parser.add_argument("--pbt_only", action="store_true", help="skip the run without PBT")
     args = parser.parse_args()
     train_dir = tempfile.mkdtemp(prefix="asyncrl_pbt_")
-    results = [run(pbt, args, train_dir) for pbt in (True, False)]
+    results = [run(pbt, args, train_dir) for pbt in ((True,) if args.pbt_only else (True, False))]
     shutil.rmtree(train_dir, ignore_errors=True)
 
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), sharey=True, squeeze=False)
+    axes = axes[0]
     for ax, result in zip(axes, results):
         for p, points in result["curves"].items():
             label = f"policy {p}" + (" (lr 1e-7)" if str(p) in DEAD else "")
@@ -73,21 +81,23 @@ def main():
     axes[0].set_ylabel("mean return (last 100 episodes)")
     axes[0].legend()
     fig.suptitle(f"CartPole-v1, 4 policies, 2 started with learning rate 1e-7 — {machine()}", fontsize=9)
-    fig.savefig(os.path.join(RESULTS, "pbt_revives.png"), dpi=100, bbox_inches="tight")
+    name = "pbt_revives" + ("" if args.period == 50_000 else f"_{args.period // 1000}k")
+    fig.savefig(os.path.join(RESULTS, f"{name}.png"), dpi=100, bbox_inches="tight")
 
-    with_pbt, without = results
-    revived = all(r >= 400 for r in with_pbt["final"].values())
-    stayed_dead = all(without["final"][p] < 100 for p in (2, 3))
-    command = f"python benchmarks/pbt_revives.py --env_steps {args.env_steps} --period {args.period} --seconds {args.seconds}"
+    revived = all(r >= 400 for r in results[0]["final"].values())
+    stayed_dead = None if args.pbt_only else all(results[1]["final"][p] < 100 for p in (2, 3))
+    command = f"python benchmarks/pbt_revives.py --env_steps {args.env_steps} --period {args.period} " \
+              f"--seconds {args.seconds}" + (" --pbt_only" if args.pbt_only else "")
     lines = ["# PBT revives dead policies (CartPole-v1, 4 policies, policies 2 and 3 start with learning rate 1e-7)",
-             "", f"Machine: {machine()}", "", f"Command: `{command}`", "", "![curves](pbt_revives.png)", "",
-             "| --with_pbt | at env steps (all policies) | copies | policy 0 | policy 1 | policy 2 | policy 3 |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "", f"Machine: {machine()}", "", f"Command: `{command}`", "", f"![curves]({name}.png)", "",
+             "| --with_pbt | at env steps (all policies) | copies | every policy >= 400 from | policy 0 | policy 1 "
+             "| policy 2 | policy 3 |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
-        lines.append(f"| {r['pbt']} | {r['total_env_steps']:,} | {r['copies']} | "
+        first = f"{r['all_at_400']:,}" if r["all_at_400"] else "-"
+        lines.append(f"| {r['pbt']} | {r['total_env_steps']:,} | {r['copies']} | {first} | "
                      + " | ".join(f"{r['final'][p]:.0f}" for p in range(POLICIES)) + " |")
     lines += ["", f"With PBT every policy >= 400: {revived}. Without PBT policies 2 and 3 < 100: {stayed_dead}.", ""]
-    write_result("pbt_revives", {"machine": machine(), "command": command, "results": results,
+    write_result(name, {"machine": machine(), "command": command, "results": results,
                                  "revived": revived, "stayed_dead": stayed_dead}, "\n".join(lines))
 
 

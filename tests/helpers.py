@@ -60,9 +60,14 @@ def kill_started() -> None:
     _started.clear()
 
 
+def read_jsonl(path) -> list[dict]:
+    """The complete lines of a JSON-lines file that a run may be writing (a line still being written is left out)."""
+    with open(path) as f:
+        return [json.loads(line) for line in f.read().split("\n")[:-1]]
+
+
 def read_stats(experiment_dir) -> list[dict]:
-    with open(os.path.join(experiment_dir, "stats.jsonl")) as f:
-        return [json.loads(line) for line in f]
+    return read_jsonl(os.path.join(experiment_dir, "stats.jsonl"))
 
 
 def engine_processes() -> list[psutil.Process]:
@@ -80,6 +85,21 @@ def engine_processes() -> list[psutil.Process]:
 
 def shm_entries() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def run_until(proc, condition, what: str, timeout=180) -> None:
+    """Let run `proc` go on until condition() holds (polled; a failed run fails the test), then stop it as Ctrl-C
+    does (it saves its checkpoints) and check that it exited 0. A test waits for what it needs, not for a time."""
+    import time
+    deadline = time.time() + timeout
+    while not condition():
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        if time.time() > deadline:
+            raise TimeoutError(f"the run did not reach {what} in {timeout} s")
+        time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out[-3000:]
 
 
 def wait_for_training(experiment_dir, proc, min_train_step=1, timeout=120) -> dict:

@@ -132,7 +132,7 @@ def serve(args, token: str | None, tls: tuple[bytes, bytes] | None, parent_pid: 
 def cmd_env_server(argv: list[str]) -> int:
     """Check the flags (exit 2 on bad ones, before anything starts), then run the server in a child process until
     Ctrl-C or SIGTERM."""
-    from asyncrl.processes import mp_context
+    from asyncrl.fork_server import mp_context
     args = server_arguments().parse_args(argv)
     try:
         env_entry(args.env)

@@ -3,13 +3,16 @@ means and CleanRL's ppo_continuous_action.py run here on the same task, one afte
 
     python benchmarks/mujoco_table.py [--tasks halfcheetah,hopper,walker2d,ant] [--seeds 1,2,3] [--env_steps 1000000]
         [--cleanrl_script PATH/cleanrl/ppo_continuous_action.py] [--cleanrl_tasks halfcheetah,hopper]
+        [--cleanrl_env_steps 1000000]
 
 asyncrl: `asyncrl train --env mujoco_<task> --train_for_env_steps N --seed S` and nothing else (the family's
 defaults). Its score is the last stats row's mean return (the last --stats_avg episodes) at N steps; its wall time
 runs from launch to exit. CleanRL (optional, --cleanrl_script): its script in a virtualenv of its own made on first
 use (--cleanrl_venv: torch as installed here, gymnasium 0.29.1 and mujoco 2.3.3 as CleanRL pins them, so its tasks
 are the v4 ones its published numbers use), `--total-timesteps N`; its score is the mean of its last 100 episodic
-returns. Writes benchmarks/results/mujoco_table.{md,json,png}.
+returns. CleanRL steps one env at a time on the CPU (a few hundred steps a second on 2 cores): --cleanrl_env_steps
+below N runs it for fewer steps and scales its wall time to N (its cost per step is the same all run long: one env,
+updates of a fixed size), which the table says. Writes benchmarks/results/mujoco_table.{md,json,png}.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def ensure_cleanrl_venv(path: str) -> str:
 
 
 def cleanrl_run(python: str, script: str, task: str, seed: int, env_steps: int, work_dir: str) -> dict:
-    """CleanRL's script as its README runs it; episodic returns read from what it prints."""
+    """CleanRL's script as its README runs it, for env_steps; episodic returns read from what it prints."""
     start = time.monotonic()
     printed = subprocess.run([python, script, "--env-id", f"{GYM_IDS[task]}-v4", "--seed", str(seed),
                               "--total-timesteps", str(env_steps)], cwd=work_dir, check=True, capture_output=True,
@@ -65,7 +68,7 @@ def cleanrl_run(python: str, script: str, task: str, seed: int, env_steps: int, 
     episodes = [(int(step), float(ret)) for step, ret in
                 re.findall(r"global_step=(\d+), episodic_return=\[?([-\d.e+]+)", printed)]
     last = [ret for _, ret in episodes[-100:]]
-    return {"score": sum(last) / len(last), "wall_s": wall_s, "curve": episodes}
+    return {"score": sum(last) / len(last), "wall_s": wall_s, "env_steps": env_steps, "curve": episodes}
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -96,8 +99,8 @@ def plot(results: dict, path: str) -> None:
 def markdown(results: dict, args) -> str:
     lines = ["# MuJoCo at 1M env steps: asyncrl's defaults beside CleanRL", "", f"Machine: {machine()}", "",
              f"Command: `python benchmarks/mujoco_table.py --tasks {args.tasks} --seeds {args.seeds} --env_steps "
-             f"{args.env_steps}" + (f" --cleanrl_script ... --cleanrl_tasks {args.cleanrl_tasks}`"
-                                    if args.cleanrl_script else "`"), "", "![curves](mujoco_table.png)", "",
+             f"{args.env_steps}" + (f" --cleanrl_script ... --cleanrl_tasks {args.cleanrl_tasks} --cleanrl_env_steps "
+                                    f"{args.cleanrl_env_steps}`" if args.cleanrl_script else "`"), "", "![curves](mujoco_table.png)", "",
              "| task | asyncrl return (mean ± std over seeds) | seeds | CleanRL published | asyncrl wall time per run "
              "| CleanRL wall time here (its return) | asyncrl / CleanRL time |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for task, result in results.items():
@@ -106,8 +109,14 @@ def markdown(results: dict, args) -> str:
         seeds = ", ".join(f"{r['score']:.0f}" for r in result["asyncrl"])
         published = "{:,} ± {}".format(*CLEANRL_PUBLISHED[task]) if task in CLEANRL_PUBLISHED else "-"
         cleanrl = result.get("cleanrl")
-        here = f"{cleanrl[0]['wall_s']:.0f} s ({cleanrl[0]['score']:,.0f})" if cleanrl else "-"
-        ratio = f"{wall / cleanrl[0]['wall_s']:.2f}" if cleanrl else "-"
+        here, ratio = "-", "-"
+        if cleanrl:
+            ran = cleanrl[0]
+            per_run_s = ran["wall_s"] * args.env_steps / ran["env_steps"]
+            scaled = "" if ran["env_steps"] == args.env_steps else f", scaled from {ran['wall_s']:.0f} s for " \
+                f"{ran['env_steps']:,} steps"
+            here = f"{per_run_s:,.0f} s{scaled} (return {ran['score']:,.0f} at {ran['env_steps']:,} steps)"
+            ratio = f"{wall / per_run_s:.3f}"
         lines.append(f"| {GYM_IDS[task]}-v5 | {score:,.0f} ± {spread:,.0f} | {seeds} | {published} | {wall:.0f} s "
                      f"| {here} | {ratio} |")
     return "\n".join(lines) + "\n"
@@ -120,8 +129,10 @@ def main():
     parser.add_argument("--env_steps", type=int, default=1_000_000)
     parser.add_argument("--cleanrl_script", help="CleanRL's cleanrl/ppo_continuous_action.py, from a clone of it")
     parser.add_argument("--cleanrl_tasks", default="halfcheetah,hopper")
+    parser.add_argument("--cleanrl_env_steps", type=int, help="CleanRL's steps, if fewer than --env_steps")
     parser.add_argument("--cleanrl_venv", default=os.path.expanduser("~/.cache/asyncrl/cleanrl_venv"))
     args = parser.parse_args()
+    args.cleanrl_env_steps = args.cleanrl_env_steps or args.env_steps
     train_dir = tempfile.mkdtemp(prefix="asyncrl_mujoco_")
     python = ensure_cleanrl_venv(args.cleanrl_venv) if args.cleanrl_script else None
     results = {}
@@ -131,7 +142,7 @@ def main():
         print(task, [round(r["score"]) for r in results[task]["asyncrl"]], flush=True)
         if python and task in args.cleanrl_tasks.split(","):
             results[task]["cleanrl"] = [cleanrl_run(python, os.path.abspath(args.cleanrl_script), task, 1,
-                                                    args.env_steps, train_dir)]
+                                                    args.cleanrl_env_steps, train_dir)]
             print(task, "cleanrl", round(results[task]["cleanrl"][0]["score"]), flush=True)
     shutil.rmtree(train_dir, ignore_errors=True)
     plot(results, os.path.join(RESULTS, "mujoco_table.png"))

@@ -63,16 +63,20 @@ def registered_id(gym_id: str) -> str:
 
 
 def quiet_mujoco() -> None:
-    """MuJoCo writes its warnings (mujoco 4's deprecations of gymnasium's models) to MUJOCO_LOG.TXT in the working
-    directory: send them to Python's warnings instead (once per process; deprecations, which are about the model
-    files and not for the user to act on, hidden as Python hides DeprecationWarning)."""
+    """MuJoCo writes its warnings to MUJOCO_LOG.TXT in the working directory: send them to Python's warnings instead,
+    less its deprecations of gymnasium's model files (mujoco 4's `settotalmass`: not the user's to act on, and
+    gymnasium shows each once per process, so every rollout worker would print it)."""
     from asyncrl.envs import EnvError
     try:
         import mujoco
     except ImportError:
         raise EnvError('MuJoCo envs need mujoco: pip install -e ".[mujoco]"') from None
-    mujoco.set_mju_user_warning(lambda message: warnings.warn(
-        f"MuJoCo: {message}", DeprecationWarning if "deprecated" in message else RuntimeWarning, stacklevel=2))
+
+    def forward(message: str) -> None:
+        if "deprecated" not in message:
+            warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=2)
+
+    mujoco.set_mju_user_warning(forward)
 
 
 def make_gym_env(gym_id: str, **options) -> gym.Env:

@@ -91,7 +91,9 @@ def plot(results: dict, path: str) -> None:
             ax.axhline(CLEANRL_PUBLISHED[task][0], color="tab:orange", ls="--")
         ax.set_title(GYM_IDS[task])
         ax.set_xlabel("env steps")
-    axes[0][0].set_ylabel("episode return (blue: asyncrl, orange: CleanRL here; dashed: CleanRL published)")
+    axes[0][0].set_ylabel("episode return")
+    fig.suptitle("blue: asyncrl, one line per seed; orange: CleanRL run here; dashed: CleanRL's published mean at 1M "
+                 "steps", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 

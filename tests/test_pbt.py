@@ -110,7 +110,8 @@ def test_pbt_run_copies_and_mutates_in_memory_logs_and_resumes_its_hyperparamete
 def test_policy_overrides_without_pbt_reach_the_learner(tmp_path):
     def hparams_reported() -> dict[int, dict]:
         stats = tmp_path / "o" / "stats.jsonl"
-        return {row["policy_id"]: row for row in read_jsonl(stats) if "hp_learning_rate" in row} if stats.exists() else {}
+        rows = read_jsonl(stats) if stats.exists() else []
+        return {row["policy_id"]: row for row in rows if "hp_learning_rate" in row}
 
     run = start_cli("train", "--env", "CartPole-v1", "--num_policies", 2, "--learning_rate", 3e-4, "--policy_overrides",
                     '{"1": {"learning_rate": 2e-5, "gamma": 0.9}}', "--train_dir", tmp_path, "--experiment", "o",

@@ -85,6 +85,21 @@ def asyncrl_bench(flags: list[str], train_dir: str, repo: str = REPO) -> tuple[d
         return json.load(f), printed
 
 
+def peer_venv(path: str, peer: str, imports: str, packages: list[str]) -> str:
+    """The python of a virtualenv at `path` for another project's code (made once): torch at the version installed
+    here (its CPU wheel, as this project installs it), then `packages`; `imports` is what a made venv can import."""
+    python = os.path.join(path, "bin", "python")
+    if os.path.exists(python) and subprocess.run([python, "-c", f"import {imports}"]).returncode == 0:
+        return python
+    import torch
+    print(f"creating {peer}'s virtualenv in {path} (once)", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", path], check=True)
+    pip = [python, "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, f"torch=={torch.__version__.split('+')[0]}"], check=True)
+    subprocess.run([*pip, *packages], check=True)
+    return python
+
+
 def write_result(name: str, result: dict, markdown: str, folder: str = RESULTS) -> None:
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, f"{name}.json"), "w") as f:

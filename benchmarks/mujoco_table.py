@@ -18,20 +18,19 @@ updates of a fixed size), which the table says. Writes benchmarks/results/mujoco
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
-from _run import RESULTS, machine, train_and_watch, write_result
+from _run import RESULTS, machine, peer_venv, train_and_watch, write_result
 
 GYM_IDS = {"halfcheetah": "HalfCheetah", "hopper": "Hopper", "walker2d": "Walker2d", "ant": "Ant"}
 CLEANRL_PUBLISHED = {"halfcheetah": (1443, 46), "hopper": (2383, 272)}  # ppo_continuous_action.py, v4, 1M steps
-CLEANRL_PINS = ["gymnasium==0.29.1", "mujoco==2.3.3", "tyro", "tensorboard"]
+# gymnasium 0.29's MuJoCo envs import imageio (for rendering) whether or not they render
+CLEANRL_PINS = ["gymnasium==0.29.1", "mujoco==2.3.3", "imageio", "tyro", "tensorboard"]
 
 
 def asyncrl_run(task: str, seed: int, env_steps: int, train_dir: str) -> dict:
@@ -43,19 +42,6 @@ def asyncrl_run(task: str, seed: int, env_steps: int, train_dir: str) -> dict:
     scored = [r for r in rows if r["episode_reward_mean"] is not None]
     return {"score": scored[-1]["episode_reward_mean"], "wall_s": time.monotonic() - start,
             "curve": [(r["env_steps"], r["episode_reward_mean"]) for r in scored]}
-
-
-def ensure_cleanrl_venv(path: str) -> str:
-    python = os.path.join(path, "bin", "python")
-    if os.path.exists(python) and subprocess.run([python, "-c", "import gymnasium, mujoco, tyro"]).returncode == 0:
-        return python
-    import torch
-    print(f"creating CleanRL's virtualenv in {path} (once)", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", path], check=True)
-    pip = [python, "-m", "pip", "install", "-q"]
-    subprocess.run([*pip, f"torch=={torch.__version__.split('+')[0]}"], check=True)
-    subprocess.run([*pip, *CLEANRL_PINS], check=True)
-    return python
 
 
 def cleanrl_run(python: str, script: str, task: str, seed: int, env_steps: int, work_dir: str) -> dict:
@@ -136,7 +122,8 @@ def main():
     args = parser.parse_args()
     args.cleanrl_env_steps = args.cleanrl_env_steps or args.env_steps
     train_dir = tempfile.mkdtemp(prefix="asyncrl_mujoco_")
-    python = ensure_cleanrl_venv(args.cleanrl_venv) if args.cleanrl_script else None
+    python = peer_venv(args.cleanrl_venv, "CleanRL", "gymnasium, mujoco, tyro, imageio", CLEANRL_PINS) \
+        if args.cleanrl_script else None
     results = {}
     for task in args.tasks.split(","):
         results[task] = {"asyncrl": [asyncrl_run(task, int(seed), args.env_steps, train_dir)

@@ -17,14 +17,13 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 
 import numpy as np
 
-from _run import RESULTS, machine, train_and_watch, write_result
+from _run import RESULTS, machine, peer_venv, train_and_watch, write_result
 
 SF_VERSION = "2.1.1"
 
@@ -48,17 +47,9 @@ SECONDS = {"doom_basic": 300.0, "CartPole-v1": 120.0}  # per run, unless --secon
 
 
 def ensure_sf_venv(path: str) -> str:
-    python = os.path.join(path, "bin", "python")
-    if os.path.exists(python) and subprocess.run([python, "-c", "import sample_factory, vizdoom"]).returncode == 0:
-        return python
-    import torch
     import vizdoom
-    print(f"creating Sample Factory's virtualenv in {path} (once)", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", path], check=True)
-    pip = [python, "-m", "pip", "install", "-q"]
-    subprocess.run([*pip, f"torch=={torch.__version__.split('+')[0]}"], check=True)
-    subprocess.run([*pip, f"sample-factory=={SF_VERSION}", f"vizdoom=={vizdoom.__version__}"], check=True)
-    return python
+    return peer_venv(path, "Sample Factory", "sample_factory, vizdoom",
+                     [f"sample-factory=={SF_VERSION}", f"vizdoom=={vizdoom.__version__}"])
 
 
 def sf_run(python: str, env: str, seconds: float, train_dir: str, device: str) -> list[dict]:

@@ -27,45 +27,45 @@ def test_multiprocess_cartpole_learns(tmp_path, clean_machine):
 
 def test_serial_mode_learns(tmp_path, clean_machine):
     r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "serial", "--serial_mode", "True",
-                "--train_for_env_steps", 100_000, "--seed", 0)
+                "--train_for_env_steps", 40_000, "--seed", 0)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "serial")
-    assert rows[-1]["env_steps"] >= 100_000 and rows[-1]["episode_reward_mean"] > 60, rows[-1]
+    assert rows[-1]["env_steps"] >= 40_000 and rows[-1]["episode_reward_mean"] > 60, rows[-1]
 
 
 def test_two_policies_both_train(tmp_path, clean_machine):
     r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "two", "--num_policies", 2,
-                "--train_for_env_steps", 30_000, "--experiment_summaries_interval", 1)
+                "--train_for_env_steps", 12_000, "--experiment_summaries_interval", 1)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "two")
     last = {row["policy_id"]: row for row in rows}
     assert set(last) == {0, 1}
     for row in last.values():
-        assert row["env_steps"] >= 30_000 and row["train_step"] > 0 and row["episode_reward_mean"] is not None
+        assert row["env_steps"] >= 12_000 and row["train_step"] > 0 and row["episode_reward_mean"] is not None
     assert glob.glob(str(tmp_path / "two" / "checkpoint_p1" / "checkpoint_*.pth"))
 
 
 def test_resume_continues_env_steps(tmp_path, clean_machine):
     common = ["train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "res", "--experiment_summaries_interval", 1]
-    assert run_cli(*common, "--train_for_env_steps", 20_000).returncode == 0
+    assert run_cli(*common, "--train_for_env_steps", 10_000).returncode == 0
     first_end = read_stats(tmp_path / "res")[-1]
-    r = run_cli(*common, "--train_for_env_steps", 40_000)
+    r = run_cli(*common, "--train_for_env_steps", 20_000)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "res")
     second = rows[rows.index(first_end) + 1:]
     assert all(row["env_steps"] >= first_end["env_steps"] for row in second)
-    assert second[-1]["env_steps"] >= 40_000
+    assert second[-1]["env_steps"] >= 20_000
     assert second[-1]["train_step"] > first_end["train_step"]
     # the recent-episode window was saved and restored: the first row of the resumed run already has it
     assert second[0]["episode_reward_mean"] is not None and second[0]["episodes"] >= first_end["episodes"]
 
 
 def test_restart_behavior_restart_starts_over(tmp_path):
-    common = ["train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "rs", "--train_for_env_steps", 10_000]
+    common = ["train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "rs", "--train_for_env_steps", 5_000]
     assert run_cli(*common).returncode == 0
     assert run_cli(*common, "--restart_behavior", "restart").returncode == 0
     rows = read_stats(tmp_path / "rs")
-    assert rows[-1]["env_steps"] < 20_000 and len([r for r in rows if r["env_steps"] >= 10_000]) <= 2
+    assert rows[-1]["env_steps"] < 10_000 and len([r for r in rows if r["env_steps"] >= 5_000]) <= 2
 
 
 def test_train_for_seconds_stops_the_run(tmp_path, clean_machine):
@@ -80,7 +80,7 @@ def test_train_for_seconds_stops_the_run(tmp_path, clean_machine):
 
 
 @pytest.mark.parametrize("gamma, length, steps, bootstrapped, cut", [
-    (0.9, 20, 100_000, (8.8, 11.0), (5.0, 7.2)), (0.98, 50, 200_000, (44.0, 55.0), (15.0, 30.0))])
+    (0.9, 20, 60_000, (8.8, 11.0), (5.0, 7.2)), (0.98, 50, 100_000, (44.0, 55.0), (15.0, 30.0))])
 @pytest.mark.parametrize("value_bootstrap", [True, False])
 def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(tmp_path, clean_machine, value_bootstrap, gamma,
                                                                       length, steps, bootstrapped, cut):

@@ -22,7 +22,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 os.environ["WANDB_MODE"] = "offline"
 os.environ.setdefault("WANDB_SILENT", "true")
 
-from helpers import engine_processes, kill_started, shm_entries  # noqa: E402
+from helpers import engine_processes, kill_started, run_cli, shm_entries  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -45,3 +45,18 @@ def clean_machine():
         time.sleep(0.2)
     assert not {p.pid for p in engine_processes()} - before_procs, "a child process outlived the run"
     assert not shm_entries() - before_shm, "a shared-memory segment outlived the run"
+
+
+@pytest.fixture(scope="session")
+def cartpole_run(tmp_path_factory):
+    """One CartPole run of 60k env steps on 2 workers x 4 envs, evaluated every 15k (best checkpoint), logged to
+    wandb offline too: the trained run that tests of learning, resuming, checkpoints, enjoy, export and sharing read.
+    (train_dir, stdout); a test that changes the run works on a copy (copy_run)."""
+    train_dir = tmp_path_factory.mktemp("runs")
+    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", train_dir, "--experiment", "cp", "--seed", 0,
+                "--num_workers", 2, "--num_envs_per_worker", 4, "--policy_workers_per_policy", 1,
+                "--eval_every_env_steps", 15_000, "--eval_episodes", 3, "--eval_deterministic", "True",
+                "--train_for_env_steps", 60_000, "--experiment_summaries_interval", 1, "--with_wandb", "True")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return train_dir, r.stdout
+

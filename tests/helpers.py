@@ -6,6 +6,7 @@ fixture), whether the test passed, failed or timed out: a run left training woul
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,6 +46,13 @@ def start_cli(*args, **popen_kwargs) -> subprocess.Popen:
 
 def run_cli(*args, timeout=300, **popen_kwargs) -> subprocess.CompletedProcess:
     return run_python("-m", "asyncrl", *args, timeout=timeout, **popen_kwargs)
+
+
+def copy_run(cartpole_run, tmp_path, experiment: str):
+    """A copy of conftest's shared CartPole run as <tmp_path>/<experiment>; returns tmp_path (the copy's
+    --train_dir)."""
+    shutil.copytree(cartpole_run[0] / "cp", tmp_path / experiment)
+    return tmp_path
 
 
 def kill_started() -> None:

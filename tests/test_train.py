@@ -5,24 +5,21 @@ import time
 
 import pytest
 
-from helpers import read_stats, run_cli, run_cli_error
+from helpers import copy_run, read_stats, run_cli, run_cli_error, wandb_runs
 
 
-def test_multiprocess_cartpole_learns(tmp_path, clean_machine):
-    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "mp", "--num_workers", 2,
-                "--num_envs_per_worker", 4, "--policy_workers_per_policy", 1, "--train_for_env_steps", 50_000,
-                "--experiment_summaries_interval", 1, "--seed", 0)
-    assert r.returncode == 0, r.stdout + r.stderr
-    exp = tmp_path / "mp"
+def test_multiprocess_cartpole_learns(cartpole_run):
+    train_dir, stdout = cartpole_run
+    exp = train_dir / "cp"
     rows = read_stats(exp)
-    assert rows[-1]["env_steps"] >= 50_000
+    assert rows[-1]["env_steps"] >= 60_000
     assert rows[-1]["episode_reward_mean"] > 100, f"no learning progress: {rows[-1]}"  # random play scores ~22
     assert rows[-1]["train_step"] > 0 and rows[-1]["policy_lag_mean"] is not None
     assert {"time_s", "env_steps", "fps", "policy_id", "episode_reward_mean", "policy_lag_mean", "train_step"} <= set(rows[-1])
     assert (exp / "config.json").exists()
     assert glob.glob(str(exp / "tb" / "policy_0" / "events.out.tfevents.*"))
     assert glob.glob(str(exp / "checkpoint_p0" / "checkpoint_*.pth"))
-    assert "fps" in r.stdout and "reward" in r.stdout
+    assert "fps" in stdout and "reward" in stdout
 
 
 def test_serial_mode_learns(tmp_path, clean_machine):
@@ -45,25 +42,29 @@ def test_two_policies_both_train(tmp_path, clean_machine):
     assert glob.glob(str(tmp_path / "two" / "checkpoint_p1" / "checkpoint_*.pth"))
 
 
-def test_resume_continues_env_steps(tmp_path, clean_machine):
-    common = ["train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "res", "--experiment_summaries_interval", 1]
-    assert run_cli(*common, "--train_for_env_steps", 10_000).returncode == 0
-    first_end = read_stats(tmp_path / "res")[-1]
-    r = run_cli(*common, "--train_for_env_steps", 20_000)
+def test_resume_continues_env_steps(cartpole_run, tmp_path, clean_machine):
+    first_end = read_stats(copy_run(cartpole_run, tmp_path, "res") / "res")[-1]
+    r = run_cli("train", "--train_dir", tmp_path, "--experiment", "res", "--experiment_summaries_interval", 1,
+                "--train_for_env_steps", first_end["env_steps"] + 10_000)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "res")
     second = rows[rows.index(first_end) + 1:]
     assert all(row["env_steps"] >= first_end["env_steps"] for row in second)
-    assert second[-1]["env_steps"] >= 20_000
+    assert second[-1]["env_steps"] >= first_end["env_steps"] + 10_000
     assert second[-1]["train_step"] > first_end["train_step"]
     # the recent-episode window was saved and restored: the first row of the resumed run already has it
     assert second[0]["episode_reward_mean"] is not None and second[0]["episodes"] >= first_end["episodes"]
+    # the resumed run logs on into the same wandb run (offline: a second folder with the run's id)
+    folders = wandb_runs(tmp_path / "res" / "wandb")
+    run_ids = {record.run.run_id for records in folders.values() for record in records if record.HasField("run")}
+    assert len(folders) == 2 and run_ids == {(tmp_path / "res" / "wandb_id").read_text().strip()}, (folders, run_ids)
 
 
-def test_restart_behavior_restart_starts_over(tmp_path):
-    common = ["train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "rs", "--train_for_env_steps", 5_000]
-    assert run_cli(*common).returncode == 0
-    assert run_cli(*common, "--restart_behavior", "restart").returncode == 0
+def test_restart_behavior_restart_starts_over(cartpole_run, tmp_path):
+    copy_run(cartpole_run, tmp_path, "rs")
+    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "rs", "--train_for_env_steps",
+                5_000, "--restart_behavior", "restart", "--with_wandb", "False")
+    assert r.returncode == 0, r.stderr
     rows = read_stats(tmp_path / "rs")
     assert rows[-1]["env_steps"] < 10_000 and len([r for r in rows if r["env_steps"] >= 5_000]) <= 2
 

@@ -18,19 +18,8 @@ from helpers import REPO, read_stats, run_cli, run_python, start_cli, wandb_runs
 SHORT_GAMES = ["--env_options", '{"max_episode_steps": 100}']
 
 
-@pytest.fixture(scope="module")
-def evaluated_run(tmp_path_factory):
-    """A CartPole run with evaluation every 15k env steps, logged to wandb offline too (shared by the tests below)."""
-    train_dir = tmp_path_factory.mktemp("runs")
-    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", train_dir, "--experiment", "cp", "--seed", 0,
-                "--eval_every_env_steps", 15_000, "--eval_episodes", 3, "--eval_deterministic", "True",
-                "--train_for_env_steps", 60_000, "--experiment_summaries_interval", 1, "--with_wandb", "True")
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    return train_dir, r.stdout
-
-
-def test_evaluation_during_training_writes_curves_and_keeps_the_best(evaluated_run):
-    train_dir, stdout = evaluated_run
+def test_evaluation_during_training_writes_curves_and_keeps_the_best(cartpole_run):
+    train_dir, stdout = cartpole_run
     exp = train_dir / "cp"
     evals = [json.loads(line) for line in (exp / "eval.jsonl").read_text().splitlines()]
     assert len(evals) >= 3 and all(e["episodes"] == 3 for e in evals), evals
@@ -45,8 +34,8 @@ def test_evaluation_during_training_writes_curves_and_keeps_the_best(evaluated_r
     assert "evaluation p0 at" in stdout
 
 
-def test_enjoy_writes_a_video_of_the_episodes(evaluated_run):
-    train_dir, _ = evaluated_run
+def test_enjoy_writes_a_video_of_the_episodes(cartpole_run):
+    train_dir, _ = cartpole_run
     r = run_cli("enjoy", "--train_dir", train_dir, "--experiment", "cp", "--load_checkpoint_kind", "best",
                 "--max_num_episodes", 2, "--save_video", "True", "--seed", 3, *SHORT_GAMES)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -61,8 +50,8 @@ def test_enjoy_writes_a_video_of_the_episodes(evaluated_run):
     assert first.shape == (400, 600, 3) and first.std() > 0
 
 
-def test_enjoy_latest_checkpoint_as_gif_with_sampled_actions(evaluated_run):
-    train_dir, _ = evaluated_run
+def test_enjoy_latest_checkpoint_as_gif_with_sampled_actions(cartpole_run):
+    train_dir, _ = cartpole_run
     r = run_cli("enjoy", "--train_dir", train_dir, "--experiment", "cp", "--max_num_episodes", 1,
                 "--save_video", "True", "--video_name", "clip.gif", "--eval_deterministic", "False", *SHORT_GAMES)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -75,8 +64,8 @@ def test_enjoy_latest_checkpoint_as_gif_with_sampled_actions(evaluated_run):
     assert duration_ms == pytest.approx((length + 1) * 1000 / fps, rel=0.02)
 
 
-def test_plot_writes_a_png_of_one_or_more_runs(evaluated_run, tmp_path):
-    train_dir, _ = evaluated_run
+def test_plot_writes_a_png_of_one_or_more_runs(cartpole_run, tmp_path):
+    train_dir, _ = cartpole_run
     r = run_cli("plot", train_dir / "cp", timeout=120)
     assert r.returncode == 0, r.stderr
     png = train_dir / "cp" / "learning_curves.png"
@@ -85,10 +74,10 @@ def test_plot_writes_a_png_of_one_or_more_runs(evaluated_run, tmp_path):
     assert r.returncode == 0 and (tmp_path / "two.png").exists(), r.stderr
 
 
-def test_wandb_offline_run_has_the_scalars_the_config_and_the_video(evaluated_run):
+def test_wandb_offline_run_has_the_scalars_the_config_and_the_video(cartpole_run):
     """--with_wandb True, in wandb's offline mode (as every test runs): the run's records hold every policy's scalars
     against its env steps (stats, evaluation, timing) and the config, and enjoy's video joins the same wandb run."""
-    train_dir, _ = evaluated_run
+    train_dir, _ = cartpole_run
     r = run_cli("enjoy", "--train_dir", train_dir, "--experiment", "cp", "--max_num_episodes", 1,
                 "--save_video", "True", "--video_name", "wandb.gif", *SHORT_GAMES)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -111,10 +100,10 @@ def test_wandb_offline_run_has_the_scalars_the_config_and_the_video(evaluated_ru
         os.path.isfile(os.path.join(folder, "files", video["policy_0/replay/path"])) for folder in runs)
 
 
-def test_export_then_the_readme_snippet_acts_without_asyncrl(evaluated_run, tmp_path):
+def test_export_then_the_readme_snippet_acts_without_asyncrl(cartpole_run, tmp_path):
     """`asyncrl export` on the best checkpoint, then README's snippet in a plain Python process: it acts with
     onnxruntime, never imports asyncrl, and plays the trained policy's game (a random one scores ~20)."""
-    train_dir, _ = evaluated_run
+    train_dir, _ = cartpole_run
     r = run_cli("export", "--train_dir", train_dir, "--experiment", "cp", "--load_checkpoint_kind", "best",
                 "--out", tmp_path / "cp.onnx")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -127,12 +116,12 @@ def test_export_then_the_readme_snippet_acts_without_asyncrl(evaluated_run, tmp_
     assert "asyncrl imported: False" in r.stdout and float(re.search(r"return ([\d.]+)", r.stdout).group(1)) > 100
 
 
-def test_pushed_folder_plays_from_disk_and_the_hub_unreachable_is_one_line(evaluated_run, tmp_path):
+def test_pushed_folder_plays_from_disk_and_the_hub_unreachable_is_one_line(cartpole_run, tmp_path):
     """The folder `asyncrl push` uploads is a run: enjoy plays it from disk. Without a token, or with a token and a
     Hub that cannot be reached, push (and enjoy --hf_repository) fail in one line with exit code 2."""
     from asyncrl.enjoy import config_of_run
     from asyncrl.hub import hub_folder
-    train_dir, _ = evaluated_run
+    train_dir, _ = cartpole_run
     cfg = config_of_run({"train_dir": str(train_dir), "experiment": "cp"})
     folder = hub_folder(cfg, "someone/cp-agent", str(tmp_path / "cp-agent"))
     card = open(os.path.join(folder, "README.md")).read()

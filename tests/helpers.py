@@ -95,9 +95,10 @@ def shm_entries() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
-def run_until(proc, condition, what: str, timeout=180) -> None:
+def run_until(proc, condition, what: str, timeout=180) -> str:
     """Let run `proc` go on until condition() holds (polled; a failed run fails the test), then stop it as Ctrl-C
-    does (it saves its checkpoints) and check that it exited 0. A test waits for what it needs, not for a time."""
+    does (it saves its checkpoints), check that it exited 0, and return its output. A test waits for what it needs,
+    not for a time."""
     import time
     deadline = time.time() + timeout
     while not condition():
@@ -108,6 +109,25 @@ def run_until(proc, condition, what: str, timeout=180) -> None:
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+def run_past_a_hanging_env(tmp_path, *flags) -> tuple[str, list[dict]]:
+    """A synthetic_constant run whose first env hangs once (at its 50th step), with --env_step_timeout 3: it goes on
+    until its worker was replaced and the run trained 5k more env steps after that, then Ctrl-C. (output, stats)"""
+    options = '{"step_us": 10, "hang_once_file": "%s"}' % (tmp_path / "hung")
+    proc = start_cli("train", "--env", "synthetic_constant", "--train_dir", tmp_path, "--experiment", "hang",
+                     "--env_options", options, "--env_step_timeout", 3, "--experiment_summaries_interval", 1, *flags)
+
+    def trained_on_after_the_restart() -> bool:
+        path = tmp_path / "hang" / "stats.jsonl"
+        rows = read_jsonl(path) if path.exists() else []
+        restarted = [row["env_steps"] for row in rows if row["worker_restarts"] >= 1]
+        return bool(restarted) and restarted[-1] >= restarted[0] + 5000
+
+    out = run_until(proc, trained_on_after_the_restart, "5k env steps after the worker's restart")
+    assert (tmp_path / "hung").exists()
+    return out, read_stats(tmp_path / "hang")
 
 
 def wait_for_training(experiment_dir, proc, min_train_step=1, timeout=120) -> dict:

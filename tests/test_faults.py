@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from helpers import copy_run, read_stats, run_cli, start_cli, start_python, wait_for_training
+from helpers import copy_run, read_stats, run_cli, run_past_a_hanging_env, start_cli, start_python, wait_for_training
 
 DOOM_SMALL = ["--env", "doom_basic", "--num_envs_per_worker", 2, "--rnn_size", 64, "--batch_size", 256]
 
@@ -25,10 +25,12 @@ def test_env_raising_on_1_percent_of_steps_does_not_stop_the_run(tmp_path, clean
     assert 0 < r.stderr.count("raised; its unfinished trajectory") <= 2 * 16, "each env's traceback is logged once"
 
 
-@pytest.mark.parametrize("env_args,stop_signal", [(["--env", "CartPole-v1"], signal.SIGINT), (DOOM_SMALL, signal.SIGINT),
-                                                  (["--env", "CartPole-v1"], signal.SIGTERM)],
+@pytest.mark.parametrize("env_args,stop_signal,resume", [(["--env", "CartPole-v1"], signal.SIGINT, False),
+                                                         (DOOM_SMALL, signal.SIGINT, True),
+                                                         (["--env", "CartPole-v1"], signal.SIGTERM, False)],
                          ids=["cartpole-sigint", "doom-sigint", "cartpole-sigterm"])
-def test_stop_signal_saves_a_checkpoint_and_leaves_nothing(tmp_path, clean_machine, env_args, stop_signal):
+def test_stop_signal_saves_a_checkpoint_and_leaves_nothing(tmp_path, clean_machine, env_args, stop_signal, resume):
+    """(test_train's resume test resumes a CartPole run: here the doom run resumes from the checkpoint Ctrl-C saved)"""
     proc = start_cli("train", *env_args, "--train_dir", tmp_path, "--experiment", "int", "--experiment_summaries_interval", 1)
     row = wait_for_training(tmp_path / "int", proc)
     sent = time.time()
@@ -39,6 +41,8 @@ def test_stop_signal_saves_a_checkpoint_and_leaves_nothing(tmp_path, clean_machi
     assert checkpoints and not glob.glob(str(tmp_path / "int" / "checkpoint_p0" / "*.tmp"))
     final = read_stats(tmp_path / "int")[-1]
     assert final["train_step"] >= row["train_step"]
+    if not resume:
+        return
     # resuming continues the counters from the checkpoint
     r = run_cli("train", "--train_dir", tmp_path, "--experiment", "int", "--train_for_env_steps", final["env_steps"] + 5_000)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -115,13 +119,8 @@ def test_sigkilled_worker_is_replaced_and_the_run_finishes(tmp_path, clean_machi
 
 
 def test_hanging_env_is_treated_as_its_worker_dying(tmp_path, clean_machine):
-    options = '{"step_us": 10, "hang_once_file": "%s"}' % (tmp_path / "hung")
-    r = run_cli("train", "--env", "synthetic_constant", "--train_dir", tmp_path, "--experiment", "hang", "--env_options",
-                options, "--env_step_timeout", 3, "--train_for_env_steps", 100_000, "--experiment_summaries_interval", 1)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert (tmp_path / "hung").exists() and "an env hangs" in r.stdout
-    rows = read_stats(tmp_path / "hang")
-    assert rows[-1]["env_steps"] >= 100_000 and rows[-1]["worker_restarts"] == 1
+    out, rows = run_past_a_hanging_env(tmp_path)
+    assert "an env hangs" in out and rows[-1]["worker_restarts"] == 1
 
 
 def test_dead_learner_stops_the_run_and_keeps_its_checkpoints(tmp_path, clean_machine):

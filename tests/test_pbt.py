@@ -7,7 +7,7 @@ import random
 import gymnasium as gym
 import pytest
 import torch
-from helpers import read_jsonl, read_stats, run_cli, run_cli_error, run_until, start_cli
+from helpers import read_jsonl, read_stats, run_cli_error, run_until, start_cli
 
 from asyncrl.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
 from asyncrl.config import PER_POLICY_HPARAMS, Config

@@ -88,6 +88,11 @@ class EnvBackend:
     def close(self) -> None:
         pass
 
+    @staticmethod
+    def check(cfg: Config, obs_space: gym.Space, action_space: gym.Space, num_agents: int) -> None:
+        """Before any process starts, for the backend --env_backend names: EnvError if the env (its spaces and agent
+        count, as the main process's probe found them) cannot be stepped by it."""
+
 
 class PerEnvBackend(EnvBackend):
     """The worker's envs, made and stepped in this process one after the other (each as a list of agents)."""
@@ -223,6 +228,26 @@ class VectorBackend(EnvBackend):
         return vector
 
     @staticmethod
+    def check(cfg: Config, obs_space: gym.Space, action_space: gym.Space, num_agents: int) -> None:
+        """The env has a vector env of one agent per env, and a vector env of it has the spaces of the env itself."""
+        entry = env_entry(cfg.env)
+        if entry.make_vector is None or getattr(entry.make_fn, "env_backend", None) is not None:
+            raise EnvError(f"--env_backend vector: env {cfg.env!r} has no vector env (atari_<game> envs, gymnasium ids "
+                           f"and factories with a make_vector have one); use --env_backend per_env")
+        if num_agents != 1:
+            raise EnvError(f"--env_backend vector steps single-agent envs; env {cfg.env!r} has {num_agents} agents: "
+                           f"use --env_backend per_env")
+        vector = entry.make_vector(1, **cfg.env_kwargs())
+        try:
+            spaces = (vector.single_observation_space, vector.single_action_space)
+            VectorBackend._next_step(vector)
+        finally:
+            vector.close()
+        if spaces != (obs_space, action_space):
+            raise EnvError(f"--env_backend vector: env {cfg.env!r}'s vector env has the spaces {spaces[0]}, "
+                           f"{spaces[1]}; the env itself {obs_space}, {action_space}: they must be the same")
+
+    @staticmethod
     def _next_step(vector) -> bool:
         from gymnasium.vector import AutoresetMode
         mode = AutoresetMode(vector.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
@@ -287,27 +312,6 @@ class VectorBackend(EnvBackend):
     def close(self) -> None:
         for vector in self.vectors:
             vector.close()
-
-
-def check_vector_env(cfg: Config, obs_space: gym.Space, action_space: gym.Space, num_agents: int) -> None:
-    """Before any process starts (--env_backend vector): the env has a vector env of one agent per env, and a vector
-    env of it has the spaces of the env itself. EnvError saying what is wrong."""
-    entry = env_entry(cfg.env)
-    if entry.make_vector is None or getattr(entry.make_fn, "env_backend", None) is not None:
-        raise EnvError(f"--env_backend vector: env {cfg.env!r} has no vector env (atari_<game> envs, gymnasium ids and "
-                       f"factories with a make_vector have one); use --env_backend per_env")
-    if num_agents != 1:
-        raise EnvError(f"--env_backend vector steps single-agent envs; env {cfg.env!r} has {num_agents} agents: use "
-                       f"--env_backend per_env")
-    vector = entry.make_vector(1, **cfg.env_kwargs())
-    try:
-        spaces = (vector.single_observation_space, vector.single_action_space)
-        VectorBackend._next_step(vector)
-    finally:
-        vector.close()
-    if spaces != (obs_space, action_space):
-        raise EnvError(f"--env_backend vector: env {cfg.env!r}'s vector env has the spaces {spaces[0]}, {spaces[1]}; "
-                       f"the env itself {obs_space}, {action_space}: they must be the same")
 
 
 BACKENDS = {"per_env": PerEnvBackend, "vector": VectorBackend}

@@ -18,7 +18,7 @@ from asyncrl.buffers import SharedBuffers, buffer_layout, layout_nbytes, num_age
 from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint
 from asyncrl.config import Config, ConfigError
 from asyncrl.distributed import EpisodeRelay, Rank, this_rank
-from asyncrl.env_backends import check_vector_env
+from asyncrl.env_backends import BACKENDS
 from asyncrl.learner import Learner
 from asyncrl.model import build_model, learner_state_floats, num_state_floats
 from asyncrl.pbt import PopulationBasedTraining
@@ -105,8 +105,7 @@ def probe_env(cfg: Config) -> EnvInfo:
     try:
         if not isinstance(env, SingleAgent) and not is_agents(env):
             env.reset(seed=0)
-        if cfg.env_backend == "vector":
-            check_vector_env(cfg, env.observation_space, env.action_space, env.num_agents)
+        BACKENDS[cfg.env_backend].check(cfg, env.observation_space, env.action_space, env.num_agents)
         return EnvInfo(env.observation_space, env.action_space, env.frameskip, env.num_agents,
                        (cfg.env, portable_entry(cfg.env)))
     finally:
@@ -296,14 +295,17 @@ class Runner:
         steps = min(p.env_steps for p in self.stats.policies) / self.cfg.train_for_env_steps
         return max(steps, self.stats.elapsed() / self.cfg.train_for_seconds)
 
-    def _seconds_left(self) -> float:
-        left = self.cfg.train_for_seconds - self.stats.elapsed()
+    def _seconds_left(self) -> float | None:
+        """To the nearer of the limits given (--train_for_seconds, --train_for_env_steps at this launch's average
+        rate); None while there is no estimate (no limit given, or no steps yet)."""
         elapsed = max(1e-6, self.stats.elapsed())
+        estimates = [self.cfg.train_for_seconds - elapsed] if self.cfg.train_for_seconds < Config.train_for_seconds \
+            else []
         for p in self.stats.policies:
-            rate = (p.env_steps - (p.launch_env_steps or 0)) / elapsed  # this launch's average
-            if rate > 0:
-                left = min(left, max(0.0, self.cfg.train_for_env_steps - p.env_steps) / rate)
-        return max(0.0, left)
+            rate = (p.env_steps - (p.launch_env_steps or 0)) / elapsed
+            if rate > 0 and self.cfg.train_for_env_steps < Config.train_for_env_steps:
+                estimates.append((self.cfg.train_for_env_steps - p.env_steps) / rate)
+        return max(0.0, min(estimates)) if estimates else None
 
     def _drain_reports(self, timeout: float) -> None:
         try:

@@ -107,7 +107,7 @@ def test_a_straggling_rank_is_preempted(tmp_path, algo, rule, clean_machine):
     procs = start_ranks(tmp_path, "--algo", algo, "--preemption_rule", rule, "--env", "synthetic_constant",
                         "--env_options", '{"step_us": 100, "worker_cost": [20, 1]}', "--preemption_threshold", 0.5,
                         "--rollout", 16,
-                        "--batch_size", 512, "--num_batches_per_epoch", 2, "--train_for_env_steps", 12_000)
+                        "--batch_size", 512, "--num_batches_per_epoch", 2, "--train_for_env_steps", 6_000)
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     rows = read_stats(tmp_path / "rank0" / "runs" / "dd")

@@ -107,19 +107,23 @@ def test_pbt_run_copies_and_mutates_in_memory_logs_and_resumes_its_hyperparamete
         assert {name: row[f"hp_{name}"] for name in PER_POLICY_HPARAMS} == pytest.approx(saved[p])
 
 
-def test_policy_overrides_without_pbt_reach_the_learner(tmp_path):
-    def hparams_reported() -> dict[int, dict]:
+def test_two_policies_train_and_overrides_without_pbt_reach_their_learners(tmp_path):
+    """Two policies on CartPole: both train (stats, checkpoints), each with its own hyperparameters."""
+    def trained_rows() -> dict[int, dict]:
         stats = tmp_path / "o" / "stats.jsonl"
         rows = read_jsonl(stats) if stats.exists() else []
-        return {row["policy_id"]: row for row in rows if "hp_learning_rate" in row}
+        return {row["policy_id"]: row for row in rows if "hp_learning_rate" in row and row["train_step"] > 0
+                and row["episode_reward_mean"] is not None}
 
     run = start_cli("train", "--env", "CartPole-v1", "--num_policies", 2, "--learning_rate", 3e-4, "--policy_overrides",
                     '{"1": {"learning_rate": 2e-5, "gamma": 0.9}}', "--train_dir", tmp_path, "--experiment", "o",
                     "--seed", 1, "--experiment_summaries_interval", 1)
-    run_until(run, lambda: len(hparams_reported()) == 2, "both policies' hyperparameters in the stats")
-    by_policy = hparams_reported()
+    run_until(run, lambda: len(trained_rows()) == 2, "both policies trained, their hyperparameters in the stats")
+    by_policy = trained_rows()
     assert by_policy[0]["hp_learning_rate"] == 3e-4 and by_policy[0]["hp_gamma"] == Config.gamma
     assert by_policy[1]["hp_learning_rate"] == 2e-5 and by_policy[1]["hp_gamma"] == 0.9
+    for policy in (0, 1):
+        assert list_checkpoints(checkpoint_dir(str(tmp_path / "o"), policy))
 
 
 @pytest.mark.parametrize("flags,needle", [

@@ -30,18 +30,6 @@ def test_serial_mode_learns(tmp_path, clean_machine):
     assert rows[-1]["env_steps"] >= 40_000 and rows[-1]["episode_reward_mean"] > 60, rows[-1]
 
 
-def test_two_policies_both_train(tmp_path, clean_machine):
-    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "two", "--num_policies", 2,
-                "--train_for_env_steps", 12_000, "--experiment_summaries_interval", 1)
-    assert r.returncode == 0, r.stdout + r.stderr
-    rows = read_stats(tmp_path / "two")
-    last = {row["policy_id"]: row for row in rows}
-    assert set(last) == {0, 1}
-    for row in last.values():
-        assert row["env_steps"] >= 12_000 and row["train_step"] > 0 and row["episode_reward_mean"] is not None
-    assert glob.glob(str(tmp_path / "two" / "checkpoint_p1" / "checkpoint_*.pth"))
-
-
 def test_resume_continues_env_steps(cartpole_run, tmp_path, clean_machine):
     first_end = read_stats(copy_run(cartpole_run, tmp_path, "res") / "res")[-1]
     r = run_cli("train", "--train_dir", tmp_path, "--experiment", "res", "--experiment_summaries_interval", 1,

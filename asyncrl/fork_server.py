@@ -14,8 +14,10 @@ import signal
 from multiprocessing import forkserver, parent_process
 
 mp_context = mp.get_context("forkserver")
+# torch._dynamo too: torch imports it at the first optimizer's construction (2-2.5 s of CPU here), which each learner
+# would otherwise do after its fork
 mp_context.set_forkserver_preload(["asyncrl.learner", "asyncrl.policy_worker", "asyncrl.rollout_worker",
-                                   "asyncrl.evaluator"])
+                                   "asyncrl.evaluator", "torch._dynamo"])
 
 
 def start_fork_server() -> None:

@@ -36,6 +36,7 @@ class BenchArgs:
     modes: tuple
     seconds: float
     warmup_seconds: float
+    cost_seconds: float
     out: str | None
 
 
@@ -44,6 +45,9 @@ def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
     parser.add_argument("--mode", default="all", help="raw, sampler, train, all, or a comma list, e.g. raw,sampler.")
     parser.add_argument("--seconds", type=float, default=60.0, help="Measured seconds per mode, after warm-up.")
     parser.add_argument("--warmup_seconds", type=float, default=15.0, help="Seconds run first and excluded per mode.")
+    parser.add_argument("--cost_seconds", type=float, default=2.0,
+                        help="Seconds each CPU cost of the compute limit (simulation, inference) is timed alone on one "
+                             "core; learning 2.5 times as long. Longer is steadier on a busy machine.")
     parser.add_argument("--out", default=None, help="Write the results as JSON to this file.")
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
@@ -51,9 +55,10 @@ def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
     if set(given.pop("mode").split(",")) - {*MODES, "all"}:
         raise ConfigError("--mode must be raw, sampler, train, all or a comma list of them "
                           "(see `asyncrl bench --help`)")
-    bench = BenchArgs(modes, given.pop("seconds"), given.pop("warmup_seconds"), given.pop("out"))
-    if bench.seconds <= 0 or bench.warmup_seconds < 0:
-        raise ConfigError("--seconds must be positive and --warmup_seconds >= 0")
+    bench = BenchArgs(modes, given.pop("seconds"), given.pop("warmup_seconds"), given.pop("cost_seconds"),
+                      given.pop("out"))
+    if bench.seconds <= 0 or bench.cost_seconds <= 0 or bench.warmup_seconds < 0:
+        raise ConfigError("--seconds and --cost_seconds must be positive and --warmup_seconds >= 0")
     if not given.get("env"):
         raise ConfigError("--env is required (e.g. --env doom_basic; `asyncrl envs` lists the registered ones)")
     given.setdefault("train_dir", os.path.join(tempfile.gettempdir(), "asyncrl_bench"))
@@ -81,7 +86,8 @@ def run_bench(bench: BenchArgs, cfg: Config) -> dict:
     batches = {m: max(1, round(result[f"{m}_timing"].get("inference_batch_mean") or cfg.envs_per_group))
                for m in ("train", "sampler") if m in bench.modes}
     if batches:
-        result.update(compute_limit(cfg, batches.get("train", batches.get("sampler")), batches.get("sampler")))
+        result.update(compute_limit(cfg, batches.get("train", batches.get("sampler")), batches.get("sampler"),
+                                    bench.cost_seconds))
     if "train" in bench.modes:
         result["efficiency"] = result["train_fps"] / result["compute_limited_fps"]
     if "sampler" in bench.modes:

@@ -263,29 +263,32 @@ def model_workloads(cfg: Config, inference_batch: int):
             (lambda: learner.train(learner.gather(batch)))
 
 
-def simulation_cost(cfg: Config) -> tuple[float, int]:
+def simulation_cost(cfg: Config, seconds: float = 2.0) -> tuple[float, int]:
     """CPU seconds per agent step of one rollout worker's envs (--num_envs_per_worker of them, stepped in turn with
     random actions, resets included), and the frameskip. All of them, not one: k VizDoom engines on one core cost
     more per step than one (they share its caches), and the engine has to step all k."""
     with simulation_workload(cfg, cfg.num_envs_per_worker) as (step, steps_per_call, frameskip):
-        return seconds_per_call(step) / steps_per_call, frameskip
+        return seconds_per_call(step, seconds) / steps_per_call, frameskip
 
 
-def model_costs(cfg: Config, inference_batch: int, sampler_batch: int | None = None) -> tuple[float, float, float]:
+def model_costs(cfg: Config, inference_batch: int, sampler_batch: int | None = None, seconds: float = 2.0) \
+        -> tuple[float, float, float]:
     """CPU seconds per sample of inference (PolicyWorker.act at `inference_batch` agents, and at `sampler_batch`)
-    and of learning (Learner.gather + train on one --batch_size batch), with real shared buffers, in this process."""
+    and of learning (Learner.gather + train on one --batch_size batch), with real shared buffers, in this process;
+    inference timed for `seconds`, learning (fewer, longer calls) for 2.5 times as long."""
     sampler_batch = sampler_batch or inference_batch
     with model_workloads(cfg, max(inference_batch, sampler_batch)) as (act, learn):
-        infer = seconds_per_call(lambda: act(inference_batch)) / inference_batch
+        infer = seconds_per_call(lambda: act(inference_batch), seconds) / inference_batch
         sampler_infer = infer if sampler_batch == inference_batch else \
-            seconds_per_call(lambda: act(sampler_batch)) / sampler_batch
-        return infer, sampler_infer, seconds_per_call(learn, min_seconds=5.0) / cfg.batch_size
+            seconds_per_call(lambda: act(sampler_batch), seconds) / sampler_batch
+        return infer, sampler_infer, seconds_per_call(learn, 2.5 * seconds) / cfg.batch_size
 
 
-def compute_limit(cfg: Config, inference_batch: int, sampler_batch: int | None = None) -> dict:
+def compute_limit(cfg: Config, inference_batch: int, sampler_batch: int | None = None, seconds: float = 2.0) -> dict:
     """Frames/s if the cores did nothing but the run's work, each part at its cost alone on one core: training
     (simulation, inference at `inference_batch`, learning) and sampling (simulation, inference at `sampler_batch`:
-    the sampler's policy workers batch differently; default inference_batch)."""
+    the sampler's policy workers batch differently; default inference_batch). Each cost is timed for `seconds`
+    (learning 2.5 times as long)."""
     threads, cores = torch.get_num_threads(), sorted(os.sched_getaffinity(0))
     # each alone on one core: one torch thread, and this process pinned (a VizDoom engine started now inherits
     # the pin, so its CPU time is counted too, and no idle wake-up latency is)
@@ -293,8 +296,8 @@ def compute_limit(cfg: Config, inference_batch: int, sampler_batch: int | None =
     os.sched_setaffinity(0, cores[-1:])
     keep_freed_memory_for_reuse()  # as in the engine's processes
     try:
-        sim, frameskip = simulation_cost(cfg)
-        infer, sampler_infer, learn = model_costs(cfg, inference_batch, sampler_batch)
+        sim, frameskip = simulation_cost(cfg, seconds)
+        infer, sampler_infer, learn = model_costs(cfg, inference_batch, sampler_batch, seconds)
     finally:
         torch.set_num_threads(threads)
         os.sched_setaffinity(0, cores)

@@ -16,14 +16,15 @@ from helpers import run_cli, run_cli_error
 
 def test_bench_flags():
     bench, cfg = parse_bench_args(["--env", "doom_basic", "--num_workers", "3", "--seconds", "20"])
-    assert bench.modes == MODES and bench.seconds == 20 and bench.out is None
+    assert bench.modes == MODES and bench.seconds == 20 and bench.cost_seconds == 2.0 and bench.out is None
     assert cfg.num_workers == 3 and cfg.encoder == "conv" and cfg.use_rnn  # the env's defaults apply
     assert cfg.restart_behavior == "restart"  # a benchmark never resumes an old run
     bench, _ = parse_bench_args(["--env", "CartPole-v1", "--mode", "sampler", "--warmup_seconds", "0"])
     assert bench.modes == ("sampler",) and bench.warmup_seconds == 0
     assert parse_bench_args(["--env", "CartPole-v1", "--mode", "sampler,raw"])[0].modes == ("raw", "sampler")
     for bad in (["--mode", "sampler"], ["--env", "CartPole-v1", "--mode", "fast"],
-                ["--env", "CartPole-v1", "--seconds", "0"], ["--env", "CartPole-v1", "--num_envs_per_worker", "3"]):
+                ["--env", "CartPole-v1", "--seconds", "0"], ["--env", "CartPole-v1", "--cost_seconds", "0"],
+                ["--env", "CartPole-v1", "--num_envs_per_worker", "3"]):
         with pytest.raises(ConfigError):
             parse_bench_args(bad)
 
@@ -47,8 +48,8 @@ def test_timing_reports_fractions_of_wall_time():
 def test_bench_all_modes_on_a_synthetic_env(tmp_path, clean_machine):
     out = tmp_path / "result.json"
     r = run_cli("bench", "--env", "synthetic_constant", "--env_options", '{"step_us": 100}', "--mode", "all",
-                "--seconds", 2, "--warmup_seconds", 3, "--num_workers", 2, "--num_envs_per_worker", 4,
-                "--batch_size", 256, "--train_dir", tmp_path, "--out", out, timeout=240)
+                "--seconds", 2, "--warmup_seconds", 3, "--cost_seconds", 0.4, "--num_workers", 2,
+                "--num_envs_per_worker", 4, "--batch_size", 256, "--train_dir", tmp_path, "--out", out, timeout=240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads(out.read_text())
     for key in ("raw_fps", "sampler_fps", "train_fps", "compute_limited_fps"):

@@ -101,7 +101,7 @@ def main():
         sim_core = plan["asyncrl-rollout-0"][0]
         num_envs = cfg.num_envs_per_worker * sum(plan[t] == [sim_core] for t in titles[1:])
         modes = ("train",) if args.mode == "train" else ("raw", "sampler")
-        run = run_bench(BenchArgs(modes, args.seconds, args.warmup_seconds, None), cfg)
+        run = run_bench(BenchArgs(modes, args.seconds, args.warmup_seconds, 2.0, None), cfg)
         batch = run["inference_batch"]
         if args.mode == "train":  # the learner's core to itself; every engine on the other
             other = plan["asyncrl-learner-0"][0]

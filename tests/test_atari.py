@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from asyncrl.envs import make_env
+from asyncrl.envs import env_entry, make_env
 from asyncrl.envs.atari import FRAMESKIP, MAX_FRAMES_PER_GAME, make_vector_game
 from helpers import run_cli_error, serial_runner
 
@@ -41,15 +41,29 @@ def test_no_op_starts_vary_the_first_frame_of_a_game_only_with_baselines():
         games.close()
 
 
-@pytest.mark.parametrize("max_frames", [8_000, None])
-def test_a_game_is_cut_at_the_frame_limit_as_a_truncation(max_frames):
-    """Breakout after a lost life waits for FIRE: never pressing it stalls the game until the frame limit (108,000
-    frames unless the option says otherwise: 27,000 steps)."""
-    env = make_env("atari_breakout", **({"max_frames": max_frames} if max_frames else {}))
+def test_a_game_is_cut_at_the_frame_limit_as_a_truncation():
+    """Breakout after a lost life waits for FIRE: never pressing it stalls the game until the frame limit."""
+    env = make_env("atari_breakout", max_frames=8_000)
     rewards, lives_lost, terminated, truncated = play_one_game(env, lambda t: 0)
     assert truncated and not terminated and sum(lives_lost) == 1
-    assert len(rewards) == pytest.approx((max_frames or MAX_FRAMES_PER_GAME) / FRAMESKIP, abs=40)  # less the no-ops
+    assert len(rewards) == pytest.approx(8_000 / FRAMESKIP, abs=40)  # less the no-ops
     env.close()
+
+
+def test_the_frame_limit_is_108_000_frames_unless_an_option_says_otherwise(monkeypatch):
+    """The limit ALE is given, per env and per vector env (a stalled game played out to 108,000 frames takes 20 s
+    of CPU; the limit's effect is the test above)."""
+    from ale_py import vector_env
+    limits, real = [], vector_env.AtariVectorEnv
+
+    def recording(*args, **kwargs):
+        limits.append(kwargs["max_num_frames_per_episode"])
+        return real(*args, **kwargs)
+    monkeypatch.setattr(vector_env, "AtariVectorEnv", recording)
+    make_env("atari_breakout").close()
+    env_entry("atari_breakout").make_vector(2).close()
+    make_env("atari_breakout", max_frames=500).close()
+    assert limits == [MAX_FRAMES_PER_GAME, MAX_FRAMES_PER_GAME, 500] and MAX_FRAMES_PER_GAME == 108_000
 
 
 @pytest.mark.parametrize("backend", ["per_env", "vector"])

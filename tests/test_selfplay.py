@@ -166,7 +166,7 @@ def test_doom_duel_trains_two_players_of_network_games(tmp_path, clean_machine):
     and win, the learner trains, and no engine or segment outlives the run."""
     r = run_cli("train", "--env", "doom_duel", "--train_dir", tmp_path, "--experiment", "duel", "--num_workers", 2,
                 "--num_envs_per_worker", 2, "--env_options", '{"timelimit_minutes": 0.05}', "--rollout", 16,
-                "--batch_size", 128, "--train_for_seconds", 18, timeout=240)
+                "--batch_size", 128, "--train_for_env_steps", 4096, timeout=240)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     rows = read_stats(tmp_path / "duel")
     last = rows[-1]

@@ -59,27 +59,25 @@ def test_restart_behavior_restart_starts_over(cartpole_run, tmp_path):
 
 def test_train_for_seconds_stops_the_run(tmp_path, clean_machine):
     start = time.time()
-    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "secs", "--train_for_seconds", 6,
+    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "secs", "--train_for_seconds", 3,
                 "--experiment_summaries_interval", 1)
     wall = time.time() - start
     assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "secs")
-    assert 6 <= rows[-1]["time_s"] < 9, rows[-1]
+    assert 3 <= rows[-1]["time_s"] < 6, rows[-1]
     assert wall < 40
 
 
-@pytest.mark.parametrize("gamma, length, steps, bootstrapped, cut", [
-    (0.9, 20, 60_000, (8.8, 11.0), (5.0, 7.2)), (0.98, 50, 100_000, (44.0, 55.0), (15.0, 30.0))])
-@pytest.mark.parametrize("value_bootstrap", [True, False])
-def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(tmp_path, clean_machine, value_bootstrap, gamma,
-                                                                      length, steps, bootstrapped, cut):
-    """synthetic_constant is truncated after `length` steps and its observation does not show the time, so every state
-    has one value. Bootstrapped at the time limit, it is the discounted value of the endless task, r / (1 - gamma)
-    (10 r with gamma 0.9, 50 r with 0.98); treated as a death, the learner fits the time-limited return averaged over
-    the episode's steps, r / (1 - gamma) (1 - mean_k gamma^k over k = 1..length) (6.05 r; 18.8 r), somewhat more
-    where rollouts end before the episode and bootstrap from that time-blind value (23.5 r seen at 0.98): the bias
-    --value_bootstrap removes. Values of 50 are learned this fast because the value head learns normalized returns
-    (--normalize_returns, the default)."""
+@pytest.mark.parametrize("value_bootstrap, low, high", [(True, 44.0, 55.0), (False, 15.0, 30.0)])
+def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(tmp_path, clean_machine, value_bootstrap, low,
+                                                                      high):
+    """synthetic_constant is truncated after 50 steps and its observation does not show the time, so every state has
+    one value. Bootstrapped at the time limit, it is the discounted value of the endless task, r / (1 - gamma) (50 r
+    with gamma 0.98); treated as a death, the learner fits the time-limited return averaged over the episode's
+    steps, r / (1 - gamma) (1 - mean_k gamma^k over k = 1..50) (18.8 r), somewhat more where rollouts end before the
+    episode and bootstrap from that time-blind value (23.5 r seen): the bias --value_bootstrap removes. Values of 50
+    are learned this fast because the value head learns normalized returns (--normalize_returns, the default)."""
+    gamma, length, steps = 0.98, 50, 100_000
     r = run_cli("train", "--env", "synthetic_constant", "--env_options", f'{{"step_us": 0, "episode_len": {length}}}',
                 "--train_dir", tmp_path, "--experiment", "tl", "--gamma", gamma, "--value_bootstrap", value_bootstrap,
                 "--train_for_env_steps", steps, "--experiment_summaries_interval", 1, "--seed", 1)
@@ -89,7 +87,6 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(tmp_path, 
     reward_per_step = sum(row["episode_reward_mean"] for row in last) / len(last) / length
     value_per_reward = sum(row["value"] for row in last) / len(last) / reward_per_step
     assert reward_per_step > 0.5, last[-1]  # the policy learned, so the values are of a good policy
-    low, high = bootstrapped if value_bootstrap else cut
     assert low < value_per_reward < high, last[-1]
 
 

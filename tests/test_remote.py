@@ -17,7 +17,7 @@ from asyncrl.envs import EnvError
 from asyncrl.remote import RemoteEnv, RemoteSettings, remote_parallel_env, side_channel
 from asyncrl.remote.client import RemoteEnvError
 from asyncrl.remote.wire import encode, pb
-from helpers import read_stats, run_cli, serial_runner, start_cli
+from helpers import read_stats, run_cli, run_cli_error, serial_runner, start_cli
 
 MARKED = "tests.remote_envs:make_marked"
 
@@ -384,7 +384,7 @@ def test_env_server_bad_flags_are_one_line_exit_2():
     for flags, needle in [(["--env", "no_such_env"], "unknown env"), (["--env", "CartPole-v1", "--num_envs", "0"],
                                                                        "must be positive"),
                           (["--env", "CartPole-v1", "--tls_cert", "x.pem"], "go together")]:
-        result = run_cli("env-server", *flags, timeout=60)
+        result = run_cli_error("env-server", *flags)
         assert result.returncode == 2 and needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
     _, address = start_server("--env", "CartPole-v1", "--num_envs", "1")
     result = run_cli("env-server", "--env", "CartPole-v1", "--port", address.rsplit(":", 1)[1], timeout=60)

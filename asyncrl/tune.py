@@ -24,7 +24,14 @@ from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_a
 KNOBS = ("num_envs_per_worker", "num_workers", "worker_num_splits", "policy_workers_per_policy", "batch_size")
 MARGIN = 1.03  # a change must be this much faster to be taken: smaller differences are within a run's noise
 RUN_OVERHEAD_S = 6.0  # process start-up and shutdown around each measured candidate
-DEFAULT_BUDGET_S, DEFAULT_WARMUP_S, DEFAULT_SECONDS = 300.0, 8.0, 12.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneTimes:
+    budget_s: float = 300.0  # the whole search, measuring included
+    warmup_s: float = 8.0  # each candidate's first seconds, not measured
+    seconds: float = 12.0  # each candidate's measured seconds
+    cost_s: float = 2.0  # each CPU cost of the compute limit timed for this long (learning 2.5 times as long)
 
 
 def results_path(env: str) -> str:
@@ -62,25 +69,25 @@ def flags_of(cfg: Config) -> dict:
     return {knob: getattr(cfg, knob) for knob in KNOBS}
 
 
-def search(cfg: Config, budget_s: float, warmup_s: float, seconds: float, log=print) -> dict:
+def search(cfg: Config, times: TuneTimes, log=print) -> dict:
     """Coordinate descent over KNOBS from cfg, each candidate one short training run; returns the costs, every
     candidate tried with its frames/s, and the fastest flags."""
     from asyncrl.measure import compute_limit, engine_run
 
     cores = len(os.sched_getaffinity(0))
-    costs = compute_limit(cfg, cfg.envs_per_group)
+    costs = compute_limit(cfg, cfg.envs_per_group, seconds=times.cost_s)
     log(f"asyncrl tune: {cfg.env} on {cores} cores, {'a GPU' if has_gpu() else 'no GPU'}; CPU ms per "
         f"agent step alone: simulation {costs['sim_ms_per_step']:.3f}, inference {costs['inference_ms_per_step']:.3f} "
         f"(batch {costs['inference_batch']}), learning {costs['learn_ms_per_step']:.3f}; compute limit "
         f"{costs['compute_limited_fps']:,.0f} frames/s")
     tried: dict[tuple, float] = {}
-    deadline = time.monotonic() + budget_s
+    deadline = time.monotonic() + times.budget_s
 
     def measure(c: Config) -> float:
         key = tuple(flags_of(c).values())
         if key not in tried:
             try:
-                tried[key] = engine_run(c, warmup_s, seconds, sampler_only=False)["fps"]
+                tried[key] = engine_run(c, times.warmup_s, times.seconds, sampler_only=False)["fps"]
             except RuntimeError as e:  # e.g. not trained enough to measure within the warm-up: too slow anyway
                 log(f"asyncrl tune: {flags_of(c)} not measured ({e})")
                 tried[key] = 0.0
@@ -94,14 +101,14 @@ def search(cfg: Config, budget_s: float, warmup_s: float, seconds: float, log=pr
         for knob in KNOBS:
             for value in neighbours(best, knob, cores):
                 c = candidate(best, **{knob: value})
-                if c is None or time.monotonic() + warmup_s + seconds + RUN_OVERHEAD_S > deadline:
+                if c is None or time.monotonic() + times.warmup_s + times.seconds + RUN_OVERHEAD_S > deadline:
                     continue
                 fps = measure(c)
                 if fps > MARGIN * best_fps:
                     best, best_fps, improved = c, fps, True
     return {"env": cfg.env, "cores": cores, "gpu": has_gpu(), "costs": costs,
             "tried": [{"flags": dict(zip(KNOBS, key)), "fps": fps} for key, fps in tried.items()],
-            "best": flags_of(best), "best_fps": best_fps, "budget_s": budget_s}
+            "best": flags_of(best), "best_fps": best_fps, "budget_s": times.budget_s}
 
 
 def with_tuned_flags(given: dict, env_defaults: dict) -> dict:
@@ -128,18 +135,17 @@ def tuned_flags(given: dict, env_defaults: dict) -> dict:
     except (OSError, json.JSONDecodeError, KeyError):
         pass
     print(f"asyncrl: --tune True: no tuning results for {given['env']} on this machine at {path}; tuning first "
-          f"(about {DEFAULT_BUDGET_S / 60:.0f} minutes)", flush=True)
-    return run_tune({k: v for k, v in given.items() if k != "tune"}, env_defaults, DEFAULT_BUDGET_S,
-                    DEFAULT_WARMUP_S, DEFAULT_SECONDS)["best"]
+          f"(about {TuneTimes().budget_s / 60:.0f} minutes)", flush=True)
+    return run_tune({k: v for k, v in given.items() if k != "tune"}, env_defaults, TuneTimes())["best"]
 
 
-def run_tune(given: dict, env_defaults: dict, budget_s: float, warmup_s: float, seconds: float) -> dict:
+def run_tune(given: dict, env_defaults: dict, times: TuneTimes) -> dict:
     """Search from the given flags (the candidates' runs in a temporary folder), save the result and print it."""
     with tempfile.TemporaryDirectory(prefix="asyncrl_tune_") as runs_dir:
         cfg = build_config({**given, "train_dir": runs_dir, "experiment": "candidate", "restart_behavior": "restart"},
                            env_defaults)
         cfg.validate()
-        result = search(cfg, budget_s, warmup_s, seconds)
+        result = search(cfg, times)
     path = results_path(cfg.env)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
@@ -152,20 +158,25 @@ def cmd_tune(argv: list[str]) -> int:
     from asyncrl.envs import env_entry
 
     parser = OneLineErrorParser(prog="asyncrl tune", description=__doc__.splitlines()[0])
-    parser.add_argument("--budget_seconds", type=float, default=DEFAULT_BUDGET_S,
+    default = TuneTimes()
+    parser.add_argument("--budget_seconds", type=float, default=default.budget_s,
                         help="Time for the search, measuring included.")
-    parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS, help="Measured seconds per candidate.")
-    parser.add_argument("--warmup_seconds", type=float, default=DEFAULT_WARMUP_S,
+    parser.add_argument("--seconds", type=float, default=default.seconds, help="Measured seconds per candidate.")
+    parser.add_argument("--warmup_seconds", type=float, default=default.warmup_s,
                         help="Seconds each candidate runs first, not measured.")
+    parser.add_argument("--cost_seconds", type=float, default=default.cost_s,
+                        help="Seconds each CPU cost of the compute limit (simulation, inference) is timed alone on one "
+                             "core; learning 2.5 times as long.")
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
-    budget_s, seconds, warmup_s = given.pop("budget_seconds"), given.pop("seconds"), given.pop("warmup_seconds")
-    if budget_s <= 0 or seconds <= 0 or warmup_s < 0:
-        raise ConfigError("--budget_seconds and --seconds must be positive, --warmup_seconds >= 0")
+    times = TuneTimes(given.pop("budget_seconds"), given.pop("warmup_seconds"), given.pop("seconds"),
+                      given.pop("cost_seconds"))
+    if times.budget_s <= 0 or times.seconds <= 0 or times.cost_s <= 0 or times.warmup_s < 0:
+        raise ConfigError("--budget_seconds, --seconds and --cost_seconds must be positive, --warmup_seconds >= 0")
     if not given.get("env"):
         raise ConfigError("--env is required (e.g. --env doom_basic; `asyncrl envs` lists the registered ones)")
     given.pop("tune", None)
-    run_tune(given, env_entry(given["env"]).default_config, budget_s, warmup_s, seconds)
+    run_tune(given, env_entry(given["env"]).default_config, times)
     return 0
 
 

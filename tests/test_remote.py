@@ -32,19 +32,30 @@ def server_logs_are_removed():
 SERVER_LOGS: list[str] = []  # of the servers the test started
 
 
-def start_server(*flags, port=0, timeout=60):
-    """An `asyncrl env-server` process and its address, once it serves. Its output goes to a file (removed at the
-    test's end): a pipe nobody reads would fill up and block the server."""
-    log = tempfile.NamedTemporaryFile("w+", prefix="env-server-", suffix=".log", delete=False)
-    SERVER_LOGS.append(log.name)
-    proc = start_cli("env-server", *flags, "--port", port, stdout=log, stderr=subprocess.STDOUT)
+def start_servers(count, *flags, port=0, timeout=60) -> list[tuple[subprocess.Popen, str]]:
+    """`count` `asyncrl env-server` processes (started together: their start-ups overlap) and their addresses,
+    once they serve. Their output goes to files (removed at the test's end): a pipe nobody reads would fill up and
+    block a server."""
+    started = []
+    for _ in range(count):
+        log = tempfile.NamedTemporaryFile("w+", prefix="env-server-", suffix=".log", delete=False)
+        SERVER_LOGS.append(log.name)
+        started.append((start_cli("env-server", *flags, "--port", port, stdout=log, stderr=subprocess.STDOUT), log.name))
     deadline = time.time() + timeout
+    return [(proc, wait_serving(proc, log, deadline)) for proc, log in started]
+
+
+def wait_serving(proc, log: str, deadline: float) -> str:
     while time.time() < deadline and proc.poll() is None:
-        found = re.search(r"on ([\d.]+:\d+)", open(log.name).read())
+        found = re.search(r"on ([\d.]+:\d+)", open(log).read())
         if found:
-            return proc, found.group(1)
+            return found.group(1)
         time.sleep(0.2)
-    raise AssertionError(f"env server did not start:\n{open(log.name).read()}")
+    raise AssertionError(f"env server did not start:\n{open(log).read()}")
+
+
+def start_server(*flags, port=0, timeout=60) -> tuple[subprocess.Popen, str]:
+    return start_servers(1, *flags, port=port, timeout=timeout)[0]
 
 
 def serving(server) -> psutil.Process:
@@ -72,7 +83,7 @@ def test_remote_env_alone_as_gymnasium_env_with_side_channel():
 
 def test_trains_through_two_env_servers(tmp_path):
     """CartPole through two loopback servers: the env's defaults come from the servers, the run learns."""
-    servers = [start_server("--env", "CartPole-v1", "--num_envs", "8") for _ in range(2)]
+    servers = start_servers(2, "--env", "CartPole-v1", "--num_envs", "8")
     env = "remote:" + ",".join(address for _, address in servers)
     result = run_cli("train", "--env", env, "--train_dir", tmp_path, "--experiment", "r", "--num_workers", "2",
                      "--num_envs_per_worker", "8", "--train_for_env_steps", "30000", "--seed", "1", timeout=240)
@@ -294,7 +305,7 @@ def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path
     from asyncrl import rollout_worker
     from asyncrl.remote import backend
     monkeypatch.setattr(backend, "RECONNECT_INTERVAL_S", 0.2)
-    (killed, address_a), (_, address_b) = [start_server("--env", MARKED, "--num_envs", "4") for _ in range(2)]
+    (killed, address_a), (_, address_b) = start_servers(2, "--env", MARKED, "--num_envs", "4")
     runner = serial_runner(tmp_path, env=f"remote:{address_a},{address_b}", remote_reconnect=True, remote_timeout=3.0)
     sent = []  # per slot sent to a learner: (servers of its rows, after the kill, whole unbroken trajectory)
     killed_at = [None]

@@ -60,3 +60,10 @@ def cartpole_run(tmp_path_factory):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return train_dir, r.stdout
 
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The fork server that tests running roles in this process started: stopped now, not a few seconds after the
+    session's end (the suite leaves no process behind)."""
+    from asyncrl.fork_server import stop_fork_server
+    stop_fork_server()

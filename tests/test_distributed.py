@@ -104,7 +104,8 @@ def test_a_straggling_rank_is_preempted_and_the_ranks_stay_bit_identical(tmp_pat
     worker_means = [row["episode_worker_mean"] for row in rows if row.get("episode_worker_mean") is not None]
     assert sum(worker_means) / len(worker_means) > 0.5, worker_means
     found = digests(outputs)
-    assert [d[0] for d in found] == ["0", "1"] and found[0][1:] == found[1][1:], "the ranks' weights differ"
+    assert [d[0] for d in found] == ["0", "1"] and int(found[0][1]) > 5, found
+    assert found[0][1:] == found[1][1:], "the ranks' weights differ"
     assert rows[-1]["env_steps"] >= 6_000 and rows[-1]["env_steps"] == int(found[0][2].replace(",", ""))
     assert os.listdir(tmp_path / "rank1") == [], "rank 1 wrote files"
     assert list_checkpoints(checkpoint_dir(str(exp), 0))

@@ -61,7 +61,6 @@ def cartpole_run(tmp_path_factory):
     return train_dir, r.stdout
 
 
-
 def pytest_sessionfinish(session, exitstatus):
     """The fork server that tests running roles in this process started: stopped now, not a few seconds after the
     session's end (the suite leaves no process behind)."""

@@ -11,8 +11,8 @@ full index queues hand slots back and forth.
     traj_rnn_states     [S, T, H]       recurrent state the acting policy had before step t
     traj_actions        [S, T, *act]    action taken at step t
     traj_action_logp    [S, T]          log mu(a_t | x_t) of the acting policy
-    traj_values         [S, T]          V(x_t) of the acting policy, as its value head gave it (normalized with
-                                        --normalize_returns), for value clipping
+    traj_values         [S, T]          V(x_t) of the acting policy in return units (denormalized with the acting
+                                        policy's --normalize_returns statistics), for value clipping
     traj_rewards        [S, T]          the env's own reward (the learner scales and clips)
     traj_dones          [S, T]          the state does not go on after step t: the episode terminated with it, or
                                         it holds no sample (traj_valid False)

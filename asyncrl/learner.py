@@ -230,12 +230,20 @@ class Learner:
             group["lr"] = lr
 
         stats: dict[str, float] = {}
-        num_trajectories = valid.shape[1]
-        for _ in range(cfg.num_epochs):
+        num_trajectories, first_epoch_targets = valid.shape[1], []
+        for epoch in range(cfg.num_epochs):
             # always num_batches_per_epoch minibatches (chunk may make fewer): under torchrun every rank must take as
             # many optimizer steps (all-reduces) as the others, from batches of different sizes (ver, preemption)
             for minibatch in torch.randperm(num_trajectories).tensor_split(cfg.num_batches_per_epoch):
-                stats = self._optimizer_step({k: v.index_select(1, minibatch.to(v.device)) for k, v in batch.items()})
+                stats, targets = self._optimizer_step({k: v.index_select(1, minibatch.to(v.device))
+                                                       for k, v in batch.items()})
+                if epoch == 0:
+                    first_epoch_targets.append(targets)
+        if self.model.returns_normalizer is not None:
+            # merged once per batch, after its updates: the value head's normalized targets hold still while it learns
+            # them (merged per minibatch, targets built from the head's own bootstrap values fed the statistics back
+            # into themselves, and on sparse-reward Pong they diverged within one batch)
+            self.model.merge_returns(torch.cat(first_epoch_targets), self.collective.sum)
         self.train_step += 1
         self.preempted_updates += preempted_steps > 0
         valid_lag = lag[valid].float()
@@ -249,39 +257,37 @@ class Learner:
                      masked_fraction=1.0 - float(batch["mask"].sum()) / max(1, int(valid.sum())))
         return stats
 
-    def _optimizer_step(self, mb: dict[str, torch.Tensor]) -> dict:
+    def _optimizer_step(self, mb: dict[str, torch.Tensor]) -> tuple[dict, torch.Tensor]:
         """One step on a minibatch; skipped (and counted) if the loss or the gradient is not finite (under torchrun a
-        rank's non-finite loss makes every rank's averaged gradient non-finite: all skip)."""
+        rank's non-finite loss makes every rank's averaged gradient non-finite: all skip). Returns its stats and the
+        value targets (return units) of its learned samples."""
         self.optimizer.zero_grad(set_to_none=True)
         if mb["valid"].shape[1] == 0:
-            stats = self._empty_minibatch()
+            stats, targets = self._empty_minibatch()
         else:
             loss, stats, targets = self._loss(mb)
+            targets = targets[mb["mask"]].detach()
             loss.backward()
-            if self.model.returns_normalizer is not None:  # the next minibatch's targets are normalized with these too
-                self.model.returns_normalizer.update(targets[mb["mask"]], self.collective.sum)
         self.collective.average_gradients(list(self.model.parameters()))
         max_norm = self.hp["max_grad_norm"] if self.hp["max_grad_norm"] > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         if not torch.isfinite(grad_norm):
-            return self._skip_update(stats)
+            return self._skip_update(stats), targets[:0]  # a non-finite target must not reach the statistics
         self.optimizer.step()
         self.nan_updates_in_a_row = 0
         stats["grad_norm"] = float(grad_norm)
-        return stats
+        return stats, targets
 
-    def _empty_minibatch(self) -> dict:
+    def _empty_minibatch(self) -> tuple[dict, torch.Tensor]:
         """Under torchrun a preempted rank may hold fewer trajectories than minibatches. An empty one has no loss but
         makes the same collectives as any (advantage moments, gradients), so the ranks stay in step and this rank
         applies the same averaged update as the others."""
         empty = torch.zeros(0, device=self.device)
         if self.cfg.normalize_advantage:
             losses.normalize(empty, empty.bool(), self.collective.sum)
-        if self.model.returns_normalizer is not None:
-            self.model.returns_normalizer.update(empty, self.collective.sum)
         for p in self.model.parameters():
             p.grad = torch.zeros_like(p)
-        return {}
+        return {}, empty
 
     def _skip_update(self, stats: dict) -> dict:
         self.nan_updates += 1
@@ -314,8 +320,10 @@ class Learner:
 
         policy_loss = losses.ppo_policy_loss(torch.exp(log_ratio), advantages, hp["ppo_clip_ratio"], mask)
         # with --normalize_returns the value head learns normalized returns
-        learned = targets if self.model.returns_normalizer is None else self.model.returns_normalizer.normalize(targets)
-        value_loss = losses.value_loss(values[:-1], learned, mb["behavior_values"], hp["ppo_clip_value"], mask)
+        learned, acted, norm = targets, mb["behavior_values"], self.model.returns_normalizer
+        if norm is not None:  # both in the units of the statistics the head learns now
+            learned, acted = norm.normalize(targets), norm.normalize(acted)
+        value_loss = losses.value_loss(values[:-1], learned, acted, hp["ppo_clip_value"], mask)
         entropy = losses.masked_mean(dist.entropy(), mask)
         loss = policy_loss + hp["value_loss_coeff"] * value_loss - hp["exploration_loss_coeff"] * entropy
         stats = {"loss": loss.item(), "policy_loss": policy_loss.item(), "value_loss": value_loss.item(),

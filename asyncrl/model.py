@@ -195,6 +195,19 @@ class ActorCritic(nn.Module):
         """The value head's outputs in return units (they are normalized returns with --normalize_returns)."""
         return values if self.returns_normalizer is None else self.returns_normalizer.denormalize(values)
 
+    @torch.no_grad()
+    def merge_returns(self, targets: torch.Tensor, sum_over_ranks) -> None:
+        """Merge value targets into the return statistics, preserving the value head's outputs in return units
+        (PopArt, van Hasselt et al. 2016, Alg. 1: w' = w s / s', b' = (s b + m - m') / s'). Without it a change of the
+        statistics moves every value estimate, and where rewards are sparse the targets bootstrapped on those estimates
+        move the statistics further: on Pong they grew without bound."""
+        norm = self.returns_normalizer
+        old_mean, old_std = norm.mean.clone(), norm.denormalize(torch.ones(())) - norm.mean
+        norm.update(targets, sum_over_ranks)
+        new_std = norm.denormalize(torch.ones(())) - norm.mean
+        self.value_head.weight.mul_(old_std / new_std)
+        self.value_head.bias.mul_(old_std).add_(old_mean - norm.mean).div_(new_std)
+
     def store_weights_as(self, dtype: torch.dtype) -> "ActorCritic":
         """For inference only: keep encoder, core and heads in `dtype`. With bfloat16 each small batch streams
         half the weight bytes from memory (measured: conv + GRU512 inference at batch 8, 0.59 -> 0.39 ms per

@@ -119,7 +119,7 @@ class PolicyWorker:
         actions, logp = model.sample_actions(action_params)
         self.step_rows["traj_actions"][rows] = actions.cpu()
         self.step_rows["traj_action_logp"][rows] = logp.cpu()
-        self.step_rows["traj_values"][rows] = values.cpu()
+        self.step_rows["traj_values"][rows] = model.returns(values).cpu()  # return units: the statistics change
         self.step_rows["traj_policy_version"][rows] = version
         self.step_rows["traj_rnn_states"][rows] = rnn_state
         b.agent_rnn_state[agents] = new_rnn_state.cpu()

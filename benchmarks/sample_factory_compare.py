@@ -5,7 +5,8 @@ batch size and wall time, one after the other in one invocation.
 
 Sample Factory pins numpy<2 and gymnasium 0.29, so it runs from its own virtualenv, which this script creates
 on first use (default ~/.cache/asyncrl/sf_venv: torch at the version installed here, sample-factory==2.1.1,
-vizdoom at the version installed here). Both sides run on the same device (CPU here; with a GPU both use it).
+vizdoom at the version installed here, ale-py 0.9.1 for its Atari example). Both sides run on the same device (CPU
+here; with a GPU both use it).
 Frames/s of each side = frames counted by the system itself over the wall-clock window after --warmup_seconds
 since launch; rewards are the env's own (Sample Factory's VizDoom wrapper reports doom_basic x 0.01: undone).
 Writes benchmarks/results/sample_factory_compare.{md,json,png}.
@@ -36,20 +37,34 @@ COMMON = {
     "CartPole-v1": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 2, "rollout": 32,
                     "batch_size": 1024, "use_rnn": False, "num_epochs": 4, "num_batches_per_epoch": 4,
                     "learning_rate": 0.001, "reward_scale": 0.1},
+    # Atari: asyncrl's atari defaults (Sample Factory's Atari example settings) at 2 workers x 8 envs; 1024 samples
+    # per update in 4 minibatches (Sample Factory's --batch_size is the minibatch: 256, in SF_EXTRA)
+    "atari_breakout": {"num_workers": 2, "num_envs_per_worker": 8, "worker_num_splits": 2, "rollout": 128,
+                       "num_batches_per_epoch": 4},
 }
 SF_EXTRA = {
     "doom_basic": ["-m", "sf_examples.vizdoom.train_vizdoom"],
     "CartPole-v1": ["-m", "sf_examples.train_gym_env", "--encoder_mlp_layers", "64", "64", "--recurrence", "1"],
+    # its example trains synchronously by default; asyncrl is asynchronous: SF's asynchronous mode is the like one
+    "atari_breakout": ["-m", "sf_examples.atari.train_atari", "--async_rl", "True", "--batch_size", "256"],
 }
-SF_REWARD_UNIT = {"doom_basic": 100.0, "CartPole-v1": 1.0}  # Sample Factory's doom wrapper scales rewards by 0.01
-TARGET_REWARD = {"doom_basic": 70.0, "CartPole-v1": 475.0}
-SECONDS = {"doom_basic": 300.0, "CartPole-v1": 120.0}  # per run, unless --seconds says otherwise
+# Sample Factory's doom wrapper scales rewards by 0.01
+SF_REWARD_UNIT = {"doom_basic": 100.0, "CartPole-v1": 1.0, "atari_breakout": 1.0}
+TARGET_REWARD = {"doom_basic": 70.0, "CartPole-v1": 475.0, "atari_breakout": 10.0}
+SECONDS = {"doom_basic": 300.0, "CartPole-v1": 120.0, "atari_breakout": 240.0}  # per run, unless --seconds says otherwise
 
 
 def ensure_sf_venv(path: str) -> str:
     import vizdoom
-    return peer_venv(path, "Sample Factory", "sample_factory, vizdoom",
-                     [f"sample-factory=={SF_VERSION}", f"vizdoom=={vizdoom.__version__}"])
+    python = peer_venv(path, "Sample Factory", "sample_factory, vizdoom, ale_py",
+                       [f"sample-factory=={SF_VERSION}", f"vizdoom=={vizdoom.__version__}", "ale-py==0.9.1"])
+    # ale-py 0.9 ships its ROMs (the 0.8 that SF's [atari] extra pins downloads them) but registers its gymnasium ids
+    # only when imported: a .pth line imports it in every process of the venv, SF's spawned workers included
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    with open(os.path.join(site, "register_ale_ids.pth"), "w") as f:
+        f.write("import ale_py\n")
+    return python
 
 
 def sf_run(python: str, env: str, seconds: float, train_dir: str, device: str) -> list[dict]:
@@ -134,6 +149,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=1, help="alternating asyncrl / Sample Factory runs per env")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sf_venv", default=os.path.expanduser("~/.cache/asyncrl/sf_venv"))
+    parser.add_argument("--out", default="sample_factory_compare", help="name of the result files in results/")
     args = parser.parse_args()
     python = ensure_sf_venv(args.sf_venv)
     train_dir = tempfile.mkdtemp(prefix="asyncrl_vs_sf_")
@@ -157,15 +173,16 @@ def main():
               f"ratio {results[env]['fps_ratio']:.2f}; time to {TARGET_REWARD[env]:g}: {a['time_to_target_s']} vs "
               f"{s['time_to_target_s']} s", flush=True)
     shutil.rmtree(train_dir, ignore_errors=True)
-    plot(results, os.path.join(RESULTS, "sample_factory_compare.png"))
-    write_result("sample_factory_compare", {"machine": machine(), "args": vars(args), "common": COMMON,
+    plot(results, os.path.join(RESULTS, f"{args.out}.png"))
+    write_result(args.out, {"machine": machine(), "args": vars(args), "common": COMMON,
                                             "results": results}, markdown(results, args))
 
 
 def markdown(results: dict, args) -> str:
     seconds = f" --seconds {args.seconds:g}" if args.seconds else ""
     cmd = (f"python benchmarks/sample_factory_compare.py --envs {' '.join(args.envs)}{seconds} "
-           f"--warmup_seconds {args.warmup_seconds:g} --rounds {args.rounds} --device {args.device}")
+           f"--warmup_seconds {args.warmup_seconds:g} --rounds {args.rounds} --device {args.device}"
+           + (f" --out {args.out}" if args.out != "sample_factory_compare" else ""))
     lines = [f"# asyncrl vs Sample Factory {SF_VERSION}", "", f"Seconds per run: {args.seconds or SECONDS}", "", f"Machine: {machine()}", "", f"Command: `{cmd}`", "",
              "Frames/s: frames counted after the first "
              f"{args.warmup_seconds:g} s since launch (median over rounds). Time to target: seconds from launch until "
@@ -180,7 +197,12 @@ def markdown(results: dict, args) -> str:
         settings = ", ".join(f"{k} {v}" for k, v in COMMON[env].items())
         lines.append(f"| {env} (target {TARGET_REWARD[env]:g}) | {settings} | {a['fps']:,.0f} | {s['fps']:,.0f} | "
                      f"{r['fps_ratio']:.2f} | {a['time_to_target_s']} | {s['time_to_target_s']} | {ratio} |")
-    lines += ["", "![reward vs wall time](sample_factory_compare.png)", ""]
+    if "atari_breakout" in results:
+        lines += ["", "atari_breakout: both sides with the settings of Sample Factory's Atari example (Nature conv net, no "
+                  "RNN, GAE, 4 epochs, clipped rewards, linear rate decay), its `--async_rl True` mode, and 1024 samples "
+                  "per update in 4 minibatches (asyncrl's default --batch_size 1024; Sample Factory's --batch_size is "
+                  "the minibatch: 256)."]
+    lines += ["", f"![reward vs wall time]({args.out}.png)", ""]
     return "\n".join(lines)
 
 

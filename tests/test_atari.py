@@ -5,7 +5,7 @@ import pytest
 
 from asyncrl.envs import env_entry, make_env
 from asyncrl.envs.atari import FRAMESKIP, MAX_FRAMES_PER_GAME, make_vector_game
-from helpers import run_cli_error, serial_runner
+from helpers import read_stats, run_cli, run_cli_error, serial_runner
 
 
 def play_one_game(env, actions, seed=1):
@@ -115,3 +115,15 @@ def test_the_learner_sees_each_life_the_stats_see_the_whole_game_unclipped(tmp_p
 def test_bad_atari_input_is_one_line_and_exit_2(argv, message):
     r = run_cli_error("train", *argv)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and message in r.stderr, r.stderr
+
+
+def test_atari_pong_trains_with_its_defaults_and_its_values_stay_within_the_return_bound(tmp_path, clean_machine):
+    """The family's defaults (conv net, GAE, normalized returns, clipped rewards) on sparse-reward Pong: a clipped
+    return is within 1 / (1 - gamma) = 100 of zero, and so must every value estimate be. (Return statistics merged per
+    minibatch diverged here within the first batch: values of -1e15, then a non-finite loss.)"""
+    r = run_cli("train", "--env", "atari_pong", "--train_dir", tmp_path, "--experiment", "pong",
+                "--train_for_env_steps", 16_384, "--experiment_summaries_interval", 1)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rows = [row for row in read_stats(tmp_path / "pong") if row.get("value") is not None]
+    assert rows and rows[-1]["train_step"] >= 3 and rows[-1]["nan_updates"] == 0, rows[-1:]
+    assert all(abs(row["value"]) < 100 for row in rows), [row["value"] for row in rows]

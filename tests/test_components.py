@@ -329,3 +329,38 @@ def test_truncated_episode_leaves_its_final_observation_for_the_learner(tmp_path
             truncations.clear()
     assert checked > 20
     runner._stop_children()
+
+
+def test_return_statistics_hold_still_through_a_batch_and_stay_bounded_on_sparse_rewards(tmp_path):
+    """Pong-like batches (a reward of -1 now and then, 0 otherwise; GAE bootstraps on the value head's own outputs):
+    the return statistics change only between batches, so the normalized targets hold still while the head learns
+    them, and the acting values are compared in return units. Merged per minibatch, with the acting values taken as
+    normalized by today's statistics, the statistics fed back into themselves and atari_pong's defaults diverged to
+    non-finite values within one batch."""
+    runner = serial_runner(tmp_path, rollout=32, batch_size=512, num_epochs=4, num_batches_per_epoch=4,
+                           with_vtrace=False, gae_lambda=0.95, gamma=0.99, learning_rate=2.5e-4)
+    learner = next(c for c in runner.components if isinstance(c, Learner))
+    norm, b, rng = learner.model.returns_normalizer, runner.buffers, np.random.default_rng(0)
+    slots = torch.arange(runner.cfg.batch_size // runner.cfg.rollout)
+    seen_in_batch, step = [], learner._optimizer_step
+
+    def recording_step(mb):
+        seen_in_batch.append((float(norm.mean), float(norm.var)))
+        return step(mb)
+
+    learner._optimizer_step = recording_step
+    for update in range(30):
+        b.traj_obs[slots] = torch.randn_like(b.traj_obs[slots])
+        b.traj_actions[slots] = torch.randint(0, 2, b.traj_actions[slots].shape)
+        b.traj_rewards[slots] = -torch.tensor(rng.random(b.traj_rewards[slots].shape) < 0.02, dtype=torch.float32)
+        b.traj_valid[slots], b.traj_dones[slots] = True, False
+        b.traj_values[slots] = -2.0  # what the acting policy estimated, in return units
+        b.traj_policy_version[slots] = learner.train_step
+        seen_in_batch.clear()
+        stats = learner.train(learner.gather(Batch(slots)))
+        assert len(set(seen_in_batch)) == 1, f"the statistics changed within batch {update}"
+        assert (float(norm.mean), float(norm.var)) != seen_in_batch[0], "the batch's targets were not merged"
+    assert stats["nan_updates"] == 0
+    assert -10 < float(norm.mean) < 0 and 0 < float(norm.var) < 10, (float(norm.mean), float(norm.var))
+    assert -10 < stats["value"] < 0, stats
+    runner._stop_children()

@@ -248,3 +248,21 @@ def test_vtrace_and_gae_of_normalized_values_are_the_references_in_return_units(
     mean = (1000 * 40 + merged.sum()) / n
     var = (1000 * (25 + (40 - mean) ** 2) + ((merged - mean) ** 2).sum()) / n
     np.testing.assert_allclose(norm.normalize(vt.vs).numpy(), (vs_ref - mean) / np.sqrt(var), rtol=1e-3, atol=1e-3)
+
+
+def test_merging_return_statistics_preserves_the_value_heads_outputs_in_return_units():
+    """PopArt's rescale (van Hasselt et al. 2016, Alg. 1): after the statistics move, the same features give the same
+    value in return units, though the head's normalized output changed."""
+    from asyncrl.config import Config
+    from asyncrl.model import build_model
+    import gymnasium as gym
+    torch.manual_seed(0)
+    model = build_model(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), Config(env="x", use_rnn=False))
+    obs = torch.randn(5, 3)
+    for targets in (torch.randn(200) * 50 - 20, torch.randn(300) * 0.1 + 3):
+        _, before, _ = model.forward_step(obs, torch.zeros(5, 0))
+        in_return_units = model.returns(before)
+        model.merge_returns(targets, lambda moments: moments)
+        _, after, _ = model.forward_step(obs, torch.zeros(5, 0))
+        torch.testing.assert_close(model.returns(after), in_return_units, rtol=1e-4, atol=1e-3)
+        assert not torch.allclose(after, before)

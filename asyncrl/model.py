@@ -63,11 +63,15 @@ class ReturnNorm(RunningNorm):
     def __init__(self):
         super().__init__((), clip=float("inf"))
 
+    @property
+    def std(self) -> torch.Tensor:
+        return torch.sqrt(self.var + 1e-8)
+
     def normalize(self, returns: torch.Tensor) -> torch.Tensor:
-        return (returns - self.mean) * torch.rsqrt(self.var + 1e-8)
+        return (returns - self.mean) / self.std
 
     def denormalize(self, values: torch.Tensor) -> torch.Tensor:
-        return values * torch.sqrt(self.var + 1e-8) + self.mean
+        return values * self.std + self.mean
 
 
 def conv_encoder(obs_shape) -> tuple[nn.Module, int]:
@@ -202,11 +206,10 @@ class ActorCritic(nn.Module):
         statistics moves every value estimate, and where rewards are sparse the targets bootstrapped on those estimates
         move the statistics further: on Pong they grew without bound."""
         norm = self.returns_normalizer
-        old_mean, old_std = norm.mean.clone(), norm.denormalize(torch.ones(())) - norm.mean
+        old_mean, old_std = norm.mean.clone(), norm.std
         norm.update(targets, sum_over_ranks)
-        new_std = norm.denormalize(torch.ones(())) - norm.mean
-        self.value_head.weight.mul_(old_std / new_std)
-        self.value_head.bias.mul_(old_std).add_(old_mean - norm.mean).div_(new_std)
+        self.value_head.weight.mul_(old_std / norm.std)
+        self.value_head.bias.mul_(old_std).add_(old_mean - norm.mean).div_(norm.std)
 
     def store_weights_as(self, dtype: torch.dtype) -> "ActorCritic":
         """For inference only: keep encoder, core and heads in `dtype`. With bfloat16 each small batch streams

@@ -11,7 +11,7 @@ clip 0.1, learning rate 2.5e-4 decaying linearly. asyncrl: `asyncrl train --env 
 on first use (--cleanrl_venv: torch as installed here, envpool 0.8.4 and gym 0.23.1 as the script expects), stopped
 at --seconds. Scores are whole games, unclipped: asyncrl's mean of the last 100 episodes as it reports it, CleanRL's
 the mean of the last 100 games it printed. Frames count every emulator frame (CleanRL's global_step x 4).
-Writes benchmarks/results/atari_learning.{md,json,png}.
+Writes benchmarks/results/atari_learning_<games>.{md,json,png}.
 """
 
 import argparse
@@ -93,6 +93,10 @@ def summary(rows_a: list[dict], rows_c: list[dict]) -> dict:
             "cleanrl_frames": c["frames"], "asyncrl_score_at_cleanrl_frames": at_frames(rows_a, c["frames"])}
 
 
+def result_name(args) -> str:
+    return "atari_learning_" + "_".join(args.games)
+
+
 def markdown(results: dict, args) -> str:
     lines = [f"# Atari learning: asyncrl vs CleanRL's ppo_atari_envpool.py, {args.seconds / 60:g} minutes each", "",
              f"Machine: {machine()}", "",
@@ -106,7 +110,7 @@ def markdown(results: dict, args) -> str:
         at = s["asyncrl_score_at_cleanrl_frames"]
         lines.append(f"| {game} | {s['asyncrl_score']:.1f} | {s['asyncrl_frames']:,} | {s['cleanrl_score']:.1f} | "
                      f"{s['cleanrl_frames']:,} | {'-' if at is None else f'{at:.1f}'} |")
-    lines += ["", "![score vs wall time and frames](atari_learning.png)", ""]
+    lines += ["", f"![score vs wall time and frames]({result_name(args)}.png)", ""]
     return "\n".join(lines)
 
 
@@ -127,8 +131,8 @@ def main():
         results[game] = {"asyncrl": {"rows": rows_a}, "cleanrl": {"rows": rows_c}, "summary": summary(rows_a, rows_c)}
         print(game, results[game]["summary"], flush=True)
     shutil.rmtree(train_dir, ignore_errors=True)
-    plot(results, os.path.join(RESULTS, "atari_learning.png"))
-    write_result("atari_learning", {"machine": machine(), "args": vars(args), "results": results},
+    plot(results, os.path.join(RESULTS, f"{result_name(args)}.png"))
+    write_result(result_name(args), {"machine": machine(), "args": vars(args), "results": results},
                  markdown(results, args))
 
 

@@ -48,13 +48,13 @@ SF_EXTRA = {
     # its example trains synchronously by default; asyncrl is asynchronous: SF's asynchronous mode is the like one
     "atari_breakout": ["-m", "sf_examples.atari.train_atari", "--async_rl", "True", "--batch_size", "256"],
 }
-# Sample Factory's doom wrapper scales rewards by 0.01
 ATARI_NOTE = ("atari_breakout: both sides with the settings of Sample Factory's Atari example (Nature conv net, "
-              "no RNN, GAE, 4 epochs, clipped rewards, linear rate decay), its `--async_rl True` mode, and 1024 samples per "
-              "update in 4 minibatches (asyncrl's default --batch_size 1024; Sample Factory's --batch_size is the "
-              "minibatch: 256). Sample Factory's logged episode reward (0.2-0.5 here) is below a random policy's "
-              "whole-game Breakout score (about 1.2, as asyncrl reports it), as if counted per life: frames/s is the "
-              "comparison here.")
+              "no RNN, GAE, 4 epochs, clipped rewards, linear rate decay), its `--async_rl True` mode, and 1024 "
+              "samples per update in 4 minibatches (asyncrl's default --batch_size 1024; Sample Factory's --batch_size "
+              "is the minibatch: 256). Sample Factory's logged episode reward (0.2-0.5 here) is below a random "
+              "policy's whole-game Breakout score (about 1.2, as asyncrl reports it), as if counted per life: frames/s "
+              "is the comparison here.")
+# Sample Factory's doom wrapper scales rewards by 0.01
 SF_REWARD_UNIT = {"doom_basic": 100.0, "CartPole-v1": 1.0, "atari_breakout": 1.0}
 TARGET_REWARD = {"doom_basic": 70.0, "CartPole-v1": 475.0, "atari_breakout": 10.0}
 SECONDS = {"doom_basic": 300.0, "CartPole-v1": 120.0, "atari_breakout": 240.0}  # per run, unless --seconds says otherwise

@@ -331,12 +331,11 @@ def test_truncated_episode_leaves_its_final_observation_for_the_learner(tmp_path
     runner._stop_children()
 
 
-def test_return_statistics_hold_still_through_a_batch_and_stay_bounded_on_sparse_rewards(tmp_path):
+def test_return_statistics_hold_still_through_a_batch_and_take_its_targets_after_it(tmp_path):
     """Pong-like batches (a reward of -1 now and then, 0 otherwise; GAE bootstraps on the value head's own outputs):
     the return statistics change only between batches, so the normalized targets hold still while the head learns
-    them, and the acting values are compared in return units. Merged per minibatch, with the acting values taken as
-    normalized by today's statistics, the statistics fed back into themselves and atari_pong's defaults diverged to
-    non-finite values within one batch."""
+    them (merged per minibatch, they fed back into themselves: test_atari's Pong run diverged), and they settle near
+    the returns of these rewards."""
     runner = serial_runner(tmp_path, rollout=32, batch_size=512, num_epochs=4, num_batches_per_epoch=4,
                            with_vtrace=False, gae_lambda=0.95, gamma=0.99, learning_rate=2.5e-4)
     learner = next(c for c in runner.components if isinstance(c, Learner))
@@ -349,7 +348,7 @@ def test_return_statistics_hold_still_through_a_batch_and_stay_bounded_on_sparse
         return step(mb)
 
     learner._optimizer_step = recording_step
-    for update in range(30):
+    for update in range(12):
         b.traj_obs[slots] = torch.randn_like(b.traj_obs[slots])
         b.traj_actions[slots] = torch.randint(0, 2, b.traj_actions[slots].shape)
         b.traj_rewards[slots] = -torch.tensor(rng.random(b.traj_rewards[slots].shape) < 0.02, dtype=torch.float32)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -14,6 +15,8 @@ import psutil
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "benchmarks", "results")                    # the instruments' results
 STUDY_RESULTS = os.path.join(REPO, "benchmarks", "studies", "results")  # one-off investigations' results
+# what CleanRL's scripts print per finished episode: (global step, return)
+CLEANRL_EPISODE = re.compile(r"global_step=(\d+), episodic_return=\[?([-\d.e+]+)")
 
 
 def machine() -> str:

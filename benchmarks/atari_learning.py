@@ -16,14 +16,13 @@ Writes benchmarks/results/atari_learning_<games>.{md,json,png}.
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
 
-from _run import RESULTS, machine, peer_venv, train_and_watch, write_result
+from _run import CLEANRL_EPISODE, RESULTS, machine, peer_venv, train_and_watch, write_result
 
 FRAMESKIP = 4
 CLEANRL_PINS = ["envpool==0.8.4", "gym==0.23.1", "numpy<2", "tyro", "tensorboard"]
@@ -49,7 +48,7 @@ def cleanrl_run(python: str, script: str, game: str, seconds: float, work_dir: s
     stopper.start()
     rows, games = [], []
     for line in proc.stdout:
-        if m := re.search(r"global_step=(\d+), episodic_return=\[?([-\d.e+]+)", line):
+        if m := CLEANRL_EPISODE.search(line):
             games.append(float(m.group(2)))
             last = games[-100:]
             rows.append({"wall_s": round(time.monotonic() - launch, 2), "frames": int(m.group(1)) * FRAMESKIP,

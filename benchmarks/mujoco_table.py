@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 import time
 
-from _run import RESULTS, machine, peer_venv, train_and_watch, write_result
+from _run import CLEANRL_EPISODE, RESULTS, machine, peer_venv, train_and_watch, write_result
 
 GYM_IDS = {"halfcheetah": "HalfCheetah", "hopper": "Hopper", "walker2d": "Walker2d", "ant": "Ant"}
 CLEANRL_PUBLISHED = {"halfcheetah": (1443, 46), "hopper": (2383, 272)}  # ppo_continuous_action.py, v4, 1M steps
@@ -52,7 +51,7 @@ def cleanrl_run(python: str, script: str, task: str, seed: int, env_steps: int, 
                              text=True).stdout
     wall_s = time.monotonic() - start
     episodes = [(int(step), float(ret)) for step, ret in
-                re.findall(r"global_step=(\d+), episodic_return=\[?([-\d.e+]+)", printed)]
+                CLEANRL_EPISODE.findall(printed)]
     last = [ret for _, ret in episodes[-100:]]
     return {"score": sum(last) / len(last), "wall_s": wall_s, "env_steps": env_steps, "curve": episodes}
 

@@ -240,9 +240,7 @@ class Learner:
                 if epoch == 0:
                     first_epoch_targets.append(targets)
         if self.model.returns_normalizer is not None:
-            # merged once per batch, after its updates: the value head's normalized targets hold still while it learns
-            # them (merged per minibatch, targets built from the head's own bootstrap values fed the statistics back
-            # into themselves, and on sparse-reward Pong they diverged within one batch)
+            # once per batch, after its updates, so the head's normalized targets hold still (why: merge_returns)
             self.model.merge_returns(torch.cat(first_epoch_targets), self.collective.sum)
         self.train_step += 1
         self.preempted_updates += preempted_steps > 0
@@ -258,9 +256,8 @@ class Learner:
         return stats
 
     def _optimizer_step(self, mb: dict[str, torch.Tensor]) -> tuple[dict, torch.Tensor]:
-        """One step on a minibatch; skipped (and counted) if the loss or the gradient is not finite (under torchrun a
-        rank's non-finite loss makes every rank's averaged gradient non-finite: all skip). Returns its stats and the
-        value targets (return units) of its learned samples."""
+        """One step on a minibatch: its stats and its learned samples' value targets (return units); skipped and counted
+        if the loss or gradient is not finite (under torchrun one rank's makes every rank's average so: all skip)."""
         self.optimizer.zero_grad(set_to_none=True)
         if mb["valid"].shape[1] == 0:
             stats, targets = self._empty_minibatch()

@@ -150,14 +150,15 @@ def child_main(title: str, make_component, stop_flag, torch_threads: int, parent
     component, exit_code = None, 0
     try:
         component = make_component()
-        if hasattr(component, "start"):
-            component.start()
-        while not stop_flag.is_set():
-            component.poll(POLL_TIMEOUT_S)
+        try:
+            if hasattr(component, "start"):
+                component.start()
+            while not stop_flag.is_set():
+                component.poll(POLL_TIMEOUT_S)
+        except StopRequested:  # a normal stop that came while a rollout worker waited for a free slot
+            pass
         if hasattr(component, "stop"):
             component.stop()  # a normal stop only: a failed learner must not overwrite its last good checkpoint
-    except StopRequested:
-        pass
     except RunStopped:  # the component told the runner why (stop_run); no traceback
         exit_code = RUN_STOPPED_EXIT_CODE
     except Exception:

@@ -280,6 +280,8 @@ class RolloutWorker:
                 self.shared.worker_heartbeat[self.worker_idx] = time.monotonic()  # waiting for a learner is no hang
                 if self.stop_flag.is_set():
                     raise StopRequested() from None
+                if time.monotonic() - self.last_report >= REPORT_INTERVAL_S:  # the finished episodes show meanwhile
+                    self._report()
                 if self.cfg.serial_mode:
                     raise RuntimeError("no free trajectory slot in serial mode; slots are sized so this cannot happen")
 

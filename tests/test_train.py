@@ -64,7 +64,7 @@ def test_train_for_seconds_stops_the_run(tmp_path, clean_machine):
     wall = time.time() - start
     assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "secs")
-    assert 3 <= rows[-1]["time_s"] < 6, rows[-1]
+    assert 3 <= rows[-1]["time_s"] < 10, rows[-1]  # the last row comes after the stop (checkpoint, joins)
     assert wall < 40
 
 

@@ -3,7 +3,7 @@ means and CleanRL's ppo_continuous_action.py run here on the same task, one afte
 
     python benchmarks/mujoco_table.py [--tasks halfcheetah,hopper,walker2d,ant] [--seeds 1,2,3] [--env_steps 1000000]
         [--cleanrl_script PATH/cleanrl/ppo_continuous_action.py] [--cleanrl_tasks halfcheetah,hopper]
-        [--cleanrl_env_steps 1000000]
+        [--cleanrl_env_steps 1000000] [--out mujoco_table]
 
 asyncrl: `asyncrl train --env mujoco_<task> --train_for_env_steps N --seed S` and nothing else (the family's
 defaults). Its score is the last stats row's mean return (the last --stats_avg episodes) at N steps; its wall time
@@ -87,7 +87,8 @@ def markdown(results: dict, args) -> str:
     lines = ["# MuJoCo at 1M env steps: asyncrl's defaults beside CleanRL", "", f"Machine: {machine()}", "",
              f"Command: `python benchmarks/mujoco_table.py --tasks {args.tasks} --seeds {args.seeds} --env_steps "
              f"{args.env_steps}" + (f" --cleanrl_script ... --cleanrl_tasks {args.cleanrl_tasks} --cleanrl_env_steps "
-                                    f"{args.cleanrl_env_steps}`" if args.cleanrl_script else "`"), "", "![curves](mujoco_table.png)", "",
+                                    f"{args.cleanrl_env_steps}" if args.cleanrl_script else "")
+             + (f" --out {args.out}`" if args.out != "mujoco_table" else "`"), "", f"![curves]({args.out}.png)", "",
              "| task | asyncrl return (mean ± std over seeds) | seeds | CleanRL published | asyncrl wall time per run "
              "| CleanRL wall time here (its return) | asyncrl / CleanRL time |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for task, result in results.items():
@@ -118,6 +119,7 @@ def main():
     parser.add_argument("--cleanrl_tasks", default="halfcheetah,hopper")
     parser.add_argument("--cleanrl_env_steps", type=int, help="CleanRL's steps, if fewer than --env_steps")
     parser.add_argument("--cleanrl_venv", default=os.path.expanduser("~/.cache/asyncrl/cleanrl_venv"))
+    parser.add_argument("--out", default="mujoco_table", help="name of the result files in results/")
     args = parser.parse_args()
     args.cleanrl_env_steps = args.cleanrl_env_steps or args.env_steps
     train_dir = tempfile.mkdtemp(prefix="asyncrl_mujoco_")
@@ -133,8 +135,8 @@ def main():
                                                     args.cleanrl_env_steps, train_dir)]
             print(task, "cleanrl", round(results[task]["cleanrl"][0]["score"]), flush=True)
     shutil.rmtree(train_dir, ignore_errors=True)
-    plot(results, os.path.join(RESULTS, "mujoco_table.png"))
-    write_result("mujoco_table", results, markdown(results, args))
+    plot(results, os.path.join(RESULTS, f"{args.out}.png"))
+    write_result(args.out, results, markdown(results, args))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,18 @@ Full = queue.Full
 _BYTES = 1 << 20  # 1 MiB per queue holds tens of thousands of index messages
 
 
+def take_all(q: Queue, timeout: float = 0.0) -> list:
+    """Every message in q, waiting up to `timeout` for the first ([] if none comes). One get_many returns only the
+    messages that fit its receive buffer (5 kB at first): a large one behind small ones would stay for the next call."""
+    messages, block = [], timeout > 0
+    while True:
+        try:
+            messages += q.get_many(block=block, timeout=timeout)
+        except Empty:
+            return messages
+        block = False
+
+
 class Queues:
     def __init__(self, cfg: Config, num_slots: int):
         self.free_slots = Queue(max_size_bytes=max(_BYTES, 64 * num_slots))

@@ -24,9 +24,9 @@ from asyncrl.model import build_model, learner_state_floats, num_state_floats
 from asyncrl.pbt import PopulationBasedTraining
 from asyncrl.ratings import Ratings
 from asyncrl.policy_worker import PolicyWorker
-from asyncrl.messages import Episodes, Fatal, LearnerStopped, Matches, Report, Snapshot, StateExported, StateImported
+from asyncrl.messages import Episodes, Fatal, LearnerStopped, Matches, Snapshot, StateExported, StateImported
 from asyncrl.processes import RUN_STOPPED_EXIT_CODE, RunStopped, StopFlag, plan_cores, start_child
-from asyncrl.queues import Empty, Queues
+from asyncrl.queues import Queues, take_all
 from asyncrl.rollout_worker import RolloutWorker
 from asyncrl.rollouts import reset_after_restart
 from asyncrl.stats import StatsWriter
@@ -308,11 +308,7 @@ class Runner:
         return max(0.0, min(estimates)) if estimates else None
 
     def _drain_reports(self, timeout: float) -> None:
-        try:
-            messages: list[Report] = self.queues.reports.get_many(block=timeout > 0, timeout=timeout)
-        except Empty:
-            return
-        for report in messages:
+        for report in take_all(self.queues.reports, timeout):
             self.handlers.get(type(report), self.stats.handle)(report)
 
     def _check_children(self) -> None:

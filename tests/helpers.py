@@ -170,13 +170,8 @@ def serial_runner(tmp_path, **overrides):
 
 def drain(q) -> list:
     """Everything in faster-fifo queue q, put back in the same order (FIFO order is preserved)."""
-    from asyncrl.queues import Empty
-    items = []
-    while True:
-        try:
-            items += q.get_many(block=False)
-        except Empty:
-            break
+    from asyncrl.queues import take_all
+    items = take_all(q)
     if items:
         q.put_many(items)
     return items

@@ -9,7 +9,7 @@ from helpers import drain, serial_runner, slot_owners
 from asyncrl.buffers import num_slots
 from asyncrl.config import Config
 from asyncrl.learner import Learner
-from asyncrl.messages import LearnerStats
+from asyncrl.messages import Episodes, LearnerStats
 from asyncrl.rollouts import Batch
 
 
@@ -201,6 +201,18 @@ def test_env_that_keeps_failing_is_recreated_and_its_slots_recycled(tmp_path):
     assert worker.backend.env_errors >= MAX_CONSECUTIVE_ENV_ERRORS * len(first_envs)
     assert all(new is not old for new, old in zip(worker.backend.envs, first_envs)), "a failing env was not recreated"
     assert sorted(slot_owners(runner)) == list(range(num_slots(runner.cfg))), "a failed trajectory's slot was lost"
+    runner._stop_children()
+
+
+def test_one_drain_takes_every_report_a_large_one_behind_small_ones_too(tmp_path):
+    """faster-fifo's get_many returns only what fits its receive buffer (5 kB at first): the runner's last drain,
+    after the children stopped, once left a worker's final episodes in the queue (a run's last row said no
+    episode)."""
+    runner = serial_runner(tmp_path)
+    runner.queues.reports.put(LearnerStats(0, {"env_steps": 1024, "train_step": 1}))
+    runner.queues.reports.put(Episodes([(0, 20.0, 20, {})] * 3000))  # ~100 kB pickled
+    runner._drain_reports(0.0)
+    assert runner.stats.policies[0].episodes_total == 3000 and runner.stats.policies[0].env_steps == 1024
     runner._stop_children()
 
 

@@ -16,7 +16,7 @@ from asyncrl.messages import ExportState, ImportState, LearnerStats, LearnerStop
     StateImported
 from asyncrl.model import build_model, low_precision, pack_state, unpack_state
 from asyncrl.processes import stop_run
-from asyncrl.queues import Empty, Queues
+from asyncrl.queues import Queues, take_all
 from asyncrl.rollouts import Batch, batch_source
 from asyncrl.timing import Timing
 from asyncrl.vtrace import from_importance_weights
@@ -140,11 +140,7 @@ class Learner:
         """PBT's requests: ExportState writes this learner's weights and Adam state to its learner_state row;
         ImportState loads the source's row, and moves the version past --max_policy_lag so that samples the replaced
         weights collected are masked from the loss."""
-        try:
-            commands = self.commands.get_many(block=False)
-        except Empty:
-            return
-        for command in commands:
+        for command in take_all(self.commands):
             if isinstance(command, ExportState):
                 pack_state(self.model, self.optimizer, self.buffers.learner_state[self.policy_id])
                 self.reports.put(StateExported(self.policy_id))

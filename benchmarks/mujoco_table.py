@@ -84,11 +84,15 @@ def plot(results: dict, path: str) -> None:
 
 
 def markdown(results: dict, args) -> str:
+    command = f"python benchmarks/mujoco_table.py --tasks {args.tasks} --seeds {args.seeds} " \
+        f"--env_steps {args.env_steps}"
+    if args.cleanrl_script:
+        command += f" --cleanrl_script ... --cleanrl_tasks {args.cleanrl_tasks} " \
+            f"--cleanrl_env_steps {args.cleanrl_env_steps}"
+    if args.out != "mujoco_table":
+        command += f" --out {args.out}"
     lines = ["# MuJoCo at 1M env steps: asyncrl's defaults beside CleanRL", "", f"Machine: {machine()}", "",
-             f"Command: `python benchmarks/mujoco_table.py --tasks {args.tasks} --seeds {args.seeds} --env_steps "
-             f"{args.env_steps}" + (f" --cleanrl_script ... --cleanrl_tasks {args.cleanrl_tasks} --cleanrl_env_steps "
-                                    f"{args.cleanrl_env_steps}" if args.cleanrl_script else "")
-             + (f" --out {args.out}`" if args.out != "mujoco_table" else "`"), "", f"![curves]({args.out}.png)", "",
+             f"Command: `{command}`", "", f"![curves]({args.out}.png)", "",
              "| task | asyncrl return (mean ± std over seeds) | seeds | CleanRL published | asyncrl wall time per run "
              "| CleanRL wall time here (its return) | asyncrl / CleanRL time |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for task, result in results.items():

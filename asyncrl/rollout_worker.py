@@ -18,12 +18,11 @@ from asyncrl.buffers import NO_PLAYER, SharedBuffers, group_agents
 from asyncrl.config import Config
 from asyncrl.env_backends import env_backend
 from asyncrl.matchmaking import draw_players, owner_policies
-from asyncrl.messages import EnvErrors, Episodes, Matches, Signal
+from asyncrl.messages import Signal
 from asyncrl.processes import StopRequested
 from asyncrl.queues import Empty, Queues
 from asyncrl.timing import Timing
-
-REPORT_INTERVAL_S = 1.0
+from asyncrl.worker_reports import WorkerReports
 
 
 class RolloutWorker:
@@ -43,12 +42,8 @@ class RolloutWorker:
         self.playing = np.zeros(num_local_agents, bool)  # the agent is in its env's episode (else it waits)
         self.episode_return = np.zeros(num_local_agents)  # the env's own reward, unscaled
         self.episode_length = np.zeros(num_local_agents, np.int64)
-        self.finished_episodes: list[tuple] = []  # (policy, return, length, env stats)
-        self.match_scores: list[list] = [[] for _ in range(cfg.num_envs_per_worker)]  # per env: (player, score)
-        self.matches: list[tuple] = []  # (players, scores) of finished multi-agent episodes
-        self.reported_env_errors = 0
-        self.last_report = time.monotonic()
         self.timing = Timing(f"rollout_{worker_idx}")
+        self.reports = WorkerReports(cfg, queues.reports, self.timing, self.backend)  # episodes, matches, errors
 
     # --- lifecycle
     def start(self) -> None:
@@ -61,7 +56,7 @@ class RolloutWorker:
             self._request_actions(group)
 
     def stop(self) -> None:
-        self._report()  # the episodes since the last report count too
+        self.reports.send()  # the episodes since the last report count too
 
     def close(self) -> None:
         self.backend.close()
@@ -88,8 +83,7 @@ class RolloutWorker:
             for group in np.flatnonzero((self.pending_responses == 0) & ~self.awaiting_env_results):
                 if self._reconnect(group):
                     self._request_actions(group)
-        if time.monotonic() - self.last_report >= REPORT_INTERVAL_S:
-            self._report()
+        self.reports.send_if_due()
         return bool(messages)
 
     # --- the hot path
@@ -186,7 +180,7 @@ class RolloutWorker:
         after its last episode's (in a new slot if its slot is full or it changes policy: a slot holds one's)."""
         shared = self.shared
         agents, local = self._env_agents(group, env_in_group)
-        self._report_match(group * self.cfg.envs_per_group + env_in_group)
+        self.reports.match_ended(group * self.cfg.envs_per_group + env_in_group)
         players = draw_players(len(agents), self.cfg, self.rng, shared.frozen_version, shared.rating_mu)
         for agent, obs, player in zip(agents, first_obs, players):
             step = shared.agent_step[agent]
@@ -280,8 +274,7 @@ class RolloutWorker:
                 self.shared.worker_heartbeat[self.worker_idx] = time.monotonic()  # waiting for a learner is no hang
                 if self.stop_flag.is_set():
                     raise StopRequested() from None
-                if time.monotonic() - self.last_report >= REPORT_INTERVAL_S:  # the finished episodes show meanwhile
-                    self._report()
+                self.reports.send_if_due()  # the finished episodes show meanwhile
                 if self.cfg.serial_mode:
                     raise RuntimeError("no free trajectory slot in serial mode; slots are sized so this cannot happen")
 
@@ -297,34 +290,8 @@ class RolloutWorker:
 
     # --- statistics
     def _end_episode(self, agent: int, local: int, env_stats: dict) -> None:
-        """Record the finished episode: its return, length, and the env's own counters (info["episode_stats"]) for a
-        learning policy's stats; in a multi-agent env, the agent's score (its true_objective, else its return) for
-        the match's rating."""
-        player = int(self.shared.agent_player[agent])
-        episode_return = float(self.episode_return[local])
-        if player < self.cfg.num_policies:
-            self.finished_episodes.append((player, episode_return, int(self.episode_length[local]),
-                                           {k: float(v) for k, v in env_stats.items()}))
-        if self.cfg.agents_per_env > 1:
-            score = float(env_stats.get("true_objective", episode_return))
-            self.match_scores[local // self.cfg.agents_per_env].append((player, score))
+        """Report the finished episode (its return unscaled, its length, the env's own counters) and start counting
+        the next one."""
+        self.reports.episode_ended(int(self.shared.agent_player[agent]), float(self.episode_return[local]),
+                                   int(self.episode_length[local]), env_stats, local // self.cfg.agents_per_env)
         self.episode_return[local], self.episode_length[local] = 0, 0
-
-    def _report_match(self, env_idx: int) -> None:
-        """An env's episode is over: report who played it and their scores (for the ratings), once every agent's
-        score is in (not after an env error, nor at the start)."""
-        scores, self.match_scores[env_idx] = self.match_scores[env_idx], []
-        if len(scores) == self.cfg.agents_per_env > 1:
-            self.matches.append(([p for p, _ in scores], [s for _, s in scores]))
-
-    def _report(self) -> None:
-        self.last_report, reports = time.monotonic(), self.queues.reports
-        if self.finished_episodes:
-            reports.put(Episodes(self.finished_episodes))
-        if self.matches:
-            reports.put(Matches(self.matches))
-        self.finished_episodes, self.matches = [], []
-        if self.backend.env_errors > self.reported_env_errors:
-            reports.put(EnvErrors(self.backend.env_errors - self.reported_env_errors))
-            self.reported_env_errors = self.backend.env_errors
-        reports.put(self.timing.report())

@@ -148,9 +148,9 @@ def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path)
 def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monkeypatch):
     """Every env step's reward and done go to the (slot, step) its agent was filling, and every finished
     episode's return and length are the sums of that env's steps (recorded by wrapping each env's step)."""
-    from asyncrl import rollout_worker
+    from asyncrl import worker_reports
     from asyncrl.rollout_worker import RolloutWorker
-    monkeypatch.setattr(rollout_worker, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
+    monkeypatch.setattr(worker_reports, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
     runner = serial_runner(tmp_path, env="synthetic_constant", env_options={"step_us": 0, "episode_len": 5},
                            rollout=4, batch_size=16)
     workers = [c for c in runner.components if isinstance(c, RolloutWorker)]
@@ -183,7 +183,7 @@ def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monk
                 expected.clear()
     assert checked > 1000
     for w in workers:
-        got = [(ret, length) for _, ret, length, _ in w.finished_episodes]
+        got = [(ret, length) for _, ret, length, _ in w.reports.finished_episodes]
         assert got == episodes[w.worker_idx] and len(got) > 20
         assert {length for _, length in got} == {5}
     runner._stop_children()

@@ -43,8 +43,8 @@ def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a
     plays on with the newer snapshot); every step a learning policy played is exactly
     one sample (counted against the envs' steps), and none of the frozen versions'; matches are reported with
     frozen players and rated."""
-    from asyncrl import rollout_worker
-    monkeypatch.setattr(rollout_worker, "REPORT_INTERVAL_S", 1e9)
+    from asyncrl import worker_reports
+    monkeypatch.setattr(worker_reports, "REPORT_INTERVAL_S", 1e9)
     runner = serial_runner(tmp_path, env="grid_duel", rollout=8, batch_size=64, selfplay_snapshot_every_env_steps=300,
                            selfplay_pool_size=3, selfplay_frozen_fraction=1.0, env_options={"max_steps": 12})
     workers = [c for c in runner.components if isinstance(c, RolloutWorker)]
@@ -76,7 +76,7 @@ def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a
                      zip(b.agent_slot.tolist(), b.agent_step.tolist(), b.agent_player.tolist()) if p == 0)
     assert learner.env_steps + in_flight == learning_steps[0]
     for w in workers:
-        w._report()
+        w.reports.send()
     matches = [m for r in drain(runner.queues.reports) if isinstance(r, Matches) for m in r.matches]
     assert len(matches) > 50 and all(max(players) >= cfg.num_policies for players, _ in matches[-20:])
     runner._drain_reports(0.0)

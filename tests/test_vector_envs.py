@@ -42,9 +42,9 @@ def test_vector_rows_equal_per_env_rows_for_the_same_seeds_and_actions(env, step
 def test_next_step_autoreset_gives_every_episode_its_steps_and_return(tmp_path, monkeypatch):
     """CartPole's own vector env resets an ended env in its next step (the action is ignored): the agent waits out
     that step, and the episodes the worker reports are exactly the envs' episodes."""
-    from asyncrl import rollout_worker
+    from asyncrl import worker_reports
     from asyncrl.rollout_worker import RolloutWorker
-    monkeypatch.setattr(rollout_worker, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
+    monkeypatch.setattr(worker_reports, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
     runner = serial_runner(tmp_path, env_backend="vector", num_workers=1)
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
     assert all(worker.backend.next_step_reset)
@@ -65,7 +65,7 @@ def test_next_step_autoreset_gives_every_episode_its_steps_and_return(tmp_path, 
     while len(played) < 30:
         for c in runner.components:
             c.poll(0.0)
-    reported = [(ret, length) for _, ret, length, _ in worker.finished_episodes]
+    reported = [(ret, length) for _, ret, length, _ in worker.reports.finished_episodes]
     assert sorted(reported) == sorted(played)
     assert sorted(slot_owners(runner)) == list(range(num_slots(runner.cfg)))
     runner._stop_children()

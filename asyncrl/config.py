@@ -155,6 +155,8 @@ class Config:
     # --- model
     encoder: str = _f("auto", "auto (conv for images, mlp for vectors), conv or mlp.", choices=["auto", "conv", "mlp"])
     encoder_mlp_layers: list = _f([512, 512], "Hidden sizes of the MLP encoder, e.g. '[512, 512]'.")
+    actor_critic_share_weights: bool = _f(True, "The actor and the critic share the encoder; False gives the critic "
+                                          "an encoder of its own (needs --use_rnn False).")
     use_rnn: bool = _f(True, "Recurrent core after the encoder.")
     rnn_type: str = _f("gru", "gru or lstm.", choices=["gru", "lstm"])
     rnn_size: int = _f(512, "Hidden size of the recurrent core.")
@@ -333,6 +335,9 @@ def _check_shapes(cfg: Config) -> None:
         raise ConfigError(f"--recurrence ({cfg.recurrence}) must divide --rollout ({cfg.rollout}), or be -1")
     if not cfg.use_rnn and cfg.recurrence not in (-1, 1):
         raise ConfigError(f"--recurrence {cfg.recurrence} needs --use_rnn True (without an RNN it must be 1 or -1)")
+    if cfg.use_rnn and not cfg.actor_critic_share_weights:
+        raise ConfigError("--actor_critic_share_weights False needs --use_rnn False (a critic with a recurrent core "
+                          "of its own is not built)")
     if cfg.batch_size % cfg.rollout:
         raise ConfigError(f"--batch_size ({cfg.batch_size}) must be a multiple of --rollout ({cfg.rollout})")
     slots_per_minibatch, rem = divmod(cfg.batch_size // cfg.rollout, cfg.num_batches_per_epoch)

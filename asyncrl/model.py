@@ -96,6 +96,19 @@ def mlp_encoder(in_size: int, layers: list[int]) -> tuple[nn.Module, int]:
     return nn.Sequential(*modules), size
 
 
+class ActorAndCriticEncoders(nn.Module):
+    """Two encoders side by side (--actor_critic_share_weights False): the actor's features, then the critic's, in
+    one vector; ActorCritic.heads gives each head its half. Its input is normalized once for both."""
+
+    def __init__(self, make_encoder):
+        super().__init__()
+        self.actor, self.size = make_encoder()
+        self.critic, _ = make_encoder()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.actor(x), self.critic(x)], dim=-1)
+
+
 def autocast_if(device_type: str, dtype: torch.dtype | None):
     """torch.autocast to `dtype` (the learner's mixed precision), or a context that changes nothing if None."""
     return torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None)
@@ -112,10 +125,15 @@ class ActorCritic(nn.Module):
         self.normalizer = RunningNorm(obs_space.shape) if normalize_input else None
         self.returns_normalizer = ReturnNorm() if cfg.normalize_returns else None
         self.is_conv = use_conv
-        if use_conv:
-            self.encoder, size = conv_encoder(obs_space.shape)
-        else:
-            self.encoder, size = mlp_encoder(int(torch.tensor(obs_space.shape).prod()), cfg.encoder_mlp_layers)
+        def make_encoder():
+            if use_conv:
+                return conv_encoder(obs_space.shape)
+            return mlp_encoder(int(torch.tensor(obs_space.shape).prod()), cfg.encoder_mlp_layers)
+        self.encoder, size = make_encoder()
+        self.critic_features_from = None  # where the critic's features start in the encoder's output, if separate
+        if not cfg.actor_critic_share_weights:
+            self.encoder = ActorAndCriticEncoders(make_encoder)
+            self.critic_features_from = size
 
         self.compute_dtype = torch.float32  # see store_weights_as
         self.rnn_type = cfg.rnn_type if cfg.use_rnn else None
@@ -193,7 +211,10 @@ class ActorCritic(nn.Module):
     def heads(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(action distribution parameters, value), float32."""
         features = features.to(self.compute_dtype)
-        return self.action_head(features).float(), self.value_head(features).squeeze(-1).float()
+        actor, critic = features, features
+        if self.critic_features_from is not None:
+            actor, critic = features.tensor_split([self.critic_features_from], dim=-1)
+        return self.action_head(actor).float(), self.value_head(critic).squeeze(-1).float()
 
     def returns(self, values: torch.Tensor) -> torch.Tensor:
         """The value head's outputs in return units (they are normalized returns with --normalize_returns)."""

@@ -113,7 +113,8 @@ def test_old_samples_are_masked_from_the_loss(tmp_path):
     dict(use_rnn=True, rnn_size=8, rollout=8, recurrence=4, batch_size=64),
     dict(with_vtrace=False, normalize_input=True),
     dict(env="Pendulum-v1", num_batches_per_epoch=2, num_epochs=2),  # Box actions: diagonal Gaussian head
-], ids=["lstm", "truncated_bptt", "gae_normalized_input", "box_actions"])
+    dict(use_rnn=False, actor_critic_share_weights=False),
+], ids=["lstm", "truncated_bptt", "gae_normalized_input", "box_actions", "separate_critic"])
 def test_model_and_loss_variants_train(tmp_path, overrides):
     runner = serial_runner(tmp_path, **overrides)
     learner = next(c for c in runner.components if isinstance(c, Learner))
@@ -127,6 +128,23 @@ def test_model_and_loss_variants_train(tmp_path, overrides):
     assert learner.nan_updates == 0
     assert any(not torch.equal(a, b) for a, b in zip(before, learner.model.parameters()))
     runner._stop_children()
+
+
+def test_a_separate_critic_shares_no_weight_with_the_actor():
+    """--actor_critic_share_weights False: the value's gradient reaches only the critic's encoder and the value head,
+    the action's only the actor's encoder and the action head (and its log-std)."""
+    import gymnasium as gym
+    from asyncrl.cli import config_from_args
+    from asyncrl.model import ActorCritic
+    cfg = config_from_args(["--env", "Pendulum-v1", "--actor_critic_share_weights", "False"])
+    model = ActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (1,)), cfg)
+    actor = [*model.encoder.actor.parameters(), *model.action_head.parameters()]
+    critic = [*model.encoder.critic.parameters(), *model.value_head.parameters()]
+    for output, reached, untouched in ((1, critic, actor), (0, actor, critic)):
+        model.zero_grad(set_to_none=True)
+        model.forward_step(torch.randn(6, 3), torch.zeros(6, 0))[output].square().sum().backward()
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in reached)
+        assert all(p.grad is None or not p.grad.any() for p in untouched)
 
 
 def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path):

@@ -117,6 +117,7 @@ def test_doom_basic_runs_headless(tmp_path, clean_machine):
     (["--env", "CartPole-v1", "--num_envs_per_worker", "5", "--worker_num_splits", "2"], "divisible"),
     (["--env", "CartPole-v1", "--batch_size", "100", "--rollout", "32"], "multiple of --rollout"),
     (["--env", "CartPole-v1", "--use_rnn", "True", "--recurrence", "5"], "must divide --rollout"),
+    (["--env", "doom_basic", "--actor_critic_share_weights", "False"], "needs --use_rnn False"),
     (["--env", "CartPole-v1", "--no_such_flag", "1"], "unrecognized arguments"),
     (["--env", "CartPole-v1", "--use_rnn", "maybe"], "expected True or False"),
     (["--env", "CartPole-v1", "--device", "cuda"], "no CUDA GPU"),

@@ -22,10 +22,9 @@ def gae(rewards, values, bootstrap_value, discounts, gae_lambda, valid=None):
     if valid is not None:
         deltas = torch.where(valid, deltas, torch.zeros_like(deltas))
     advantages = torch.zeros_like(values)
-    acc = torch.zeros_like(bootstrap_value)
-    for t in reversed(range(values.shape[0])):
-        acc = deltas[t] + discounts[t] * gae_lambda * acc
-        advantages[t] = acc
+    decay, acc = discounts * gae_lambda, torch.zeros_like(bootstrap_value)
+    for t in reversed(range(values.shape[0])):  # one op a step, written in place: the loop is the learner's hot spot
+        acc = torch.addcmul(deltas[t], decay[t], acc, out=advantages[t])
     return advantages, advantages + values
 
 

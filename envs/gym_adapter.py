@@ -93,16 +93,12 @@ def make_gym_env(gym_id: str, **options) -> gym.Env:
 # per worker, and several PPO epochs per batch, since samples are cheap but learning from them is not.
 VECTOR_ENV_DEFAULTS = {"use_rnn": False, "encoder_mlp_layers": [64, 64], "num_envs_per_worker": 16,
                        "learning_rate": 1e-3, "num_epochs": 4, "num_batches_per_epoch": 4}
-# Continuous control (any env with Box actions: MuJoCo, Box2D, classic control): Sample Factory's MuJoCo settings
-# (synchronous PPO, as its MuJoCo runs are: async_rl False; a Gaussian policy with a learned log-std on a small tanh
-# MLP, observations and returns normalized, GAE), with CleanRL's many small updates per sample (10 epochs, lr 3e-4,
-# gradient norm 0.5): on Hopper-v5 at 1M steps (3 seeds) that learned 2,203 where Sample Factory's 2 epochs of 4
-# minibatches (lr 0.00295) learned 1,680 (benchmarks/studies/results/hopper_settings.md). --algo ppo's batch is every
-# env's --rollout steps: 2 workers x 16 envs x 64 = 2048, in 16 minibatches of 128.
-CONTINUOUS_DEFAULTS = {**VECTOR_ENV_DEFAULTS, "algo": "ppo", "rollout": 64, "batch_size": 2048, "num_epochs": 10,
-                       "num_batches_per_epoch": 16, "with_vtrace": False, "gae_lambda": 0.95, "gamma": 0.99,
+# Continuous control (any env with Box actions: MuJoCo, Box2D, classic control): Sample Factory's MuJoCo settings,
+# a Gaussian policy with a learned log-std on a small tanh MLP, observations and returns normalized, GAE.
+CONTINUOUS_DEFAULTS = {**VECTOR_ENV_DEFAULTS, "rollout": 64, "batch_size": 1024, "num_epochs": 2,
+                       "num_batches_per_epoch": 4, "with_vtrace": False, "gae_lambda": 0.95, "gamma": 0.99,
                        "ppo_clip_ratio": 0.2, "value_loss_coeff": 1.3, "exploration_loss_coeff": 0.0,
-                       "max_grad_norm": 0.5, "learning_rate": 0.0003, "lr_schedule": "linear_decay",
+                       "max_grad_norm": 3.5, "learning_rate": 0.00295, "lr_schedule": "linear_decay",
                        "normalize_input": True, "normalize_returns": True, "value_bootstrap": True}
 # Per-id additions: returns in the hundreds want scaled rewards for the value head to keep up.
 GYM_ID_DEFAULTS = {"CartPole-v1": {"reward_scale": 0.1}, "CartPole-v0": {"reward_scale": 0.1}}

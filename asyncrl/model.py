@@ -102,7 +102,7 @@ class ActorAndCriticEncoders(nn.Module):
 
     def __init__(self, make_encoder):
         super().__init__()
-        self.actor, self.size = make_encoder()
+        self.actor, _ = make_encoder()
         self.critic, _ = make_encoder()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

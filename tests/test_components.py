@@ -132,7 +132,7 @@ def test_model_and_loss_variants_train(tmp_path, overrides):
 
 def test_a_separate_critic_shares_no_weight_with_the_actor():
     """--actor_critic_share_weights False: the value's gradient reaches only the critic's encoder and the value head,
-    the action's only the actor's encoder and the action head (and its log-std)."""
+    the action means' only the actor's encoder and the action head."""
     import gymnasium as gym
     from asyncrl.cli import config_from_args
     from asyncrl.model import ActorCritic

@@ -5,14 +5,9 @@ episodes), and once more when the worker stops (the episodes since the last repo
 
 from __future__ import annotations
 
-import time
-
 from asyncrl.config import Config
 from asyncrl.messages import EnvErrors, Episodes, Matches
 from asyncrl.timing import Timing
-
-REPORT_INTERVAL_S = 1.0
-
 
 class WorkerReports:
     def __init__(self, cfg: Config, reports_queue, timing: Timing, backend):
@@ -21,7 +16,6 @@ class WorkerReports:
         self.match_scores: list[list] = [[] for _ in range(cfg.num_envs_per_worker)]  # per env: (player, score)
         self.matches: list[tuple] = []  # (players, scores) of finished multi-agent episodes
         self.reported_env_errors = 0  # of backend.env_errors
-        self.last_sent = time.monotonic()
 
     def episode_ended(self, player: int, episode_return: float, length: int, env_stats: dict, env_idx: int) -> None:
         """A learning policy's episode counts for its stats; in a multi-agent env, the agent's score (its
@@ -39,11 +33,10 @@ class WorkerReports:
             self.matches.append(([p for p, _ in scores], [s for _, s in scores]))
 
     def send_if_due(self) -> None:
-        if time.monotonic() - self.last_sent >= REPORT_INTERVAL_S:
+        if self.timing.due():  # the timing report goes with every send, so its clock is this one's
             self.send()
 
     def send(self) -> None:
-        self.last_sent = time.monotonic()
         if self.finished_episodes:
             self.queue.put(Episodes(self.finished_episodes))
         if self.matches:

@@ -70,9 +70,9 @@ def test_the_frame_limit_is_108_000_frames_unless_an_option_says_otherwise(monke
 def test_the_learner_sees_each_life_the_stats_see_the_whole_game_unclipped(tmp_path, monkeypatch, backend):
     """Ms. Pac-Man (10 points a pellet): every step's raw reward and done (terminated or a lost life) land in the
     agent's slot; a finished episode is the whole game with its unclipped score (the learner clips, --reward_clip)."""
-    from asyncrl import worker_reports
+    from asyncrl import timing
     from asyncrl.rollout_worker import RolloutWorker
-    monkeypatch.setattr(worker_reports, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
+    monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
     runner = serial_runner(tmp_path, env="atari_ms_pacman", env_backend=backend, num_workers=1, num_envs_per_worker=2,
                            worker_num_splits=1, rollout=32, batch_size=64, sampler_only=True, reward_clip=1.0)
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))

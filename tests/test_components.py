@@ -166,9 +166,9 @@ def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path)
 def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monkeypatch):
     """Every env step's reward and done go to the (slot, step) its agent was filling, and every finished
     episode's return and length are the sums of that env's steps (recorded by wrapping each env's step)."""
-    from asyncrl import worker_reports
+    from asyncrl import timing
     from asyncrl.rollout_worker import RolloutWorker
-    monkeypatch.setattr(worker_reports, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
+    monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
     runner = serial_runner(tmp_path, env="synthetic_constant", env_options={"step_us": 0, "episode_len": 5},
                            rollout=4, batch_size=16)
     workers = [c for c in runner.components if isinstance(c, RolloutWorker)]

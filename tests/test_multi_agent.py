@@ -90,8 +90,8 @@ def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_aske
     an agent acts in is exactly one sample (counted against what the envs stepped), a waiting agent has no policy
     and adds nothing, no slot is lost, episodes have the agents' lengths, and with --pbt_mix_policies_in_one_env
     False the agents of an env always share a policy (with True, mixed pairs occur)."""
-    from asyncrl import worker_reports
-    monkeypatch.setattr(worker_reports, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
+    from asyncrl import timing
+    monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
     runner = serial_runner(tmp_path, env="synthetic_multi", env_options=LEAVING, num_policies=2, rollout=4,
                            batch_size=16, pbt_mix_policies_in_one_env=mix)
     workers = [c for c in runner.components if isinstance(c, RolloutWorker)]

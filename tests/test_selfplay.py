@@ -43,8 +43,8 @@ def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a
     plays on with the newer snapshot); every step a learning policy played is exactly
     one sample (counted against the envs' steps), and none of the frozen versions'; matches are reported with
     frozen players and rated."""
-    from asyncrl import worker_reports
-    monkeypatch.setattr(worker_reports, "REPORT_INTERVAL_S", 1e9)
+    from asyncrl import timing
+    monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)
     runner = serial_runner(tmp_path, env="grid_duel", rollout=8, batch_size=64, selfplay_snapshot_every_env_steps=300,
                            selfplay_pool_size=3, selfplay_frozen_fraction=1.0, env_options={"max_steps": 12})
     workers = [c for c in runner.components if isinstance(c, RolloutWorker)]

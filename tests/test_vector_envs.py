@@ -42,9 +42,9 @@ def test_vector_rows_equal_per_env_rows_for_the_same_seeds_and_actions(env, step
 def test_next_step_autoreset_gives_every_episode_its_steps_and_return(tmp_path, monkeypatch):
     """CartPole's own vector env resets an ended env in its next step (the action is ignored): the agent waits out
     that step, and the episodes the worker reports are exactly the envs' episodes."""
-    from asyncrl import worker_reports
+    from asyncrl import timing
     from asyncrl.rollout_worker import RolloutWorker
-    monkeypatch.setattr(worker_reports, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
+    monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
     runner = serial_runner(tmp_path, env_backend="vector", num_workers=1)
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
     assert all(worker.backend.next_step_reset)

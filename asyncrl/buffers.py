@@ -11,6 +11,8 @@ full index queues hand slots back and forth.
     traj_rnn_states     [S, T, H]       recurrent state the acting policy had before step t
     traj_actions        [S, T, *act]    action taken at step t
     traj_action_logp    [S, T]          log mu(a_t | x_t) of the acting policy
+    traj_action_params  [S, T, D]       the acting distribution mu(. | x_t) whole (model.distribution_params: logits,
+                                        or a Gaussian's mean and log-std), for the learner's KL penalty and stat
     traj_values         [S, T]          V(x_t) of the acting policy in return units (denormalized with the acting
                                         policy's --normalize_returns statistics), for value clipping
     traj_rewards        [S, T]          the env's own reward (the learner scales and clips)
@@ -125,9 +127,11 @@ def group_agents(cfg: Config, worker: int, group: int) -> np.ndarray:
 
 
 def buffer_layout(cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Space, rnn_state_size: int,
-                  num_weights: int, learner_state_floats: int) -> dict[str, tuple[tuple, torch.dtype]]:
+                  distribution_params_size: int, num_weights: int,
+                  learner_state_floats: int) -> dict[str, tuple[tuple, torch.dtype]]:
     """name -> (shape, dtype) of every shared tensor, as the module docstring describes them."""
-    S, T, A, P, H = num_slots(cfg), cfg.rollout, num_agents(cfg), cfg.num_policies, rnn_state_size
+    S, T, A, P, H, D = num_slots(cfg), cfg.rollout, num_agents(cfg), cfg.num_policies, rnn_state_size, \
+        distribution_params_size
     discrete = isinstance(action_space, gym.spaces.Discrete)
     act_shape, act_dtype = ((), torch.int64) if discrete else (tuple(action_space.shape), torch.float32)
     return {
@@ -135,6 +139,7 @@ def buffer_layout(cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Spac
         "traj_rnn_states": ((S, T, H), torch.float32),
         "traj_actions": ((S, T, *act_shape), act_dtype),
         "traj_action_logp": ((S, T), torch.float32),
+        "traj_action_params": ((S, T, D), torch.float32),
         "traj_values": ((S, T), torch.float32),
         "traj_rewards": ((S, T), torch.float32),
         "traj_dones": ((S, T), torch.bool),
@@ -177,6 +182,7 @@ class SharedBuffers(Generic[Array]):
     traj_rnn_states: Array
     traj_actions: Array
     traj_action_logp: Array
+    traj_action_params: Array
     traj_values: Array
     traj_rewards: Array
     traj_dones: Array

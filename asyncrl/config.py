@@ -142,6 +142,8 @@ class Config:
     ppo_clip_value: float = _f(1.0, "Value clip around the acting policy's value estimate; 0 disables.")
     value_loss_coeff: float = _f(0.5, "Weight of the value loss.")
     exploration_loss_coeff: float = _f(0.003, "Weight of the entropy bonus.")
+    kl_loss_coeff: float = _f(0.0, "Weight of a penalty on KL(acting policy || current policy) per sample (PPO's "
+                              "fixed-KL penalty); holds each update near the policy that acted.")
     normalize_advantage: bool = _f(True, "Normalize advantages per minibatch.")
     normalize_input: Optional[bool] = _f(None, "Normalize observations with a running per-element mean/std (learned "
                                          "by the learner). None (auto): on for vector observations, off for images "

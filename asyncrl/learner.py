@@ -203,7 +203,8 @@ class Learner:
         b, bptt, slots = self.buffers, self.cfg.bptt_len, batch.slots
         # index_select copies whole slots (5x faster than tensor[slots] for a batch of images)
         tensors = {name: getattr(b, "traj_" + field).index_select(0, slots) for name, field in (
-            ("obs", "obs"), ("actions", "actions"), ("behavior_logp", "action_logp"), ("behavior_values", "values"),
+            ("obs", "obs"), ("actions", "actions"), ("behavior_logp", "action_logp"),
+            ("behavior_params", "action_params"), ("behavior_values", "values"),
             ("rewards", "rewards"), ("dones", "dones"), ("valid", "valid"), ("policy_version", "policy_version"))}
         tensors["chunk_states"] = b.traj_rnn_states[:, ::bptt].index_select(0, slots)
         tensors["valid"] = batch.learned(tensors["valid"])
@@ -318,9 +319,13 @@ class Learner:
             learned, acted = norm.normalize(targets), norm.normalize(acted)
         value_loss = losses.value_loss(values[:-1], learned, acted, hp["ppo_clip_value"], mask)
         entropy = losses.masked_mean(dist.entropy(), mask)
-        loss = policy_loss + hp["value_loss_coeff"] * value_loss - hp["exploration_loss_coeff"] * entropy
+        behavior = self.model.distribution_from_params(mb["behavior_params"])
+        kl = losses.masked_mean(torch.distributions.kl_divergence(behavior, dist), mask)
+        loss = policy_loss + hp["value_loss_coeff"] * value_loss - hp["exploration_loss_coeff"] * entropy \
+            + cfg.kl_loss_coeff * kl
         stats = {"loss": loss.item(), "policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
-                 "entropy": entropy.item(), "value": losses.masked_mean(values_now, mask).item()}
+                 "entropy": entropy.item(), "kl_divergence": kl.item(),
+                 "value": losses.masked_mean(values_now, mask).item()}
         return loss, stats, targets
 
     def _hp_stats(self) -> dict:

@@ -242,10 +242,27 @@ class ActorCritic(nn.Module):
         self.compute_dtype = dtype
         return self
 
-    def distribution(self, action_params: torch.Tensor):
+    @property
+    def distribution_params_size(self) -> int:
+        """Floats per sample that describe the action distribution whole: the logits, or the Gaussian's mean and
+        log-std (the log-std is a parameter of the weights, not an output, so it is stored beside the mean)."""
+        return self.action_head.out_features * (1 if self.discrete else 2)
+
+    def distribution_params(self, action_params: torch.Tensor) -> torch.Tensor:
+        """The acting distribution's parameters as the trajectory buffers keep them (for --kl_loss_coeff)."""
         if self.discrete:
-            return Categorical(logits=action_params)
-        return Independent(Normal(action_params, self.action_log_std.exp().expand_as(action_params)), 1)
+            return action_params
+        return torch.cat([action_params, self.action_log_std.expand_as(action_params)], dim=-1)
+
+    def distribution_from_params(self, params: torch.Tensor):
+        """The distribution that distribution_params described."""
+        if self.discrete:
+            return Categorical(logits=params)
+        mean, log_std = params.chunk(2, dim=-1)
+        return Independent(Normal(mean, log_std.exp()), 1)
+
+    def distribution(self, action_params: torch.Tensor):
+        return self.distribution_from_params(self.distribution_params(action_params))
 
     def sample_actions(self, action_params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(actions, their log-probabilities) for inference. Discrete actions by the Gumbel-max trick,

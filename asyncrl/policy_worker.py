@@ -42,7 +42,8 @@ class PolicyWorker:
         # [slots * steps, ...] views of the trajectory tensors this worker reads and writes
         self.obs_rows = buffers.traj_obs.flatten(0, 1)
         self.step_rows = {name: getattr(buffers, name).flatten(0, 1) for name in
-                          ("traj_actions", "traj_action_logp", "traj_values", "traj_policy_version", "traj_rnn_states")}
+                          ("traj_actions", "traj_action_logp", "traj_action_params", "traj_values",
+                           "traj_policy_version", "traj_rnn_states")}
         self.group_agents = {(w, g): torch.from_numpy(group_agents(cfg, w, g))
                              for w in range(cfg.num_workers) for g in range(cfg.worker_num_splits)}
         self.budget = rollout_budget(cfg, policy_id, buffers, self.group_agents, queues)
@@ -119,6 +120,7 @@ class PolicyWorker:
         actions, logp = model.sample_actions(action_params)
         self.step_rows["traj_actions"][rows] = actions.cpu()
         self.step_rows["traj_action_logp"][rows] = logp.cpu()
+        self.step_rows["traj_action_params"][rows] = model.distribution_params(action_params).cpu()
         self.step_rows["traj_values"][rows] = model.returns(values).cpu()  # return units: the statistics change
         self.step_rows["traj_policy_version"][rows] = version
         self.step_rows["traj_rnn_states"][rows] = rnn_state

@@ -115,8 +115,8 @@ def probe_env(cfg: Config) -> EnvInfo:
 def model_and_layout(cfg: Config, env: EnvInfo) -> tuple[torch.nn.Module, dict]:
     """The run's model (its sizes set the recurrent-state and weight tensors) and its shared-memory layout."""
     model = build_model(env.obs_space, env.action_space, cfg)
-    return model, buffer_layout(cfg, env.obs_space, env.action_space, model.rnn_state_size, num_state_floats(model),
-                                learner_state_floats(model))
+    return model, buffer_layout(cfg, env.obs_space, env.action_space, model.rnn_state_size,
+                                model.distribution_params_size, num_state_floats(model), learner_state_floats(model))
 
 
 def prepare_experiment_dir(cfg: Config) -> None:

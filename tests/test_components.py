@@ -108,6 +108,51 @@ def test_old_samples_are_masked_from_the_loss(tmp_path):
     runner._stop_children()
 
 
+def reference_kl(behavior: torch.Tensor, current: torch.Tensor, discrete: bool) -> torch.Tensor:
+    """KL(mu || pi) per sample from the closed forms: categorical sum_a mu log(mu / pi); diagonal Gaussian
+    sum_i log(s_pi / s_mu) + (s_mu^2 + (m_mu - m_pi)^2) / (2 s_pi^2) - 1/2."""
+    if discrete:
+        log_mu, log_pi = behavior.log_softmax(-1), current.log_softmax(-1)
+        return (log_mu.exp() * (log_mu - log_pi)).sum(-1)
+    (m_mu, log_s_mu), (m_pi, log_s_pi) = behavior.chunk(2, -1), current.chunk(2, -1)
+    return (log_s_pi - log_s_mu + ((2 * log_s_mu).exp() + (m_mu - m_pi) ** 2) / (2 * (2 * log_s_pi).exp())
+            - 0.5).sum(-1)
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+def test_kl_penalty_is_the_kl_from_the_distribution_that_acted(tmp_path, env):
+    """The policy worker stores the acting distribution whole (its log-prob of every action it took is the one
+    stored), and --kl_loss_coeff c adds c * mean KL(mu || pi) over the learned samples (PPO, Schulman et al. 2017,
+    eq. 8), checked against the closed forms; the learner reports the KL as kl_divergence."""
+    runner = serial_runner(tmp_path, env=env)
+    learner = next(c for c in runner.components if isinstance(c, Learner))
+    b, model, S = runner.buffers, learner.model, runner.cfg.batch_size // runner.cfg.rollout
+    def first_slots_full():  # nobody fills them any more, and the learner never polls: they stay
+        return b.traj_valid[:S].all() and not set(b.agent_slot.tolist()) & set(range(S))
+
+    while not first_slots_full():
+        for c in (c for c in runner.components if not isinstance(c, Learner)):
+            c.poll(0.0)
+    acted = model.distribution_from_params(b.traj_action_params[:S])
+    torch.testing.assert_close(acted.log_prob(b.traj_actions[:S]), b.traj_action_logp[:S])
+
+    b.traj_action_params[:S] += torch.randn_like(b.traj_action_params[:S]) * 0.3  # as if acted by other weights
+    mb = learner.gather(Batch(torch.arange(S)))
+    mb["mask"] = mb["valid"].clone()
+    mb["mask"][:, 0] = False  # a masked trajectory adds nothing
+    without_kl, stats, _ = learner._loss(mb)
+    learner.cfg.kl_loss_coeff = 0.5
+    with_kl = learner._loss(mb)[0]
+    with torch.no_grad():
+        params = model.distribution_params(model.forward_sequence(mb["obs"], mb["chunk_states"], mb["dones"],
+                                                                  runner.cfg.bptt_len)[0][:-1])
+    expected = reference_kl(mb["behavior_params"], params, model.discrete)[mb["mask"]].mean()
+    assert expected > 0.01
+    torch.testing.assert_close(stats["kl_divergence"], expected.item(), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close((with_kl - without_kl).item(), 0.5 * expected.item(), rtol=1e-4, atol=1e-6)
+    runner._stop_children()
+
+
 @pytest.mark.parametrize("overrides", [
     dict(use_rnn=True, rnn_type="lstm", rnn_size=8),
     dict(use_rnn=True, rnn_size=8, rollout=8, recurrence=4, batch_size=64),
@@ -265,7 +310,8 @@ def test_bfloat16_inference_model_acts_like_the_float32_one():
     obs_space, action_space = gym.spaces.Box(0, 255, (3, 72, 128), "uint8"), gym.spaces.Discrete(5)
     learner_model = build_model(obs_space, action_space, cfg)
     assert low_precision(cfg, torch.device("cpu"), learner_model) == torch.bfloat16
-    layout = buffer_layout(cfg, obs_space, action_space, learner_model.rnn_state_size, num_state_floats(learner_model), 0)
+    layout = buffer_layout(cfg, obs_space, action_space, learner_model.rnn_state_size,
+                           learner_model.distribution_params_size, num_state_floats(learner_model), 0)
     buffers = SharedBuffers.allocate(layout)
     buffers.publish_weights(0, learner_model, version=3)
     actor = build_model(obs_space, action_space, cfg).store_weights_as(torch.bfloat16)

@@ -122,6 +122,9 @@ class Config:
     batch_size: int = _f(1024, "Samples (env steps of one agent) per learner update.")
     num_batches_per_epoch: int = _f(1, "Minibatches per --batch_size samples; each is one optimizer step.")
     num_epochs: int = _f(1, "Passes over each batch.")
+    shuffle_samples: bool = _f(False, "Minibatches of samples drawn from the whole batch, whose advantages are "
+                               "computed over the batch at each epoch's start (as CleanRL's PPO); False: minibatches "
+                               "of whole trajectories, each computing its own. Needs --use_rnn False.")
     learning_rate: float = _f(1e-4, "Adam learning rate.")
     lr_schedule: str = _f("constant", "constant, or linear_decay to 0 over --train_for_env_steps.",
                           choices=["constant", "linear_decay"])
@@ -340,6 +343,9 @@ def _check_shapes(cfg: Config) -> None:
     if cfg.use_rnn and not cfg.actor_critic_share_weights:
         raise ConfigError("--actor_critic_share_weights False needs --use_rnn False (a critic with a recurrent core "
                           "of its own is not built)")
+    if cfg.use_rnn and cfg.shuffle_samples:
+        raise ConfigError("--shuffle_samples True needs --use_rnn False (a recurrent model learns from whole "
+                          "trajectories)")
     if cfg.batch_size % cfg.rollout:
         raise ConfigError(f"--batch_size ({cfg.batch_size}) must be a multiple of --rollout ({cfg.rollout})")
     slots_per_minibatch, rem = divmod(cfg.batch_size // cfg.rollout, cfg.num_batches_per_epoch)

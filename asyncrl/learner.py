@@ -14,12 +14,12 @@ from asyncrl.config import Config
 from asyncrl.distributed import RankLost, collective, this_rank
 from asyncrl.messages import ExportState, ImportState, LearnerStats, LearnerStopped, Snapshot, StateExported, \
     StateImported
+from asyncrl.minibatches import minibatches
 from asyncrl.model import build_model, low_precision, pack_state, unpack_state
 from asyncrl.processes import stop_run
 from asyncrl.queues import Queues, take_all
 from asyncrl.rollouts import Batch, batch_source
 from asyncrl.timing import Timing
-from asyncrl.vtrace import from_importance_weights
 
 MAX_NAN_UPDATES_IN_A_ROW = 10
 # The input normalizer's statistics are updated from this many random valid observations per batch: as good an
@@ -41,6 +41,7 @@ class Learner:
         self.commands = queues.learner_commands[policy_id]  # from PBT (pbt.py)
         self.model = build_model(obs_space, action_space, cfg).to(device).train()
         self.autocast_dtype = low_precision(cfg, device, self.model)  # of the encoder; master weights stay float32
+        self.minibatches = minibatches(cfg, self.model, self.autocast_dtype)  # trajectories, or samples
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
                                           betas=(cfg.adam_beta1, cfg.adam_beta2))
         self.checkpoint_dir = checkpoint_dir(cfg.experiment_dir, policy_id)
@@ -227,13 +228,10 @@ class Learner:
             group["lr"] = lr
 
         stats: dict[str, float] = {}
-        num_trajectories, first_epoch_targets = valid.shape[1], []
+        first_epoch_targets = []
         for epoch in range(cfg.num_epochs):
-            # always num_batches_per_epoch minibatches (chunk may make fewer): under torchrun every rank must take as
-            # many optimizer steps (all-reduces) as the others, from batches of different sizes (ver, preemption)
-            for minibatch in torch.randperm(num_trajectories).tensor_split(cfg.num_batches_per_epoch):
-                stats, targets = self._optimizer_step({k: v.index_select(1, minibatch.to(v.device))
-                                                       for k, v in batch.items()})
+            for minibatch in self.minibatches.epoch(batch, self.hp["gamma"]):
+                stats, targets = self._optimizer_step(minibatch)
                 if epoch == 0:
                     first_epoch_targets.append(targets)
         if self.model.returns_normalizer is not None:
@@ -256,7 +254,7 @@ class Learner:
         """One step on a minibatch: its stats and its learned samples' value targets (return units); skipped and counted
         if the loss or gradient is not finite (under torchrun one rank's makes every rank's average so: all skip)."""
         self.optimizer.zero_grad(set_to_none=True)
-        if mb["valid"].shape[1] == 0:
+        if mb["valid"].numel() == 0:
             stats, targets = self._empty_minibatch()
         else:
             loss, stats, targets = self._loss(mb)
@@ -291,42 +289,27 @@ class Learner:
                                      f"non-finite loss or gradient; try a lower --learning_rate or --reward_scale")
         return stats
 
-    def _loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        cfg, hp, mask, valid = self.cfg, self.hp, mb["mask"], mb["valid"]
-        action_params, values = self.model.forward_sequence(mb["obs"], mb["chunk_states"], mb["dones"], cfg.bptt_len,
-                                                            self.autocast_dtype)
-        dist = self.model.distribution(action_params[:-1])
-        logp = dist.log_prob(mb["actions"])
-        # padding steps hold stale actions and log-probs: give them ratio 1 so nothing overflows
-        log_ratio = torch.where(valid, logp - mb["behavior_logp"], torch.zeros_like(logp))
-        rewards = (mb["rewards"] * cfg.reward_scale).clamp(-cfg.reward_clip, cfg.reward_clip)
-        discounts = hp["gamma"] * (~mb["dones"]).float()
-        returns = self.model.returns(values.detach())  # the value head's outputs in return units
-        values_now, bootstrap = returns[:-1], returns[-1]
-        if cfg.with_vtrace:
-            vt = from_importance_weights(log_ratio.detach(), discounts, rewards, values_now, bootstrap,
-                                         cfg.vtrace_rho, cfg.vtrace_pg_rho, cfg.vtrace_c, valid)
-            advantages, targets = vt.pg_advantages, vt.vs
-        else:
-            advantages, targets = losses.gae(rewards, values_now, bootstrap, discounts, cfg.gae_lambda, valid)
-        if cfg.normalize_advantage:
+    def _loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        hp, mask = self.hp, mb["mask"]
+        now = self.minibatches.forward(mb, hp["gamma"])
+        advantages = now.advantages
+        if self.cfg.normalize_advantage:
             advantages = losses.normalize(advantages, mask, self.collective.sum)
-
-        policy_loss = losses.ppo_policy_loss(torch.exp(log_ratio), advantages, hp["ppo_clip_ratio"], mask)
+        policy_loss = losses.ppo_policy_loss(torch.exp(now.log_ratio), advantages, hp["ppo_clip_ratio"], mask)
         # with --normalize_returns the value head learns normalized returns
-        learned, acted, norm = targets, mb["behavior_values"], self.model.returns_normalizer
+        learned, acted, norm = now.targets, mb["behavior_values"], self.model.returns_normalizer
         if norm is not None:  # both in the units of the statistics the head learns now
-            learned, acted = norm.normalize(targets), norm.normalize(acted)
-        value_loss = losses.value_loss(values[:-1], learned, acted, hp["ppo_clip_value"], mask)
-        entropy = losses.masked_mean(dist.entropy(), mask)
+            learned, acted = norm.normalize(now.targets), norm.normalize(acted)
+        value_loss = losses.value_loss(now.values, learned, acted, hp["ppo_clip_value"], mask)
+        entropy = losses.masked_mean(now.dist.entropy(), mask)
         behavior = self.model.distribution_from_params(mb["behavior_params"])
-        kl = losses.masked_mean(torch.distributions.kl_divergence(behavior, dist), mask)
+        kl = losses.masked_mean(losses.kl_divergence(behavior, now.dist), mask)
         loss = policy_loss + hp["value_loss_coeff"] * value_loss - hp["exploration_loss_coeff"] * entropy \
-            + cfg.kl_loss_coeff * kl
+            + self.cfg.kl_loss_coeff * kl
         stats = {"loss": loss.item(), "policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
                  "entropy": entropy.item(), "kl_divergence": kl.item(),
-                 "value": losses.masked_mean(values_now, mask).item()}
-        return loss, stats, targets
+                 "value": losses.masked_mean(now.returns, mask).item()}
+        return loss, stats, now.targets
 
     def _hp_stats(self) -> dict:
         return {f"hp_{name}": value for name, value in self.hp.items()}

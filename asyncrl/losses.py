@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from torch.distributions import Categorical, Distribution
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -60,3 +61,12 @@ def value_loss(values, targets, old_values, clip_value, mask):
         clipped = old_values + (values - old_values).clamp(-clip_value, clip_value)
         loss = torch.max(loss, (clipped - targets) ** 2)
     return 0.5 * masked_mean(loss, mask)
+
+
+def kl_divergence(behavior: Distribution, current: Distribution) -> torch.Tensor:
+    """KL(mu || pi) per sample, the divergence PPO's fixed-KL penalty weighs (Schulman et al. 2017, eq. 8). A
+    categorical's comes from the normalized log-probabilities, sum_a mu(a) (log mu(a) - log pi(a)): finite wherever
+    they are, where torch's is inf once some pi(a) underflows to 0 (and a penalty weighted 0 then makes the loss NaN)."""
+    if isinstance(behavior, Categorical):
+        return (behavior.probs * (behavior.logits - current.logits)).sum(-1)
+    return torch.distributions.kl_divergence(behavior, current)

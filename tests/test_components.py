@@ -1,5 +1,7 @@
 """The engine's components driven in one process (serial mode): slot lifecycle, RNN resets, lag masking."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -108,6 +110,17 @@ def test_old_samples_are_masked_from_the_loss(tmp_path):
     runner._stop_children()
 
 
+def fill_first_slots(runner) -> tuple[Learner, int]:
+    """Step every role but the learner until the first batch's slots are full; they stay so (the learner never polls,
+    nobody else writes them). Returns the learner and the batch's slot count."""
+    learner = next(c for c in runner.components if isinstance(c, Learner))
+    b, S = runner.buffers, runner.cfg.batch_size // runner.cfg.rollout
+    while not (b.traj_valid[:S].all() and not set(b.agent_slot.tolist()) & set(range(S))):
+        for c in (c for c in runner.components if not isinstance(c, Learner)):
+            c.poll(0.0)
+    return learner, S
+
+
 def reference_kl(behavior: torch.Tensor, current: torch.Tensor, discrete: bool) -> torch.Tensor:
     """KL(mu || pi) per sample from the closed forms: categorical sum_a mu log(mu / pi); diagonal Gaussian
     sum_i log(s_pi / s_mu) + (s_mu^2 + (m_mu - m_pi)^2) / (2 s_pi^2) - 1/2."""
@@ -125,14 +138,8 @@ def test_kl_penalty_is_the_kl_from_the_distribution_that_acted(tmp_path, env):
     stored), and --kl_loss_coeff c adds c * mean KL(mu || pi) over the learned samples (PPO, Schulman et al. 2017,
     eq. 8), checked against the closed forms; the learner reports the KL as kl_divergence."""
     runner = serial_runner(tmp_path, env=env)
-    learner = next(c for c in runner.components if isinstance(c, Learner))
-    b, model, S = runner.buffers, learner.model, runner.cfg.batch_size // runner.cfg.rollout
-    def first_slots_full():  # nobody fills them any more, and the learner never polls: they stay
-        return b.traj_valid[:S].all() and not set(b.agent_slot.tolist()) & set(range(S))
-
-    while not first_slots_full():
-        for c in (c for c in runner.components if not isinstance(c, Learner)):
-            c.poll(0.0)
+    learner, S = fill_first_slots(runner)
+    b, model = runner.buffers, learner.model
     acted = model.distribution_from_params(b.traj_action_params[:S])
     torch.testing.assert_close(acted.log_prob(b.traj_actions[:S]), b.traj_action_logp[:S])
 
@@ -153,13 +160,67 @@ def test_kl_penalty_is_the_kl_from_the_distribution_that_acted(tmp_path, env):
     runner._stop_children()
 
 
+def test_kl_stays_finite_where_a_probability_underflows():
+    """A policy sure of its action (another's probability exp(-200) = 0 in float32) is at a finite KL from one that
+    acted uniformly, with a finite gradient: torch's categorical KL is inf there, and made the loss NaN at
+    --kl_loss_coeff 0 (0 * inf), so every such update was skipped."""
+    from torch.distributions import Categorical
+
+    from asyncrl import losses
+
+    logits = torch.tensor([[0.0, -200.0]], requires_grad=True)
+    kl = losses.kl_divergence(Categorical(logits=torch.zeros(1, 2)), Categorical(logits=logits))
+    torch.testing.assert_close(kl, reference_kl(torch.zeros(1, 2), logits, discrete=True))
+    (0.0 * kl.sum()).backward()
+    assert torch.isfinite(kl).all() and torch.isfinite(logits.grad).all()
+
+
+@pytest.mark.parametrize("with_vtrace", [True, False])
+def test_sample_minibatches_learn_what_trajectory_minibatches_learn(tmp_path, with_vtrace):
+    """--shuffle_samples: a minibatch as large as the batch gives the loss and gradients of the trajectory cut (the
+    epoch's whole-batch pass and the minibatch's own see the same weights); smaller ones hold each learned sample
+    once per epoch, with its advantage and target from that pass."""
+    from asyncrl.minibatches import SampleMinibatches, TrajectoryMinibatches
+
+    runner = serial_runner(tmp_path, with_vtrace=with_vtrace, batch_size=64, num_batches_per_epoch=1)
+    learner, S = fill_first_slots(runner)
+    batch = learner.gather(Batch(torch.arange(S)))
+    batch["mask"] = batch["valid"].clone()
+    batch["mask"][:, 1] = False  # samples the learner masks (too old) are in no minibatch
+    results = []
+    for cut in (TrajectoryMinibatches, SampleMinibatches):
+        learner.minibatches = cut(runner.cfg, learner.model, None)
+        learner.model.zero_grad()
+        mb = next(learner.minibatches.epoch(batch, 0.99))
+        loss, stats, targets = learner._loss(mb)
+        loss.backward()
+        learned_targets = targets[mb["mask"]]
+        results.append((loss, stats, learned_targets.sort()[0], [p.grad.clone() for p in learner.model.parameters()]))
+    (loss_t, stats_t, targets_t, grads_t), (loss_s, stats_s, targets_s, grads_s) = results
+    torch.testing.assert_close(loss_s, loss_t)
+    assert stats_s.keys() == stats_t.keys()
+    torch.testing.assert_close(targets_s, targets_t)
+    for g_s, g_t in zip(grads_s, grads_t):
+        torch.testing.assert_close(g_s, g_t)
+
+    cut = SampleMinibatches(dataclasses.replace(runner.cfg, num_batches_per_epoch=4), learner.model, None)
+    with torch.no_grad():
+        whole = TrajectoryMinibatches(runner.cfg, learner.model, None).forward(batch, 0.99)
+    parts = list(cut.epoch(batch, 0.99))
+    assert len(parts) == 4 and all(len(mb["obs"]) == int(batch["mask"].sum()) // 4 for mb in parts)
+    torch.testing.assert_close(torch.cat([mb["advantages"] for mb in parts]).sort()[0],
+                               whole.advantages[batch["mask"]].sort()[0])
+    runner._stop_children()
+
+
 @pytest.mark.parametrize("overrides", [
     dict(use_rnn=True, rnn_type="lstm", rnn_size=8),
     dict(use_rnn=True, rnn_size=8, rollout=8, recurrence=4, batch_size=64),
     dict(with_vtrace=False, normalize_input=True),
     dict(env="Pendulum-v1", num_batches_per_epoch=2, num_epochs=2),  # Box actions: diagonal Gaussian head
     dict(use_rnn=False, actor_critic_share_weights=False),
-], ids=["lstm", "truncated_bptt", "gae_normalized_input", "box_actions", "separate_critic"])
+    dict(env="Pendulum-v1", shuffle_samples=True, num_batches_per_epoch=4, num_epochs=2),
+], ids=["lstm", "truncated_bptt", "gae_normalized_input", "box_actions", "separate_critic", "shuffled_samples"])
 def test_model_and_loss_variants_train(tmp_path, overrides):
     runner = serial_runner(tmp_path, **overrides)
     learner = next(c for c in runner.components if isinstance(c, Learner))

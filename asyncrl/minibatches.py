@@ -1,0 +1,99 @@
+"""How an update cuts its batch into minibatches, chosen once per learner (--shuffle_samples), and the forward pass that
+goes with each cut: the current policy at the minibatch's samples, its value estimates, advantages and value targets.
+
+- TrajectoryMinibatches (the default): whole trajectories, time-major [T, b]. Each minibatch's advantages and targets
+  come from its own forward pass: values of the weights being trained, V-trace's ratios of the current policy.
+- SampleMinibatches (feed-forward models): at each epoch's start one forward pass without gradient over the whole
+  batch gives every sample its advantage and target; the minibatches are then samples drawn from all trajectories
+  ([n]), as CleanRL's PPO draws them, instead of a few stretches of consecutive, correlated steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from asyncrl import losses
+from asyncrl.config import Config
+from asyncrl.vtrace import from_importance_weights
+
+# a batch's tensors with one row per step (obs has one more: the bootstrap observation)
+STEP_TENSORS = ("actions", "behavior_logp", "behavior_params", "behavior_values", "mask")
+
+
+@dataclass
+class Forward:
+    dist: torch.distributions.Distribution  # the current policy at the minibatch's samples
+    log_ratio: torch.Tensor    # log pi(a|x) - log mu(a|x); 0 where a step holds no sample
+    values: torch.Tensor       # the value head's outputs (normalized returns with --normalize_returns), with gradient
+    returns: torch.Tensor      # the same in return units, without gradient
+    advantages: torch.Tensor
+    targets: torch.Tensor      # value targets in return units
+
+
+def advantages_and_targets(cfg: Config, gamma: float, batch: dict, returns: torch.Tensor,
+                           log_ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, value targets) of time-major [T, B] steps, from values in return units [T+1, B] (the last row
+    bootstraps) and the log importance ratios: V-trace, or GAE with --with_vtrace False."""
+    rewards = (batch["rewards"] * cfg.reward_scale).clamp(-cfg.reward_clip, cfg.reward_clip)
+    discounts = gamma * (~batch["dones"]).float()
+    if cfg.with_vtrace:
+        vt = from_importance_weights(log_ratio, discounts, rewards, returns[:-1], returns[-1], cfg.vtrace_rho,
+                                     cfg.vtrace_pg_rho, cfg.vtrace_c, batch["valid"])
+        return vt.pg_advantages, vt.vs
+    return losses.gae(rewards, returns[:-1], returns[-1], discounts, cfg.gae_lambda, batch["valid"])
+
+
+class TrajectoryMinibatches:
+    def __init__(self, cfg: Config, model: torch.nn.Module, autocast_dtype: torch.dtype | None):
+        self.cfg, self.model, self.autocast_dtype = cfg, model, autocast_dtype
+
+    def epoch(self, batch: dict, gamma: float) -> Iterator[dict]:
+        """--num_batches_per_epoch minibatches of whole trajectories (always that many, some maybe empty: under torchrun
+        every rank takes as many optimizer steps as the others, from batches of different sizes)."""
+        for trajectories in torch.randperm(batch["valid"].shape[1]).tensor_split(self.cfg.num_batches_per_epoch):
+            yield {k: v.index_select(1, trajectories.to(v.device)) for k, v in batch.items()}
+
+    def forward(self, mb: dict, gamma: float) -> Forward:
+        params, values = self.model.forward_sequence(mb["obs"], mb["chunk_states"], mb["dones"], self.cfg.bptt_len,
+                                                     self.autocast_dtype)
+        dist, log_ratio = policy_at(self.model, params[:-1], mb)
+        returns = self.model.returns(values.detach())
+        advantages, targets = advantages_and_targets(self.cfg, gamma, mb, returns, log_ratio.detach())
+        return Forward(dist, log_ratio, values[:-1], returns[:-1], advantages, targets)
+
+
+class SampleMinibatches(TrajectoryMinibatches):
+    def epoch(self, batch: dict, gamma: float) -> Iterator[dict]:
+        """--num_batches_per_epoch minibatches of the batch's learned samples in random order, each sample with the
+        advantage and target of a forward pass over the whole batch at the epoch's start."""
+        with torch.no_grad():
+            whole = super().forward(batch, gamma)
+        steps = {k: batch[k].flatten(0, 1) for k in STEP_TENSORS}
+        steps.update(obs=batch["obs"][:-1].flatten(0, 1), advantages=whole.advantages.flatten(),
+                     targets=whole.targets.flatten())
+        learned = batch["mask"].flatten().nonzero().squeeze(1)
+        for samples in learned[torch.randperm(len(learned), device=learned.device)].tensor_split(
+                self.cfg.num_batches_per_epoch):
+            mb = {k: v.index_select(0, samples) for k, v in steps.items()}
+            mb["valid"] = mb["mask"]
+            yield mb
+
+    def forward(self, mb: dict, gamma: float) -> Forward:
+        params, values = self.model.heads(self.model.encode(mb["obs"], self.autocast_dtype))
+        dist, log_ratio = policy_at(self.model, params, mb)
+        return Forward(dist, log_ratio, values, self.model.returns(values.detach()), mb["advantages"], mb["targets"])
+
+
+def policy_at(model: torch.nn.Module, params: torch.Tensor, mb: dict) -> tuple:
+    """The current policy's distribution at the minibatch's steps, and its log ratio to the acting policy (padding
+    steps hold stale actions and log-probs: they get ratio 1, so nothing overflows)."""
+    dist = model.distribution(params)
+    logp = dist.log_prob(mb["actions"])
+    return dist, torch.where(mb["valid"], logp - mb["behavior_logp"], torch.zeros_like(logp))
+
+
+def minibatches(cfg: Config, model: torch.nn.Module, autocast_dtype: torch.dtype | None) -> TrajectoryMinibatches:
+    return (SampleMinibatches if cfg.shuffle_samples else TrajectoryMinibatches)(cfg, model, autocast_dtype)

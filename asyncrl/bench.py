@@ -26,6 +26,7 @@ import torch
 from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config
 from asyncrl.envs import env_entry
 from asyncrl.measure import EnvFailed, compute_limit, engine_run, raw_fps
+from asyncrl.runner import resolve_device
 from asyncrl.tune import with_tuned_flags
 
 MODES = ("raw", "sampler", "train")
@@ -71,7 +72,8 @@ def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
 
 # --- the command
 def run_bench(bench: BenchArgs, cfg: Config) -> dict:
-    result = {"env": cfg.env, "warmup_s": bench.warmup_seconds, "seconds": bench.seconds, "config": cfg.to_json()}
+    result = {"env": cfg.env, "warmup_s": bench.warmup_seconds, "seconds": bench.seconds, "config": cfg.to_json(),
+              "device": str(resolve_device(cfg))}  # before any process starts: --device cuda without a GPU stops here
     if "raw" in bench.modes:
         result["raw_fps"] = raw_fps(cfg, bench.warmup_seconds, bench.seconds)
         print(f"asyncrl bench: raw {result['raw_fps']:,.0f} frames/s", flush=True)
@@ -88,10 +90,12 @@ def run_bench(bench: BenchArgs, cfg: Config) -> dict:
     if batches:
         result.update(compute_limit(cfg, batches.get("train", batches.get("sampler")), batches.get("sampler"),
                                     bench.cost_seconds))
-    if "train" in bench.modes:
-        result["efficiency"] = result["train_fps"] / result["compute_limited_fps"]
-    if "sampler" in bench.modes:
-        result["sampler_efficiency"] = result["sampler_fps"] / result["sampler_compute_limited_fps"]
+    # the compute limit prices inference and learning on the CPU's cores: it bounds a run whose models are there
+    if result["device"] == "cpu":
+        if "train" in bench.modes:
+            result["efficiency"] = result["train_fps"] / result["compute_limited_fps"]
+        if "sampler" in bench.modes:
+            result["sampler_efficiency"] = result["sampler_fps"] / result["sampler_compute_limited_fps"]
     for mode in ("sampler", "train"):
         if "raw_fps" in result and f"{mode}_fps" in result:
             result[f"{mode}_over_raw"] = result[f"{mode}_fps"] / result["raw_fps"]
@@ -118,6 +122,9 @@ def report(result: dict) -> str:
     if "efficiency" in result:
         lines.append(f"train compute limit = cores / (sim + inference + learning) x frameskip = "
                      f"{result['compute_limited_fps']:,.0f} frames/s; train efficiency {result['efficiency']:.3f}")
+    if "compute_limited_fps" in result and result["device"] != "cpu":
+        lines.append(f"inference and learning ran on {result['device']}: the CPU compute limit does not bound this "
+                     f"run (no efficiency); compare with raw")
     if "sampler_efficiency" in result:
         lines.append(f"sampler compute limit = cores / (sim + inference) x frameskip = "
                      f"{result['sampler_compute_limited_fps']:,.0f} frames/s; sampler efficiency "

@@ -22,11 +22,22 @@ def gae(rewards, values, bootstrap_value, discounts, gae_lambda, valid=None):
     deltas = rewards + discounts * values_next - values
     if valid is not None:
         deltas = torch.where(valid, deltas, torch.zeros_like(deltas))
-    advantages = torch.zeros_like(values)
-    decay, acc = discounts * gae_lambda, torch.zeros_like(bootstrap_value)
-    for t in reversed(range(values.shape[0])):  # one op a step, written in place: the loop is the learner's hot spot
-        acc = torch.addcmul(deltas[t], decay[t], acc, out=advantages[t])
+    advantages = discounted_sum_backward(deltas, discounts * gae_lambda)
     return advantages, advantages + values
+
+
+def discounted_sum_backward(deltas: torch.Tensor, coefficients: torch.Tensor) -> torch.Tensor:
+    """x_t = deltas_t + coefficients_t x_{t+1}, x_T = 0, over time-major [T, B] (GAE's and V-trace's recursion), as a
+    parallel prefix scan (Hillis and Steele 1986) in ceil(log2 T) steps: after the step of offset s, x_t sums the
+    next 2s deltas, each times the coefficients before it, and c_t is the product of the next 2s coefficients.
+    Why not the T-step loop: T small ops, each a kernel launch on a GPU (there, the loop took a quarter of an Atari
+    update's time); the scan is 2-30 times faster on a CPU core too."""
+    x, c, offset = deltas, coefficients, 1
+    while offset < len(x):
+        x = torch.cat([torch.addcmul(x[:-offset], c[:-offset], x[offset:]), x[-offset:]])
+        c = torch.cat([c[:-offset] * c[offset:], c[-offset:]])
+        offset *= 2
+    return x
 
 
 def _alone(tensor: torch.Tensor) -> torch.Tensor:

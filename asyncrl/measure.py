@@ -235,9 +235,9 @@ def simulation_workload(cfg: Config, num_envs: int):
 
 
 @contextlib.contextmanager
-def model_workloads(cfg: Config, inference_batch: int):
+def model_workloads(cfg: Config, inference_batch: int, device: torch.device = torch.device("cpu")):
     """(act, learn): PolicyWorker.act on `inference_batch` agents (act(k): on the first k) and Learner.gather +
-    train on one --batch_size batch, with real shared buffers, in this process."""
+    train on one --batch_size batch, with real shared buffers, in this process, the models on `device`."""
     from asyncrl.buffers import SharedBuffers, num_slots, slots_per_batch
     from asyncrl.learner import Learner
     from asyncrl.policy_worker import PolicyWorker
@@ -249,14 +249,14 @@ def model_workloads(cfg: Config, inference_batch: int):
         workers = max(1, -(-inference_batch // cfg.num_envs_per_worker))
         cfg = dataclasses.replace(cfg, train_dir=tmp, num_policies=1, num_workers=workers)
         env = probe_env(cfg)
-        cfg = decide_auto(cfg, torch.device("cpu"), env)
+        cfg = decide_auto(cfg, device, env)
         _, layout = model_and_layout(cfg, env)
-        b, queues, cpu = SharedBuffers.allocate(layout), Queues(cfg, num_slots(cfg)), torch.device("cpu")
+        b, queues = SharedBuffers.allocate(layout), Queues(cfg, num_slots(cfg))
         b.traj_obs.copy_(torch.as_tensor(np.stack([env.obs_space.sample() for _ in range(b.traj_obs.shape[1])])))
         b.traj_valid.fill_(True)
-        learner = Learner(0, cfg, b, queues, env.obs_space, env.action_space, cpu, env.frameskip)
+        learner = Learner(0, cfg, b, queues, env.obs_space, env.action_space, device, env.frameskip)
         batch = Batch(torch.arange(slots_per_batch(cfg)))
-        policy = PolicyWorker(0, 0, cfg, b, queues, env.obs_space, env.action_space, cpu)
+        policy = PolicyWorker(0, 0, cfg, b, queues, env.obs_space, env.action_space, device)
         agents = torch.arange(inference_batch)
         b.agent_slot[agents] = agents
         yield (lambda size=inference_batch: policy.act(agents[:size], policy.model, 0)), \

@@ -6,7 +6,8 @@ per-step discount gamma_t (0 where the episode ended at step t), eq. (1) reads
     v_s = V(x_s) + sum_{t=s}^{T-1} (prod_{i=s}^{t-1} gamma_i c_i) delta_t,
     delta_t = rho_t (r_t + gamma_t V(x_{t+1}) - V(x_t)),     V(x_T) = bootstrap value,
 
-computed here by its equivalent backward recursion v_s - V(x_s) = delta_s + gamma_s c_s (v_{s+1} - V(x_{s+1})).
+computed by its equivalent backward recursion v_s - V(x_s) = delta_s + gamma_s c_s (v_{s+1} - V(x_{s+1}))
+(losses.discounted_sum_backward).
 The policy-gradient advantage is rho^pg_s (r_s + gamma_s v_{s+1} - V(x_s)), with v_T = V(x_T): the
 last step of a rollout bootstraps from the next observation's value like every other step.
 
@@ -21,6 +22,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+
+from asyncrl.losses import discounted_sum_backward
 
 
 class VTraceReturns(NamedTuple):
@@ -44,12 +47,7 @@ def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_valu
     if valid is not None:
         deltas = torch.where(valid, deltas, torch.zeros_like(deltas))
 
-    vs_minus_v = torch.zeros_like(values)
-    acc = torch.zeros_like(bootstrap_value)
-    for t in reversed(range(values.shape[0])):
-        acc = deltas[t] + discounts[t] * cs[t] * acc
-        vs_minus_v[t] = acc
-    vs = vs_minus_v + values
+    vs = discounted_sum_backward(deltas, discounts * cs) + values
 
     vs_next = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)], dim=0)
     pg_rhos = rhos if clip_pg_rho_threshold is None else rhos.clamp(max=clip_pg_rho_threshold)

@@ -7,8 +7,9 @@ import time
 
 import psutil
 import pytest
+import torch
 
-from asyncrl.bench import MODES, parse_bench_args
+from asyncrl.bench import MODES, parse_bench_args, report
 from asyncrl.config import ConfigError
 from asyncrl.timing import Timing
 from helpers import run_cli, run_cli_error
@@ -32,6 +33,25 @@ def test_bench_flags():
 def test_bench_bad_input_is_one_line_and_exit_2():
     r = run_cli_error("bench", "--env", "no_such_env")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "unknown env" in r.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_bench_on_a_missing_gpu_stops_before_any_process_starts():
+    r = run_cli_error("bench", "--env", "CartPole-v1", "--mode", "raw", "--device", "cuda")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--device cuda" in r.stderr
+
+
+def test_a_gpu_run_reports_no_cpu_efficiency():
+    """The compute limit prices inference and learning on the CPU's cores: with the models on a GPU it is no bound
+    (a GPU box measured train at 1.4 of it), so the report says to compare with raw instead."""
+    config = {"num_workers": 14, "num_envs_per_worker": 16, "worker_num_splits": 2, "rollout": 32, "batch_size": 4096}
+    result = {"env": "doom_basic", "config": config, "warmup_s": 10, "seconds": 20, "device": "cuda",
+              "raw_fps": 77_000, "train_fps": 73_000, "train_over_raw": 73 / 77, "cores": 16, "frameskip": 4,
+              "sim_ms_per_step": 0.46, "inference_ms_per_step": 0.23, "inference_batch": 50,
+              "sampler_inference_batch": 50, "learn_ms_per_step": 0.55, "compute_limited_fps": 52_000}
+    text = report(result)
+    assert "ran on cuda: the CPU compute limit does not bound this run" in text and "efficiency 1." not in text
+    assert "train        73,000   0.948" in text
 
 
 def test_timing_reports_fractions_of_wall_time():

@@ -40,9 +40,9 @@ def random_batch(rng, T=7, B=5, done_prob=0.2, log_rho_scale=1.0):
 
 
 @pytest.mark.parametrize("rho_bar,pg_rho_bar,c_bar", [(1.0, 1.0, 1.0), (0.5, 2.0, 0.8), (None, None, None), (3.0, 1.0, 1.5)])
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_vtrace_matches_paper_sum(seed, rho_bar, pg_rho_bar, c_bar):
-    d = random_batch(np.random.default_rng(seed))
+@pytest.mark.parametrize("seed,T", [(0, 7), (1, 7), (2, 7), (3, 1), (4, 129)])
+def test_vtrace_matches_paper_sum(seed, T, rho_bar, pg_rho_bar, c_bar):
+    d = random_batch(np.random.default_rng(seed), T=T)
     vs_ref, pg_ref = vtrace_reference(d["log_rhos"], d["discounts"], d["rewards"], d["values"], d["bootstrap"],
                                       rho_bar, pg_rho_bar, c_bar)
     t = {k: torch.tensor(v, dtype=torch.float64) for k, v in d.items()}
@@ -99,8 +99,9 @@ def gae_reference(rewards, values, bootstrap, discounts, lam):
     return adv
 
 
-def test_gae_matches_paper_sum():
-    d = random_batch(np.random.default_rng(4))
+@pytest.mark.parametrize("T", [1, 7, 64, 129])  # the scan's steps: none, a few, a power of two, one past it
+def test_gae_matches_paper_sum(T):
+    d = random_batch(np.random.default_rng(4), T=T)
     ref = gae_reference(d["rewards"], d["values"], d["bootstrap"], d["discounts"], 0.95)
     adv, targets = gae(torch.tensor(d["rewards"]), torch.tensor(d["values"]), torch.tensor(d["bootstrap"]),
                        torch.tensor(d["discounts"]), 0.95)

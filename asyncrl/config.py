@@ -162,6 +162,8 @@ class Config:
     encoder_mlp_layers: list = _f([512, 512], "Hidden sizes of the MLP encoder, e.g. '[512, 512]'.")
     actor_critic_share_weights: bool = _f(True, "The actor and the critic share the encoder; False gives the critic "
                                           "an encoder of its own (needs --use_rnn False).")
+    initial_stddev: float = _f(1.0, "Box actions: the Gaussian policy's standard deviation at the start (each "
+                               "action dimension's log-std is learned from there).")
     use_rnn: bool = _f(True, "Recurrent core after the encoder.")
     rnn_type: str = _f("gru", "gru or lstm.", choices=["gru", "lstm"])
     rnn_size: int = _f(512, "Hidden size of the recurrent core.")
@@ -321,7 +323,7 @@ def _check_values(cfg: Config) -> None:
     if cfg.max_worker_restarts < 0:
         raise ConfigError(f"--max_worker_restarts must be >= 0, got {cfg.max_worker_restarts}")
     for name in ["learning_rate", "env_step_timeout", "dist_timeout", "train_for_env_steps", "train_for_seconds",
-                 "save_every_sec", "experiment_summaries_interval", "reward_scale"]:
+                 "save_every_sec", "experiment_summaries_interval", "reward_scale", "initial_stddev"]:
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"--{name} must be positive, got {getattr(cfg, name)}")
     if not 0 < cfg.preemption_threshold <= 1 or not 0 <= cfg.preemption_min_fraction <= 1:

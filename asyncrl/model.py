@@ -6,6 +6,8 @@ learner (`forward_sequence`: whole trajectories, with truncated BPTT and state r
 
 from __future__ import annotations
 
+import math
+
 import gymnasium as gym
 import torch
 from torch import nn
@@ -150,7 +152,7 @@ class ActorCritic(nn.Module):
             self.action_head = nn.Linear(size, int(action_space.n))
         else:
             self.action_head = nn.Linear(size, action_space.shape[0])
-            self.action_log_std = nn.Parameter(torch.zeros(action_space.shape[0]))
+            self.action_log_std = nn.Parameter(torch.full(action_space.shape, math.log(cfg.initial_stddev)))
         self._initialize()
 
     def _initialize(self) -> None:

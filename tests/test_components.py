@@ -253,6 +253,18 @@ def test_a_separate_critic_shares_no_weight_with_the_actor():
         assert all(p.grad is None or not p.grad.any() for p in untouched)
 
 
+def test_a_gaussian_policy_starts_at_initial_stddev():
+    import gymnasium as gym
+    from asyncrl.cli import config_from_args
+    from asyncrl.model import ActorCritic
+    for stddev in (1.0, 0.25):
+        cfg = config_from_args(["--env", "Pendulum-v1", "--initial_stddev", str(stddev)])
+        model = ActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (2,)), cfg)
+        params = model.forward_step(torch.randn(5, 3), torch.zeros(5, 0))[0]
+        torch.testing.assert_close(model.distribution(params).base_dist.stddev,
+                                   torch.full((5, 2), stddev))
+
+
 def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path):
     runner = serial_runner(tmp_path)
     learner = next(c for c in runner.components if isinstance(c, Learner))

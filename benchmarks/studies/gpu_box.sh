@@ -12,7 +12,8 @@ if [ -d .whl ]; then
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-echo "cores: $(nproc); $(python3 --version)"; python3 -c "import torch; print('torch', torch.__version__, torch.cuda.is_available())"
+echo "cores: $(nproc); $(python3 --version)"
+python3 -c "import torch; print('torch', torch.__version__, torch.cuda.is_available())"
 
 bench() {  # NAME, then bench flags
     local name=$1; shift
@@ -27,6 +28,7 @@ echo "=== train doom_basic on $device for ${TRAIN_SECONDS:-90} s"
 timeout 200 python3 -m asyncrl train --env doom_basic --device "$device" --num_workers "$workers" \
     --num_envs_per_worker 16 --train_for_seconds "${TRAIN_SECONDS:-90}" --train_dir /tmp/gpu_box \
     --experiment doom_basic --experiment_summaries_interval 5 > "$out/train_doom_basic.log" 2>&1
-echo "exit $?"; tail -3 "$out/train_doom_basic.log"; cp /tmp/gpu_box/doom_basic/stats.jsonl "$out/train_doom_basic.jsonl"
+echo "exit $?"; tail -3 "$out/train_doom_basic.log"
+cp /tmp/gpu_box/doom_basic/stats.jsonl "$out/train_doom_basic.jsonl"
 
 bench atari_breakout --env atari_breakout --mode raw,train

@@ -159,7 +159,7 @@ class Config:
 
     # --- model
     encoder: str = _f("auto", "auto (conv for images, mlp for vectors), conv or mlp.", choices=["auto", "conv", "mlp"])
-    encoder_mlp_layers: list = _f([512, 512], "Hidden sizes of the MLP encoder, e.g. '[512, 512]'.")
+    encoder_mlp_layers: list = _f([512, 512], "Hidden sizes of the MLP encoder, e.g. 256 256 or '[256, 256]'.")
     actor_critic_share_weights: bool = _f(True, "The actor and the critic share the encoder; False gives the critic "
                                           "an encoder of its own (needs --use_rnn False).")
     initial_stddev: float = _f(1.0, "Box actions: the Gaussian policy's standard deviation at the start (each "
@@ -469,7 +469,23 @@ def _optional_bool(text: str) -> Optional[bool]:
     return None if text.lower() == "none" else parse_bool(text)
 
 
-_PARSERS = {"bool": parse_bool, "int": int, "float": float, "str": str, "list": _parse_json(list),
+def _list_item(text: str):
+    """One word of a list flag: JSON where it parses (a whole '[256, 256]', a number), else the word itself."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+class _ListAction(argparse.Action):
+    """A list flag takes JSON (--encoder_mlp_layers '[256, 256]') or words, as Sample Factory's
+    (--encoder_mlp_layers 256 256)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values[0] if len(values) == 1 and isinstance(values[0], list) else values)
+
+
+_PARSERS = {"bool": parse_bool, "int": int, "float": float, "str": str, "list": _list_item,
             "dict": _parse_json(dict), "Optional[int]": _optional_int, "Optional[bool]": _optional_bool,
             "Optional[str]": str}
 
@@ -478,7 +494,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per Config field. Defaults are suppressed so we can tell which flags the user gave."""
     for f in dataclasses.fields(Config):
         default = default_value(f)
-        parser.add_argument(f"--{f.name}", type=_PARSERS[f.type], default=argparse.SUPPRESS,
+        as_list = dict(nargs="+", action=_ListAction) if f.type == "list" else {}
+        parser.add_argument(f"--{f.name}", type=_PARSERS[f.type], default=argparse.SUPPRESS, **as_list,
                             choices=f.metadata.get("choices"),
                             metavar=f.type.upper().replace("OPTIONAL[", "").rstrip("]"),
                             help=f"{f.metadata['help']} (default: {default})")

@@ -265,6 +265,15 @@ def test_a_gaussian_policy_starts_at_initial_stddev():
                                    torch.full((5, 2), stddev))
 
 
+def test_a_list_flag_takes_json_or_words_as_sample_factory():
+    from asyncrl.cli import config_from_args
+    def parsed(*flags):
+        return config_from_args(["--env", "Pendulum-v1", *flags])
+    assert parsed("--encoder_mlp_layers", "256", "256").encoder_mlp_layers == [256, 256]
+    assert parsed("--encoder_mlp_layers", "[256, 256]").encoder_mlp_layers == [256, 256]
+    assert parsed("--wandb_tags", "doom", "baseline").wandb_tags == ["doom", "baseline"]
+
+
 def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path):
     runner = serial_runner(tmp_path)
     learner = next(c for c in runner.components if isinstance(c, Learner))

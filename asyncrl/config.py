@@ -203,7 +203,7 @@ class Config:
     wandb_project: str = _f("asyncrl", "The wandb project of the run.")
     wandb_group: Optional[str] = _f(None, "The wandb group of the run (e.g. the runs of one sweep); None: none.")
     wandb_job_type: str = _f("train", "The wandb job type of the run.")
-    wandb_tags: list = _f([], "wandb tags of the run, as JSON (e.g. '[\"doom\", \"baseline\"]').")
+    wandb_tags: list = _f([], "wandb tags of the run, e.g. doom baseline.")
 
     # --- evaluation during training
     eval_every_env_steps: int = _f(0, "Every this many env steps (frames) of a policy, an evaluator process plays "

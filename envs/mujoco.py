@@ -5,7 +5,8 @@ Episodes are cut at 1000 steps (gymnasium's time limit: a truncation, which the 
 clipped to their bounds at the env (the loss sees the sampled action). The family's defaults, shared by every
 gymnasium id with Box actions (gym_adapter.CONTINUOUS_DEFAULTS), are Sample Factory's MuJoCo settings: synchronous
 PPO, a Gaussian policy with a learned log-std, observation and return normalization, GAE, no RNN; and ours: std 0.5 at
-the start, 4 epochs a batch, an entropy bonus of 0.003. MuJoCo's own warnings go to Python's warnings instead of a MUJOCO_LOG.TXT in the working directory.
+the start, 4 epochs a batch, an entropy bonus of 0.003. MuJoCo's own warnings go to Python's warnings instead of a
+MUJOCO_LOG.TXT in the working directory.
 """
 
 from __future__ import annotations

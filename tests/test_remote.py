@@ -15,7 +15,7 @@ import pytest
 
 from asyncrl.envs import EnvError
 from asyncrl.remote import RemoteEnv, RemoteSettings, remote_parallel_env, side_channel
-from asyncrl.remote.client import RemoteEnvError
+from asyncrl.remote.client import Connection, RemoteEnvError
 from asyncrl.remote.wire import encode, pb
 from helpers import read_stats, run_cli, run_cli_error, serial_runner, start_cli
 
@@ -270,6 +270,16 @@ def test_a_silent_server_fails_the_step_within_the_timeout():
     env.reset()
     assert env.step(1)[1] == 1.0
     env.close()
+
+
+def test_a_connection_is_shared_only_by_the_same_settings():
+    """The OS hands a port out again to a later server: a connection cached for the address with other settings
+    (here the default 10 s timeout) must not be reused (a silent server then failed a step after 10 s, not 1 s)."""
+    address = "127.0.0.1:1"  # never contacted: making a channel does not connect
+    default = Connection.to(address, RemoteSettings(agents=(0,)))
+    short = Connection.to(address, RemoteSettings(agents=(0,), timeout=1.0))
+    assert short is not default and short.settings.timeout == 1.0
+    assert Connection.to(address, RemoteSettings(agents=(0,), timeout=1.0)) is short
 
 
 def every_thread_stopped(process: psutil.Process, timeout: float = 10.0) -> bool:

@@ -77,7 +77,9 @@ class Connection:
 
     @classmethod
     def to(cls, address: str, settings: RemoteSettings) -> "Connection":
-        key = (address, settings.agents, settings.auth_token, settings.tls_ca_cert)
+        # every setting is part of the key (the timeout, the side channel sent at open): an address the OS hands
+        # out again, to another server, must not get a connection made with another run's settings
+        key = (address, repr(settings))
         if key not in cls._open:
             cls._open[key] = cls(address, settings)
         return cls._open[key]

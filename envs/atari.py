@@ -11,9 +11,9 @@ Two presets, chosen with `--env_options '{"preset": "..."}'`:
 - "machado" (Machado et al. 2018, "Revisiting the ALE"): sticky actions (0.25), the full action set, no life-loss
   signal, no FIRE reset, and no no-op starts (sticky actions are the paper's source of randomness instead).
 Both: 84x84 grayscale, 4 frames stacked, and a game cut at 108,000 frames (a truncation, bootstrapped; option
-max_frames). Rewards come
-unclipped: the reported return is the game's score over a whole game; the learner clips them (--reward_clip 1, the
-family's default config).
+max_frames). Rewards come unclipped: the reported return is the game's score over a whole game; the learner clips
+them (--reward_clip 1, the family's default config). With render_mode="rgb_array" (enjoy --save_video) a twin of the
+game at full size in color plays in lockstep for the frames (ALE's vector env renders nothing of its own).
 """
 
 from __future__ import annotations
@@ -57,15 +57,19 @@ def _ale():
     return ale_py
 
 
+AGENT_VIEW = {"img_height": 84, "img_width": 84, "grayscale": True, "stack_num": 4}
+SCREEN_VIEW = {"img_height": 210, "img_width": 160, "grayscale": False, "stack_num": 1}  # the game's own screen
+
+
 def make_vector_game(game: str, num_envs: int, preset: str = "baselines", num_threads: int = 1,
-                     max_frames: int = MAX_FRAMES_PER_GAME) -> gym.vector.VectorEnv:
+                     max_frames: int = MAX_FRAMES_PER_GAME, view: dict = AGENT_VIEW) -> gym.vector.VectorEnv:
     """`num_envs` copies of one game with the preset's preprocessing, reset as their episodes end (same step: the
     final observation is in info["final_obs"]), with info["life_lost"] per env; a game is cut (truncated) after
-    max_frames frames."""
+    max_frames frames. `view` sets the observations only: for the same seeds and actions, the games are the same."""
     settings = _preset(preset)
     from ale_py.vector_env import AtariVectorEnv
-    env = AtariVectorEnv(game, num_envs, num_threads=num_threads, frameskip=FRAMESKIP, maxpool=True, stack_num=4,
-                         img_height=84, img_width=84, grayscale=True, reward_clipping=False, episodic_life=False,
+    env = AtariVectorEnv(game, num_envs, num_threads=num_threads, frameskip=FRAMESKIP, maxpool=True, **view,
+                         reward_clipping=False, episodic_life=False,
                          life_loss_info=False, max_num_frames_per_episode=max_frames,
                          autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
                          **{k: v for k, v in settings.items() if k != "life_loss"})
@@ -106,29 +110,43 @@ class AtariGames(gym.vector.VectorWrapper):
 
 class AtariGame(gym.Env):
     """One game as a gymnasium.Env: a vector env of one, so this path and the vector path preprocess alike. A game
-    that ends is reset at once (in its last step); reset() without a seed then returns that new game."""
+    that ends is reset at once (in its last step); reset() without a seed then returns that new game. With
+    render_mode="rgb_array" a twin of the game in SCREEN_VIEW takes the same seeds and actions, for render()."""
 
     metadata = {"render_modes": ["rgb_array"]}
 
     def __init__(self, game: str, preset: str = "baselines", render_mode: str | None = None,
                  max_frames: int = MAX_FRAMES_PER_GAME):
+        self.name = PREFIX + game
         self.game = make_vector_game(game, 1, preset, max_frames=max_frames)
+        self.screen = make_vector_game(game, 1, preset, max_frames=max_frames, view=SCREEN_VIEW) \
+            if render_mode == "rgb_array" else None
         self.observation_space = self.game.single_observation_space
         self.action_space = self.game.single_action_space
         self.frameskip, self.render_mode = FRAMESKIP, render_mode
         self.next_game = None  # (obs, info) of the game started as the last one ended
         self.last_obs = None
+        self.last_screen, self.next_screen = None, None  # the twin's frames, as last_obs and next_game's
 
     def reset(self, *, seed: int | None = None, options=None):
         if seed is None and self.next_game is not None:
             (self.last_obs, info), self.next_game = self.next_game, None
+            self.last_screen = self.next_screen
             return self.last_obs, info
-        obs, _ = self.game.reset(seed=None if seed is None else np.array([seed]))
+        if seed is None and self.screen is not None:
+            seed = int(np.random.randint(2**31))  # the twin must start the same game
+        seeds = None if seed is None else np.array([seed])
+        obs, _ = self.game.reset(seed=seeds)
+        if self.screen is not None:
+            self.last_screen = self.screen.reset(seed=seeds)[0][0, -1]
         self.next_game, self.last_obs = None, obs[0]
         return obs[0], {}
 
     def step(self, action):
-        obs, rewards, terminated, truncated, info = self.game.step(np.array([action], np.int64))
+        actions = np.array([action], np.int64)
+        obs, rewards, terminated, truncated, info = self.game.step(actions)
+        if self.screen is not None:
+            self._step_screen(actions, info)
         step_info = {"life_lost": bool(info["life_lost"][0])}
         if terminated[0] or truncated[0]:
             self.next_game = (obs[0], {})
@@ -136,12 +154,26 @@ class AtariGame(gym.Env):
         self.last_obs = obs[0]
         return obs[0], float(rewards[0]), bool(terminated[0]), bool(truncated[0]), step_info
 
+    def _step_screen(self, actions: np.ndarray, game_info: dict) -> None:
+        screen, _, terminated, truncated, info = self.screen.step(actions)
+        if any(info[k][0] != game_info[k][0] for k in ("episode_frame_number", "lives")):
+            raise EnvError(f"{self.name}: the screen's twin of the game left lockstep (frame "
+                           f"{info['episode_frame_number'][0]} vs {game_info['episode_frame_number'][0]})")
+        self.last_screen = screen[0, -1]
+        if terminated[0] or truncated[0]:
+            self.next_screen, self.last_screen = self.last_screen, info["final_obs"][0][-1]
+
     def render(self):
-        """The newest 84x84 frame the agent saw, gray as RGB (ALE's vector env keeps no full-size screen)."""
+        """With render_mode="rgb_array" the game's screen (210x160 RGB, max-pooled as the agent's frames are);
+        else the newest 84x84 frame the agent saw, gray as RGB."""
+        if self.screen is not None:
+            return self.last_screen
         return np.repeat(self.last_obs[-1][:, :, None], 3, axis=2)
 
     def close(self):
         self.game.close()
+        if self.screen is not None:
+            self.screen.close()
 
 
 def atari_entry(name: str) -> EnvEntry:

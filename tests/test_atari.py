@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from asyncrl.envs import env_entry, make_env
+from asyncrl.envs import EnvError, env_entry, make_env
 from asyncrl.envs.atari import FRAMESKIP, MAX_FRAMES_PER_GAME, make_vector_game
 from helpers import read_stats, run_cli, run_cli_error, serial_runner
 
@@ -47,6 +47,30 @@ def test_a_game_is_cut_at_the_frame_limit_as_a_truncation():
     rewards, lives_lost, terminated, truncated = play_one_game(env, lambda t: 0)
     assert truncated and not terminated and sum(lives_lost) == 1
     assert len(rewards) == pytest.approx(8_000 / FRAMESKIP, abs=40)  # less the no-ops
+    env.close()
+
+
+def test_a_video_shows_the_games_screen_from_a_twin_in_lockstep():
+    """render() with render_mode="rgb_array" (enjoy --save_video) is the game's 210x160 color screen, from a twin that
+    takes the same seeds and actions (a reset without a seed included) and checks each step that it plays the same
+    game; at a game's last step the frame is that game's, not the next one's."""
+    env = make_env("atari_breakout", render_mode="rgb_array", max_frames=1_000)
+    rng = np.random.default_rng(0)
+    for seed in (None, 5, None):
+        env.reset(seed=seed)
+        while True:
+            obs, _, terminated, truncated, _ = env.step(rng.integers(env.action_space.n))
+            frame = env.render()
+            assert obs.shape == (4, 84, 84) and frame.shape == (210, 160, 3) and frame.dtype == np.uint8
+            if terminated or truncated:
+                break
+        env.reset()  # the next game, started in the last step
+        assert not np.array_equal(env.render(), frame)
+    env.screen.reset(seed=np.array([6]))  # a twin that plays another game is caught (no-op starts differ)
+    env.game.reset(seed=np.array([7]))
+    with pytest.raises(EnvError, match="left lockstep"):
+        for _ in range(100):
+            env.step(0)
     env.close()
 
 

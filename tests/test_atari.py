@@ -56,6 +56,7 @@ def test_a_video_shows_the_games_screen_from_a_twin_in_lockstep():
     game; at a game's last step the frame is that game's, not the next one's."""
     env = make_env("atari_breakout", render_mode="rgb_array", max_frames=1_000)
     rng = np.random.default_rng(0)
+    np.random.seed(0)  # where a reset without a seed draws the one both games take: the same games every run
     for seed in (None, 5, None):
         env.reset(seed=seed)
         while True:

@@ -13,6 +13,7 @@ import argparse
 import numpy as np
 import torch
 
+from asyncrl import losses
 from asyncrl.checkpoint import load_checkpoint
 from asyncrl.enjoy import checkpoint_to_load, config_of_run
 from asyncrl.envs import make_env
@@ -36,11 +37,12 @@ def visited_states(model, env, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(observations), torch.cat(states)
 
 
-def gap(name: str, logits_a: torch.Tensor, logits_b: torch.Tensor) -> None:
-    log_a, log_b = torch.log_softmax(logits_a, -1), torch.log_softmax(logits_b, -1)
-    actions = torch.distributions.Categorical(logits=logits_b).sample()[:, None]
-    log_ratio = (log_a.gather(1, actions) - log_b.gather(1, actions)).abs().squeeze(1)
-    kl = (log_b.exp() * (log_b - log_a)).sum(-1)
+def gap(name: str, model, params_a: torch.Tensor, params_b: torch.Tensor) -> None:
+    """PPO's |log ratio| of actions sampled from b, and the learner's KL(b || a)."""
+    a, b = model.distribution(params_a), model.distribution(params_b)
+    actions = b.sample()
+    log_ratio = (a.log_prob(actions) - b.log_prob(actions)).abs()
+    kl = losses.kl_divergence(b, a)
     print(f"{name}: |log ratio| mean {log_ratio.mean():.4f}, p95 {log_ratio.quantile(0.95):.4f}, max "
           f"{log_ratio.max():.4f}; KL mean {kl.mean():.2e}")
 
@@ -52,6 +54,7 @@ def main() -> None:
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--steps", type=int, default=400)
     args = parser.parse_args()
+    torch.manual_seed(0)  # the sampled actions: the same states and numbers every run
     cfg = config_of_run({"train_dir": args.train_dir, "experiment": args.experiment})
     env = make_env(cfg.env, **cfg.env_kwargs())
     weights = load_checkpoint(checkpoint_to_load({"checkpoint": None, "load_checkpoint_kind": "latest",
@@ -67,9 +70,9 @@ def main() -> None:
     acted, acted_values, _ = acting.forward_step(obs, states)
     no_dones = torch.zeros(1, len(obs), dtype=torch.bool)
     learned = learner.forward_sequence(torch.stack([obs, obs]), states[None], no_dones, 1, torch.bfloat16)[0][0]
-    gap("acting (bfloat16 weights) vs float32", full, acted)
-    gap("learner (bfloat16 autocast) vs float32", full, learned)
-    gap("learner vs acting", learned, acted)
+    gap("acting (bfloat16 weights) vs float32", learner, full, acted)
+    gap("learner (bfloat16 autocast) vs float32", learner, full, learned)
+    gap("learner vs acting", learner, learned, acted)
     print(f"PPO's clip: |log ratio| up to {np.log1p(cfg.ppo_clip_ratio):.4f}; value gap (acting vs float32, the value "
           f"head's units) {(full_values - acted_values).abs().mean():.4f}, value std {full_values.std():.4f}")
 

@@ -9,6 +9,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from asyncrl import envs
+from asyncrl.cli import config_from_args
+from asyncrl.config import Config
 from asyncrl.envs import EnvError, make_env, registered_envs
 from asyncrl.envs.doom import SCENARIOS, DoomEnv, Scenario, frag_table, win_of
 from helpers import run_cli
@@ -115,6 +117,14 @@ def test_register_env_plugs_in_a_users_env():
 def test_all_listed_scenarios_are_registered():
     assert set(SCENARIOS) <= set(registered_envs())
     assert {"synthetic_constant", "synthetic_heterogeneous", "doom_deathmatch_bots"} <= set(registered_envs())
+
+
+def test_a_scenarios_own_defaults_sit_over_dooms_and_flags_over_both():
+    center = config_from_args(["--env", "doom_defend_the_center"])
+    assert (center.batch_size, center.exploration_loss_coeff, center.learning_rate) == (512, 0.001, 5e-4)
+    basic = config_from_args(["--env", "doom_basic"])
+    assert (basic.batch_size, basic.exploration_loss_coeff) == (Config.batch_size, Config.exploration_loss_coeff)
+    assert config_from_args(["--env", "doom_defend_the_center", "--batch_size", "1024"]).batch_size == 1024
 
 
 def test_vizdoom_engine_is_restarted_every_n_episodes():

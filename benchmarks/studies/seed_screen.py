@@ -21,7 +21,10 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/_run.py
+from _run import REPO  # noqa: E402
+from asyncrl.config import ConfigError  # noqa: E402
+from asyncrl.plot import read_run  # noqa: E402
 
 
 def parse_jobs(path: str) -> list[tuple[str, list[str]]]:
@@ -40,21 +43,20 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def last_row(experiment_dir: str) -> dict:
+    """The run's last stats row; {} for a run that wrote none."""
     try:
-        with open(os.path.join(experiment_dir, "stats.jsonl")) as f:
-            lines = [line for line in f if line.endswith("\n")]
-        return json.loads(lines[-1]) if lines else {}
-    except FileNotFoundError:
+        return read_run(experiment_dir)[-1]
+    except (ConfigError, IndexError):
         return {}
 
 
 def launch(name: str, flags: list[str], seed: int, cores: list[int], args) -> dict:
     experiment = f"{name}_s{seed}"
-    log = open(os.path.join(args.train_dir, f"{experiment}.log"), "w")
-    proc = subprocess.Popen([sys.executable, "-m", "asyncrl", "train", *flags, "--seed", str(seed),
-                             "--train_dir", args.train_dir, "--experiment", experiment],
-                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                            preexec_fn=lambda: os.sched_setaffinity(0, cores))
+    with open(os.path.join(args.train_dir, f"{experiment}.log"), "w") as log:  # the run writes to its own copy
+        proc = subprocess.Popen([sys.executable, "-m", "asyncrl", "train", *flags, "--seed", str(seed),
+                                 "--train_dir", args.train_dir, "--experiment", experiment],
+                                cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=lambda: os.sched_setaffinity(0, cores))
     return {"name": name, "seed": seed, "experiment": experiment, "proc": proc, "cores": cores,
             "start": time.monotonic()}
 

@@ -143,7 +143,8 @@ def test_kl_penalty_is_the_kl_from_the_distribution_that_acted(tmp_path, env):
     acted = model.distribution_from_params(b.traj_action_params[:S])
     torch.testing.assert_close(acted.log_prob(b.traj_actions[:S]), b.traj_action_logp[:S])
 
-    b.traj_action_params[:S] += torch.randn_like(b.traj_action_params[:S]) * 0.3  # as if acted by other weights
+    noise = torch.randn(b.traj_action_params[:S].shape, generator=torch.Generator().manual_seed(0))
+    b.traj_action_params[:S] += noise * 0.3  # as if acted by other weights (seeded: the test's global RNG varies)
     mb = learner.gather(Batch(torch.arange(S)))
     mb["mask"] = mb["valid"].clone()
     mb["mask"][:, 0] = False  # a masked trajectory adds nothing

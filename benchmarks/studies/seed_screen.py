@@ -8,7 +8,8 @@ JOBS_FILE: one setting a line, `NAME | asyncrl train flags` (`#` starts a commen
 (`--seed S --experiment NAME_sS` added), seed by seed, so a screen cut short by the deadline still has every setting
 at its first seeds. Each run sees --cores_per_slot cores (its affinity), so it plans its processes as a machine of
 that many cores would. A run's score is the mean return of its last stats row (the last 100 episodes). At the
-deadline the runs still going are stopped (SIGTERM: they save and exit) and recorded as partial.
+deadline, or when the screen gets Ctrl-C or SIGTERM, the runs still going are stopped (SIGTERM: they save and exit)
+and recorded as partial.
 Prints one line per run as it ends and a table per setting at the end; each run's row goes to --out (JSON lines).
 """
 
@@ -76,23 +77,26 @@ def screen(jobs, seeds, args) -> list[dict]:
     queue = [(name, flags, seed) for seed in seeds for name, flags in jobs]
     free = [list(range(i * args.cores_per_slot, (i + 1) * args.cores_per_slot)) for i in range(args.slots)]
     running, results, deadline = [], [], time.monotonic() + args.deadline_s
-    while queue or running:
-        for run in [r for r in running if r["proc"].poll() is not None]:
-            running.remove(run)
-            free.append(run["cores"])
-            results.append(finish(run, args, partial=False))
-        if time.monotonic() > deadline - args.min_start_s:
-            queue.clear()
-        while queue and free:
-            running.append(launch(*queue.pop(0), free.pop(0), args))
-        if time.monotonic() > deadline:
-            for run in running:
-                run["proc"].send_signal(signal.SIGTERM)
-            for run in running:
-                run["proc"].wait()
-                results.append(finish(run, args, partial=True))
-            break
-        time.sleep(1)
+    try:
+        while queue or running:
+            for run in [r for r in running if r["proc"].poll() is not None]:
+                running.remove(run)
+                free.append(run["cores"])
+                results.append(finish(run, args, partial=False))
+            if time.monotonic() > deadline - args.min_start_s:
+                queue.clear()
+            while queue and free:
+                running.append(launch(*queue.pop(0), free.pop(0), args))
+            if time.monotonic() > deadline:
+                break
+            time.sleep(1)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (main): the runs going are stopped as at the deadline
+        pass
+    for run in running:
+        run["proc"].send_signal(signal.SIGTERM)  # each saves its checkpoint and exits
+    for run in running:
+        run["proc"].wait()
+        results.append(finish(run, args, partial=True))
     return results
 
 
@@ -104,6 +108,10 @@ def summary(results: list[dict]) -> None:
         mean = f"{statistics.mean(scores):.2f}{spread}" if scores else "-"
         print(f"{name}: {mean} over {len(scores)} seeds: "
               + " / ".join(f"s{r['seed']} {r['return']:.2f}" for r in done))
+
+
+def interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def main():
@@ -120,6 +128,7 @@ def main():
     if args.slots * args.cores_per_slot > len(os.sched_getaffinity(0)):
         sys.exit(f"--slots x --cores_per_slot is more than this machine's {len(os.sched_getaffinity(0))} cores")
     os.makedirs(args.train_dir, exist_ok=True)
+    signal.signal(signal.SIGTERM, interrupt)
     summary(screen(parse_jobs(args.jobs), parse_seeds(args.seeds), args))
 
 

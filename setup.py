@@ -55,10 +55,13 @@ setup(
         "wandb": ["wandb>=0.17"],  # --with_wandb: Weights & Biases' own client (offline mode, resume by id)
         # atari_<game>: ALE itself, its ROMs in the wheel and its C++ vector env (preprocessing, thread pool)
         "atari": ["ale-py>=0.11"],
+        # atari_<game> with --env_options '{"engine": "envpool"}': EnvPool's C++ Atari (its own thread pool), which
+        # Sample Factory and CleanRL users train on; large (its assets wheels), so an extra of its own
+        "envpool": ["ale-py>=0.11", "envpool>=1.2"],
         "mujoco": ["mujoco>=3.1"],  # mujoco_<task>: DeepMind's MuJoCo bindings, which gymnasium's v5 tasks run on
         # cryptography: the TLS test makes itself a self-signed certificate
         "test": ["pytest>=7", "cryptography>=41", "huggingface_hub>=0.20", "onnx>=1.16", "onnxscript>=0.1",
-                 "onnxruntime>=1.17", "wandb>=0.17", "ale-py>=0.11", "mujoco>=3.1"],
+                 "onnxruntime>=1.17", "wandb>=0.17", "ale-py>=0.11", "envpool>=1.2", "mujoco>=3.1"],
     },
     entry_points={"console_scripts": ["asyncrl=asyncrl.cli:run"]},
 )

@@ -132,7 +132,9 @@ def report(result: dict) -> str:
     for mode in ("sampler", "train"):
         if result.get(f"{mode}_cores_used") and "frameskip" in result:
             steps_per_s = result[f"{mode}_fps"] / result["frameskip"]
-            lines.append(where_the_time_went(mode, result[f"{mode}_cores_used"], steps_per_s, result["cores"]))
+            lines.append(where_the_time_went(mode, result[f"{mode}_cores_used"], steps_per_s, result["cores"])
+                         if steps_per_s else f"{mode}: no trajectory finished in the {result['seconds']:g} s "
+                                             f"measured: measure longer (--seconds)")
     return "\n".join(lines)
 
 

@@ -5,8 +5,9 @@
 All sides: atari_<game>'s baselines preprocessing (84x84 gray, 4 stacked, frameskip 4 max-pooled, no-op starts,
 FIRE reset), random actions, 16 envs on the machine's cores. Ours through one instrument, `asyncrl bench` (2 workers
 x 8 envs): raw mode per env (each env a vector env of one), raw mode vector (each worker steps 2 vector envs of 4),
-and the sampler with the vector backend (the whole engine without learning). The vector envs' own loops: ALE's
-AtariVectorEnv of 16 with one thread per core, and EnvPool's (if it is installed) with the same settings, each
+and the sampler with the vector backend (the whole engine without learning); with EnvPool installed, the vector path
+and the sampler again on the envpool engine (`--env_options '{"engine": "envpool"}'`). The vector envs' own loops:
+ALE's AtariVectorEnv of 16 with one thread per core, and EnvPool's (if it is installed) with the same settings, each
 stepped in a bare loop. Rounds alternate the sides so machine noise hits all alike; medians and ratios are printed.
 """
 
@@ -26,13 +27,9 @@ NUM_ENVS = 16
 
 
 def own_loop_fps(make, seconds: float) -> float:
-    envs = make()
-    if hasattr(envs, "single_action_space"):  # a gymnasium VectorEnv
-        envs.reset(seed=list(range(NUM_ENVS)))
-        n = envs.single_action_space.n
-    else:  # EnvPool: seeded when made, and its action_space is one env's
-        envs.reset()
-        n = envs.action_space.n
+    envs = make()  # a gymnasium VectorEnv (EnvPool's too, since 1.2)
+    envs.reset()  # random seeds (EnvPool's are fixed when made)
+    n = envs.single_action_space.n
     rng, steps = np.random.default_rng(0), 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -57,9 +54,10 @@ def envpool_vector(game: str):
                                   full_action_space=False, max_episode_steps=27_000)
 
 
-def ours(game: str, mode: str, backend: str, seconds: float) -> float:
+def ours(game: str, mode: str, backend: str, seconds: float, engine: str = "ale") -> float:
     flags = ["--env", f"atari_{game}", "--mode", mode, "--env_backend", backend, "--num_workers", 2,
-             "--num_envs_per_worker", 8, "--seconds", seconds, "--warmup_seconds", 5]
+             "--num_envs_per_worker", 8, "--seconds", seconds, "--warmup_seconds", 5,
+             "--env_options", f'{{"engine": "{engine}"}}']
     with tempfile.TemporaryDirectory() as train_dir:
         result, _ = asyncrl_bench([str(f) for f in flags], train_dir)
     return result[f"{mode}_fps"]
@@ -78,6 +76,9 @@ def main() -> None:
     try:
         envpool_vector(args.game).close()
         sides["EnvPool, own loop"] = lambda: own_loop_fps(lambda: envpool_vector(args.game), args.seconds)
+        sides["ours raw vector, envpool engine"] = lambda: ours(args.game, "raw", "vector", args.seconds, "envpool")
+        sides["ours sampler vector, envpool engine"] = lambda: ours(args.game, "sampler", "vector", args.seconds,
+                                                                   "envpool")
     except ImportError:
         print("EnvPool is not installed: its side is left out")
     fps = {side: [] for side in sides}
@@ -89,12 +90,15 @@ def main() -> None:
     reference = "EnvPool, own loop" if "EnvPool, own loop" in median else "ALE vector env, own loop"
     rows = "\n".join(f"| {side} | {' / '.join(f'{v:,.0f}' for v in fps[side])} | {median[side]:,.0f} | "
                      f"{median[side] / median[reference]:.2f} |" for side in sides)
+    ratios = [("vector path / per-env path", "ours raw vector", "ours raw per-env"),
+              ("vector path / ALE's own loop", "ours raw vector", "ALE vector env, own loop"),
+              ("envpool engine's vector path / EnvPool's own loop", "ours raw vector, envpool engine",
+               "EnvPool, own loop")]
+    ratio_line = "; ".join(f"{what}: {median[a] / median[b]:.2f}" for what, a, b in ratios if b in median)
     markdown = (f"# Atari raw speed: atari_{args.game}, {NUM_ENVS} envs\n\nMachine: {machine()}\n\n"
                 f"Command: `python benchmarks/atari_speed.py --game {args.game} --seconds {args.seconds:g} "
                 f"--rounds {args.rounds}`\n\n| side | frames/s per round | median | / {reference} |\n"
-                f"| --- | --- | --- | --- |\n{rows}\n\nvector path / per-env path: "
-                f"{median['ours raw vector'] / median['ours raw per-env']:.2f}; vector path / ALE's own loop: "
-                f"{median['ours raw vector'] / median['ALE vector env, own loop']:.2f}\n")
+                f"| --- | --- | --- | --- |\n{rows}\n\n{ratio_line}\n")
     write_result(f"atari_speed_{args.game}", {"fps": fps, "median": median, "reference": reference}, markdown)
 
 

@@ -14,6 +14,9 @@ Both: 84x84 grayscale, 4 frames stacked, and a game cut at 108,000 frames (a tru
 max_frames). Rewards come unclipped: the reported return is the game's score over a whole game; the learner clips
 them (--reward_clip 1, the family's default config). With render_mode="rgb_array" (enjoy --save_video) a twin of the
 game at full size in color plays in lockstep for the frames (ALE's vector env renders nothing of its own).
+
+The option `"engine": "envpool"` runs the same presets on EnvPool's C++ Atari instead of ALE's vector env (EnvPoolGames
+below; pip install -e ".[envpool]"): the same games and settings, not the same pixels (each resizes its own way).
 """
 
 from __future__ import annotations
@@ -62,18 +65,74 @@ SCREEN_VIEW = {"img_height": 210, "img_width": 160, "grayscale": False, "stack_n
 
 
 def make_vector_game(game: str, num_envs: int, preset: str = "baselines", num_threads: int = 1,
-                     max_frames: int = MAX_FRAMES_PER_GAME, view: dict = AGENT_VIEW) -> gym.vector.VectorEnv:
+                     max_frames: int = MAX_FRAMES_PER_GAME, view: dict = AGENT_VIEW,
+                     engine: str = "ale") -> gym.vector.VectorEnv:
     """`num_envs` copies of one game with the preset's preprocessing, reset as their episodes end (same step: the
     final observation is in info["final_obs"]), with info["life_lost"] per env; a game is cut (truncated) after
     max_frames frames. `view` sets the observations only: for the same seeds and actions, the games are the same."""
     settings = _preset(preset)
-    from ale_py.vector_env import AtariVectorEnv
-    env = AtariVectorEnv(game, num_envs, num_threads=num_threads, frameskip=FRAMESKIP, maxpool=True, **view,
-                         reward_clipping=False, episodic_life=False,
-                         life_loss_info=False, max_num_frames_per_episode=max_frames,
-                         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-                         **{k: v for k, v in settings.items() if k != "life_loss"})
+    emulator_settings = {k: v for k, v in settings.items() if k != "life_loss"}
+    if engine == "envpool":
+        env = EnvPoolGames(game, num_envs, num_threads, max_frames, emulator_settings)
+    elif engine == "ale":
+        from ale_py.vector_env import AtariVectorEnv
+        env = AtariVectorEnv(game, num_envs, num_threads=num_threads, frameskip=FRAMESKIP, maxpool=True, **view,
+                             reward_clipping=False, episodic_life=False,
+                             life_loss_info=False, max_num_frames_per_episode=max_frames,
+                             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **emulator_settings)
+    else:
+        raise EnvError(f"unknown Atari engine {engine!r}: choose ale or envpool")
     return AtariGames(env, settings["life_loss"])
+
+
+class EnvPoolGames(gym.vector.VectorEnv):
+    """EnvPool's Atari (sync mode: every step steps all its games) with ALE's vector env's face: same-step autoreset
+    (EnvPool resets an ended game in its next step; here the ended games are reset at once, each alone, and their
+    final observations go in info["final_obs"]), and seeds per reset (EnvPool fixes them when made: a reset with
+    seeds makes it anew with them)."""
+
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+
+    def __init__(self, game: str, num_envs: int, num_threads: int, max_frames: int, emulator_settings: dict):
+        try:
+            import envpool
+        except ImportError:
+            raise EnvError('engine "envpool" needs EnvPool: pip install -e ".[envpool]"') from None
+        tasks = {task[:-3].lower(): task for task in envpool.list_all_envs() if task.endswith("-v5")}
+        if game.replace("_", "") not in tasks:
+            raise EnvError(f"EnvPool has no Atari game {game!r}; use the engine ale")
+        settings = dict(emulator_settings)
+        settings["noop_max"] = max(1, settings["noop_max"])  # 1 is no no-op either; EnvPool 1.2 crashes on 0
+        self.make_pool = lambda seeds: envpool.make_gymnasium(
+            tasks[game.replace("_", "")], num_envs=num_envs, batch_size=num_envs, num_threads=num_threads,
+            env_seed=seeds, frame_skip=FRAMESKIP, img_height=84, img_width=84, gray_scale=True, stack_num=4,
+            max_episode_steps=max_frames // FRAMESKIP, episodic_life=False, reward_clip=False, **settings)
+        self.num_envs = num_envs
+        self.pool = self.make_pool(list(range(num_envs)))
+        self.single_observation_space = self.pool.observation_space
+        self.single_action_space = self.pool.action_space
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            seeds = np.arange(self.num_envs) + seed if np.ndim(seed) == 0 else np.asarray(seed)
+            self.pool.close()
+            self.pool = self.make_pool([int(s) for s in seeds])
+        return self.pool.reset()
+
+    def step(self, actions):
+        obs, rewards, terminated, truncated, info = self.pool.step(np.asarray(actions))
+        ended = np.flatnonzero(terminated | truncated)
+        if len(ended):
+            obs, info["final_obs"] = obs.copy(), obs.copy()  # copies: the reset below reuses EnvPool's buffers
+            obs[ended], first_info = self.pool.reset(env_id=ended)
+            info["lives"] = info["lives"].copy()
+            info["lives"][ended] = first_info["lives"]  # as ALE's: the next game's lives
+        return obs, rewards, terminated, truncated, info
+
+    def close(self, **kwargs):
+        self.pool.close()
 
 
 def _preset(preset: str) -> dict:
@@ -111,16 +170,17 @@ class AtariGames(gym.vector.VectorWrapper):
 class AtariGame(gym.Env):
     """One game as a gymnasium.Env: a vector env of one, so this path and the vector path preprocess alike. A game
     that ends is reset at once (in its last step); reset() without a seed then returns that new game. With
-    render_mode="rgb_array" a twin of the game in SCREEN_VIEW takes the same seeds and actions, for render()."""
+    render_mode="rgb_array" a twin of the game in SCREEN_VIEW takes the same seeds and actions, for render() (engine
+    ale; EnvPool's games render the agent's view)."""
 
     metadata = {"render_modes": ["rgb_array"]}
 
     def __init__(self, game: str, preset: str = "baselines", render_mode: str | None = None,
-                 max_frames: int = MAX_FRAMES_PER_GAME):
+                 max_frames: int = MAX_FRAMES_PER_GAME, engine: str = "ale"):
         self.name = PREFIX + game
-        self.game = make_vector_game(game, 1, preset, max_frames=max_frames)
+        self.game = make_vector_game(game, 1, preset, max_frames=max_frames, engine=engine)
         self.screen = make_vector_game(game, 1, preset, max_frames=max_frames, view=SCREEN_VIEW) \
-            if render_mode == "rgb_array" else None
+            if render_mode == "rgb_array" and engine == "ale" else None
         self.observation_space = self.game.single_observation_space
         self.action_space = self.game.single_action_space
         self.frameskip, self.render_mode = FRAMESKIP, render_mode
@@ -164,8 +224,8 @@ class AtariGame(gym.Env):
             self.next_screen, self.last_screen = self.last_screen, info["final_obs"][0][-1]
 
     def render(self):
-        """With render_mode="rgb_array" the game's screen (210x160 RGB, max-pooled as the agent's frames are);
-        else the newest 84x84 frame the agent saw, gray as RGB."""
+        """With render_mode="rgb_array" and engine ale the game's screen (210x160 RGB, max-pooled as the agent's frames
+        are); else the newest 84x84 frame the agent saw, gray as RGB."""
         if self.screen is not None:
             return self.last_screen
         return np.repeat(self.last_obs[-1][:, :, None], 3, axis=2)
@@ -186,23 +246,23 @@ def atari_entry(name: str) -> EnvEntry:
         raise EnvError(f"unknown Atari game {game!r}{hint}")
 
     def make(preset: str = "baselines", num_threads: int = 1, max_frames: int = MAX_FRAMES_PER_GAME,
-             render_mode: str | None = None, **options) -> AtariGame:
+             render_mode: str | None = None, engine: str = "ale", **options) -> AtariGame:
         _check_options(name, options)
-        return AtariGame(game, preset, render_mode, max_frames)  # a vector env of one: one thread
+        return AtariGame(game, preset, render_mode, max_frames, engine)  # a vector env of one: one thread
 
     def make_vector(num_envs: int, preset: str = "baselines", num_threads: int = 1,
-                    max_frames: int = MAX_FRAMES_PER_GAME, **options):
+                    max_frames: int = MAX_FRAMES_PER_GAME, engine: str = "ale", **options):
         _check_options(name, options)
-        return make_vector_game(game, num_envs, preset, num_threads, max_frames)
+        return make_vector_game(game, num_envs, preset, num_threads, max_frames, engine=engine)
 
     return EnvEntry(make, f"Atari {game} (ALE)", dict(ATARI_DEFAULTS), make_vector)
 
 
 def _check_options(name: str, options: dict) -> None:
     if options:
-        raise EnvError(f"env {name!r} takes the options preset ({' or '.join(PRESETS)}), max_frames (per game) and "
-                       f"num_threads (vector envs), not {sorted(options)}")
+        raise EnvError(f"env {name!r} takes the options preset ({' or '.join(PRESETS)}), max_frames (per game), "
+                       f"num_threads (vector envs) and engine (ale or envpool), not {sorted(options)}")
 
 
 register_env_family(PREFIX, atari_entry, "Atari 2600 (ALE): atari_pong, atari_breakout, ... every game in "
-                    "ale_py.roms.get_all_rom_ids(); --env_options preset: baselines|machado")
+                    "ale_py.roms.get_all_rom_ids(); --env_options preset: baselines|machado, engine: ale|envpool")

@@ -1,5 +1,7 @@
 """Atari (ale-py): the presets on real ROMs, what the engine records of a game, and bad input."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -20,10 +22,14 @@ def play_one_game(env, actions, seed=1):
             return rewards, lives_lost, terminated, truncated
 
 
+ENGINES = ["ale", "envpool"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("preset, life_signals", [("baselines", 4), ("machado", 0)])
-def test_a_lost_life_is_signalled_only_by_baselines_and_the_game_goes_on(preset, life_signals):
+def test_a_lost_life_is_signalled_only_by_baselines_and_the_game_goes_on(preset, life_signals, engine):
     """Breakout has 5 lives: with baselines, 4 steps say a life was lost and the 5th loss ends the game."""
-    env = make_env("atari_breakout", preset=preset)
+    env = make_env("atari_breakout", preset=preset, engine=engine)
     rng = np.random.default_rng(0)
     rewards, lives_lost, terminated, truncated = play_one_game(env, lambda t: rng.integers(env.action_space.n))
     assert terminated and not truncated and sum(lives_lost) == life_signals and not lives_lost[-1]
@@ -41,9 +47,19 @@ def test_no_op_starts_vary_the_first_frame_of_a_game_only_with_baselines():
         games.close()
 
 
-def test_a_game_is_cut_at_the_frame_limit_as_a_truncation():
+def test_envpools_no_op_starts_vary_the_first_frame_of_a_game_only_with_baselines():
+    """EnvPool reports no frame numbers: Breakout's first frames differ (where its ball is) after no-ops and FIRE."""
+    for preset, varied in [("baselines", True), ("machado", False)]:
+        games = make_vector_game("breakout", 8, preset, engine="envpool")
+        obs, _ = games.reset(seed=list(range(8)))
+        assert (len({o.tobytes() for o in obs}) > 1) == varied, preset
+        games.close()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_game_is_cut_at_the_frame_limit_as_a_truncation(engine):
     """Breakout after a lost life waits for FIRE: never pressing it stalls the game until the frame limit."""
-    env = make_env("atari_breakout", max_frames=8_000)
+    env = make_env("atari_breakout", max_frames=8_000, engine=engine)
     rewards, lives_lost, terminated, truncated = play_one_game(env, lambda t: 0)
     assert truncated and not terminated and sum(lives_lost) == 1
     assert len(rewards) == pytest.approx(8_000 / FRAMESKIP, abs=40)  # less the no-ops
@@ -91,15 +107,16 @@ def test_the_frame_limit_is_108_000_frames_unless_an_option_says_otherwise(monke
     assert limits == [MAX_FRAMES_PER_GAME, MAX_FRAMES_PER_GAME, 500] and MAX_FRAMES_PER_GAME == 108_000
 
 
-@pytest.mark.parametrize("backend", ["per_env", "vector"])
-def test_the_learner_sees_each_life_the_stats_see_the_whole_game_unclipped(tmp_path, monkeypatch, backend):
+@pytest.mark.parametrize("backend, engine", [("per_env", "ale"), ("vector", "ale"), ("vector", "envpool")])
+def test_the_learner_sees_each_life_the_stats_see_the_whole_game_unclipped(tmp_path, monkeypatch, backend, engine):
     """Ms. Pac-Man (10 points a pellet): every step's raw reward and done (terminated or a lost life) land in the
     agent's slot; a finished episode is the whole game with its unclipped score (the learner clips, --reward_clip)."""
     from asyncrl import timing
     from asyncrl.rollout_worker import RolloutWorker
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
     runner = serial_runner(tmp_path, env="atari_ms_pacman", env_backend=backend, num_workers=1, num_envs_per_worker=2,
-                           worker_num_splits=1, rollout=32, batch_size=64, sampler_only=True, reward_clip=1.0)
+                           worker_num_splits=1, rollout=32, batch_size=64, sampler_only=True, reward_clip=1.0,
+                           env_options={"engine": engine})
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
     b, recorded, games = runner.buffers, [], {0: [0.0, 0], 1: [0.0, 0]}
     step = worker.backend.step
@@ -136,10 +153,17 @@ def test_the_learner_sees_each_life_the_stats_see_the_whole_game_unclipped(tmp_p
     (["--env", "atari_pongg"], "unknown Atari game 'pongg'; did you mean atari_pong?"),
     (["--env", "atari_pong", "--env_options", '{"preset": "deepmind"}'], "unknown Atari preset 'deepmind'"),
     (["--env", "atari_pong", "--env_options", '{"sticky": 1}'], "takes the options preset (baselines or machado)"),
+    (["--env", "atari_pong", "--env_options", '{"engine": "stella"}'], "unknown Atari engine 'stella'"),
 ])
 def test_bad_atari_input_is_one_line_and_exit_2(argv, message):
     r = run_cli_error("train", *argv)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and message in r.stderr, r.stderr
+
+
+def test_the_envpool_engine_without_envpool_is_one_line_naming_the_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "envpool", None)  # an import of it raises ImportError, as when not installed
+    with pytest.raises(EnvError, match=r'^engine "envpool" needs EnvPool: pip install -e "\.\[envpool\]"$'):
+        make_env("atari_pong", engine="envpool")
 
 
 def test_atari_pong_trains_with_its_defaults_and_its_values_stay_within_the_return_bound(tmp_path, clean_machine):

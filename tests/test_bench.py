@@ -54,6 +54,14 @@ def test_a_gpu_run_reports_no_cpu_efficiency():
     assert "train        73,000   0.948" in text
 
 
+def test_a_window_too_short_for_one_trajectory_is_said_not_divided_by():
+    """A sampler that finished no trajectory in --seconds (Atari's rollouts of 128 in 2 s) measured 0 frames/s."""
+    config = {"num_workers": 2, "num_envs_per_worker": 8, "worker_num_splits": 2, "rollout": 128, "batch_size": 1024}
+    result = {"env": "atari_breakout", "config": config, "warmup_s": 5, "seconds": 2, "device": "cpu", "cores": 2,
+              "frameskip": 4, "sampler_fps": 0.0, "sampler_cores_used": {"policy": 0.4, "rollout": 1.5}}
+    assert "sampler: no trajectory finished in the 2 s measured: measure longer (--seconds)" in report(result)
+
+
 def test_timing_reports_fractions_of_wall_time():
     timing = Timing("learner_0")
     with timing.phase("train"):

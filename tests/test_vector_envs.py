@@ -12,11 +12,14 @@ from asyncrl.env_backends import PerEnvBackend, VectorBackend
 from helpers import REPO, run_cli_error, run_past_a_hanging_env, serial_runner, slot_owners
 
 
-@pytest.mark.parametrize("env, steps", [("atari_breakout", 1500), ("Acrobot-v1", 1200)])
-def test_vector_rows_equal_per_env_rows_for_the_same_seeds_and_actions(env, steps):
-    """ALE's vector env (same-step autoreset, C++) and gymnasium's SyncVectorEnv (same-step) against the same envs
-    stepped one by one: every observation row, reward, done, lost life and episode start is the same."""
-    cfg = dataclasses.replace(Config(env=env, num_workers=1, num_envs_per_worker=4, seed=5), agents_per_env=1)
+@pytest.mark.parametrize("env, steps, options", [
+    ("atari_breakout", 1500, {}), ("atari_breakout", 1500, {"engine": "envpool"}), ("Acrobot-v1", 1200, {})])
+def test_vector_rows_equal_per_env_rows_for_the_same_seeds_and_actions(env, steps, options):
+    """ALE's vector env (same-step autoreset, C++), EnvPool's (reset as ALE's) and gymnasium's SyncVectorEnv
+    (same-step) against the same envs stepped one by one: every observation row, reward, done, lost life and episode
+    start is the same."""
+    cfg = dataclasses.replace(Config(env=env, num_workers=1, num_envs_per_worker=4, seed=5, env_options=options),
+                              agents_per_env=1)
     per_env, vector = PerEnvBackend(cfg, 0, None), VectorBackend(cfg, 0, None)
     k, space = cfg.envs_per_group, per_env.envs[0].observation_space
     for first_a, first_b in zip(per_env.reset(0), vector.reset(0)):

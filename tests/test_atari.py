@@ -1,4 +1,4 @@
-"""Atari (ale-py): the presets on real ROMs, what the engine records of a game, and bad input."""
+"""Atari (ale-py, and EnvPool as its engine): the presets on real ROMs, what the engine records of a game, bad input."""
 
 import sys
 

@@ -243,6 +243,7 @@ class Runner:
                     self.stats.summarize(self._seconds_left(), self._fraction_done())
             self._stop_with_the_other_ranks()
         except KeyboardInterrupt:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a supervisor's SIGTERM after Ctrl-C must not cut the save
             print("asyncrl: stopping, saving a checkpoint (Ctrl-C again to force)", flush=True)
             self._stop_with_the_other_ranks()
         except (ChildFailed, RunStopped) as e:  # RunStopped: from a component in this process (serial mode)
@@ -381,6 +382,7 @@ class Runner:
 
 
 def _raise_keyboard_interrupt(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the first SIGTERM stops the run; more would cut its save short
     raise KeyboardInterrupt()
 
 

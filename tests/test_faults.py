@@ -51,8 +51,8 @@ def test_stop_signal_saves_a_checkpoint_and_leaves_nothing(tmp_path, clean_machi
 
 
 def test_second_ctrl_c_forces_the_stop(tmp_path, clean_machine):
-    """A worker stuck in an env makes the clean stop wait for it; a second Ctrl-C ends the run at once, and
-    the children (the stuck one included) still go with it."""
+    """A worker stuck in an env makes the clean stop wait for it (a SIGTERM meanwhile does not cut it short); a second
+    Ctrl-C ends the run at once, and the children (the stuck one included) still go with it."""
     options = '{"step_us": 10, "hang_once_file": "%s"}' % (tmp_path / "hung")
     proc = start_cli("train", "--env", "synthetic_constant", "--env_options", options, "--env_step_timeout", 600,
                      "--train_dir", tmp_path, "--experiment", "force", "--experiment_summaries_interval", 1)
@@ -62,6 +62,9 @@ def test_second_ctrl_c_forces_the_stop(tmp_path, clean_machine):
     proc.send_signal(signal.SIGINT)
     time.sleep(1.0)
     assert proc.poll() is None, "the first Ctrl-C should wait for the stuck worker"
+    proc.send_signal(signal.SIGTERM)  # a supervisor's SIGTERM while it stops: the stop (and its save) goes on
+    time.sleep(1.0)
+    assert proc.poll() is None, "a SIGTERM cut the stop short"
     sent = time.time()
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=5)

@@ -56,8 +56,8 @@ def launch(name: str, flags: list[str], seed: int, cores: list[int], args) -> di
     with open(os.path.join(args.train_dir, f"{experiment}.log"), "w") as log:  # the run writes to its own copy
         proc = subprocess.Popen([sys.executable, "-m", "asyncrl", "train", *flags, "--seed", str(seed),
                                  "--train_dir", args.train_dir, "--experiment", experiment],
-                                cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                preexec_fn=lambda: os.sched_setaffinity(0, cores))
+                                cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=lambda: os.sched_setaffinity(0, cores))  # Ctrl-C reaches the screen alone
     return {"name": name, "seed": seed, "experiment": experiment, "proc": proc, "cores": cores,
             "start": time.monotonic()}
 

@@ -126,7 +126,8 @@ class EnvPoolGames(gym.vector.VectorEnv):
         ended = np.flatnonzero(terminated | truncated)
         if len(ended):
             obs, info["final_obs"] = obs.copy(), obs.copy()  # copies: the reset below reuses EnvPool's buffers
-            obs[ended], first_info = self.pool.reset(env_id=ended)
+            first_obs, first_info = self.pool.reset(env_id=ended)
+            obs[ended] = first_obs
             info["lives"] = info["lives"].copy()
             info["lives"][ended] = first_info["lives"]  # as ALE's: the next game's lives
         return obs, rewards, terminated, truncated, info

@@ -21,6 +21,7 @@ import numpy as np
 import psutil
 
 from _run import asyncrl_bench, machine, write_result
+from asyncrl.envs import EnvError
 
 FRAMESKIP = 4
 NUM_ENVS = 16
@@ -46,12 +47,9 @@ def ale_vector(game: str):
 
 
 def envpool_vector(game: str):
-    import envpool
-    task = "".join(part.capitalize() for part in game.split("_")) + "-v5"
-    return envpool.make_gymnasium(task, num_envs=NUM_ENVS, batch_size=NUM_ENVS, num_threads=psutil.cpu_count(), seed=0,
-                                  episodic_life=False, reward_clip=False, noop_max=30, use_fire_reset=True,
-                                  stack_num=4, img_height=84, img_width=84, repeat_action_probability=0.0,
-                                  full_action_space=False, max_episode_steps=27_000)
+    """EnvPool's own vector env with the baselines preset, as the envpool engine makes it (its wrapper left out)."""
+    from asyncrl.envs.atari import MAX_FRAMES_PER_GAME, make_envpool
+    return make_envpool(game, NUM_ENVS, psutil.cpu_count(), MAX_FRAMES_PER_GAME, "baselines", list(range(NUM_ENVS)))
 
 
 def ours(game: str, mode: str, backend: str, seconds: float, engine: str = "ale") -> float:
@@ -79,8 +77,8 @@ def main() -> None:
         sides["ours raw vector, envpool engine"] = lambda: ours(args.game, "raw", "vector", args.seconds, "envpool")
         sides["ours sampler vector, envpool engine"] = lambda: ours(args.game, "sampler", "vector", args.seconds,
                                                                    "envpool")
-    except ImportError:
-        print("EnvPool is not installed: its side is left out")
+    except EnvError as e:  # EnvPool not installed, or without this game
+        print(f"EnvPool's sides are left out: {e}")
     fps = {side: [] for side in sides}
     for r in range(args.rounds):
         for side, measure in sides.items():

@@ -70,19 +70,42 @@ def make_vector_game(game: str, num_envs: int, preset: str = "baselines", num_th
     """`num_envs` copies of one game with the preset's preprocessing, reset as their episodes end (same step: the
     final observation is in info["final_obs"]), with info["life_lost"] per env; a game is cut (truncated) after
     max_frames frames. `view` sets the observations only: for the same seeds and actions, the games are the same."""
-    settings = _preset(preset)
-    emulator_settings = {k: v for k, v in settings.items() if k != "life_loss"}
     if engine == "envpool":
-        env = EnvPoolGames(game, num_envs, num_threads, max_frames, emulator_settings)
+        env = EnvPoolGames(game, num_envs, num_threads, max_frames, preset)
     elif engine == "ale":
         from ale_py.vector_env import AtariVectorEnv
         env = AtariVectorEnv(game, num_envs, num_threads=num_threads, frameskip=FRAMESKIP, maxpool=True, **view,
                              reward_clipping=False, episodic_life=False,
                              life_loss_info=False, max_num_frames_per_episode=max_frames,
-                             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **emulator_settings)
+                             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **emulator_settings(preset))
     else:
         raise EnvError(f"unknown Atari engine {engine!r}: choose ale or envpool")
-    return AtariGames(env, settings["life_loss"])
+    return AtariGames(env, _preset(preset)["life_loss"])
+
+
+def emulator_settings(preset: str) -> dict:
+    """The preset's settings of the emulator itself (ALE's names; EnvPool takes the same), less the life-loss
+    signal, which AtariGames gives."""
+    return {k: v for k, v in _preset(preset).items() if k != "life_loss"}
+
+
+def make_envpool(game: str, num_envs: int, num_threads: int, max_frames: int, preset: str, seeds: list[int]):
+    """EnvPool's own vector env of a game with the preset's preprocessing (AGENT_VIEW, rewards unclipped, no
+    episodic life), in sync mode (every step steps all its games), env i seeded seeds[i]."""
+    try:
+        import envpool
+    except ImportError:
+        raise EnvError('engine "envpool" needs EnvPool: pip install -e ".[envpool]"') from None
+    tasks = {task[:-3].lower(): task for task in envpool.list_all_envs() if task.endswith("-v5")}
+    task = tasks.get(game.replace("_", ""))
+    if task is None:
+        raise EnvError(f"EnvPool has no Atari game {game!r}; use the engine ale")
+    settings = emulator_settings(preset)
+    settings["noop_max"] = max(1, settings["noop_max"])  # 1 is no no-op either; EnvPool 1.2 crashes on 0
+    return envpool.make_gymnasium(task, num_envs=num_envs, batch_size=num_envs, num_threads=num_threads,
+                                  env_seed=seeds, frame_skip=FRAMESKIP, img_height=84, img_width=84, gray_scale=True,
+                                  stack_num=4, max_episode_steps=max_frames // FRAMESKIP, episodic_life=False,
+                                  reward_clip=False, **settings)
 
 
 class EnvPoolGames(gym.vector.VectorEnv):
@@ -93,20 +116,8 @@ class EnvPoolGames(gym.vector.VectorEnv):
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 
-    def __init__(self, game: str, num_envs: int, num_threads: int, max_frames: int, emulator_settings: dict):
-        try:
-            import envpool
-        except ImportError:
-            raise EnvError('engine "envpool" needs EnvPool: pip install -e ".[envpool]"') from None
-        tasks = {task[:-3].lower(): task for task in envpool.list_all_envs() if task.endswith("-v5")}
-        if game.replace("_", "") not in tasks:
-            raise EnvError(f"EnvPool has no Atari game {game!r}; use the engine ale")
-        settings = dict(emulator_settings)
-        settings["noop_max"] = max(1, settings["noop_max"])  # 1 is no no-op either; EnvPool 1.2 crashes on 0
-        self.make_pool = lambda seeds: envpool.make_gymnasium(
-            tasks[game.replace("_", "")], num_envs=num_envs, batch_size=num_envs, num_threads=num_threads,
-            env_seed=seeds, frame_skip=FRAMESKIP, img_height=84, img_width=84, gray_scale=True, stack_num=4,
-            max_episode_steps=max_frames // FRAMESKIP, episodic_life=False, reward_clip=False, **settings)
+    def __init__(self, game: str, num_envs: int, num_threads: int, max_frames: int, preset: str):
+        self.make_pool = lambda seeds: make_envpool(game, num_envs, num_threads, max_frames, preset, seeds)
         self.num_envs = num_envs
         self.pool = self.make_pool(list(range(num_envs)))
         self.single_observation_space = self.pool.observation_space

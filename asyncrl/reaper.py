@@ -12,7 +12,7 @@ SIGKILLed with its engines, leaves segments behind. The reaper unlinks the segme
 running in the group when the worker is gone (from their command lines) and those the worker announced as it started
 them (announce_engines: a line per instance id on the pipe), which may have exited by then.
 
-    python -m asyncrl.reaper PGID      (stdin: the pipe)
+    python -I asyncrl/reaper.py PGID      (stdin: the pipe)
 """
 
 import os
@@ -26,8 +26,11 @@ _reaper = None  # this process's reaper (start_reaper); its pipe stays open for 
 def start_reaper() -> None:
     """Start the reaper of this process's group (this process leads it)."""
     global _reaper
-    _reaper = subprocess.Popen([sys.executable, "-m", "asyncrl.reaper", str(os.getpid())], stdin=subprocess.PIPE,
-                               start_new_session=True, close_fds=True)
+    # the file as a script in isolated mode (no script folder, user site or PYTHON* variables on its path): `-m
+    # asyncrl.reaper` would import the asyncrl package first (gymnasium, numpy: 0.4 s of CPU a reaper, one per child,
+    # all while a run starts)
+    _reaper = subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), str(os.getpid())],
+                               stdin=subprocess.PIPE, start_new_session=True, close_fds=True)
 
 
 def announce_engines() -> None:

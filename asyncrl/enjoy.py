@@ -10,6 +10,7 @@ Flags follow Sample Factory's enjoy (--env, --train_dir, --experiment, --max_num
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import torch
@@ -90,13 +91,19 @@ def checkpoint_to_load(args: dict, cfg: Config) -> str:
 def make_video_env(cfg: Config):
     """The env with render_mode="rgb_array", checked to give frames; EnvError if it cannot."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame-drawn gymnasium envs: frames only, no window
+    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo envs: its default, glfw, needs a screen; EGL needs none
     try:
         env = make_agents(cfg.env, **cfg.env_kwargs(), render_mode="rgb_array")
     except (TypeError, EnvError) as e:
-        raise EnvError(f"--save_video: env {cfg.env!r} gives no frames (it takes no render_mode='rgb_array': "
-                       f"{e})") from None
+        raise EnvError(f"--save_video: env {cfg.env!r} gives no frames with render_mode='rgb_array' ({e})") from None
     env.reset(seed=0)
-    frame = env.render()
+    try:
+        frame = env.render()
+    except Exception as e:  # noqa: BLE001 - a renderer that cannot start here (no OpenGL for MuJoCo): one line
+        env.close()
+        raise EnvError(f"--save_video: env {cfg.env!r} cannot render here ({type(e).__name__}: {e}); MuJoCo envs "
+                       f"render through MUJOCO_GL=egl or osmesa (Debian: apt install libegl1 or libosmesa6)") from None
     if not (isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[-1] == 3):
         env.close()
         raise EnvError(f"--save_video: env {cfg.env!r} gives no frames (render() returned {type(frame).__name__}, "

@@ -4,6 +4,8 @@ observations made CHW uint8 once, here, not in the model."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
 import warnings
 
 import gymnasium as gym
@@ -67,10 +69,13 @@ def quiet_mujoco() -> None:
     less its deprecations of gymnasium's model files (mujoco 4's `settotalmass`: not the user's to act on, and
     gymnasium shows each once per process, so every rollout worker would print it)."""
     from asyncrl.envs import EnvError
+    if importlib.util.find_spec("mujoco") is None:
+        raise EnvError('MuJoCo envs need mujoco: pip install -e ".[mujoco]"')
     try:
         import mujoco
-    except ImportError:
-        raise EnvError('MuJoCo envs need mujoco: pip install -e ".[mujoco]"') from None
+    except Exception as e:  # noqa: BLE001 - mujoco loads the OpenGL library MUJOCO_GL names as it is imported
+        raise EnvError(f"mujoco fails to import with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r} ({type(e).__name__}: "
+                       f"{e}): unset MUJOCO_GL, or install that library (egl: libegl1, osmesa: libosmesa6)") from None
 
     def forward(message: str) -> None:
         if "deprecated" not in message:

@@ -246,7 +246,8 @@ def model_workloads(cfg: Config, inference_batch: int, device: torch.device = to
     from asyncrl.runner import decide_auto, model_and_layout, probe_env
 
     with tempfile.TemporaryDirectory() as tmp:
-        workers = max(1, -(-inference_batch // cfg.num_envs_per_worker))
+        # enough agents for the inference batch, and never fewer workers than the run's: ppo's batch is theirs
+        workers = max(cfg.num_workers, -(-inference_batch // cfg.num_envs_per_worker))
         cfg = dataclasses.replace(cfg, train_dir=tmp, num_policies=1, num_workers=workers)
         env = probe_env(cfg)
         cfg = decide_auto(cfg, device, env)

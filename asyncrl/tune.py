@@ -19,7 +19,8 @@ import re
 import tempfile
 import time
 
-from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config
+from asyncrl.config import (Config, ConfigError, OneLineErrorParser, add_config_arguments, algo_defaults,
+                            build_config)
 
 KNOBS = ("num_envs_per_worker", "num_workers", "worker_num_splits", "policy_workers_per_policy", "batch_size")
 MARGIN = 1.03  # a change must be this much faster to be taken: smaller differences are within a run's noise
@@ -38,6 +39,11 @@ def results_path(env: str) -> str:
     """Where tuning results of env live: per machine and user, so any train_dir finds them."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(cache, "asyncrl", "tune", re.sub(r"[^A-Za-z0-9_.-]", "_", env) + ".json")
+
+
+def knobs(cfg: Config) -> tuple[str, ...]:
+    """The knobs tuned for cfg: all but the batch size under --algo ppo, whose batch is every agent's rollout."""
+    return tuple(knob for knob in KNOBS if not (knob == "batch_size" and cfg.algo == "ppo"))
 
 
 def neighbours(cfg: Config, knob: str, cores: int) -> list[int]:
@@ -59,6 +65,7 @@ def candidate(cfg: Config, **changes) -> Config | None:
     """cfg with `changes`, or None if that config is not valid (e.g. a batch that does not divide)."""
     try:
         changed = dataclasses.replace(cfg, **changes)
+        changed = dataclasses.replace(changed, **algo_defaults(dataclasses.asdict(changed)))  # ppo's batch follows
         changed.validate()
         return changed
     except ConfigError:
@@ -66,7 +73,7 @@ def candidate(cfg: Config, **changes) -> Config | None:
 
 
 def flags_of(cfg: Config) -> dict:
-    return {knob: getattr(cfg, knob) for knob in KNOBS}
+    return {knob: getattr(cfg, knob) for knob in knobs(cfg)}
 
 
 def search(cfg: Config, times: TuneTimes, log=print) -> dict:
@@ -98,7 +105,7 @@ def search(cfg: Config, times: TuneTimes, log=print) -> dict:
     improved = True
     while improved and time.monotonic() < deadline:
         improved = False
-        for knob in KNOBS:
+        for knob in knobs(cfg):
             for value in neighbours(best, knob, cores):
                 c = candidate(best, **{knob: value})
                 if c is None or time.monotonic() + times.warmup_s + times.seconds + RUN_OVERHEAD_S > deadline:
@@ -107,7 +114,7 @@ def search(cfg: Config, times: TuneTimes, log=print) -> dict:
                 if fps > MARGIN * best_fps:
                     best, best_fps, improved = c, fps, True
     return {"env": cfg.env, "cores": cores, "gpu": has_gpu(), "costs": costs,
-            "tried": [{"flags": dict(zip(KNOBS, key)), "fps": fps} for key, fps in tried.items()],
+            "tried": [{"flags": dict(zip(knobs(cfg), key)), "fps": fps} for key, fps in tried.items()],
             "best": flags_of(best), "best_fps": best_fps, "budget_s": times.budget_s}
 
 

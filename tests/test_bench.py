@@ -62,6 +62,19 @@ def test_a_window_too_short_for_one_trajectory_is_said_not_divided_by():
     assert "sampler: no trajectory finished in the 2 s measured: measure longer (--seconds)" in report(result)
 
 
+def test_compute_limit_of_a_synchronous_ppo_run(tmp_path):
+    """The costs bench and tune time in this process take the run's own config: ppo's batch is every worker's
+    rollout, so the workload keeps the run's workers (one worker's worth, enough for the inference batch, failed the
+    batch check: `asyncrl bench --env mujoco_hopper` stopped after its raw mode)."""
+    from asyncrl.cli import config_from_args
+    from asyncrl.measure import compute_limit
+    cfg = config_from_args(["--env", "Pendulum-v1", "--train_dir", str(tmp_path), "--num_workers", "2",
+                            "--num_envs_per_worker", "4", "--rollout", "16"])
+    assert cfg.algo == "ppo" and cfg.batch_size == 2 * 4 * 16
+    costs = compute_limit(cfg, inference_batch=4, seconds=0.2)
+    assert costs["learn_ms_per_step"] > 0 and costs["compute_limited_fps"] > 0
+
+
 def test_timing_reports_fractions_of_wall_time():
     timing = Timing("learner_0")
     with timing.phase("train"):

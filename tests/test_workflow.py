@@ -200,3 +200,18 @@ def test_tune_returns_valid_flags_that_train_uses(tmp_path, clean_machine):
     assert {k: config[k] for k in result["best"] if k != "batch_size"} == {
         k: v for k, v in result["best"].items() if k != "batch_size"}
     assert config["batch_size"] == 512
+
+
+def test_tune_keeps_a_ppo_batch_that_follows_the_workers_and_envs():
+    """--algo ppo's batch is every agent's rollout: tune's candidates change envs and workers and the batch follows
+    (a candidate with the old batch failed the run's check and stopped the search), and the batch is no knob."""
+    from asyncrl.cli import config_from_args
+    from asyncrl.tune import candidate, flags_of, knobs, neighbours
+    cfg = config_from_args(["--env", "Pendulum-v1", "--num_workers", "2", "--num_envs_per_worker", "4"])
+    assert cfg.algo == "ppo" and "batch_size" not in knobs(cfg) and "batch_size" not in flags_of(cfg)
+    for knob, value in (("num_envs_per_worker", 8), ("num_workers", 1)):
+        assert value in neighbours(cfg, knob, cores=2)
+        changed = candidate(cfg, **{knob: value})
+        assert changed.batch_size == changed.num_workers * changed.num_envs_per_worker * cfg.rollout
+    appo = config_from_args(["--env", "CartPole-v1", "--batch_size", "512"])
+    assert "batch_size" in knobs(appo) and candidate(appo, num_workers=4).batch_size == 512

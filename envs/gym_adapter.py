@@ -91,6 +91,8 @@ def make_gym_env(gym_id: str, **options) -> gym.Env:
         env = gym.make(gym_id, **options)
     except TypeError as e:  # an option the env's constructor does not take
         raise EnvError(f"env {gym_id!r} does not take the options {sorted(options)}: {e}") from None
+    except gym.error.DependencyNotInstalled as e:  # e.g. Box2D for LunarLander: gymnasium's message says what to install
+        raise EnvError(f"env {gym_id!r}: {e}") from None
     return env
 
 

@@ -1,6 +1,7 @@
 """End-to-end runs of `asyncrl train` with real processes, shared memory and queues."""
 
 import glob
+import importlib.util
 import time
 
 import pytest
@@ -115,6 +116,8 @@ def test_doom_basic_runs_headless(tmp_path, clean_machine):
 @pytest.mark.parametrize("args,needle", [
     (["--env", "CartPol-v1"], "did you mean: CartPole-v1"),
     (["--env", "CartPole-v1", "--env_options", '{"frameskip": 2}'], "does not take the options"),
+    pytest.param(["--env", "LunarLander-v3"], "Box2D is not installed", marks=pytest.mark.skipif(
+        importlib.util.find_spec("Box2D") is not None, reason="a gymnasium env whose package is missing: Box2D is here")),
     (["--env", "CartPole-v1", "--num_workers", "0"], "--num_workers must be positive"),
     (["--env", "CartPole-v1", "--num_envs_per_worker", "5", "--worker_num_splits", "2"], "divisible"),
     (["--env", "CartPole-v1", "--batch_size", "100", "--rollout", "32"], "multiple of --rollout"),

@@ -185,7 +185,7 @@ class AtariGame(gym.Env):
     render_mode="rgb_array" a twin of the game in SCREEN_VIEW takes the same seeds and actions, for render() (engine
     ale; EnvPool's games render the agent's view)."""
 
-    metadata = {"render_modes": ["rgb_array"]}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 60}  # the console's frames a second: videos in real time
 
     def __init__(self, game: str, preset: str = "baselines", render_mode: str | None = None,
                  max_frames: int = MAX_FRAMES_PER_GAME, engine: str = "ale"):

@@ -69,8 +69,10 @@ def test_a_game_is_cut_at_the_frame_limit_as_a_truncation(engine):
 def test_a_video_shows_the_games_screen_from_a_twin_in_lockstep():
     """render() with render_mode="rgb_array" (enjoy --save_video) is the game's 210x160 color screen, from a twin that
     takes the same seeds and actions (a reset without a seed included) and checks each step that it plays the same
-    game; at a game's last step the frame is that game's, not the next one's."""
+    game; at a game's last step the frame is that game's, not the next one's. A video plays in real time: the console
+    shows 60 frames a second, an agent step is 4 of them."""
     env = make_env("atari_breakout", render_mode="rgb_array", max_frames=1_000)
+    assert env.metadata["render_fps"] / env.frameskip == 15
     rng = np.random.default_rng(0)
     np.random.seed(0)  # where a reset without a seed draws the one both games take: the same games every run
     for seed in (None, 5, None):

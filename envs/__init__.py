@@ -223,5 +223,6 @@ def env_frameskip(env) -> int:
         return int(getattr(env, "frameskip", 1))
     try:
         return int(env.get_wrapper_attr("frameskip"))
-    except AttributeError:
-        return 1
+    except AttributeError:  # ALE/ ids repeat actions inside ale-py's env, which says so only in the id's spec
+        skip = env.spec.kwargs.get("frameskip", 1) if env.spec else 1
+        return skip if isinstance(skip, int) else 1  # a (low, high) range repeats a random count: not counted

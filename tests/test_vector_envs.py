@@ -44,6 +44,17 @@ def test_vector_rows_equal_per_env_rows_for_the_same_seeds_and_actions(env, step
     vector.close()
 
 
+def test_an_ale_id_counts_its_frames_per_env_and_as_a_vector():
+    """ALE/ ids repeat each action 4 times inside ale-py's env (their spec says so, the env has no frameskip
+    attribute): env steps count frames, as atari_<game>'s and as Sample Factory's do."""
+    from asyncrl.envs import env_entry, make_agents
+    env, vector = make_agents("ALE/Pong-v5"), env_entry("ALE/Pong-v5").make_vector(2)
+    assert env.frameskip == vector.frameskip == make_agents("atari_pong").frameskip == 4
+    assert make_agents("CartPole-v1").frameskip == 1
+    env.close()
+    vector.close()
+
+
 def test_next_step_autoreset_gives_every_episode_its_steps_and_return(tmp_path, monkeypatch):
     """CartPole's own vector env resets an ended env in its next step (the action is ignored): the agent waits out
     that step, and the episodes the worker reports are exactly the envs' episodes."""

@@ -96,6 +96,7 @@ def cmd_env_server(argv: list[str]) -> int:
 
 
 def cmd_tune(argv: list[str]) -> int:
+    start_fork_server()  # ready by the first candidate's run, which would otherwise wait seconds for its imports
     from asyncrl.tune import cmd_tune as tune
     return tune(argv)
 

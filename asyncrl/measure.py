@@ -185,13 +185,21 @@ def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -
     watcher.join(timeout=5)
     with open(os.path.join(run_cfg.experiment_dir, "stats.jsonl")) as f:
         rows = [json.loads(line) for line in f]
-    window = [r for r in rows if warmup <= r["time_s"] < warmup + seconds and r["policy_id"] == 0]
+    window = measured_rows(rows, warmup, seconds)
     if len(window) < 2:
-        raise RuntimeError(f"the {name} run reported too few stats rows after the warm-up (start-up included); "
+        raise RuntimeError(f"the {name} run reported too few stats rows with samples after the warm-up; "
                            f"raise --warmup_seconds or --seconds")
     first, last = window[0], window[-1]
     return {"fps": (last["env_steps"] - first["env_steps"]) * cfg.num_policies / (last["time_s"] - first["time_s"]),
             "measured_s": last["time_s"] - first["time_s"], "last_row": last, "cores_used": cores_used}
+
+
+def measured_rows(rows: list[dict], warmup: float, seconds: float) -> list[dict]:
+    """Policy 0's stats rows in [warmup, warmup + seconds) from the first row with samples on: a warm-up shorter
+    than the run's start-up must not count the start-up's wait as a slow sampler."""
+    rows = [r for r in rows if r["policy_id"] == 0]
+    started = next((r["time_s"] for r in rows if r["env_steps"] > 0), float("inf"))
+    return [r for r in rows if max(warmup, started) <= r["time_s"] < warmup + seconds]
 
 
 # --- the compute limit

@@ -90,18 +90,19 @@ def search(cfg: Config, times: TuneTimes, log=print) -> dict:
     tried: dict[tuple, float] = {}
     deadline = time.monotonic() + times.budget_s
 
-    def measure(c: Config) -> float:
+    def measure(c: Config) -> float | None:
+        """c's frames/s, or None if its run gave none to measure (no candidate is faster than a measured one)."""
         key = tuple(flags_of(c).values())
         if key not in tried:
             try:
                 tried[key] = engine_run(c, times.warmup_s, times.seconds, sampler_only=False)["fps"]
-            except RuntimeError as e:  # e.g. not trained enough to measure within the warm-up: too slow anyway
+                log(f"asyncrl tune: {flags_of(c)} -> {tried[key]:,.0f} frames/s")
+            except RuntimeError as e:  # e.g. no samples learned within the measured seconds
                 log(f"asyncrl tune: {flags_of(c)} not measured ({e})")
-                tried[key] = 0.0
-            log(f"asyncrl tune: {flags_of(c)} -> {tried[key]:,.0f} frames/s")
+                tried[key] = None
         return tried[key]
 
-    best, best_fps = cfg, measure(cfg)
+    best, best_fps = cfg, measure(cfg) or 0.0
     improved = True
     while improved and time.monotonic() < deadline:
         improved = False
@@ -111,7 +112,7 @@ def search(cfg: Config, times: TuneTimes, log=print) -> dict:
                 if c is None or time.monotonic() + times.warmup_s + times.seconds + RUN_OVERHEAD_S > deadline:
                     continue
                 fps = measure(c)
-                if fps > MARGIN * best_fps:
+                if fps is not None and fps > MARGIN * best_fps:
                     best, best_fps, improved = c, fps, True
     return {"env": cfg.env, "cores": cores, "gpu": has_gpu(), "costs": costs,
             "tried": [{"flags": dict(zip(knobs(cfg), key)), "fps": fps} for key, fps in tried.items()],
@@ -189,8 +190,9 @@ def cmd_tune(argv: list[str]) -> int:
 
 def tuning_report(result: dict, path: str) -> str:
     lines = [f"{'frames/s':>10}  flags"]
-    for entry in sorted(result["tried"], key=lambda e: -e["fps"]):
-        lines.append(f"{entry['fps']:>10,.0f}  " + " ".join(f"--{k} {v}" for k, v in entry["flags"].items()))
+    for entry in sorted(result["tried"], key=lambda e: -(e["fps"] or 0.0)):
+        fps = "-" if entry["fps"] is None else f"{entry['fps']:,.0f}"
+        lines.append(f"{fps:>10}  " + " ".join(f"--{k} {v}" for k, v in entry["flags"].items()))
     best = " ".join(f"--{k} {v}" for k, v in result["best"].items())
     lines += [f"fastest: asyncrl train --env {result['env']} {best}  ({result['best_fps']:,.0f} frames/s; "
               f"compute limit {result['costs']['compute_limited_fps']:,.0f})",

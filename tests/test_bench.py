@@ -156,3 +156,36 @@ def test_cli_and_bench_do_not_import_each_other():
     for module, other in (("asyncrl.cli", "asyncrl.bench"), ("asyncrl.bench", "asyncrl.cli")):
         r = subprocess.run([sys.executable, "-c", code.format(module)], capture_output=True, text=True)
         assert r.returncode == 0 and module in r.stdout and other not in r.stdout, (module, r.stdout, r.stderr)
+
+
+def test_the_measured_window_starts_after_the_warm_up_and_the_first_samples():
+    """A warm-up shorter than the run's start-up: the rows of the wait before the first samples are not measured
+    (they made tune's first candidate, the only one paying a cold start, read slow)."""
+    from asyncrl.measure import measured_rows
+    rows = [{"policy_id": p, "time_s": t, "env_steps": max(0, t - 5) * 1000} for t in range(12) for p in (0, 1)]
+    assert [r["time_s"] for r in measured_rows(rows, warmup=3, seconds=6)] == [6, 7, 8]
+    assert [r["time_s"] for r in measured_rows(rows, warmup=7, seconds=2)] == [7, 8]
+    assert measured_rows([r for r in rows if r["time_s"] < 6], warmup=3, seconds=6) == []
+
+
+def test_tune_says_which_candidates_it_could_not_measure_and_never_picks_them(monkeypatch):
+    from asyncrl import measure
+    from asyncrl.cli import config_from_args
+    from asyncrl.tune import TuneTimes, search, tuning_report
+    cfg = config_from_args(["--env", "CartPole-v1", "--num_workers", "2", "--num_envs_per_worker", "8"])
+    monkeypatch.setattr(measure, "compute_limit", lambda *a, **k: {
+        "sim_ms_per_step": 0.01, "inference_ms_per_step": 0.01, "inference_batch": 8, "learn_ms_per_step": 0.01,
+        "compute_limited_fps": 1e5})
+
+    def engine_run(c, *args, **kwargs):  # the starting config and 4 envs a worker have no rows to measure
+        if c.num_envs_per_worker != 16 or c.num_workers != 2:
+            raise RuntimeError("too few stats rows")
+        return {"fps": 1000.0 + c.batch_size / 1000}
+    monkeypatch.setattr(measure, "engine_run", engine_run)
+    result = search(cfg, TuneTimes(budget_s=1e6, warmup_s=0, seconds=1), log=lambda line: None)
+    assert result["best"]["num_envs_per_worker"] == 16 and result["best_fps"] > 1000
+    unmeasured = [e for e in result["tried"] if e["fps"] is None]
+    assert {"num_envs_per_worker": 8, "num_workers": 2} in [
+        {k: e["flags"][k] for k in ("num_envs_per_worker", "num_workers")} for e in unmeasured]
+    rows = tuning_report(result, "path").splitlines()[1:-2]  # the fastest first, then "-" for each not measured
+    assert [row.split()[0] == "-" for row in rows] == [False] * (len(rows) - len(unmeasured)) + [True] * len(unmeasured)

@@ -461,8 +461,23 @@ def _parse_json(kind):
     return parse
 
 
+def parse_int(text: str) -> int:
+    """An integer, also as researchers write step counts: 1e6, 2.5e7, 1_000_000."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    return int(value)
+
+
 def _optional_int(text: str) -> Optional[int]:
-    return None if text.lower() == "none" else int(text)
+    return None if text.lower() == "none" else parse_int(text)
 
 
 def _optional_bool(text: str) -> Optional[bool]:
@@ -485,7 +500,7 @@ class _ListAction(argparse.Action):
         setattr(namespace, self.dest, values[0] if len(values) == 1 and isinstance(values[0], list) else values)
 
 
-_PARSERS = {"bool": parse_bool, "int": int, "float": float, "str": str, "list": _list_item,
+_PARSERS = {"bool": parse_bool, "int": parse_int, "float": float, "str": str, "list": _list_item,
             "dict": _parse_json(dict), "Optional[int]": _optional_int, "Optional[bool]": _optional_bool,
             "Optional[str]": str}
 

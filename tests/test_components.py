@@ -9,7 +9,7 @@ import torch
 from helpers import drain, serial_runner, slot_owners
 
 from asyncrl.buffers import num_slots
-from asyncrl.config import Config
+from asyncrl.config import Config, ConfigError
 from asyncrl.learner import Learner
 from asyncrl.messages import Episodes, LearnerStats
 from asyncrl.rollouts import Batch
@@ -274,6 +274,15 @@ def test_a_list_flag_takes_json_or_words_as_sample_factory():
     assert parsed("--encoder_mlp_layers", "[256, 256]").encoder_mlp_layers == [256, 256]
     assert parsed("--wandb_tags", "doom", "baseline").wandb_tags == ["doom", "baseline"]
 
+
+
+def test_an_integer_flag_takes_step_counts_as_researchers_write_them():
+    from asyncrl.cli import config_from_args
+    cfg = config_from_args(["--env", "CartPole-v1", "--train_for_env_steps", "1e6", "--seed", "1_000"])
+    assert cfg.train_for_env_steps == 1_000_000 and isinstance(cfg.train_for_env_steps, int) and cfg.seed == 1000
+    for bad in ("1.5", "2.5e0", "inf", "many"):
+        with pytest.raises(ConfigError, match="--train_for_env_steps: expected an integer"):
+            config_from_args(["--env", "CartPole-v1", "--train_for_env_steps", bad])
 
 def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path):
     runner = serial_runner(tmp_path)

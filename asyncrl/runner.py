@@ -4,7 +4,9 @@ progress, and stops them all: at the step or time limit, on Ctrl-C/SIGTERM, or w
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import shutil
@@ -119,11 +121,38 @@ def model_and_layout(cfg: Config, env: EnvInfo) -> tuple[torch.nn.Module, dict]:
                                 model.distribution_params_size, num_state_floats(model), learner_state_floats(model))
 
 
-def prepare_experiment_dir(cfg: Config) -> None:
-    if cfg.restart_behavior == "restart" and os.path.isdir(cfg.experiment_dir):
-        shutil.rmtree(cfg.experiment_dir)
+@contextlib.contextmanager
+def experiment_dir_claimed(cfg: Config):
+    """Holds an exclusive lock on the experiment folder while the run lasts: a second run of the same experiment
+    would interleave its checkpoints and stats with this one's. The kernel drops the lock with the process, however
+    it ends, so no stale lock is ever left behind."""
     try:
         os.makedirs(cfg.experiment_dir, exist_ok=True)
+        folder = os.open(cfg.experiment_dir, os.O_RDONLY)
+    except OSError as e:
+        raise ConfigError(f"cannot write to --train_dir {cfg.train_dir!r} ({e.strerror}); choose a writable "
+                          f"folder") from None
+    try:
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"another run is training experiment {cfg.experiment!r} in {cfg.experiment_dir}; wait "
+                              f"for it or stop it, or choose another --experiment") from None
+        yield
+    finally:
+        os.close(folder)
+
+
+def prepare_experiment_dir(cfg: Config) -> None:
+    """The experiment folder, emptied for --restart_behavior restart (emptied, not replaced: its lock stays)."""
+    try:
+        os.makedirs(cfg.experiment_dir, exist_ok=True)
+        if cfg.restart_behavior == "restart":
+            for entry in os.scandir(cfg.experiment_dir):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.remove(entry.path)
         with open(os.path.join(cfg.experiment_dir, "config.json"), "w") as f:
             json.dump(cfg.to_json(), f, indent=2)
     except OSError as e:
@@ -427,7 +456,8 @@ def train(cfg: Config) -> int:
     run_cfg = decide_auto(rank_cfg, device, env, rank.world_size)
     model, layout = model_and_layout(run_cfg, env)
     check_shared_memory(layout)
-    if rank.writes:
-        prepare_experiment_dir(cfg)
-        check_checkpoints(cfg, model)
-    return Runner(run_cfg, env, device, layout, rank).run()
+    with experiment_dir_claimed(cfg) if rank.writes else contextlib.nullcontext():
+        if rank.writes:
+            prepare_experiment_dir(cfg)
+            check_checkpoints(cfg, model)
+        return Runner(run_cfg, env, device, layout, rank).run()

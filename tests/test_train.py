@@ -58,6 +58,22 @@ def test_restart_behavior_restart_starts_over(cartpole_run, tmp_path):
     assert rows[-1]["env_steps"] < 10_000 and len([r for r in rows if r["env_steps"] >= 5_000]) <= 2
 
 
+
+@pytest.mark.parametrize("behavior", ["resume", "restart"])
+def test_a_second_run_of_an_experiment_in_training_is_one_line_and_touches_nothing(tmp_path, behavior):
+    """Two runs of one experiment interleaved their checkpoints and stats rows in one folder (found by a user's
+    second `asyncrl train` of the same command); the running one holds the folder's lock."""
+    from asyncrl.config import Config
+    from asyncrl.runner import experiment_dir_claimed
+    with experiment_dir_claimed(Config(env="CartPole-v1", train_dir=str(tmp_path), experiment="busy")):
+        (tmp_path / "busy" / "stats.jsonl").write_text("the running run's rows\n")
+        r = run_cli_error("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "busy",
+                          "--restart_behavior", behavior)
+        assert r.returncode == 2 and "another run is training experiment 'busy'" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+        assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["stats.jsonl"]  # no config.json either
+        assert (tmp_path / "busy" / "stats.jsonl").read_text() == "the running run's rows\n"
+
 def test_train_for_seconds_stops_the_run(tmp_path, clean_machine):
     start = time.time()
     r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "secs", "--train_for_seconds", 3,

@@ -143,8 +143,10 @@ def experiment_dir_claimed(cfg: Config):
         os.close(folder)
 
 
-def prepare_experiment_dir(cfg: Config) -> None:
-    """The experiment folder, emptied for --restart_behavior restart (emptied, not replaced: its lock stays)."""
+def prepare_experiment_dir(cfg: Config, model: torch.nn.Module) -> None:
+    """The experiment folder, emptied for --restart_behavior restart (emptied, not replaced: its lock stays), and
+    this run's config.json, written once the checkpoints to resume from are known to fit the model: a resume that
+    cannot use them leaves the saved config as it was."""
     try:
         os.makedirs(cfg.experiment_dir, exist_ok=True)
         if cfg.restart_behavior == "restart":
@@ -153,6 +155,7 @@ def prepare_experiment_dir(cfg: Config) -> None:
                     shutil.rmtree(entry.path)
                 else:
                     os.remove(entry.path)
+        check_checkpoints(cfg, model)
         with open(os.path.join(cfg.experiment_dir, "config.json"), "w") as f:
             json.dump(cfg.to_json(), f, indent=2)
     except OSError as e:
@@ -458,6 +461,5 @@ def train(cfg: Config) -> int:
     check_shared_memory(layout)
     with experiment_dir_claimed(cfg) if rank.writes else contextlib.nullcontext():
         if rank.writes:
-            prepare_experiment_dir(cfg)
-            check_checkpoints(cfg, model)
+            prepare_experiment_dir(cfg, model)
         return Runner(run_cfg, env, device, layout, rank).run()

@@ -159,10 +159,10 @@ def serial_runner(tmp_path, **overrides):
     fields.update(overrides)
     cfg = Config(**fields)
     cfg.validate()
-    prepare_experiment_dir(cfg)
     env = probe_env(cfg)
     cfg = decide_auto(cfg, torch.device("cpu"), env)
-    _, layout = model_and_layout(cfg, env)
+    model, layout = model_and_layout(cfg, env)
+    prepare_experiment_dir(cfg, model)
     runner = Runner(cfg, env, torch.device("cpu"), layout)
     runner._start()
     return runner

@@ -90,12 +90,14 @@ def test_corrupt_checkpoint_is_one_line_exit_2(cartpole_run, tmp_path):
     assert os.path.basename(path) in r.stderr and "Traceback" not in r.stderr
 
 
-def test_incompatible_checkpoint_names_the_tensor_and_shapes(cartpole_run, tmp_path):
-    trained = json.loads((copy_run(cartpole_run, tmp_path, "inc") / "inc" / "config.json").read_text())
+def test_incompatible_checkpoint_names_the_tensor_and_shapes_and_keeps_the_saved_config(cartpole_run, tmp_path):
+    saved = (copy_run(cartpole_run, tmp_path, "inc") / "inc" / "config.json").read_text()
     r = run_cli("train", "--train_dir", tmp_path, "--experiment", "inc", "--encoder_mlp_layers", "[32, 32]")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "encoder.0.weight" in r.stderr and f"({trained['encoder_mlp_layers'][0]}, 4)" in r.stderr
+    assert "encoder.0.weight" in r.stderr and f"({json.loads(saved)['encoder_mlp_layers'][0]}, 4)" in r.stderr
     assert "(32, 4)" in r.stderr
+    # the refused flags were written over the saved config, and every later resume failed the same way
+    assert (tmp_path / "inc" / "config.json").read_text() == saved
 
 
 def test_unwritable_train_dir_is_one_line_exit_2(tmp_path):

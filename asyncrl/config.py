@@ -316,6 +316,11 @@ def _check_values(cfg: Config) -> None:
                           f"{cfg.policy_workers_per_policy}")
     if cfg.env_frameskip is not None and cfg.env_frameskip <= 0:
         raise ConfigError(f"--env_frameskip must be positive, got {cfg.env_frameskip}")
+    parts = cfg.experiment.rstrip("/").split("/")
+    if os.path.isabs(cfg.experiment) or any(part in ("", ".", "..") for part in parts):
+        # the experiment's folder must lie inside --train_dir: restart empties it, and "" would be train_dir itself
+        raise ConfigError(f"--experiment must name a folder inside --train_dir (a name, or names joined by '/'), "
+                          f"got {cfg.experiment!r}")
     if cfg.eval_every_env_steps < 0:
         raise ConfigError(f"--eval_every_env_steps must be >= 0 (0: no evaluation), got {cfg.eval_every_env_steps}")
     if cfg.eval_every_env_steps and cfg.eval_episodes <= 0:

@@ -147,6 +147,9 @@ def test_doom_basic_runs_headless(tmp_path, clean_machine):
     (["--env", "doom_basic", "--num_workers", "200", "--num_envs_per_worker", "64", "--rollout", "256"],
      "of shared memory but /dev/shm has"),
     ([], "--env is required"),
+    # "" was --train_dir itself (restart would empty every experiment in it), "../x" a folder outside it
+    *[(["--env", "CartPole-v1", "--experiment", name, "--restart_behavior", "restart"], "--experiment must name a "
+       "folder inside --train_dir") for name in ("", ".", "../x", "/tmp/x", "a//b")],
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     r = run_cli_error("train", "--train_dir", tmp_path, *args)
@@ -154,7 +157,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], r.stderr
     assert "Traceback" not in r.stderr
-    assert not (tmp_path / "default_experiment" / "stats.jsonl").exists()
+    assert not (tmp_path / "default_experiment" / "stats.jsonl").exists() and not (tmp_path / "config.json").exists()
 
 
 def test_envs_lists_registered_envs():

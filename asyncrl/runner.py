@@ -164,11 +164,17 @@ def prepare_experiment_dir(cfg: Config, model: torch.nn.Module) -> None:
 
 
 def check_checkpoints(cfg: Config, model: torch.nn.Module) -> None:
-    """Fail before any process starts if the checkpoint a learner would resume from cannot be used."""
+    """Fail before any process starts if the checkpoint a learner would resume from cannot be used; say which one
+    it is (running a command again resumes: a user who meant a new run learns it at once)."""
     for policy_id in range(cfg.num_policies):
         paths = list_checkpoints(checkpoint_dir(cfg.experiment_dir, policy_id))
         if paths:
-            check_compatible(paths[-1], load_checkpoint(paths[-1])["model"], model)
+            saved = load_checkpoint(paths[-1])
+            check_compatible(paths[-1], saved["model"], model)
+            done = f", already past --train_for_env_steps {cfg.train_for_env_steps:,}" \
+                if saved["env_steps"] >= cfg.train_for_env_steps else ""
+            print(f"asyncrl: resuming policy {policy_id} at {saved['env_steps']:,} env steps from {paths[-1]}{done} "
+                  f"(--restart_behavior restart starts over)", flush=True)
 
 
 class Runner:

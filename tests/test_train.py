@@ -2,6 +2,7 @@
 
 import glob
 import importlib.util
+import re
 import time
 
 import pytest
@@ -36,6 +37,8 @@ def test_resume_continues_env_steps(cartpole_run, tmp_path, clean_machine):
     r = run_cli("train", "--train_dir", tmp_path, "--experiment", "res", "--experiment_summaries_interval", 1,
                 "--train_for_env_steps", first_end["env_steps"] + 10_000)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"asyncrl: resuming policy 0 at [\d,]+ env steps from \S+checkpoint_p0/checkpoint_\d+_\d+\.pth "
+                     r"\(--restart_behavior restart starts over\)", r.stdout), r.stdout[:2000]
     rows = read_stats(tmp_path / "res")
     second = rows[rows.index(first_end) + 1:]
     assert all(row["env_steps"] >= first_end["env_steps"] for row in second)

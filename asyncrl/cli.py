@@ -120,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as e:
         print(f"asyncrl: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C before the run's own handler is in place (imports, the env's probe)
+        print("asyncrl: interrupted", file=sys.stderr)
+        return 130  # the shell's code for SIGINT
     finally:
         stop_fork_server()  # the command's children are gone (or never started); the server would linger a second
 

@@ -22,8 +22,13 @@ mp_context.set_forkserver_preload(["asyncrl.learner", "asyncrl.policy_worker", "
 
 def start_fork_server() -> None:
     """Start the server now rather than with the first child: it imports torch and the roles (seconds of CPU) while
-    this process imports its own and probes the env, instead of after."""
-    forkserver.ensure_running()
+    this process imports its own and probes the env, instead of after. It starts with Ctrl-C ignored (inherited
+    through exec), as its children run: a Ctrl-C while it imports is this process's to report, in one line."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def stop_fork_server() -> None:

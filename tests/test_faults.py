@@ -72,6 +72,28 @@ def test_second_ctrl_c_forces_the_stop(tmp_path, clean_machine):
     # clean_machine: every child, the stuck worker included, is gone within 5 s
 
 
+def test_ctrl_c_before_the_run_starts_is_one_line_and_leaves_nothing(tmp_path, clean_machine):
+    """Ctrl-C while the command imports and probes its env (before the run's handler is in place) printed the main
+    process's traceback and the fork server's, which was importing torch: now one line and the shell's code 130."""
+    (tmp_path / "slow_probe.py").write_text(
+        "import pathlib, time\n"
+        "import gymnasium as gym\n"
+        "def make_env(marker, **options):\n"
+        "    pathlib.Path(marker).touch()\n"
+        "    time.sleep(60)\n"
+        "    return gym.make('CartPole-v1')\n")
+    marker = tmp_path / "probing"
+    proc = start_cli("train", "--env", "slow_probe:make_env", "--env_options", json.dumps({"marker": str(marker)}),
+                     "--train_dir", tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    deadline = time.time() + 60
+    while not marker.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert marker.exists(), proc.communicate()[0][-3000:]
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group, the fork server included
+    out, _ = proc.communicate(timeout=15)
+    assert proc.returncode == 130 and out.strip().splitlines() == ["asyncrl: interrupted"], out[-3000:]
+    # clean_machine: nothing of the run is left
+
 def test_sigkill_of_the_main_process_leaves_no_child_or_engine(tmp_path, clean_machine):
     proc = start_cli("train", *DOOM_SMALL, "--train_dir", tmp_path, "--experiment", "kill")
     wait_for_training(tmp_path / "kill", proc, min_train_step=0)

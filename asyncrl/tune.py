@@ -87,7 +87,7 @@ def search(cfg: Config, times: TuneTimes, log=print) -> dict:
         f"agent step alone: simulation {costs['sim_ms_per_step']:.3f}, inference {costs['inference_ms_per_step']:.3f} "
         f"(batch {costs['inference_batch']}), learning {costs['learn_ms_per_step']:.3f}; compute limit "
         f"{costs['compute_limited_fps']:,.0f} frames/s")
-    tried: dict[tuple, float] = {}
+    tried: dict[tuple, float | None] = {}
     deadline = time.monotonic() + times.budget_s
 
     def measure(c: Config) -> float | None:

@@ -49,7 +49,7 @@ def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
     parser.add_argument("--cost_seconds", type=float, default=2.0,
                         help="Seconds each CPU cost of the compute limit (simulation, inference) is timed alone on one "
                              "core; learning 2.5 times as long. Longer is steadier on a busy machine.")
-    parser.add_argument("--out", default=None, help="Write the results as JSON to this file.")
+    parser.add_argument("--out", type=os.path.expanduser, default=None, help="Write the results as JSON to this file.")
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
     modes = MODES if given["mode"] == "all" else tuple(m for m in MODES if m in given["mode"].split(","))

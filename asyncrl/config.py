@@ -33,9 +33,10 @@ class CheckpointError(ValueError):
     checkpoint.py, so the command line catches it without importing torch.)"""
 
 
-def _f(default, help_text, choices=None):
-    """A field with its help line. A list or dict default is copied per instance."""
-    metadata = {"help": help_text, "choices": choices}
+def _f(default, help_text, choices=None, path=False):
+    """A field with its help line. A list or dict default is copied per instance. A path's flag expands '~' (the
+    shell does not in `--train_dir=~/runs`, which made a folder named '~')."""
+    metadata = {"help": help_text, "choices": choices, "path": path}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -47,7 +48,7 @@ class Config:
     env: Optional[str] = _f(None, "Environment name: a registered asyncrl env (see "
                             "`asyncrl envs`) or any gymnasium id.")
     experiment: str = _f("default_experiment", "Experiment name; files go to <train_dir>/<experiment>/.")
-    train_dir: str = _f("train_dir", "Root folder for experiments.")
+    train_dir: str = _f("train_dir", "Root folder for experiments.", path=True)
     restart_behavior: str = _f("resume", "resume: continue from the last checkpoint of this experiment; restart: "
                                "delete it and start over.", choices=["resume", "restart"])
     seed: Optional[int] = _f(None, "Base random seed; each env gets a distinct seed from "
@@ -180,9 +181,9 @@ class Config:
     remote_timeout: float = _f(10.0, "Seconds an env server call may take before it counts as failed (safe calls are "
                                "retried with backoff first).")
     remote_auth_token_file: Optional[str] = _f(None, "A file whose first line is the env servers' "
-                                               "auth token (their --auth_token).")
+                                               "auth token (their --auth_token).", path=True)
     remote_tls_ca_cert: Optional[str] = _f(None, "PEM certificate (the servers' own or their CA's) to reach env "
-                                           "servers over TLS.")
+                                           "servers over TLS.", path=True)
     remote_agents: list = _f([], "The agents of each remote env this run acts for (another run, or another client, "
                              "acts for the rest: UDE's multi-client envs); []: all.")
     env_side_channel: dict = _f({}, "Side-channel values sent to remote envs when they are opened, as JSON (e.g. "
@@ -515,7 +516,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(Config):
         default = default_value(f)
         as_list = dict(nargs="+", action=_ListAction) if f.type == "list" else {}
-        parser.add_argument(f"--{f.name}", type=_PARSERS[f.type], default=argparse.SUPPRESS, **as_list,
+        parse = os.path.expanduser if f.metadata["path"] else _PARSERS[f.type]
+        parser.add_argument(f"--{f.name}", type=parse, default=argparse.SUPPRESS, **as_list,
                             choices=f.metadata.get("choices"),
                             metavar=f.type.upper().replace("OPTIONAL[", "").rstrip("]"),
                             help=f"{f.metadata['help']} (default: {default})")

@@ -29,7 +29,8 @@ def parse_enjoy_args(argv: list[str]) -> tuple[dict, Config]:
     parser.add_argument("--max_num_episodes", type=int, default=3, help="Episodes to play.")
     parser.add_argument("--load_checkpoint_kind", choices=["latest", "best"], default="latest",
                         help="latest: the newest checkpoint; best: best_checkpoint.pth (written by evaluation).")
-    parser.add_argument("--checkpoint", default=None, help="A checkpoint file to load instead (any run's).")
+    parser.add_argument("--checkpoint", type=os.path.expanduser, default=None,
+                        help="A checkpoint file to load instead (any run's).")
     parser.add_argument("--policy_index", type=int, default=0, help="Which policy of the run acts.")
     parser.add_argument("--save_video", type=parse_bool, default=False,
                         help="Write the episodes as a video into the experiment folder.")

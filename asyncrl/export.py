@@ -83,9 +83,11 @@ def export(argv: list[str]) -> int:
     parser.add_argument("--format", choices=["onnx"], default="onnx", help="The file format (onnx).")
     parser.add_argument("--load_checkpoint_kind", choices=["latest", "best"], default="latest",
                         help="latest: the newest checkpoint; best: best_checkpoint.pth (written by evaluation).")
-    parser.add_argument("--checkpoint", default=None, help="A checkpoint file to export instead (any run's).")
+    parser.add_argument("--checkpoint", type=os.path.expanduser, default=None,
+                        help="A checkpoint file to export instead (any run's).")
     parser.add_argument("--policy_index", type=int, default=0, help="Which policy of the run.")
-    parser.add_argument("--out", default=None, help="The file to write; default <experiment>/policy_p<index>.onnx.")
+    parser.add_argument("--out", type=os.path.expanduser, default=None,
+                        help="The file to write; default <experiment>/policy_p<index>.onnx.")
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
     args = {k: given.pop(k) for k in ("format", "load_checkpoint_kind", "checkpoint", "policy_index", "out")}

@@ -16,6 +16,7 @@ doom_deathmatch_bots); the first player is the agent, and the env's `win` stat s
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import torch
@@ -122,7 +123,8 @@ def match(argv: list[str]) -> int:
                              "own, in a one-agent env).")
     parser.add_argument("--episodes", type=int, default=100, help="Episodes to play.")
     parser.add_argument("--policy_index", type=int, default=0, help="The run's policy that latest/best load.")
-    parser.add_argument("--out", default=None, help="Also write the result as JSON to this file.")
+    parser.add_argument("--out", type=os.path.expanduser, default=None,
+                        help="Also write the result as JSON to this file.")
     add_hub_argument(parser)
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))

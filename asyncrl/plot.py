@@ -72,7 +72,7 @@ def plot_runs(labelled: dict[str, list[dict]], path: str, title: str = "") -> st
 def cmd_plot(argv: list[str]) -> int:
     parser = OneLineErrorParser(prog="asyncrl plot", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="A run's folder, <train_dir>/<experiment>.")
-    parser.add_argument("--out", default=None,
+    parser.add_argument("--out", type=os.path.expanduser, default=None,
                         help="PNG to write; default: RUN_DIR/learning_curves.png for one run, ./learning_curves.png "
                              "for several.")
     parser.add_argument("--title", default="", help="Title above the panels.")

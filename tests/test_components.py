@@ -284,6 +284,15 @@ def test_an_integer_flag_takes_step_counts_as_researchers_write_them():
         with pytest.raises(ConfigError, match="--train_for_env_steps: expected an integer"):
             config_from_args(["--env", "CartPole-v1", "--train_for_env_steps", bad])
 
+
+def test_a_path_flag_expands_the_home_folder_the_shell_leaves_after_an_equals_sign(monkeypatch, tmp_path):
+    """`--train_dir=~/runs` reaches the program as '~/runs' (the shell expands ~ only at a word's start): it made
+    a folder named '~' in the working folder."""
+    from asyncrl.cli import config_from_args
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = config_from_args(["--env", "CartPole-v1", "--train_dir=~/runs", "--remote_tls_ca_cert=~/ca.pem"])
+    assert cfg.train_dir == str(tmp_path / "runs") and cfg.remote_tls_ca_cert == str(tmp_path / "ca.pem")
+
 def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path):
     runner = serial_runner(tmp_path)
     learner = next(c for c in runner.components if isinstance(c, Learner))

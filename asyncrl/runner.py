@@ -121,6 +121,10 @@ def model_and_layout(cfg: Config, env: EnvInfo) -> tuple[torch.nn.Module, dict]:
                                 model.distribution_params_size, num_state_floats(model), learner_state_floats(model))
 
 
+def unwritable(cfg: Config, e: OSError) -> ConfigError:
+    return ConfigError(f"cannot write to --train_dir {cfg.train_dir!r} ({e.strerror}); choose a writable folder")
+
+
 @contextlib.contextmanager
 def experiment_dir_claimed(cfg: Config):
     """Holds an exclusive lock on the experiment folder while the run lasts: a second run of the same experiment
@@ -130,8 +134,7 @@ def experiment_dir_claimed(cfg: Config):
         os.makedirs(cfg.experiment_dir, exist_ok=True)
         folder = os.open(cfg.experiment_dir, os.O_RDONLY)
     except OSError as e:
-        raise ConfigError(f"cannot write to --train_dir {cfg.train_dir!r} ({e.strerror}); choose a writable "
-                          f"folder") from None
+        raise unwritable(cfg, e) from None
     try:
         try:
             fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -144,9 +147,8 @@ def experiment_dir_claimed(cfg: Config):
 
 
 def prepare_experiment_dir(cfg: Config, model: torch.nn.Module) -> None:
-    """The experiment folder, emptied for --restart_behavior restart (emptied, not replaced: its lock stays), and
-    this run's config.json, written once the checkpoints to resume from are known to fit the model: a resume that
-    cannot use them leaves the saved config as it was."""
+    """The experiment folder, emptied for --restart_behavior restart (emptied, not replaced: its lock stays), with
+    the checkpoints to resume from checked against the model."""
     try:
         os.makedirs(cfg.experiment_dir, exist_ok=True)
         if cfg.restart_behavior == "restart":
@@ -155,12 +157,19 @@ def prepare_experiment_dir(cfg: Config, model: torch.nn.Module) -> None:
                     shutil.rmtree(entry.path)
                 else:
                     os.remove(entry.path)
-        check_checkpoints(cfg, model)
+    except OSError as e:
+        raise unwritable(cfg, e) from None
+    check_checkpoints(cfg, model)
+
+
+def save_config(cfg: Config) -> None:
+    """This run's config.json, written once nothing else can refuse the run (checkpoints, wandb): a refused resume
+    leaves the saved config as it was, and the next plain resume as it would have been."""
+    try:
         with open(os.path.join(cfg.experiment_dir, "config.json"), "w") as f:
             json.dump(cfg.to_json(), f, indent=2)
     except OSError as e:
-        raise ConfigError(f"cannot write to --train_dir {cfg.train_dir!r} ({e.strerror}); choose a writable "
-                          f"folder") from None
+        raise unwritable(cfg, e) from None
 
 
 def check_checkpoints(cfg: Config, model: torch.nn.Module) -> None:
@@ -178,9 +187,9 @@ def check_checkpoints(cfg: Config, model: torch.nn.Module) -> None:
 
 
 class Runner:
-    def __init__(self, cfg: Config, env: EnvInfo, device: torch.device, layout: dict, rank: Rank = Rank()):
+    def __init__(self, cfg: Config, env: EnvInfo, device: torch.device, layout: dict, rank: Rank = Rank(),
+                 wandb: WandbRun | None = None):
         self.cfg, self.env, self.device, self.rank = cfg, env, device, rank
-        wandb = WandbRun(cfg, cfg.num_policies) if cfg.with_wandb and rank.writes else None  # first: it may fail
         self.buffers = SharedBuffers.allocate(layout)
         self.queues = Queues(cfg, num_slots(cfg))
         self.stop_flag = StopFlag()
@@ -466,6 +475,9 @@ def train(cfg: Config) -> int:
     model, layout = model_and_layout(run_cfg, env)
     check_shared_memory(layout)
     with experiment_dir_claimed(cfg) if rank.writes else contextlib.nullcontext():
+        wandb = None
         if rank.writes:
             prepare_experiment_dir(cfg, model)
-        return Runner(run_cfg, env, device, layout, rank).run()
+            wandb = WandbRun(run_cfg, cfg.num_policies) if cfg.with_wandb else None  # may refuse the run
+            save_config(cfg)
+        return Runner(run_cfg, env, device, layout, rank, wandb).run()

@@ -151,7 +151,7 @@ def serial_runner(tmp_path, **overrides):
     import torch
 
     from asyncrl.config import Config
-    from asyncrl.runner import Runner, decide_auto, model_and_layout, prepare_experiment_dir, probe_env
+    from asyncrl.runner import Runner, decide_auto, model_and_layout, prepare_experiment_dir, probe_env, save_config
 
     fields = dict(env="CartPole-v1", train_dir=str(tmp_path), experiment="t", serial_mode=True, num_workers=2,
                   num_envs_per_worker=4, worker_num_splits=2, rollout=4, batch_size=32, use_rnn=False,
@@ -163,6 +163,7 @@ def serial_runner(tmp_path, **overrides):
     cfg = decide_auto(cfg, torch.device("cpu"), env)
     model, layout = model_and_layout(cfg, env)
     prepare_experiment_dir(cfg, model)
+    save_config(cfg)
     runner = Runner(cfg, env, torch.device("cpu"), layout)
     runner._start()
     return runner

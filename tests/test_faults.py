@@ -4,6 +4,7 @@ import glob
 import json
 import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -121,6 +122,18 @@ def test_incompatible_checkpoint_names_the_tensor_and_shapes_and_keeps_the_saved
     # the refused flags were written over the saved config, and every later resume failed the same way
     assert (tmp_path / "inc" / "config.json").read_text() == saved
 
+
+
+def test_a_run_refused_by_wandb_keeps_the_saved_config(cartpole_run, tmp_path):
+    """wandb starting after config.json was written made the refused flag stick: every later plain resume tried
+    wandb again. No API key, online: refused, one line, and the saved config as it was."""
+    saved = (copy_run(cartpole_run, tmp_path, "wb") / "wb" / "config.json").read_text()
+    no_login = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}, "WANDB_MODE": "online",
+                "HOME": str(tmp_path), "WANDB_CONFIG_DIR": str(tmp_path / "wandb_config")}
+    r = run_cli("train", "--train_dir", tmp_path, "--experiment", "wb", "--with_wandb", "True", env=no_login,
+                stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and "wandb could not start" in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+    assert (tmp_path / "wb" / "config.json").read_text() == saved
 
 def test_unwritable_train_dir_is_one_line_exit_2(tmp_path):
     blocker = tmp_path / "a_file"

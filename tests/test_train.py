@@ -50,7 +50,8 @@ def test_resume_continues_env_steps(cartpole_run, tmp_path, clean_machine):
     # the resumed run logs on into the same wandb run (offline: one more folder with the run's id)
     folders = wandb_runs(tmp_path / "res" / "wandb")
     run_ids = {record.run.run_id for records in folders.values() for record in records if record.HasField("run")}
-    assert len(folders) == wandb_folders + 1 and run_ids == {(tmp_path / "res" / "wandb_id").read_text().strip()}, (folders, run_ids)
+    assert len(folders) == wandb_folders + 1, folders
+    assert run_ids == {(tmp_path / "res" / "wandb_id").read_text().strip()}, run_ids
 
 
 def test_restart_behavior_restart_starts_over(cartpole_run, tmp_path):

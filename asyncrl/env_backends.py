@@ -199,6 +199,15 @@ class PerEnvBackend(EnvBackend):
             env.close()
 
 
+def reset_vector(vector: gym.vector.VectorEnv, seeds: list[int]) -> np.ndarray:
+    """Resets a vector env with a seed per env, or with the first alone where the vector env takes one seed (its
+    envs share a generator: CartPole's); returns the observations."""
+    try:
+        return vector.reset(seed=seeds)[0]
+    except (TypeError, gym.error.Error):
+        return vector.reset(seed=seeds[0])[0]
+
+
 class VectorBackend(EnvBackend):
     """Each group's envs as one gymnasium VectorEnv (ALE's, EnvPool's, gymnasium's; the env entry's make_vector):
     one call steps the group, and its observations land in the group's shared rows with one copy.
@@ -257,10 +266,7 @@ class VectorBackend(EnvBackend):
         return mode == AutoresetMode.NEXT_STEP
 
     def reset(self, group: int) -> list:
-        try:
-            obs, _ = self.vectors[group].reset(seed=self.seeds[group])
-        except (TypeError, gym.error.Error):  # one seed for the vector env (its envs share a generator: CartPole's)
-            obs, _ = self.vectors[group].reset(seed=self.seeds[group][0])
+        obs = reset_vector(self.vectors[group], self.seeds[group])
         self.resetting[group][:] = False
         return [[o] for o in obs]
 

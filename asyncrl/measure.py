@@ -24,6 +24,7 @@ import psutil
 import torch
 
 from asyncrl.config import Config
+from asyncrl.env_backends import reset_vector
 from asyncrl.envs import adopt_entry, env_entry, make_agents, portable_entry
 from asyncrl.envs.multi_agent import random_step
 from asyncrl.fork_server import mp_context
@@ -59,7 +60,7 @@ class RandomVectorPlay:
         make_vector = env_entry(cfg_env).make_vector
         self.vectors = [make_vector(num_envs // groups, **env_kwargs) for _ in range(groups)]
         for g, vector in enumerate(self.vectors):
-            vector.reset(seed=[seed + g * vector.num_envs + i for i in range(vector.num_envs)])
+            reset_vector(vector, [seed + g * vector.num_envs + i for i in range(vector.num_envs)])
             vector.action_space.seed(seed + g)
         self.frameskip = getattr(self.vectors[0], "frameskip", 1)
 

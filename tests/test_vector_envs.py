@@ -44,6 +44,15 @@ def test_vector_rows_equal_per_env_rows_for_the_same_seeds_and_actions(env, step
     vector.close()
 
 
+def test_bench_steps_a_vector_env_that_takes_one_seed_as_the_backend_does():
+    """CartPole's own vector env takes one seed for all its envs: the vector backend fell back to it, bench's raw
+    mode (`asyncrl bench --env CartPole-v1 --env_backend vector`) did not and stopped on gymnasium's error."""
+    from asyncrl.measure import RandomVectorPlay
+    play = RandomVectorPlay("CartPole-v1", {}, 4, 0, 2)
+    assert play.step() == 4
+    play.close()
+
+
 def test_an_ale_id_counts_its_frames_per_env_and_as_a_vector():
     """ALE/ ids repeat each action 4 times inside ale-py's env (their spec says so, the env has no frameskip
     attribute): env steps count frames, as atari_<game>'s and as Sample Factory's do."""

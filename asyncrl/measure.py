@@ -62,7 +62,9 @@ class RandomVectorPlay:
         for g, vector in enumerate(self.vectors):
             reset_vector(vector, [seed + g * vector.num_envs + i for i in range(vector.num_envs)])
             vector.action_space.seed(seed + g)
-        self.frameskip = getattr(self.vectors[0], "frameskip", 1)
+        probe = make_agents(cfg_env, **env_kwargs)  # frames counted as a training run counts them: by one env's
+        self.frameskip = probe.frameskip
+        probe.close()
 
     def step(self) -> int:
         for vector in self.vectors:

@@ -161,7 +161,6 @@ class AtariGames(gym.vector.VectorWrapper):
     def __init__(self, env: gym.vector.VectorEnv, signal: bool):
         super().__init__(env)
         self.signal = signal
-        self.frameskip = FRAMESKIP
         self.lives = np.zeros(env.num_envs, np.int64)
 
     def reset(self, *, seed=None, options=None):

@@ -133,12 +133,10 @@ def make_gym_vector(gym_id: str, num_envs: int, **options) -> gym.vector.VectorE
     """num_envs of a gymnasium id as one vector env: its own vector implementation if it has one (e.g. CartPole's),
     else gymnasium's SyncVectorEnv of the envs this module adapts. ALE/ ids' own is ale-py's preprocessing vector env
     (84x84 stacks), not the raw game the id makes alone (atari_<game> is the family that steps it)."""
-    from asyncrl.envs import EnvError, env_frameskip
+    from asyncrl.envs import EnvError
     env_id = registered_id(gym_id)
     if gym.spec(env_id).vector_entry_point is None or env_id.startswith("ALE/"):
-        vector = sync_vector(lambda: adapt(gym_id, make_gym_env(gym_id, **options)), num_envs)
-        vector.frameskip = env_frameskip(vector.envs[0])  # bench counts its frames as the per-env envs'
-        return vector
+        return sync_vector(lambda: adapt(gym_id, make_gym_env(gym_id, **options)), num_envs)
     try:
         return gym.make_vec(gym_id, num_envs, **options)
     except TypeError as e:

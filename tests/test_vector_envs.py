@@ -55,13 +55,17 @@ def test_bench_steps_a_vector_env_that_takes_one_seed_as_the_backend_does():
 
 def test_an_ale_id_counts_its_frames_per_env_and_as_a_vector():
     """ALE/ ids repeat each action 4 times inside ale-py's env (their spec says so, the env has no frameskip
-    attribute): env steps count frames, as atari_<game>'s and as Sample Factory's do."""
-    from asyncrl.envs import env_entry, make_agents
-    env, vector = make_agents("ALE/Pong-v5"), env_entry("ALE/Pong-v5").make_vector(2)
-    assert env.frameskip == vector.frameskip == make_agents("atari_pong").frameskip == 4
-    assert make_agents("CartPole-v1").frameskip == 1
-    env.close()
-    vector.close()
+    attribute): env steps count frames, as atari_<game>'s and as Sample Factory's do, in a run and in bench's raw
+    mode per env and as vectors."""
+    from asyncrl.envs import make_agents
+    from asyncrl.measure import RandomPlay, RandomVectorPlay
+    plays = [RandomPlay("ALE/Pong-v5", {}, 2, 0), RandomVectorPlay("ALE/Pong-v5", {}, 2, 0, 1),
+             RandomVectorPlay("atari_pong", {}, 2, 0, 1)]
+    assert make_agents("ALE/Pong-v5").frameskip == make_agents("atari_pong").frameskip == 4
+    assert [play.frameskip for play in plays] == [4, 4, 4]
+    assert make_agents("CartPole-v1").frameskip == RandomVectorPlay("CartPole-v1", {}, 2, 0, 1).frameskip == 1
+    for play in plays:
+        play.close()
 
 
 def test_next_step_autoreset_gives_every_episode_its_steps_and_return(tmp_path, monkeypatch):

@@ -15,7 +15,8 @@ full index queues hand slots back and forth.
                                         or a Gaussian's mean and log-std), for the learner's KL penalty and stat
     traj_values         [S, T]          V(x_t) of the acting policy in return units (denormalized with the acting
                                         policy's --normalize_returns statistics), for value clipping
-    traj_rewards        [S, T]          the env's own reward (the learner scales and clips)
+    traj_rewards        [S, T]          the env's own reward, or that over the return's std (--scale_rewards); the
+                                        learner scales and clips
     traj_dones          [S, T]          the state does not go on after step t: the episode terminated with it, or
                                         it holds no sample (traj_valid False)
     traj_valid          [S, T]          step t holds a real sample. False for padding after a policy switch, and

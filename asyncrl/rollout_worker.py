@@ -21,6 +21,7 @@ from asyncrl.matchmaking import draw_players, owner_policies
 from asyncrl.messages import Signal
 from asyncrl.processes import StopRequested
 from asyncrl.queues import Empty, Queues
+from asyncrl.reward_scaling import ReturnStdScaling, unscaled
 from asyncrl.timing import Timing
 from asyncrl.worker_reports import WorkerReports
 
@@ -42,6 +43,8 @@ class RolloutWorker:
         self.playing = np.zeros(num_local_agents, bool)  # the agent is in its env's episode (else it waits)
         self.episode_return = np.zeros(num_local_agents)  # the env's own reward, unscaled
         self.episode_length = np.zeros(num_local_agents, np.int64)
+        # what the learner learns from: the env's own reward, or that divided by the running std of the return
+        self.learning_rewards = ReturnStdScaling(num_local_agents, cfg.gamma) if cfg.scale_rewards else unscaled
         self.timing = Timing(f"rollout_{worker_idx}")
         self.reports = WorkerReports(cfg, queues.reports, self.timing, self.backend)  # episodes, matches, errors
 
@@ -108,7 +111,9 @@ class RolloutWorker:
         # whole-group writes: a few numpy calls per group instead of several per env (the worker's cache is cold
         # after every engine step, so each call costs microseconds); `stepped` selects all agents in the common case
         stepped = slice(None) if all(playing) else np.array(playing)
-        shared.traj_rewards[slots[stepped], steps[stepped]] = result.rewards[stepped]
+        ended = result.terminated | result.truncated
+        learning_rewards = self.learning_rewards(local, result.rewards, ended, stepped)
+        shared.traj_rewards[slots[stepped], steps[stepped]] = learning_rewards[stepped]
         shared.traj_dones[slots[stepped], steps[stepped]] = terminal[stepped]  # a truncated state goes on: final obs
         self.episode_return[local] += result.rewards
         self.episode_length[local[stepped]] += 1
@@ -116,7 +121,6 @@ class RolloutWorker:
         if np.any(result.life_lost):  # as at an episode's end, recurrent states restart from zero
             shared.agent_rnn_state[agents[result.life_lost]] = 0
         if result.episode_stats or result.resets:  # some episodes ended, or envs were reset (a vector env's next step)
-            ended = result.terminated | result.truncated
             self._end_episodes(group, ended, terminal, result.episode_stats)
             left, n = ended.copy(), self.cfg.agents_per_env
             for i, first_obs in result.resets:

@@ -309,17 +309,29 @@ def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path)
     runner._stop_children()
 
 
-def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monkeypatch):
-    """Every env step's reward and done go to the (slot, step) its agent was filling, and every finished
-    episode's return and length are the sums of that env's steps (recorded by wrapping each env's step)."""
+@pytest.mark.parametrize("scale_rewards", [False, True])
+def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monkeypatch, scale_rewards):
+    """Every env step's reward and done go to the (slot, step) its agent was filling (with --scale_rewards, divided
+    by the std its worker's scaler has after that step), and every finished episode's return and length are the sums
+    of that env's own steps (recorded by wrapping each env's step)."""
     from asyncrl import timing
     from asyncrl.rollout_worker import RolloutWorker
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
     runner = serial_runner(tmp_path, env="synthetic_constant", env_options={"step_us": 0, "episode_len": 5},
-                           rollout=4, batch_size=16)
+                           rollout=4, batch_size=16, scale_rewards=scale_rewards)
     workers = [c for c in runner.components if isinstance(c, RolloutWorker)]
-    b, expected, episodes = runner.buffers, {}, {}
+    b, expected, episodes, stepped_envs = runner.buffers, {}, {}, {}
     for w in workers:
+        stepped_envs[w.worker_idx] = []  # (slot, t, reward, terminated) of the group step under way
+
+        def recording_scaler(*args, scaler=w.learning_rewards, stepped=stepped_envs[w.worker_idx]):
+            rewards = scaler(*args)
+            std = np.sqrt(scaler.stats.var + scaler.epsilon) if scale_rewards else 1.0
+            for slot, t, reward, done in stepped:
+                expected[(slot, t)] = (np.float32(reward / std), done)
+            stepped.clear()
+            return rewards
+        w.learning_rewards = recording_scaler
         for env_idx, env in enumerate(e.env for e in w.backend.envs):  # the gymnasium env of each (single) agent
             agent = w.group_agents[0][0] + env_idx
             running = {"return": 0.0, "length": 0}
@@ -327,7 +339,8 @@ def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monk
             def recording_step(action, env=env, step=env.step, agent=agent, running=running, w=w):
                 obs, reward, terminated, truncated, info = step(action)
                 slot, t = int(b.agent_slot[agent]), int(b.agent_step[agent])
-                expected[(slot, t)] = (reward, terminated)  # truncated: the state goes on into its final obs row
+                # truncated: the state goes on into its final obs row
+                stepped_envs[w.worker_idx].append((slot, t, reward, terminated))
                 running["return"] += reward
                 running["length"] += 1
                 if terminated or truncated:

@@ -1,7 +1,8 @@
 """`asyncrl plot RUN_DIR...`: learning curves of one or more runs from their stats.jsonl, as one PNG.
 
 Three panels: mean episode return against env steps, against wall time (the launches of a resumed run laid end
-to end), and frames/s against env steps. One line per run and policy.
+to end), and frames/s against env steps (a launch's first row, whose interval holds the start-up, left out, and a
+gap at each resume). One line per run and policy.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from asyncrl.config import ConfigError, OneLineErrorParser
 
 
 def read_run(run_dir: str) -> list[dict]:
-    """The stats rows of a run, each with `wall_s`: seconds of training over all its launches so far."""
+    """The stats rows of a run, each with `wall_s` (seconds of training over all its launches so far) and `launch`
+    (0 for the first launch, 1 for the first resume, ...)."""
     path = os.path.join(run_dir, "stats.jsonl")
     try:
         with open(path) as f:
@@ -23,13 +25,27 @@ def read_run(run_dir: str) -> list[dict]:
                           f"<train_dir>/<experiment>") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path} is damaged ({e})") from None
-    offset, last = 0.0, 0.0
+    offset, last, launch = 0.0, 0.0, 0
     for row in rows:
         if row["time_s"] < last:  # a new launch: its clock starts again
-            offset += last
+            offset, launch = offset + last, launch + 1
         last = row["time_s"]
-        row["wall_s"] = offset + row["time_s"]
+        row["wall_s"], row["launch"] = offset + row["time_s"], launch
     return rows
+
+
+def throughput_line(rows: list[dict]) -> tuple[list, list]:
+    """(env steps, frames/s) of one policy's rows while it trained: each launch's first row (its interval holds the
+    start-up) left out, and NaN between launches so the line breaks at a resume instead of diving to its start-up."""
+    xs, ys = [], []
+    for previous, row in zip(rows, rows[1:]):
+        if row["launch"] != previous["launch"]:
+            xs.append(float("nan"))
+            ys.append(float("nan"))
+        else:
+            xs.append(row["env_steps"])
+            ys.append(row["fps"])
+    return xs, ys
 
 
 def curves(run_dirs: list[str]) -> dict[str, list[dict]]:
@@ -54,7 +70,7 @@ def plot_runs(labelled: dict[str, list[dict]], path: str, title: str = "") -> st
         scored = [r for r in rows if r.get("episode_reward_mean") is not None]
         axes[0].plot([r["env_steps"] for r in scored], [r["episode_reward_mean"] for r in scored], label=label)
         axes[1].plot([r["wall_s"] for r in scored], [r["episode_reward_mean"] for r in scored], label=label)
-        axes[2].plot([r["env_steps"] for r in rows], [r["fps"] for r in rows], label=label)
+        axes[2].plot(*throughput_line(rows), label=label)
     for ax, xlabel, ylabel in zip(axes, ["env steps (frames)", "seconds of training", "env steps (frames)"],
                                   ["mean episode return", "mean episode return", "frames/s"]):
         ax.set_xlabel(xlabel)

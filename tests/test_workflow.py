@@ -3,6 +3,7 @@ sharing (Hugging Face Hub folder), ONNX export, wandb (offline), and the termina
 
 import glob
 import json
+import math
 import os
 import pty
 import re
@@ -72,6 +73,24 @@ def test_plot_writes_a_png_of_one_or_more_runs(cartpole_run, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     r = run_cli("plot", train_dir / "cp", train_dir / "cp", "--out", tmp_path / "two.png", timeout=120)
     assert r.returncode == 0 and (tmp_path / "two.png").exists(), r.stderr
+
+
+def test_plot_of_a_resumed_run_breaks_its_frames_per_second_at_the_resume(tmp_path):
+    """Rows as a run and its resume write them (the clock starts again; each launch's first interval holds its
+    start-up): one line of wall time, and a frames/s line without the start-up rows, broken at the resume."""
+    from asyncrl.plot import read_run, throughput_line
+    launches = [[(2.0, 2048, 1011.0), (3.0, 8192, 6033.0), (4.0, 14336, 6124.0)],
+                [(3.2, 17408, 947.0), (4.2, 24576, 7151.0), (5.3, 31744, 6940.0)]]
+    with open(tmp_path / "stats.jsonl", "w") as f:
+        for launch in launches:
+            for time_s, steps, fps in launch:
+                f.write(json.dumps({"time_s": time_s, "env_steps": steps, "fps": fps, "policy_id": 0}) + "\n")
+    rows = read_run(tmp_path)
+    assert [r["wall_s"] for r in rows] == [2.0, 3.0, 4.0, 7.2, 8.2, 9.3]
+    assert [r["launch"] for r in rows] == [0, 0, 0, 1, 1, 1]
+    xs, ys = throughput_line(rows)
+    assert xs[:2] + xs[3:] == [8192, 14336, 24576, 31744] and ys[:2] + ys[3:] == [6033.0, 6124.0, 7151.0, 6940.0]
+    assert math.isnan(xs[2]) and math.isnan(ys[2])
 
 
 def test_wandb_offline_run_has_the_scalars_the_config_and_the_video(cartpole_run):

@@ -71,7 +71,8 @@ def export_onnx(model: ActorCritic, obs_space, path: str, metadata: dict) -> Non
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(policy, inputs, path, input_names=input_names, output_names=names, opset_version=OPSET,
-                          dynamic_shapes=[{0: batch} for _ in inputs], dynamo=True, verbose=False)
+                          dynamic_shapes=[{0: batch} for _ in inputs], dynamo=True, verbose=False,
+                          external_data=False)  # one file to copy: a policy is far below ONNX's 2 GB limit
     import onnx
     exported = onnx.load(path)
     onnx.helper.set_model_props(exported, {key: str(value) for key, value in metadata.items()})

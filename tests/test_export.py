@@ -1,5 +1,7 @@
 """`asyncrl export`: the ONNX file acts as the torch model does (onnxruntime against forward_step on random inputs)."""
 
+import os
+
 import gymnasium as gym
 import numpy as np
 import onnx
@@ -54,3 +56,4 @@ def test_onnx_policy_matches_the_torch_model(tmp_path, name):
     for g, e in zip(got, expected):
         assert g.shape == tuple(e.shape) and np.abs(g - e.numpy()).max() < 1e-4
     assert {p.key: p.value for p in onnx.load(path).metadata_props}["env"] == name
+    assert os.listdir(tmp_path) == ["policy.onnx"]  # the weights inside: no policy.onnx.data beside it

@@ -49,7 +49,7 @@ def cmd_envs(argv: list[str]) -> int:
     entries = {name: entry.description for name, entry in registered_envs().items()}
     entries.update({name: f"plugin ({ENTRY_POINT_GROUP} entry point): {value}" for name, value in plugin_envs().items()
                     if name not in entries})
-    entries.update({f"{prefix}<game>": description for prefix, description in env_families().items()})
+    entries.update(env_families())
     width = max(len(name) for name in entries)
     for name, description in sorted(entries.items()):
         print(f"{name:<{width}}  {description}")

@@ -55,7 +55,8 @@ class EnvEntry:
 
 
 _REGISTRY: dict[str, EnvEntry] = {}
-_FAMILIES: dict[str, tuple[Callable[[str], EnvEntry], str]] = {}  # name prefix -> (entry of a name, description)
+# name prefix -> (entry of a name, description, what a member is called: atari_<game>)
+_FAMILIES: dict[str, tuple[Callable[[str], EnvEntry], str, str]] = {}
 _RESOLVED: dict[str, EnvEntry] = {}  # plugins, import paths and gymnasium ids, resolved once
 
 
@@ -67,16 +68,17 @@ def register_env(name: str, make_fn: Callable[..., gym.Env], description: str = 
     _REGISTRY[name] = EnvEntry(make_fn, description, dict(default_config or {}), make_vector)
 
 
-def register_env_family(prefix: str, entry_of: Callable[[str], EnvEntry], description: str) -> None:
+def register_env_family(prefix: str, entry_of: Callable[[str], EnvEntry], description: str,
+                        member: str = "name") -> None:
     """Make every name that starts with `prefix` an env (e.g. atari_<game>): `entry_of(name)` returns its entry, or
-    raises EnvError if there is no such env. `asyncrl envs` lists the family in one line."""
-    _FAMILIES[prefix] = (entry_of, description)
+    raises EnvError if there is no such env. `asyncrl envs` lists the family in one line, as prefix<member>."""
+    _FAMILIES[prefix] = (entry_of, description, member)
 
 
 def env_families() -> dict[str, str]:
-    """Prefix -> description of every env family."""
+    """prefix<member> (atari_<game>) -> description of every env family."""
     _register_builtin()
-    return {prefix: description for prefix, (_, description) in _FAMILIES.items()}
+    return {f"{prefix}<{member}>": description for prefix, (_, description, member) in _FAMILIES.items()}
 
 
 def registered_envs() -> dict[str, EnvEntry]:
@@ -138,7 +140,7 @@ def env_entry(name: str) -> EnvEntry:
 
 def _resolve(name: str) -> EnvEntry:
     """The entry of a name that was not registered: a family's, a plugin, an import path or a gymnasium id."""
-    family = next((entry_of for prefix, (entry_of, _) in _FAMILIES.items() if name.startswith(prefix)), None)
+    family = next((entry_of for prefix, (entry_of, *_) in _FAMILIES.items() if name.startswith(prefix)), None)
     if family is not None:
         return family(name)
     plugin = next((ep for ep in _plugins() if ep.name == name), None)

@@ -276,4 +276,5 @@ def _check_options(name: str, options: dict) -> None:
 
 
 register_env_family(PREFIX, atari_entry, "Atari 2600 (ALE): atari_pong, atari_breakout, ... every game in "
-                    "ale_py.roms.get_all_rom_ids(); --env_options preset: baselines|machado, engine: ale|envpool")
+                    "ale_py.roms.get_all_rom_ids(); --env_options preset: baselines|machado, engine: ale|envpool",
+                    member="game")

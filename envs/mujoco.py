@@ -41,4 +41,4 @@ def mujoco_entry(name: str) -> EnvEntry:
 
 
 register_env_family(PREFIX, mujoco_entry, "MuJoCo (gymnasium v5): mujoco_halfcheetah, mujoco_hopper, mujoco_walker2d, "
-                    "mujoco_ant, mujoco_humanoid, ... every v5 task in lower case")
+                    "mujoco_ant, mujoco_humanoid, ... every v5 task in lower case", member="task")

@@ -172,3 +172,4 @@ def test_envs_lists_registered_envs():
     listed = {line.split()[0] for line in r.stdout.splitlines()}
     builtin = {name for name in registered_envs() if name.startswith(("doom_", "synthetic_"))}
     assert len(builtin) == 16 and builtin <= listed
+    assert {"atari_<game>", "mujoco_<task>"} <= listed  # each family in one line, named as its members are

@@ -7,6 +7,7 @@ line on stderr and exit code 2, before any worker process starts.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import sys
 import threading
@@ -22,11 +23,27 @@ from asyncrl.tune import with_tuned_flags
 USER_ERRORS = (ConfigError, EnvError, CheckpointError)
 
 
+def train_parser(this_run: dict | None = None) -> OneLineErrorParser:
+    parser = OneLineErrorParser(prog="asyncrl train", description="Train with asynchronous APPO.")
+    add_config_arguments(parser, this_run)
+    return parser
+
+
+def show_train_help(argv: list[str]) -> NoReturn:
+    """`asyncrl train [flags] --help`: every flag, and where the env's defaults (or a resumed run's config) differ
+    from the engine's, the value this command would run with, as Sample Factory's help shows an env's defaults."""
+    try:
+        this_run = dataclasses.asdict(config_from_args([a for a in argv if a not in ("-h", "--help")]))
+    except (ConfigError, EnvError):  # no --env, an unknown one, a bad flag: the defaults alone
+        this_run = None
+    train_parser(this_run).parse_args(["--help"])  # prints and exits
+
+
 def config_from_args(argv: list[str]) -> Config:
     """Defaults < the env's defaults < the saved config of a resumed experiment < flags given now."""
-    parser = OneLineErrorParser(prog="asyncrl train", description="Train with asynchronous APPO.")
-    add_config_arguments(parser)
-    given = vars(parser.parse_args(argv))
+    if "-h" in argv or "--help" in argv:
+        show_train_help(argv)
+    given = vars(train_parser().parse_args(argv))
     resume = given.get("restart_behavior", Config.restart_behavior) == "resume"
     saved = read_saved_config(experiment_dir_of(given)) if resume else None
     env_name = given.get("env") or (saved or {}).get("env")

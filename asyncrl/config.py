@@ -514,16 +514,19 @@ _PARSERS = {"bool": parse_bool, "int": parse_int, "float": float, "str": str, "l
             "Optional[str]": str}
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per Config field. Defaults are suppressed so we can tell which flags the user gave."""
+def add_config_arguments(parser: argparse.ArgumentParser, this_run: Optional[dict] = None) -> None:
+    """One flag per Config field. Defaults are suppressed so we can tell which flags the user gave. `this_run`: the
+    values a command would run with, shown in the help where they differ from the defaults (an env's own, say)."""
     for f in dataclasses.fields(Config):
         default = default_value(f)
+        differs = this_run is not None and this_run[f.name] != default
         as_list = dict(nargs="+", action=_ListAction) if f.type == "list" else {}
         parse = os.path.expanduser if f.metadata["path"] else _PARSERS[f.type]
         parser.add_argument(f"--{f.name}", type=parse, default=argparse.SUPPRESS, **as_list,
                             choices=f.metadata.get("choices"),
                             metavar=f.type.upper().replace("OPTIONAL[", "").rstrip("]"),
-                            help=f"{f.metadata['help']} (default: {default})")
+                            help=f"{f.metadata['help']} (default: {default}"
+                                 + (f"; this run: {this_run[f.name]})" if differs else ")"))
 
 
 # A run saved before these fields existed ran as these values say (its checkpoints hold no returns normalizer):

@@ -165,6 +165,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     assert not (tmp_path / "default_experiment" / "stats.jsonl").exists() and not (tmp_path / "config.json").exists()
 
 
+def test_train_help_shows_the_values_an_env_and_the_flags_given_set():
+    """`asyncrl train --env X --help` shows, beside each default the env (or a flag) changes, what the run would use;
+    with no env, or an unknown one, the defaults alone."""
+    r = run_cli("train", "--env", "mujoco_hopper", "--rollout", 48, "--help", timeout=60)
+    text = " ".join(r.stdout.split())  # argparse wraps the help lines
+    assert r.returncode == 0 and "--num_epochs INT Passes over each batch. (default: 1; this run: 4)" in text
+    assert "(default: 32; this run: 48)" in text and "(default: 1024; this run: 1536)" in text  # ppo's batch follows
+    for argv in ([], ["--env", "no_such_env"]):
+        r = run_cli("train", *argv, "--help", timeout=60)
+        assert r.returncode == 0 and "--num_epochs INT" in r.stdout and "; this run:" not in r.stdout
+
+
 def test_envs_lists_registered_envs():
     from asyncrl.envs import registered_envs
     r = run_cli("envs", timeout=60)

@@ -19,6 +19,16 @@ PER_POLICY_HPARAMS = ("learning_rate", "exploration_loss_coeff", "value_loss_coe
                       "ppo_clip_value", "gamma")
 
 
+# The range of each learning hyperparameter: (whether a value is in it, what to say if not). The flags and every
+# --policy_overrides value are checked against it.
+POSITIVE, AT_LEAST_0 = (lambda v: v > 0, "positive"), (lambda v: v >= 0, ">= 0")
+IN_0_1, IN_0_1_OPEN = (lambda v: 0 <= v <= 1, "in [0, 1]"), (lambda v: 0 <= v < 1, "in [0, 1)")
+HPARAM_RANGES = {"learning_rate": POSITIVE, "exploration_loss_coeff": AT_LEAST_0, "value_loss_coeff": AT_LEAST_0,
+                 "max_grad_norm": AT_LEAST_0, "ppo_clip_ratio": POSITIVE, "ppo_clip_value": AT_LEAST_0,
+                 "gamma": IN_0_1, "kl_loss_coeff": AT_LEAST_0, "gae_lambda": IN_0_1, "vtrace_rho": POSITIVE,
+                 "vtrace_c": POSITIVE, "vtrace_pg_rho": POSITIVE, "reward_scale": POSITIVE, "reward_clip": POSITIVE,
+                 "adam_eps": POSITIVE, "adam_beta1": IN_0_1_OPEN, "adam_beta2": IN_0_1_OPEN}
+
 # Synchronous (on-policy) algorithms: weights do not change while a rollout is collected (see policy_worker.py).
 SYNC_ALGOS = ("ppo", "ver")
 ALGOS = ("appo", *SYNC_ALGOS)
@@ -331,15 +341,16 @@ def _check_values(cfg: Config) -> None:
         raise ConfigError(f"--eval_episodes must be positive, got {cfg.eval_episodes}")
     if cfg.max_worker_restarts < 0:
         raise ConfigError(f"--max_worker_restarts must be >= 0, got {cfg.max_worker_restarts}")
-    for name in ["learning_rate", "env_step_timeout", "dist_timeout", "train_for_env_steps", "train_for_seconds",
-                 "save_every_sec", "experiment_summaries_interval", "reward_scale", "initial_stddev"]:
+    for name in ["env_step_timeout", "dist_timeout", "train_for_env_steps", "train_for_seconds", "save_every_sec",
+                 "experiment_summaries_interval", "initial_stddev"]:
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"--{name} must be positive, got {getattr(cfg, name)}")
+    for name, (in_range, says) in HPARAM_RANGES.items():
+        if not in_range(getattr(cfg, name)):
+            raise ConfigError(f"--{name} must be {says}, got {getattr(cfg, name)}")
     if not 0 < cfg.preemption_threshold <= 1 or not 0 <= cfg.preemption_min_fraction <= 1:
         raise ConfigError(f"--preemption_threshold must be in (0, 1] and --preemption_min_fraction in [0, 1], got "
                           f"{cfg.preemption_threshold} and {cfg.preemption_min_fraction}")
-    if not 0 <= cfg.gamma <= 1:
-        raise ConfigError(f"--gamma must be in [0, 1], got {cfg.gamma}")
 
 
 def _check_shapes(cfg: Config) -> None:
@@ -384,8 +395,11 @@ def _check_population(cfg: Config) -> None:
             if name not in PER_POLICY_HPARAMS:
                 raise ConfigError(f"--policy_overrides: unknown key {name!r} for policy {key}; per-policy keys: "
                                   f"{', '.join(PER_POLICY_HPARAMS)}")
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"--policy_overrides: {name} of policy {key} must be a number >= 0, got {value!r}")
+            in_range, says = HPARAM_RANGES[name]
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ConfigError(f"--policy_overrides: {name} of policy {key} must be a number, got {value!r}")
+            if not in_range(value):
+                raise ConfigError(f"--policy_overrides: {name} of policy {key} must be {says}, got {value!r}")
     if not cfg.with_pbt:
         return
     if cfg.num_policies < 2:

@@ -276,6 +276,20 @@ def test_a_list_flag_takes_json_or_words_as_sample_factory():
 
 
 
+@pytest.mark.parametrize("name,bad,good", [
+    ("learning_rate", 0.0, 1e-9), ("reward_clip", 0.0, 1.0), ("ppo_clip_ratio", 0.0, 0.2), ("adam_eps", 0.0, 1e-8),
+    ("vtrace_rho", 0.0, 1.0), ("vtrace_c", 0.0, 1.0), ("vtrace_pg_rho", 0.0, 1.0), ("reward_scale", 0.0, 0.01),
+    ("max_grad_norm", -1.0, 0.0), ("ppo_clip_value", -0.1, 0.0), ("value_loss_coeff", -0.5, 0.0),
+    ("exploration_loss_coeff", -0.01, 0.0), ("kl_loss_coeff", -0.1, 0.0), ("gamma", 1.01, 1.0),
+    ("gae_lambda", -0.1, 0.0), ("adam_beta1", 1.0, 0.0), ("adam_beta2", 1.0, 0.99)])
+def test_learning_hyperparameters_out_of_range_are_refused_before_the_run(name, bad, good):
+    """A value that would learn nothing (a clip of 0), diverge, or stop torch's Adam in the learner after the start
+    (a beta of 1) is refused by validate; the edge of the range is accepted."""
+    Config(env="CartPole-v1", **{name: good}).validate()
+    with pytest.raises(ConfigError, match=f"--{name} must be"):
+        Config(env="CartPole-v1", **{name: bad}).validate()
+
+
 def test_an_integer_flag_takes_step_counts_as_researchers_write_them():
     from asyncrl.cli import config_from_args
     cfg = config_from_args(["--env", "CartPole-v1", "--train_for_env_steps", "1e6", "--seed", "1_000"])

@@ -132,6 +132,7 @@ def test_two_policies_train_and_overrides_without_pbt_reach_their_learners(tmp_p
     (["--with_pbt", "True"], "needs a population"),
     (["--num_policies", 2, "--policy_overrides", '{"1": {"learning_rat": 1e-7}}'], "unknown key 'learning_rat'"),
     (["--num_policies", 2, "--policy_overrides", '{"2": {"learning_rate": 1e-7}}'], "'2' is not a policy index"),
+    (["--num_policies", 2, "--policy_overrides", '{"1": {"gamma": 1.5}}'], "gamma of policy 1 must be in [0, 1]"),
 ])
 def test_bad_pbt_flags_are_one_line_and_exit_2(tmp_path, flags, needle):
     r = run_cli_error("train", "--env", "CartPole-v1", *flags, "--train_dir", tmp_path)

@@ -275,7 +275,6 @@ def test_a_list_flag_takes_json_or_words_as_sample_factory():
     assert parsed("--wandb_tags", "doom", "baseline").wandb_tags == ["doom", "baseline"]
 
 
-
 @pytest.mark.parametrize("name,bad,good", [
     ("learning_rate", 0.0, 1e-9), ("reward_clip", 0.0, 1.0), ("ppo_clip_ratio", 0.0, 0.2), ("adam_eps", 0.0, 1e-8),
     ("vtrace_rho", 0.0, 1.0), ("vtrace_c", 0.0, 1.0), ("vtrace_pg_rho", 0.0, 1.0), ("reward_scale", 0.0, 0.01),

@@ -21,6 +21,13 @@ from asyncrl.config import Config
 Distribution.set_default_validate_args(False)
 
 
+def merge_moments(count, mean, var, n, batch_mean, batch_var) -> tuple:
+    """(count, mean, variance) of count samples of (mean, var) and n more of (batch_mean, batch_var): Chan et al.'s
+    parallel variance. Plain arithmetic: floats, numpy arrays and tensors alike."""
+    delta, total = batch_mean - mean, count + n
+    return total, mean + delta * n / total, (var * count + batch_var * n + delta ** 2 * count * n / total) / total
+
+
 class RunningNorm(nn.Module):
     """Running per-element mean/variance of observations (parallel-variance update of Chan et al.), kept in
     buffers so the learner's statistics travel to the policy workers with the weights."""
@@ -46,11 +53,11 @@ class RunningNorm(nn.Module):
 
     @torch.no_grad()
     def merge(self, n, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> None:
-        """Merge the moments of n more samples (Chan et al.'s parallel variance)."""
-        delta, total = batch_mean - self.mean, self.count + n
-        self.mean += delta * n / total
-        self.var.copy_((self.var * self.count + batch_var * n + delta ** 2 * self.count * n / total) / total)
-        self.count.copy_(total)
+        """Merge the moments of n more samples."""
+        count, mean, var = merge_moments(self.count, self.mean, self.var, n, batch_mean, batch_var)
+        self.count.copy_(count)
+        self.mean.copy_(mean)
+        self.var.copy_(var)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalizes `x` in place (the caller passes a float copy it owns): one pass instead of four temporaries."""

@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from asyncrl.model import merge_moments
+
 
 class RunningVariance:
-    """Mean and variance of every value seen, merged a batch at a time (Chan et al.'s parallel update), starting from
-    one nearly weightless sample of mean 0 and variance 1 as gymnasium's RunningMeanStd does."""
+    """Mean and variance of every value seen, merged a batch at a time, starting from one nearly weightless sample of
+    mean 0 and variance 1 as gymnasium's RunningMeanStd does (and RunningNorm)."""
 
     def __init__(self):
         self.count, self.mean, self.var = 1e-4, 0.0, 1.0
 
     def update(self, values: np.ndarray) -> None:
-        n = len(values)
-        if n == 0:
-            return
-        delta, total = values.mean() - self.mean, self.count + n
-        m2 = self.var * self.count + values.var() * n + delta ** 2 * self.count * n / total
-        self.mean, self.var, self.count = self.mean + delta * n / total, m2 / total, total
+        if len(values):
+            self.count, self.mean, self.var = merge_moments(self.count, self.mean, self.var, len(values),
+                                                            values.mean(), values.var())
 
 
 class ReturnStdScaling:

@@ -7,7 +7,9 @@ env of one (`--env_backend per_env`, AtariGame below). Both give the same observ
 Two presets, chosen with `--env_options '{"preset": "..."}'`:
 - "baselines" (the default; what CleanRL and Sample Factory report): 4 frames per step, max-pooled over the last two;
   up to 30 no-op starts; FIRE on reset in games that need it; a lost life is terminal for the learner (the info flag
-  "life_lost") while the game goes on; no sticky actions; the minimal action set.
+  "life_lost") while the game goes on, and the step after it presses FIRE whatever the action (baselines' FireResetEnv
+  after its EpisodicLifeEnv, EnvPool's episodic-life reset: without it Breakout's ball waits for a FIRE the policy
+  must learn first); no sticky actions; the minimal action set.
 - "machado" (Machado et al. 2018, "Revisiting the ALE"): sticky actions (0.25), the full action set, no life-loss
   signal, no FIRE reset, and no no-op starts (sticky actions are the paper's source of randomness instead).
 Both: 84x84 grayscale, 4 frames stacked, and a game cut at 108,000 frames (a truncation, bootstrapped; option
@@ -80,7 +82,19 @@ def make_vector_game(game: str, num_envs: int, preset: str = "baselines", num_th
                              autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **emulator_settings(preset))
     else:
         raise EnvError(f"unknown Atari engine {engine!r}: choose ale or envpool")
-    return AtariGames(env, _preset(preset)["life_loss"])
+    settings = _preset(preset)
+    fire = fire_action(game, settings["full_action_space"]) if settings["use_fire_reset"] else None
+    return AtariGames(env, settings["life_loss"], fire)
+
+
+def fire_action(game: str, full_action_space: bool) -> int | None:
+    """The index of FIRE in the game's action set (None if the game has no FIRE)."""
+    ale_py = _ale()
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # before the interface: no banner
+    ale = ale_py.ALEInterface()
+    ale.loadROM(ale_py.roms.get_rom_path(game))
+    actions = list(ale.getLegalActionSet() if full_action_space else ale.getMinimalActionSet())
+    return actions.index(ale_py.Action.FIRE) if ale_py.Action.FIRE in actions else None
 
 
 def emulator_settings(preset: str) -> dict:
@@ -156,25 +170,32 @@ def _preset(preset: str) -> dict:
 class AtariGames(gym.vector.VectorWrapper):
     """ALE's vector env with info["life_lost"][i]: env i's player lost a life and its game goes on (a learner treats
     that step as terminal; the reported episode is the whole game); always False without the signal (the machado
-    preset). Seeds are taken modulo 2**31 (ALE's are C ints)."""
+    preset). With `fire` (FIRE's action index) the step after a lost life presses FIRE whatever action was taken: the
+    new life starts as a game does, and the learner's record stays the policy's own (at that state every action has
+    the same effect). Seeds are taken modulo 2**31 (ALE's are C ints)."""
 
-    def __init__(self, env: gym.vector.VectorEnv, signal: bool):
+    def __init__(self, env: gym.vector.VectorEnv, signal: bool, fire: int | None = None):
         super().__init__(env)
-        self.signal = signal
+        self.signal, self.fire = signal, fire
         self.lives = np.zeros(env.num_envs, np.int64)
+        self.relaunch = np.zeros(env.num_envs, bool)  # env i lost a life in its last step: its next one is FIRE
 
     def reset(self, *, seed=None, options=None):
         if seed is not None:
             seed = int(seed) % 2**31 if np.ndim(seed) == 0 else np.asarray(seed, np.int64) % 2**31
         obs, info = self.env.reset(seed=seed, options=options)
         self.lives[info["env_id"]] = info["lives"]
+        self.relaunch[info["env_id"]] = False
         return obs, info
 
     def step(self, actions):
+        if self.fire is not None:
+            actions = np.where(self.relaunch, self.fire, actions)
         obs, rewards, terminated, truncated, info = self.env.step(actions)
         lives = info["lives"]
         info["life_lost"] = (lives < self.lives) & ~(terminated | truncated) & self.signal
         self.lives[:] = lives  # after a game's end: the next game's lives (it was reset in this step)
+        self.relaunch[:] = info["life_lost"]
         return obs, rewards, terminated, truncated, info
 
 

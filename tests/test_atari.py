@@ -58,11 +58,21 @@ def test_envpools_no_op_starts_vary_the_first_frame_of_a_game_only_with_baseline
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_game_is_cut_at_the_frame_limit_as_a_truncation(engine):
-    """Breakout after a lost life waits for FIRE: never pressing it stalls the game until the frame limit."""
-    env = make_env("atari_breakout", max_frames=8_000, engine=engine)
+    """Breakout under machado (no FIRE reset) waits for FIRE: never pressing it stalls the game until the frame limit."""
+    env = make_env("atari_breakout", preset="machado", max_frames=8_000, engine=engine)
     rewards, lives_lost, terminated, truncated = play_one_game(env, lambda t: 0)
-    assert truncated and not terminated and sum(lives_lost) == 1
-    assert len(rewards) == pytest.approx(8_000 / FRAMESKIP, abs=40)  # less the no-ops
+    assert truncated and not terminated and sum(lives_lost) == 0
+    assert len(rewards) == 8_000 // FRAMESKIP
+    env.close()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_baselines_presses_fire_after_each_lost_life_whatever_the_action(engine):
+    """As baselines' FireResetEnv after its EpisodicLifeEnv (and EnvPool's episodic-life reset): each new life starts
+    with FIRE, so a Breakout player who only ever presses NOOP loses its five lives in a few hundred steps."""
+    env = make_env("atari_breakout", engine=engine)
+    rewards, lives_lost, terminated, truncated = play_one_game(env, lambda t: 0)
+    assert terminated and not truncated and sum(lives_lost) == 4 and len(rewards) < 400
     env.close()
 
 

@@ -15,8 +15,9 @@ full index queues hand slots back and forth.
                                         or a Gaussian's mean and log-std), for the learner's KL penalty and stat
     traj_values         [S, T]          V(x_t) of the acting policy in return units (denormalized with the acting
                                         policy's --normalize_returns statistics), for value clipping
-    traj_rewards        [S, T]          the env's own reward, or that over the return's std (--scale_rewards); the
-                                        learner scales and clips
+    traj_rewards        [S, T]          the env's own reward; the learner scales and clips
+    traj_discounted_returns [S, T]      --scale_rewards: the agent's running discounted return up to step t, whose
+                                        running std (one per policy, kept by the learner) divides the rewards
     traj_dones          [S, T]          the state does not go on after step t: the episode terminated with it, or
                                         it holds no sample (traj_valid False)
     traj_valid          [S, T]          step t holds a real sample. False for padding after a policy switch, and
@@ -143,6 +144,7 @@ def buffer_layout(cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Spac
         "traj_action_params": ((S, T, D), torch.float32),
         "traj_values": ((S, T), torch.float32),
         "traj_rewards": ((S, T), torch.float32),
+        "traj_discounted_returns": ((S, T), torch.float32),
         "traj_dones": ((S, T), torch.bool),
         "traj_valid": ((S, T), torch.bool),
         "traj_policy_version": ((S, T), torch.int64),
@@ -186,6 +188,7 @@ class SharedBuffers(Generic[Array]):
     traj_action_params: Array
     traj_values: Array
     traj_rewards: Array
+    traj_discounted_returns: Array
     traj_dones: Array
     traj_valid: Array
     traj_policy_version: Array

@@ -167,9 +167,9 @@ class Config:
     reward_scale: float = _f(1.0, "Rewards are multiplied by this before learning "
                              "(reported returns stay the env's own).")
     reward_clip: float = _f(1000.0, "Scaled rewards are clipped to [-c, c].")
-    scale_rewards: bool = _f(False, "Rollout workers divide rewards by the running std of the discounted return "
-                             "before learning (CleanRL's PPO, gymnasium's NormalizeReward); then --reward_scale and "
-                             "--reward_clip apply. Reported returns stay the env's own.")
+    scale_rewards: bool = _f(False, "Rewards are divided by the running std of the discounted return before learning "
+                             "(CleanRL's PPO, gymnasium's NormalizeReward; one set of statistics per policy); then "
+                             "--reward_scale and --reward_clip apply. Reported returns stay the env's own.")
 
     # --- model
     encoder: str = _f("auto", "auto (conv for images, mlp for vectors), conv or mlp.", choices=["auto", "conv", "mlp"])

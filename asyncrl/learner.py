@@ -206,7 +206,7 @@ class Learner:
         tensors = {name: getattr(b, "traj_" + field).index_select(0, slots) for name, field in (
             ("obs", "obs"), ("actions", "actions"), ("behavior_logp", "action_logp"),
             ("behavior_params", "action_params"), ("behavior_values", "values"),
-            ("rewards", "rewards"), ("dones", "dones"), ("valid", "valid"), ("policy_version", "policy_version"))}
+            ("rewards", "rewards"), ("discounted_returns", "discounted_returns"), ("dones", "dones"), ("valid", "valid"), ("policy_version", "policy_version"))}
         tensors["chunk_states"] = b.traj_rnn_states[:, ::bptt].index_select(0, slots)
         tensors["valid"] = batch.learned(tensors["valid"])
         # contiguous time-major: a minibatch of trajectories is then a copy of whole rows
@@ -220,9 +220,7 @@ class Learner:
         batch["mask"] = valid & (lag <= cfg.max_policy_lag)
         self.env_steps += int(self.collective.sum(valid.sum().reshape(1))[0]) * self.frameskip  # every rank's
         self.hp = self.buffers.hparams(self.policy_id)
-        if self.model.normalizer is not None:
-            self.model.normalizer.update(_sample_observations(batch["obs"][:-1], valid, NORMALIZER_SAMPLES_PER_BATCH),
-                                         self.collective.sum)
+        self._merge_batch_statistics(batch, valid)
         lr = self._learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -249,6 +247,16 @@ class Learner:
                      policy_lag_max=float(valid_lag.max()),
                      masked_fraction=1.0 - float(batch["mask"].sum()) / max(1, int(valid.sum())))
         return stats
+
+    def _merge_batch_statistics(self, batch: dict[str, torch.Tensor], valid: torch.Tensor) -> None:
+        """The input normalizer and --scale_rewards' return moments take in the batch (summed over DD-PPO's ranks, so
+        every rank keeps the same); the rewards are then divided by the return's std (reward_scaling.py)."""
+        if self.model.normalizer is not None:
+            self.model.normalizer.update(_sample_observations(batch["obs"][:-1], valid, NORMALIZER_SAMPLES_PER_BATCH),
+                                         self.collective.sum)
+        if self.model.reward_std is not None:
+            self.model.reward_std.update(batch["discounted_returns"][valid], self.collective.sum)
+            batch["rewards"] = batch["rewards"] / self.model.reward_std.std
 
     def _optimizer_step(self, mb: dict[str, torch.Tensor]) -> tuple[dict, torch.Tensor]:
         """One step on a minibatch: its stats and its learned samples' value targets (return units); skipped and counted

@@ -59,6 +59,10 @@ class RunningNorm(nn.Module):
         self.mean.copy_(mean)
         self.var.copy_(var)
 
+    @property
+    def std(self) -> torch.Tensor:
+        return torch.sqrt(self.var + 1e-8)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalizes `x` in place (the caller passes a float copy it owns): one pass instead of four temporaries."""
         return x.sub_(self.mean).mul_(torch.rsqrt(self.var + 1e-8)).clamp_(-self.clip, self.clip)
@@ -71,10 +75,6 @@ class ReturnNorm(RunningNorm):
 
     def __init__(self):
         super().__init__((), clip=float("inf"))
-
-    @property
-    def std(self) -> torch.Tensor:
-        return torch.sqrt(self.var + 1e-8)
 
     def normalize(self, returns: torch.Tensor) -> torch.Tensor:
         return (returns - self.mean) / self.std
@@ -133,6 +133,7 @@ class ActorCritic(nn.Module):
         normalize_input = not self.is_image if cfg.normalize_input is None else cfg.normalize_input
         self.normalizer = RunningNorm(obs_space.shape) if normalize_input else None
         self.returns_normalizer = ReturnNorm() if cfg.normalize_returns else None
+        self.reward_std = RunningNorm(()) if cfg.scale_rewards else None  # --scale_rewards' moments (reward_scaling.py)
         self.is_conv = use_conv
         def make_encoder():
             if use_conv:

@@ -21,7 +21,7 @@ from asyncrl.matchmaking import draw_players, owner_policies
 from asyncrl.messages import Signal
 from asyncrl.processes import StopRequested
 from asyncrl.queues import Empty, Queues
-from asyncrl.reward_scaling import ReturnStdScaling, unscaled
+from asyncrl.reward_scaling import DiscountedReturns, untracked
 from asyncrl.timing import Timing
 from asyncrl.worker_reports import WorkerReports
 
@@ -43,8 +43,9 @@ class RolloutWorker:
         self.playing = np.zeros(num_local_agents, bool)  # the agent is in its env's episode (else it waits)
         self.episode_return = np.zeros(num_local_agents)  # the env's own reward, unscaled
         self.episode_length = np.zeros(num_local_agents, np.int64)
-        # what the learner learns from: the env's own reward, or that divided by the running std of the return
-        self.learning_rewards = ReturnStdScaling(num_local_agents, cfg.gamma) if cfg.scale_rewards else unscaled
+        # --scale_rewards: each step's running discounted return goes beside its reward (reward_scaling.py)
+        self.record_returns = DiscountedReturns(num_local_agents, cfg.gamma, self.shared.traj_discounted_returns) \
+            if cfg.scale_rewards else untracked
         self.timing = Timing(f"rollout_{worker_idx}")
         self.reports = WorkerReports(cfg, queues.reports, self.timing, self.backend)  # episodes, matches, errors
 
@@ -112,8 +113,8 @@ class RolloutWorker:
         # after every engine step, so each call costs microseconds); `stepped` selects all agents in the common case
         stepped = slice(None) if all(playing) else np.array(playing)
         ended = result.terminated | result.truncated
-        learning_rewards = self.learning_rewards(local, result.rewards, ended, stepped)
-        shared.traj_rewards[slots[stepped], steps[stepped]] = learning_rewards[stepped]
+        shared.traj_rewards[slots[stepped], steps[stepped]] = result.rewards[stepped]
+        self.record_returns(local, result.rewards, ended, stepped, slots, steps)
         shared.traj_dones[slots[stepped], steps[stepped]] = terminal[stepped]  # a truncated state goes on: final obs
         self.episode_return[local] += result.rewards
         self.episode_length[local[stepped]] += 1

@@ -306,6 +306,30 @@ def test_a_path_flag_expands_the_home_folder_the_shell_leaves_after_an_equals_si
     cfg = config_from_args(["--env", "CartPole-v1", "--train_dir=~/runs", "--remote_tls_ca_cert=~/ca.pem"])
     assert cfg.train_dir == str(tmp_path / "runs") and cfg.remote_tls_ca_cert == str(tmp_path / "ca.pem")
 
+def test_reward_scaling_divides_by_the_std_of_every_discounted_return_the_policy_has_seen(tmp_path):
+    """--scale_rewards' learner side against the definition: after each batch the policy's moments are those of every
+    valid R of its batches so far plus the starting sample (mean 0, var 1, weight 1e-4), and the batch's rewards are
+    divided by sqrt(var + 1e-8); rows that hold no sample add nothing."""
+    runner = serial_runner(tmp_path, scale_rewards=True)
+    learner = next(c for c in runner.components if isinstance(c, Learner))
+    b, slots = runner.buffers, torch.arange(runner.cfg.batch_size // runner.cfg.rollout)
+    rng, prior, seen = np.random.default_rng(0), 1e-4, []
+    for _ in range(3):
+        valid = torch.from_numpy(rng.random(tuple(b.traj_valid[slots].shape)) < 0.7)
+        returns = torch.from_numpy(rng.normal(5.0, 3.0, tuple(valid.shape))).float()
+        rewards = torch.from_numpy(rng.normal(1.0, 1.0, tuple(valid.shape))).float()
+        b.traj_valid[slots], b.traj_discounted_returns[slots], b.traj_rewards[slots] = valid, returns, rewards
+        batch = learner.gather(Batch(slots))
+        learner._merge_batch_statistics(batch, batch["valid"])
+        seen += returns[valid].tolist()
+        count = len(seen) + prior
+        mean = sum(seen) / count
+        var = (prior * (1 + mean ** 2) + sum((r - mean) ** 2 for r in seen)) / count
+        assert learner.model.reward_std.var.item() == pytest.approx(var, rel=1e-5)
+        torch.testing.assert_close(batch["rewards"], rewards.T / np.sqrt(var + 1e-8), rtol=1e-5, atol=0)
+    runner._stop_children()
+
+
 def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path):
     runner = serial_runner(tmp_path)
     learner = next(c for c in runner.components if isinstance(c, Learner))
@@ -324,41 +348,32 @@ def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path)
 
 @pytest.mark.parametrize("scale_rewards", [False, True])
 def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monkeypatch, scale_rewards):
-    """Every env step's reward and done go to the (slot, step) its agent was filling (with --scale_rewards, divided
-    by the std its worker's scaler has after that step), and every finished episode's return and length are the sums
-    of that env's own steps (recorded by wrapping each env's step)."""
+    """Every env step's reward and done go to the (slot, step) its agent was filling (with --scale_rewards, beside
+    the agent's discounted return so far: R_t = gamma R_{t-1} (1 - done_{t-1}) + r_t), and every finished episode's
+    return and length are the sums of that env's own steps (recorded by wrapping each env's step)."""
     from asyncrl import timing
     from asyncrl.rollout_worker import RolloutWorker
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
     runner = serial_runner(tmp_path, env="synthetic_constant", env_options={"step_us": 0, "episode_len": 5},
                            rollout=4, batch_size=16, scale_rewards=scale_rewards)
     workers = [c for c in runner.components if isinstance(c, RolloutWorker)]
-    b, expected, episodes, stepped_envs = runner.buffers, {}, {}, {}
+    b, gamma, expected, episodes = runner.buffers, runner.cfg.gamma, {}, {}
     for w in workers:
-        stepped_envs[w.worker_idx] = []  # (slot, t, reward, terminated) of the group step under way
-
-        def recording_scaler(*args, scaler=w.learning_rewards, stepped=stepped_envs[w.worker_idx]):
-            rewards = scaler(*args)
-            std = np.sqrt(scaler.stats.var + scaler.epsilon) if scale_rewards else 1.0
-            for slot, t, reward, done in stepped:
-                expected[(slot, t)] = (np.float32(reward / std), done)
-            stepped.clear()
-            return rewards
-        w.learning_rewards = recording_scaler
         for env_idx, env in enumerate(e.env for e in w.backend.envs):  # the gymnasium env of each (single) agent
             agent = w.group_agents[0][0] + env_idx
-            running = {"return": 0.0, "length": 0}
+            running = {"return": 0.0, "length": 0, "discounted": 0.0}
 
             def recording_step(action, env=env, step=env.step, agent=agent, running=running, w=w):
                 obs, reward, terminated, truncated, info = step(action)
                 slot, t = int(b.agent_slot[agent]), int(b.agent_step[agent])
+                running["discounted"] = gamma * running["discounted"] + reward
                 # truncated: the state goes on into its final obs row
-                stepped_envs[w.worker_idx].append((slot, t, reward, terminated))
+                expected[(slot, t)] = (np.float32(reward), terminated, np.float32(running["discounted"]))
                 running["return"] += reward
                 running["length"] += 1
                 if terminated or truncated:
                     episodes.setdefault(w.worker_idx, []).append((running["return"], running["length"]))
-                    running.update({"return": 0.0, "length": 0})
+                    running.update({"return": 0.0, "length": 0, "discounted": 0.0})
                 return obs, reward, terminated, truncated, info
             env.step = recording_step
     checked = 0
@@ -366,8 +381,9 @@ def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monk
         for c in runner.components:
             c.poll(0.0)
             if isinstance(c, RolloutWorker):  # before a learner can recycle the slots it just wrote
-                for (slot, t), (reward, done) in expected.items():
+                for (slot, t), (reward, done, discounted) in expected.items():
                     assert b.traj_rewards[slot, t].item() == reward and bool(b.traj_dones[slot, t]) == done
+                    assert b.traj_discounted_returns[slot, t].item() == (discounted if scale_rewards else 0.0)
                     assert b.traj_valid[slot, t]
                 checked += len(expected)
                 expected.clear()

@@ -267,28 +267,3 @@ def test_merging_return_statistics_preserves_the_value_heads_outputs_in_return_u
         _, after, _ = model.forward_step(obs, torch.zeros(5, 0))
         torch.testing.assert_close(model.returns(after), in_return_units, rtol=1e-4, atol=1e-3)
         assert not torch.allclose(after, before)
-
-
-def test_reward_scaling_divides_by_the_std_of_every_discounted_return_seen():
-    """--scale_rewards against the definition, step by step: R_t = gamma R_{t-1} (1 - done_{t-1}) + r_t per agent,
-    rewards divided by sqrt(var + eps) of all R so far plus the scaler's starting sample (mean 0, var 1, weight
-    1e-4); agents that do not act keep their R and add nothing."""
-    from asyncrl.reward_scaling import ReturnStdScaling
-    rng = np.random.default_rng(0)
-    gamma, n, prior = 0.9, 5, 1e-4
-    scaler = ReturnStdScaling(n, gamma)
-    running, ended_before, seen = np.zeros(n), np.zeros(n, bool), []
-    for _ in range(200):
-        rewards, ended = rng.normal(3.0, 2.0, n), rng.random(n) < 0.1
-        acting = rng.random(n) < 0.8
-        rewards[~acting] = 0.0
-        for i in np.flatnonzero(acting):
-            running[i] = gamma * running[i] * (not ended_before[i]) + rewards[i]
-            ended_before[i] = ended[i]
-            seen.append(running[i])
-        count = len(seen) + prior
-        mean = sum(seen) / count
-        var = (prior * (1 + mean ** 2) + sum((r - mean) ** 2 for r in seen)) / count
-        got = scaler(np.arange(n), rewards, ended, acting)
-        np.testing.assert_allclose(got, rewards / np.sqrt(var + 1e-8), rtol=1e-9)
-    assert abs(np.sqrt(var) - np.std(seen)) < 0.01 * np.std(seen)  # the prior sample has faded

@@ -11,10 +11,13 @@ clip 0.1, learning rate 2.5e-4 decaying linearly. asyncrl: `asyncrl train --env 
 on first use (--cleanrl_venv: torch as installed here, envpool 0.8.4 and gym 0.23.1 as the script expects), stopped
 at --seconds. Scores are whole games, unclipped: asyncrl's mean of the last 100 episodes as it reports it, CleanRL's
 the mean of the last 100 games it printed. Frames count every emulator frame (CleanRL's global_step x 4).
-Writes benchmarks/results/atari_learning_<games>.{md,json,png}.
+Beside both: CleanRL's published curve and its spread over seeds at the same frames (read off openrlbenchmark's
+figure: results/cleanrl_published_atari_curves.json says how). Writes benchmarks/results/atari_learning_<games>.
+{md,json,png}; --from_json PATH writes them again from a saved result (after a change in the published reference).
 """
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -27,6 +30,20 @@ from _run import CLEANRL_EPISODE, RESULTS, machine, peer_venv, train_and_watch, 
 FRAMESKIP = 4
 CLEANRL_PINS = ["envpool==0.8.4", "gym==0.23.1", "numpy<2", "tyro", "tensorboard"]
 CLEANRL_IDS = {"pong": "Pong-v5", "breakout": "Breakout-v5"}
+PUBLISHED = os.path.join(RESULTS, "cleanrl_published_atari_curves.json")
+
+
+def published_curves() -> dict:
+    """CleanRL's published curves per game: rows of {"frames", "mean", "low", "high"}."""
+    with open(PUBLISHED) as f:
+        games = json.load(f)["games"]
+    return {game: [{"frames": r["steps"] * FRAMESKIP, **{k: r[k] for k in ("mean", "low", "high")}} for r in rows]
+            for game, rows in games.items()}
+
+
+def published_at(curve: list[dict], frames: int) -> dict:
+    """The published row nearest `frames`."""
+    return min(curve, key=lambda r: abs(r["frames"] - frames))
 
 
 def asyncrl_run(game: str, seconds: float, train_dir: str) -> list[dict]:
@@ -66,7 +83,7 @@ def at_frames(rows: list[dict], frames: int):
     return before[-1] if before else None
 
 
-def plot(results: dict, path: str) -> None:
+def plot(results: dict, published: dict, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -76,6 +93,11 @@ def plot(results: dict, path: str) -> None:
             rows = sides[side]["rows"]
             left.plot([r["wall_s"] / 60 for r in rows], [r["score"] for r in rows], color=color, label=side)
             right.plot([r["frames"] / 1e6 for r in rows], [r["score"] for r in rows], color=color, label=side)
+        last = max(rows[-1]["frames"] for rows in (sides["asyncrl"]["rows"], sides["cleanrl"]["rows"]))
+        curve = [r for r in published[game] if r["frames"] <= last * 1.05]
+        frames = [r["frames"] / 1e6 for r in curve]
+        right.plot(frames, [r["mean"] for r in curve], color="tab:gray", label="CleanRL published (spread over seeds)")
+        right.fill_between(frames, [r["low"] for r in curve], [r["high"] for r in curve], color="tab:gray", alpha=0.2)
         left.set_xlabel("minutes since launch")
         right.set_xlabel("frames (millions)")
         for ax in (left, right):
@@ -96,30 +118,53 @@ def result_name(args) -> str:
     return "atari_learning_" + "_".join(args.games)
 
 
-def markdown(results: dict, args) -> str:
+def markdown(results: dict, published: dict, args) -> str:
     lines = [f"# Atari learning: asyncrl vs CleanRL's ppo_atari_envpool.py, {args.seconds / 60:g} minutes each", "",
-             f"Machine: {machine()}", "",
+             f"Machine: {args.machine}", "",
              f"Command: `python benchmarks/atari_learning.py --cleanrl_script PATH/cleanrl/ppo_atari_envpool.py "
              f"--games {' '.join(args.games)} --seconds {args.seconds:g}`", "",
-             "Scores: mean unclipped game score of the last 100 games. Frames: emulator frames (4 per agent step).", "",
-             "| game | asyncrl score | asyncrl frames | CleanRL score | CleanRL frames | asyncrl at CleanRL's frames |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "Scores: mean unclipped game score of the last 100 games. Frames: emulator frames (4 per agent step). "
+             "Published: CleanRL's published curve at asyncrl's last frames, mean (spread over seeds), read off "
+             "openrlbenchmark's figure (`cleanrl_published_atari_curves.json`).", "",
+             "| game | asyncrl score | asyncrl frames | CleanRL score | CleanRL frames | asyncrl at CleanRL's frames | "
+             "CleanRL published at asyncrl's frames |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for game, r in results.items():
         s = r["summary"]
         at = s["asyncrl_score_at_cleanrl_frames"]
+        p = published_at(published[game], s["asyncrl_frames"])
         lines.append(f"| {game} | {s['asyncrl_score']:.1f} | {s['asyncrl_frames']:,} | {s['cleanrl_score']:.1f} | "
-                     f"{s['cleanrl_frames']:,} | {'-' if at is None else f'{at:.1f}'} |")
+                     f"{s['cleanrl_frames']:,} | {'-' if at is None else f'{at:.1f}'} | "
+                     f"{p['mean']:.1f} ({p['low']:.1f} to {p['high']:.1f}) |")
     lines += ["", f"![score vs wall time and frames]({result_name(args)}.png)", ""]
     return "\n".join(lines)
 
 
+def report(results: dict, args) -> None:
+    published = published_curves()
+    plot(results, published, os.path.join(RESULTS, f"{result_name(args)}.png"))
+    write_result(result_name(args), {"machine": args.machine, "args": {k: v for k, v in vars(args).items()
+                                                                       if k not in ("machine", "from_json")},
+                                     "results": results}, markdown(results, published, args))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cleanrl_script", required=True, help="cleanrl/ppo_atari_envpool.py, from a clone of CleanRL")
+    parser.add_argument("--cleanrl_script", help="cleanrl/ppo_atari_envpool.py, from a clone of CleanRL")
     parser.add_argument("--games", nargs="+", default=list(CLEANRL_IDS), choices=list(CLEANRL_IDS))
     parser.add_argument("--seconds", type=float, default=1800.0, help="wall time per run, from launch")
     parser.add_argument("--cleanrl_venv", default=os.path.expanduser("~/.cache/asyncrl/cleanrl_atari_venv"))
+    parser.add_argument("--from_json", help="a saved result (results/atari_learning_*.json): write its md and png "
+                                            "again, with no runs")
     args = parser.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        vars(args).update(saved["args"], machine=saved["machine"])
+        report(saved["results"], args)
+        return
+    if not args.cleanrl_script:
+        parser.error("--cleanrl_script is needed for a run (or --from_json to report a saved one)")
     python = peer_venv(args.cleanrl_venv, "CleanRL", "envpool, gym, tyro", CLEANRL_PINS)
     script = os.path.abspath(args.cleanrl_script)
     train_dir = tempfile.mkdtemp(prefix="asyncrl_atari_learning_")
@@ -130,9 +175,8 @@ def main():
         results[game] = {"asyncrl": {"rows": rows_a}, "cleanrl": {"rows": rows_c}, "summary": summary(rows_a, rows_c)}
         print(game, results[game]["summary"], flush=True)
     shutil.rmtree(train_dir, ignore_errors=True)
-    plot(results, os.path.join(RESULTS, f"{result_name(args)}.png"))
-    write_result(result_name(args), {"machine": machine(), "args": vars(args), "results": results},
-                 markdown(results, args))
+    args.machine = machine()
+    report(results, args)
 
 
 if __name__ == "__main__":

@@ -173,6 +173,9 @@ class Config:
 
     # --- model
     encoder: str = _f("auto", "auto (conv for images, mlp for vectors), conv or mlp.", choices=["auto", "conv", "mlp"])
+    encoder_conv_architecture: str = _f("convnet_simple", "The conv encoder: convnet_simple (three convs, the last "
+                                        "halving the map; ELU) or convnet_atari (the Nature DQN encoder; ReLU).",
+                                        choices=["convnet_simple", "convnet_atari"])
     encoder_mlp_layers: list = _f([512, 512], "Hidden sizes of the MLP encoder, e.g. 256 256 or '[256, 256]'.")
     actor_critic_share_weights: bool = _f(True, "The actor and the critic share the encoder; False gives the critic "
                                           "an encoder of its own (needs --use_rnn False).")
@@ -545,7 +548,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, this_run: Optional[dic
 
 # A run saved before these fields existed ran as these values say (its checkpoints hold no returns normalizer):
 # resumed, it goes on that way instead of taking today's defaults.
-SAVED_BEFORE_DEFAULTS = {"normalize_returns": False, "normalize_input": False}
+SAVED_BEFORE_DEFAULTS = {"normalize_returns": False, "normalize_input": False,
+                         "encoder_conv_architecture": "convnet_simple"}
 
 
 def build_config(given: dict, env_defaults: dict, saved: Optional[dict] = None) -> Config:

@@ -330,6 +330,19 @@ def test_reward_scaling_divides_by_the_std_of_every_discounted_return_the_policy
     runner._stop_children()
 
 
+@pytest.mark.parametrize("architecture, last_map, activation", [("convnet_simple", (128, 4, 4), torch.nn.ELU),
+                                                                  ("convnet_atari", (64, 7, 7), torch.nn.ReLU)])
+def test_the_conv_encoder_is_the_architecture_named(architecture, last_map, activation):
+    """On Atari's 84x84x4 frames: convnet_atari is the Nature DQN encoder (its last conv keeps a 7x7 map, ReLU),
+    convnet_simple Sample Factory's default (4x4, ELU); both end in 512 features."""
+    from asyncrl.model import conv_encoder
+    encoder, size = conv_encoder((4, 84, 84), architecture)
+    convs = encoder[0]
+    assert tuple(convs[:-1](torch.zeros(1, 4, 84, 84)).shape[1:]) == last_map and size == 512
+    assert {type(m) for m in encoder.modules() if not isinstance(m, (torch.nn.Sequential, torch.nn.Conv2d,
+                                                                     torch.nn.Linear, torch.nn.Flatten))} == {activation}
+
+
 def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path):
     runner = serial_runner(tmp_path)
     learner = next(c for c in runner.components if isinstance(c, Learner))

@@ -206,7 +206,8 @@ class Learner:
         tensors = {name: getattr(b, "traj_" + field).index_select(0, slots) for name, field in (
             ("obs", "obs"), ("actions", "actions"), ("behavior_logp", "action_logp"),
             ("behavior_params", "action_params"), ("behavior_values", "values"),
-            ("rewards", "rewards"), ("discounted_returns", "discounted_returns"), ("dones", "dones"), ("valid", "valid"), ("policy_version", "policy_version"))}
+            ("rewards", "rewards"), ("discounted_returns", "discounted_returns"), ("dones", "dones"),
+            ("valid", "valid"), ("policy_version", "policy_version"))}
         tensors["chunk_states"] = b.traj_rnn_states[:, ::bptt].index_select(0, slots)
         tensors["valid"] = batch.learned(tensors["valid"])
         # contiguous time-major: a minibatch of trajectories is then a copy of whole rows

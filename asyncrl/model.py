@@ -86,7 +86,7 @@ class ReturnNorm(RunningNorm):
 # --encoder_conv_architecture, by Sample Factory's names: (the last conv's channels and stride, the activation)
 CONV_ARCHITECTURES = {
     "convnet_simple": (128, 2, nn.ELU),  # Sample Factory's default
-    "convnet_atari": (64, 1, nn.ReLU),  # the Nature DQN encoder (Mnih et al. 2015): CleanRL's and Sample Factory's Atari
+    "convnet_atari": (64, 1, nn.ReLU),  # the Nature DQN encoder (Mnih et al. 2015): CleanRL's, Sample Factory's Atari
 }
 
 

@@ -24,6 +24,7 @@ below; pip install -e ".[envpool]"): the same games and settings, not the same p
 from __future__ import annotations
 
 import difflib
+import functools
 
 import gymnasium as gym
 import numpy as np
@@ -90,6 +91,7 @@ def make_vector_game(game: str, num_envs: int, preset: str = "baselines", num_th
     return AtariGames(env, settings["life_loss"], fire)
 
 
+@functools.cache  # loading the ROM into an interface takes ~0.1 s: once per game in a process, not once per env
 def fire_action(game: str, full_action_space: bool) -> int | None:
     """The index of FIRE in the game's action set (None if the game has no FIRE)."""
     ale_py = _ale()

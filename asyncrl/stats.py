@@ -13,6 +13,8 @@ import numpy as np
 
 from asyncrl.messages import EnvErrors, Episodes, Evaluation, LearnerStats, Report, TimingReport
 
+FPS_WINDOW_S = 10.0  # fps shown and logged: frames the learner took over about its last 10 s of reports
+
 
 class PolicyStats:
     def __init__(self, policy_id: int, window: int):
@@ -24,7 +26,7 @@ class PolicyStats:
         self.learner: dict = {}
         self.env_steps = 0
         self.launch_env_steps: int | None = None  # from the learner's first report (a resumed run starts > 0)
-        self.last_summary_env_steps: int | None = None
+        self.reports: deque[tuple[float, int]] = deque()  # (time received, env steps) of the window's reports
 
     def add_episode(self, episode_return: float, length: int, env_stats: dict) -> None:
         self.episode_returns.append(episode_return)
@@ -39,11 +41,25 @@ class PolicyStats:
         self.episode_lengths.clear()
         self.env_stats.clear()
 
-    def add_learner_report(self, stats: dict) -> None:
+    def add_learner_report(self, stats: dict, received_at: float) -> None:
         self.learner = stats
         self.env_steps = int(stats["env_steps"])
         if self.launch_env_steps is None:
-            self.launch_env_steps = self.last_summary_env_steps = self.env_steps
+            self.launch_env_steps = self.env_steps
+        self.reports.append((received_at, self.env_steps))
+        while len(self.reports) > 2 and self.reports[1][0] < received_at - FPS_WINDOW_S:
+            self.reports.popleft()  # keep the last report before the window: the rate spans the whole window
+
+    def fps(self, now: float) -> float:
+        """Env frames per second the learner took, measured between its reports rather than between summaries:
+        a learner whose update outlasts the summary interval would otherwise read 0, then twice its rate. When
+        reports stop for twice their last gap, the rate runs to now, so a stalled learner falls towards 0.
+        0 until the second report."""
+        if len(self.reports) < 2:
+            return 0.0
+        (first_t, first_steps), (previous_t, _), (last_t, last_steps) = self.reports[0], self.reports[-2], self.reports[-1]
+        end = now if now - last_t > 2 * (last_t - previous_t) else last_t
+        return (last_steps - first_steps) / max(1e-6, end - first_t)
 
     def reward_mean(self) -> float | None:
         return float(np.mean(self.episode_returns)) if self.episode_returns else None
@@ -69,7 +85,6 @@ class StatsWriter:
         self.worker_restarts = 0
         self.timing: dict[str, tuple[dict, dict]] = {}  # role -> (phase fractions, counts) of its last report
         self.start_time = time.monotonic()
-        self.last_summary_time = self.start_time
         self.policy_extras = None  # policy id -> more stats for its rows (the runner's ratings), if set
         name = os.path.basename(os.path.normpath(experiment_dir))
         self.progress = ProgressDisplay(sys.stdout.isatty() and write, name)
@@ -90,7 +105,7 @@ class StatsWriter:
         self.env_errors += report.count
 
     def _add_learner(self, report: LearnerStats) -> None:
-        self.policies[report.policy_id].add_learner_report(report.stats)
+        self.policies[report.policy_id].add_learner_report(report.stats, time.monotonic())
 
     def _add_timing(self, report: TimingReport) -> None:
         self.timing[report.role] = (report.fractions, report.counts)
@@ -134,15 +149,12 @@ class StatsWriter:
         """A stats.jsonl row and TensorBoard points per policy for the interval since the last call; the terminal's
         progress display shows them (fraction_done: of the run's nearer limit, steps or seconds)."""
         now = time.monotonic()
-        interval = max(1e-6, now - self.last_summary_time)
-        self.last_summary_time = now
         rows = []
         for p in self.policies:
-            if p.last_summary_env_steps is None:
+            if p.launch_env_steps is None:
                 continue  # its learner has not started yet: a resumed run's counters are not known
-            previous = p.last_summary_env_steps
             row = {"time_s": round(now - self.start_time, 3), "policy_id": p.policy_id, "env_steps": p.env_steps,
-                   "fps": (p.env_steps - previous) / interval, "episode_reward_mean": p.reward_mean(),
+                   "fps": p.fps(now), "episode_reward_mean": p.reward_mean(),
                    "episode_len_mean": float(np.mean(p.episode_lengths)) if p.episode_lengths else None,
                    "episodes": p.episodes_total, "policy_lag_mean": p.learner.get("policy_lag_mean"),
                    "train_step": p.learner.get("train_step", 0), "env_errors": self.env_errors,
@@ -152,7 +164,6 @@ class StatsWriter:
             row.update(self.timing_summary(p.policy_id))
             if self.policy_extras is not None:
                 row.update(self.policy_extras(p.policy_id))
-            p.last_summary_env_steps = p.env_steps
             rows.append(row)
             self.jsonl.write(json.dumps(row) + "\n")
             self._scalars(p.policy_id, p.env_steps, scalars_of(row))

@@ -13,6 +13,7 @@ from asyncrl.config import Config, ConfigError
 from asyncrl.learner import Learner
 from asyncrl.messages import Episodes, LearnerStats
 from asyncrl.rollouts import Batch
+from asyncrl.stats import PolicyStats
 
 
 def test_slot_lifecycle_no_slot_lost_or_used_twice(tmp_path):
@@ -595,3 +596,15 @@ def test_return_statistics_hold_still_through_a_batch_and_take_its_targets_after
     assert -10 < float(norm.mean) < 0 and 0 < float(norm.var) < 10, (float(norm.mean), float(norm.var))
     assert -10 < stats["value"] < 0, stats
     runner._stop_children()
+
+
+def test_fps_is_the_learners_rate_even_when_an_update_outlasts_the_summary_interval():
+    stats = PolicyStats(0, window=10)
+    stats.add_learner_report({"env_steps": 0}, received_at=0.0)
+    assert stats.fps(now=5.0) == 0.0  # one report: no rate yet
+    for update in range(1, 9):  # 4,096 frames every 7 s, summaries every 5 s: by summary intervals 0, then 1,638
+        stats.add_learner_report({"env_steps": 4096 * update}, received_at=7.0 * update)
+        for now in (7.0 * update + 1, 7.0 * update + 6):
+            assert stats.fps(now) == pytest.approx(4096 / 7)
+    assert len(stats.reports) <= 3  # the window's reports and the one before them
+    assert stats.fps(now=56.0 + 60) < 4096 / 7 / 4  # no report for a minute: the rate falls towards 0

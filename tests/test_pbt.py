@@ -164,7 +164,7 @@ def test_every_policy_gets_a_decision_on_the_populations_clock(tmp_path):
     pbt = PopulationBasedTraining(cfg, Hparams(cfg), [Commands() for _ in range(4)], policies)
     for step in range(1, 101):  # 10,000 env steps a report: 19,000 for each good policy, 1,000 for each dead one
         for p, share in zip(policies, (19, 19, 1, 1)):
-            p.add_learner_report({"env_steps": step * share * 1000})
+            p.add_learner_report({"env_steps": step * share * 1000}, float(step))
             p.add_episode(500.0 if share > 1 else 20.0, 500 if share > 1 else 20, {})
         pbt.update()
         for source in list(pbt.waiting):  # each source's learner exported its state, its copies imported it

@@ -29,27 +29,38 @@ def machine() -> str:
            f"{psutil.virtual_memory().total / 2**30:.0f} GiB, {gpu}"
 
 
+def _file_id(path: str) -> tuple[int | None, int]:
+    """(inode, size) of a file; (None, 0) if there is none."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None, 0
+    return stat.st_ino, stat.st_size
+
+
 def train_and_watch(train_args: list[str], experiment_dir: str, timeout_s: float, ranks: int = 1) -> list[dict]:
     """Run `asyncrl train ARGS` (ranks > 1: under `torchrun --standalone --nproc_per_node RANKS`); returns its stats
     rows, each with `wall_s`: seconds since launch when the row appeared (so start-up time counts, as it does for a
     user)."""
     stats_path = os.path.join(experiment_dir, "stats.jsonl")
+    inode, offset = _file_id(stats_path)  # rows an earlier run left in the folder are not this run's
     launch = time.monotonic()
     torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)] if ranks > 1 else []
     proc = subprocess.Popen([sys.executable, *torchrun, "-m", "asyncrl", "train", *train_args], cwd=REPO)
     rows: list[dict] = []
-    offset = 0
     while True:
         done = proc.poll() is not None
-        if os.path.exists(stats_path):
-            with open(stats_path) as f:
+        now_inode, size = _file_id(stats_path)
+        if now_inode != inode or size < offset:
+            inode, offset = now_inode, 0  # the run emptied the folder (--restart_behavior restart): a new file
+        if now_inode is not None:
+            with open(stats_path, "rb") as f:
                 f.seek(offset)
                 for line in f.readlines():
-                    if line.endswith("\n"):
-                        row = json.loads(line)
-                        row["wall_s"] = round(time.monotonic() - launch, 2)
-                        rows.append(row)
-                offset = f.tell()
+                    if not line.endswith(b"\n"):
+                        break  # a row still being written: read whole next time
+                    offset += len(line)
+                    rows.append({**json.loads(line), "wall_s": round(time.monotonic() - launch, 2)})
         if done:
             break
         if time.monotonic() - launch > timeout_s:

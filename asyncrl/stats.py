@@ -147,8 +147,8 @@ class StatsWriter:
         return time.monotonic() - self.start_time
 
     def summarize(self, seconds_left: float | None = None, fraction_done: float | None = None) -> list[dict]:
-        """A stats.jsonl row and TensorBoard points per policy for the interval since the last call; the terminal's
-        progress display shows them (fraction_done: of the run's nearer limit, steps or seconds)."""
+        """A stats.jsonl row and TensorBoard points per policy (fps over the learner's last ~10 s of reports); the
+        terminal's progress display shows them (fraction_done: of the run's nearer limit, steps or seconds)."""
         now = time.monotonic()
         rows = []
         for p in self.policies:

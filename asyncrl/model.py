@@ -195,7 +195,9 @@ class ActorCritic(nn.Module):
         """Float32 features of a batch of observations. autocast_dtype=torch.bfloat16 runs the encoder under
         autocast (the learner's mixed precision: float32 master weights, bfloat16 convolutions)."""
         with autocast_if(obs.device.type, autocast_dtype):
-            obs = obs.to(torch.float32, copy=True)  # the normalizer works in place on this copy
+            # the normalizer works in place on this copy; oneDNN's CPU convolutions run ~1.3x faster channels-last
+            layout = torch.channels_last if self.is_conv and obs.device.type == "cpu" else torch.contiguous_format
+            obs = obs.to(torch.float32, copy=True, memory_format=layout)
             if self.normalizer is not None:
                 obs = self.normalizer(obs)
             elif self.is_image:

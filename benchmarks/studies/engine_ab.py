@@ -1,12 +1,12 @@
 """This checkout's engine against an earlier commit's, in A/B pairs: did a change cost frames per second?
 
-    python benchmarks/studies/engine_ab.py --base COMMIT [--name NAME] [--pairs 3] [--mode sampler|all]
+    python benchmarks/studies/engine_ab.py --base COMMIT [--name NAME] [--pairs 3] [--mode sampler|train|all]
         [--configs "doom_basic 2x8" ...] [--seconds 20] [--warmup_seconds 8]
 
 Checks COMMIT out into a temporary git worktree and, for each configuration below and each pair, runs `asyncrl bench`
 from the base tree and then from this one, back to back, so both runs of a pair see the same machine state. --mode
 sampler (rollout + policy workers with the real model, no learning: where a change to the sampling path shows most)
-compares sampler frames/s; --mode all compares the sampler's and training's (the bench's raw run and compute limit
+compares sampler frames/s; --mode train training's; --mode all both (the bench's raw run and compute limit
 come with it). Prints each pair's ratio (this / base) and the median per configuration and measure.
 Writes benchmarks/studies/results/<NAME>.{md,json} (NAME default: engine_ab).
 """
@@ -24,8 +24,9 @@ from _run import REPO, STUDY_RESULTS, asyncrl_bench, machine, write_result  # no
 CONFIGS = {
     "doom_basic 2x8": ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8"],
     "CartPole-v1 2x16": ["--env", "CartPole-v1", "--num_workers", "2", "--num_envs_per_worker", "16"],
+    "atari_breakout 2x8": ["--env", "atari_breakout", "--num_workers", "2", "--num_envs_per_worker", "8"],
 }
-MEASURES = {"sampler": ("sampler_fps",), "all": ("sampler_fps", "train_fps")}
+MEASURES = {"sampler": ("sampler_fps",), "train": ("train_fps",), "all": ("sampler_fps", "train_fps")}
 
 
 def bench(flags: list[str], repo: str, args, tmp: str) -> dict:

@@ -196,7 +196,7 @@ class ActorCritic(nn.Module):
         autocast (the learner's mixed precision: float32 master weights, bfloat16 convolutions)."""
         with autocast_if(obs.device.type, autocast_dtype):
             # the normalizer works in place on this copy. Channels-last on CPU where gradients follow: oneDNN's
-            # convolutions train ~1.3x faster so, but infer small batches 10-45% slower (channels_last_ab.md)
+            # convolutions train ~1.3x faster so, but infer small batches 9-48% slower (channels_last_ab.md)
             channels_last = self.is_conv and obs.device.type == "cpu" and torch.is_grad_enabled()
             layout = torch.channels_last if channels_last else torch.contiguous_format
             obs = obs.to(torch.float32, copy=True, memory_format=layout)

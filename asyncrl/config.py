@@ -158,6 +158,9 @@ class Config:
     exploration_loss_coeff: float = _f(0.003, "Weight of the entropy bonus.")
     kl_loss_coeff: float = _f(0.0, "Weight of a penalty on KL(acting policy || current policy) per sample (PPO's "
                               "fixed-KL penalty); holds each update near the policy that acted.")
+    rpo_alpha: float = _f(0.0, "Box actions: Robust Policy Optimization (Rahman & Xue 2022; CleanRL's "
+                          "rpo_continuous_action uses 0.5): the update takes the acted actions' log-probabilities "
+                          "under the Gaussian with its means shifted by noise from U(-alpha, alpha). 0: plain PPO.")
     normalize_advantage: bool = _f(True, "Normalize advantages per minibatch.")
     normalize_input: Optional[bool] = _f(None, "Normalize observations with a running per-element mean/std (learned "
                                          "by the learner). None (auto): on for vector observations, off for images "
@@ -351,6 +354,8 @@ def _check_values(cfg: Config) -> None:
     for name, (in_range, says) in HPARAM_RANGES.items():
         if not in_range(getattr(cfg, name)):
             raise ConfigError(f"--{name} must be {says}, got {getattr(cfg, name)}")
+    if cfg.rpo_alpha < 0:
+        raise ConfigError(f"--rpo_alpha must be >= 0 (0: plain PPO), got {cfg.rpo_alpha}")
     if not 0 < cfg.preemption_threshold <= 1 or not 0 <= cfg.preemption_min_fraction <= 1:
         raise ConfigError(f"--preemption_threshold must be in (0, 1] and --preemption_min_fraction in [0, 1], got "
                           f"{cfg.preemption_threshold} and {cfg.preemption_min_fraction}")

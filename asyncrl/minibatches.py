@@ -89,8 +89,9 @@ class SampleMinibatches(TrajectoryMinibatches):
 
 def policy_at(model: torch.nn.Module, params: torch.Tensor, mb: dict) -> tuple:
     """The current policy's distribution at the minibatch's steps, and its log ratio to the acting policy (padding
-    steps hold stale actions and log-probs: they get ratio 1, so nothing overflows)."""
-    dist = model.distribution(params)
+    steps hold stale actions and log-probs: they get ratio 1, so nothing overflows). With --rpo_alpha both are RPO's
+    perturbed policy's (V-trace's importance weights see it too)."""
+    dist = model.distribution_to_learn(params)
     logp = dist.log_prob(mb["actions"])
     return dist, torch.where(mb["valid"], logp - mb["behavior_logp"], torch.zeros_like(logp))
 

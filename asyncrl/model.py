@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
-from asyncrl.config import Config
+from asyncrl.config import Config, ConfigError
 
 # Argument validation costs more than the sampling itself at small inference batches, and our inputs are the
 # model's own outputs: off (a profile of the policy worker showed ~10% of its time in it).
@@ -170,6 +170,10 @@ class ActorCritic(nn.Module):
         else:
             self.action_head = nn.Linear(size, action_space.shape[0])
             self.action_log_std = nn.Parameter(torch.full(action_space.shape, math.log(cfg.initial_stddev)))
+        if self.discrete and cfg.rpo_alpha:
+            raise ConfigError(f"--rpo_alpha shifts a Gaussian's means: it needs Box actions, and {cfg.env!r} has "
+                              f"{action_space}; leave it at 0")
+        self.rpo_alpha = cfg.rpo_alpha
         self._initialize()
 
     def _initialize(self) -> None:
@@ -286,6 +290,14 @@ class ActorCritic(nn.Module):
 
     def distribution(self, action_params: torch.Tensor):
         return self.distribution_from_params(self.distribution_params(action_params))
+
+    def distribution_to_learn(self, action_params: torch.Tensor):
+        """The distribution an update takes log-probabilities from: with --rpo_alpha the Gaussian's means shifted by
+        noise from U(-alpha, alpha) (RPO, Rahman & Xue 2022, Alg. 1 line 13), which keeps the policy from settling
+        on a narrow Gaussian early; otherwise the acting one."""
+        if self.rpo_alpha:
+            action_params = action_params + torch.empty_like(action_params).uniform_(-self.rpo_alpha, self.rpo_alpha)
+        return self.distribution(action_params)
 
     def sample_actions(self, action_params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(actions, their log-probabilities) for inference. Discrete actions by the Gumbel-max trick,

@@ -222,7 +222,8 @@ def test_sample_minibatches_learn_what_trajectory_minibatches_learn(tmp_path, wi
     dict(env="Pendulum-v1", num_batches_per_epoch=2, num_epochs=2),  # Box actions: diagonal Gaussian head
     dict(use_rnn=False, actor_critic_share_weights=False),
     dict(env="Pendulum-v1", shuffle_samples=True, num_batches_per_epoch=4, num_epochs=2),
-], ids=["lstm", "truncated_bptt", "gae_normalized_input", "box_actions", "separate_critic", "shuffled_samples"])
+    dict(env="Pendulum-v1", rpo_alpha=0.5),
+], ids=["lstm", "truncated_bptt", "gae_normalized_input", "box_actions", "separate_critic", "shuffled_samples", "rpo"])
 def test_model_and_loss_variants_train(tmp_path, overrides):
     runner = serial_runner(tmp_path, **overrides)
     learner = next(c for c in runner.components if isinstance(c, Learner))
@@ -265,6 +266,27 @@ def test_a_gaussian_policy_starts_at_initial_stddev():
         params = model.forward_step(torch.randn(5, 3), torch.zeros(5, 0))[0]
         torch.testing.assert_close(model.distribution(params).base_dist.stddev,
                                    torch.full((5, 2), stddev))
+
+
+def test_rpo_learns_from_the_gaussian_with_means_shifted_by_uniform_noise():
+    """--rpo_alpha a (RPO, Rahman & Xue 2022, Alg. 1 line 13): the update's distribution is the acting Gaussian with
+    each mean moved by noise from U(-a, a), fresh each call, the std kept; at 0 it is the acting distribution."""
+    import gymnasium as gym
+    from asyncrl.cli import config_from_args
+    from asyncrl.model import ActorCritic
+    for alpha in (0.0, 0.5):
+        cfg = config_from_args(["--env", "Pendulum-v1", "--rpo_alpha", str(alpha)])
+        model = ActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (2,)), cfg)
+        params = model.forward_step(torch.randn(4000, 3), torch.zeros(4000, 0))[0]
+        acting, learned = model.distribution(params).base_dist, model.distribution_to_learn(params).base_dist
+        shift = learned.mean - acting.mean
+        torch.testing.assert_close(learned.stddev, acting.stddev)
+        if alpha == 0:
+            assert torch.equal(shift, torch.zeros_like(shift))
+            continue
+        assert shift.abs().max() <= alpha and shift.abs().max() > 0.99 * alpha
+        assert abs(shift.mean()) < 0.02 and abs(shift.var() - alpha ** 2 / 3) < 0.005  # U(-a, a): mean 0, var a^2/3
+        assert not torch.equal(shift, model.distribution_to_learn(params).base_dist.mean - acting.mean)
 
 
 def test_a_list_flag_takes_json_or_words_as_sample_factory():

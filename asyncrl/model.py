@@ -138,7 +138,8 @@ class ActorCritic(nn.Module):
         self.is_image = len(obs_space.shape) == 3
         use_conv = cfg.encoder == "conv" or (cfg.encoder == "auto" and self.is_image)
         if use_conv and not self.is_image:
-            raise ValueError(f"--encoder conv needs image observations, got shape {obs_space.shape}")
+            raise ConfigError(f"--encoder conv needs image observations, and {cfg.env!r} gives shape "
+                              f"{obs_space.shape}; use --encoder mlp (or auto)")
         normalize_input = not self.is_image if cfg.normalize_input is None else cfg.normalize_input
         self.normalizer = RunningNorm(obs_space.shape) if normalize_input else None
         self.returns_normalizer = ReturnNorm() if cfg.normalize_returns else None

@@ -146,6 +146,7 @@ def test_doom_basic_runs_headless(tmp_path, clean_machine):
     (["--env", "doom_basic", "--actor_critic_share_weights", "False"], "needs --use_rnn False"),
     (["--env", "CartPole-v1", "--use_rnn", "True", "--shuffle_samples", "True"], "needs --use_rnn False"),
     (["--env", "Pendulum-v1", "--initial_stddev", "0"], "--initial_stddev must be positive"),
+    (["--env", "CartPole-v1", "--encoder", "conv"], "--encoder conv needs image observations"),
     (["--env", "CartPole-v1", "--rpo_alpha", "0.5"], "--rpo_alpha shifts a Gaussian's means: it needs Box actions"),
     (["--env", "CartPole-v1", "--adam_beta2", "1"], "--adam_beta2 must be in [0, 1), got 1.0"),  # Adam's, in the learner
     (["--env", "CartPole-v1", "--no_such_flag", "1"], "unrecognized arguments"),

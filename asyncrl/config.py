@@ -182,6 +182,8 @@ class Config:
     encoder_mlp_layers: list = _f([512, 512], "Hidden sizes of the MLP encoder, e.g. 256 256 or '[256, 256]'.")
     actor_critic_share_weights: bool = _f(True, "The actor and the critic share the encoder; False gives the critic "
                                           "an encoder of its own (needs --use_rnn False).")
+    critic_mlp_layers: list = _f([], "Hidden sizes of the critic's own MLP with --actor_critic_share_weights False, "
+                                 "e.g. 256 256 (a wider critic than actor); none given: --encoder_mlp_layers.")
     initial_stddev: float = _f(1.0, "Box actions: the Gaussian policy's standard deviation at the start (each "
                                "action dimension's log-std is learned from there).")
     use_rnn: bool = _f(True, "Recurrent core after the encoder.")
@@ -382,8 +384,11 @@ def _check_shapes(cfg: Config) -> None:
     if rem or slots_per_minibatch == 0:
         raise ConfigError(f"--batch_size/--rollout ({cfg.batch_size // cfg.rollout} trajectories) must be a "
                           f"multiple of --num_batches_per_epoch ({cfg.num_batches_per_epoch})")
-    if any(not isinstance(n, int) or n <= 0 for n in cfg.encoder_mlp_layers):
-        raise ConfigError(f"--encoder_mlp_layers must be a list of positive ints, got {cfg.encoder_mlp_layers}")
+    for name in ("encoder_mlp_layers", "critic_mlp_layers"):
+        if any(not isinstance(n, int) or n <= 0 for n in getattr(cfg, name)):
+            raise ConfigError(f"--{name} must be a list of positive ints, got {getattr(cfg, name)}")
+    if cfg.critic_mlp_layers and cfg.actor_critic_share_weights:
+        raise ConfigError("--critic_mlp_layers sizes the critic's own MLP: it needs --actor_critic_share_weights False")
     if not (cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:")):
         raise ConfigError(f"--device must be auto, cpu, cuda or cuda:N, got {cfg.device!r}")
     if cfg.selfplay_snapshot_every_env_steps < 0 or cfg.selfplay_pool_size <= 0:

@@ -116,12 +116,11 @@ def mlp_encoder(in_size: int, layers: list[int]) -> tuple[nn.Module, int]:
 
 class ActorAndCriticEncoders(nn.Module):
     """Two encoders side by side (--actor_critic_share_weights False): the actor's features, then the critic's, in
-    one vector; ActorCritic.heads gives each head its half. Its input is normalized once for both."""
+    one vector; ActorCritic.heads gives each head its part. Its input is normalized once for both."""
 
-    def __init__(self, make_encoder):
+    def __init__(self, actor: nn.Module, critic: nn.Module):
         super().__init__()
-        self.actor, _ = make_encoder()
-        self.critic, _ = make_encoder()
+        self.actor, self.critic = actor, critic
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([self.actor(x), self.critic(x)], dim=-1)
@@ -140,19 +139,23 @@ class ActorCritic(nn.Module):
         if use_conv and not self.is_image:
             raise ConfigError(f"--encoder conv needs image observations, and {cfg.env!r} gives shape "
                               f"{obs_space.shape}; use --encoder mlp (or auto)")
+        if use_conv and cfg.critic_mlp_layers:
+            raise ConfigError("--critic_mlp_layers sizes an MLP critic, and this model's encoder is conv; leave it out")
         normalize_input = not self.is_image if cfg.normalize_input is None else cfg.normalize_input
         self.normalizer = RunningNorm(obs_space.shape) if normalize_input else None
         self.returns_normalizer = ReturnNorm() if cfg.normalize_returns else None
         self.reward_std = RunningNorm(()) if cfg.scale_rewards else None  # --scale_rewards' moments (reward_scaling.py)
         self.is_conv = use_conv
-        def make_encoder():
+        def make_encoder(mlp_layers):
             if use_conv:
                 return conv_encoder(obs_space.shape, cfg.encoder_conv_architecture)
-            return mlp_encoder(int(torch.tensor(obs_space.shape).prod()), cfg.encoder_mlp_layers)
-        self.encoder, size = make_encoder()
+            return mlp_encoder(int(torch.tensor(obs_space.shape).prod()), mlp_layers)
+        self.encoder, size = make_encoder(cfg.encoder_mlp_layers)
+        critic_size = size
         self.critic_features_from = None  # where the critic's features start in the encoder's output, if separate
         if not cfg.actor_critic_share_weights:
-            self.encoder = ActorAndCriticEncoders(make_encoder)
+            critic, critic_size = make_encoder(cfg.critic_mlp_layers or cfg.encoder_mlp_layers)
+            self.encoder = ActorAndCriticEncoders(self.encoder, critic)
             self.critic_features_from = size
 
         self.compute_dtype = torch.float32  # see store_weights_as
@@ -162,9 +165,10 @@ class ActorCritic(nn.Module):
             self.core = nn.GRUCell(size, cfg.rnn_size)
         elif self.rnn_type == "lstm":
             self.core = nn.LSTMCell(size, cfg.rnn_size)
-        size = cfg.rnn_size if self.rnn_type else size
+        if self.rnn_type:
+            size = critic_size = cfg.rnn_size
 
-        self.value_head = nn.Linear(size, 1)
+        self.value_head = nn.Linear(critic_size, 1)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if self.discrete:
             self.action_head = nn.Linear(size, int(action_space.n))

@@ -220,7 +220,7 @@ def test_sample_minibatches_learn_what_trajectory_minibatches_learn(tmp_path, wi
     dict(use_rnn=True, rnn_size=8, rollout=8, recurrence=4, batch_size=64),
     dict(with_vtrace=False, normalize_input=True),
     dict(env="Pendulum-v1", num_batches_per_epoch=2, num_epochs=2),  # Box actions: diagonal Gaussian head
-    dict(use_rnn=False, actor_critic_share_weights=False),
+    dict(use_rnn=False, actor_critic_share_weights=False, critic_mlp_layers=[32, 16]),
     dict(env="Pendulum-v1", shuffle_samples=True, num_batches_per_epoch=4, num_epochs=2),
     dict(env="Pendulum-v1", rpo_alpha=0.5),
 ], ids=["lstm", "truncated_bptt", "gae_normalized_input", "box_actions", "separate_critic", "shuffled_samples", "rpo"])
@@ -239,14 +239,18 @@ def test_model_and_loss_variants_train(tmp_path, overrides):
     runner._stop_children()
 
 
-def test_a_separate_critic_shares_no_weight_with_the_actor():
+@pytest.mark.parametrize("critic_layers", [[], ["--critic_mlp_layers", "48", "40"]], ids=["same", "wider"])
+def test_a_separate_critic_shares_no_weight_with_the_actor(critic_layers):
     """--actor_critic_share_weights False: the value's gradient reaches only the critic's encoder and the value head,
-    the action means' only the actor's encoder and the action head."""
+    the action means' only the actor's encoder and the action head; --critic_mlp_layers sizes the critic alone."""
     import gymnasium as gym
     from asyncrl.cli import config_from_args
     from asyncrl.model import ActorCritic
-    cfg = config_from_args(["--env", "Pendulum-v1", "--actor_critic_share_weights", "False"])
+    cfg = config_from_args(["--env", "Pendulum-v1", "--actor_critic_share_weights", "False", *critic_layers])
     model = ActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (1,)), cfg)
+    hidden = [m.out_features for m in model.encoder.critic if isinstance(m, torch.nn.Linear)]
+    assert hidden == ([48, 40] if critic_layers else cfg.encoder_mlp_layers)
+    assert [m.out_features for m in model.encoder.actor if isinstance(m, torch.nn.Linear)] == cfg.encoder_mlp_layers
     actor = [*model.encoder.actor.parameters(), *model.action_head.parameters()]
     critic = [*model.encoder.critic.parameters(), *model.value_head.parameters()]
     for output, reached, untouched in ((1, critic, actor), (0, actor, critic)):

@@ -145,6 +145,8 @@ def test_doom_basic_runs_headless(tmp_path, clean_machine):
     (["--env", "CartPole-v1", "--use_rnn", "True", "--recurrence", "5"], "must divide --rollout"),
     (["--env", "doom_basic", "--actor_critic_share_weights", "False"], "needs --use_rnn False"),
     (["--env", "Pendulum-v1", "--critic_mlp_layers", "256", "256"], "needs --actor_critic_share_weights False"),
+    (["--env", "doom_basic", "--use_rnn", "False", "--actor_critic_share_weights", "False", "--critic_mlp_layers",
+      "64"], "this model's encoder is conv"),
     (["--env", "CartPole-v1", "--use_rnn", "True", "--shuffle_samples", "True"], "needs --use_rnn False"),
     (["--env", "Pendulum-v1", "--initial_stddev", "0"], "--initial_stddev must be positive"),
     (["--env", "CartPole-v1", "--encoder", "conv"], "--encoder conv needs image observations"),

@@ -130,7 +130,7 @@ def test_multi_agent_runs_train_two_policies_and_a_pettingzoo_env(tmp_path):
     (random play scores a quarter of the steps); a PettingZoo butterfly env, imported by path, trains."""
     r = run_cli("train", "--env", "synthetic_multi", "--env_options", '{"num_agents": 3, "agent_episode_lens": [5, 9, 30], '
                 '"episode_len": 12, "step_us": 20}', "--num_policies", 2, "--train_dir", tmp_path, "--experiment", "ma",
-                "--train_for_env_steps", 24_000, "--num_workers", 2, "--num_envs_per_worker", 4, "--seed", 1,
+                "--train_for_env_steps", 16_000, "--num_workers", 2, "--num_envs_per_worker", 4, "--seed", 1,
                 "--experiment_summaries_interval", 2, timeout=240)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     rows = read_stats(tmp_path / "ma")

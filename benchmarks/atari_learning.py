@@ -46,21 +46,26 @@ def published_at(curve: list[dict], frames: int) -> dict:
     return min(curve, key=lambda r: abs(r["frames"] - frames))
 
 
-def asyncrl_run(game: str, seconds: float, train_dir: str) -> list[dict]:
+def seed_flag(seed: int | None) -> list[str]:
+    """--seed for both sides (None: each side's own default seed)."""
+    return [] if seed is None else ["--seed", str(seed)]
+
+
+def asyncrl_run(game: str, seconds: float, train_dir: str, seed: int | None) -> list[dict]:
     experiment = f"asyncrl_{game}"
     rows = train_and_watch(["--env", f"atari_{game}", "--train_for_seconds", str(seconds), "--train_dir", train_dir,
-                            "--experiment", experiment, "--restart_behavior", "restart"],
+                            "--experiment", experiment, "--restart_behavior", "restart", *seed_flag(seed)],
                            os.path.join(train_dir, experiment), timeout_s=seconds + 300)
     return [{"wall_s": r["wall_s"], "frames": r["env_steps"], "score": r["episode_reward_mean"]}
             for r in rows if r["episode_reward_mean"] is not None]
 
 
-def cleanrl_run(python: str, script: str, game: str, seconds: float, work_dir: str) -> list[dict]:
+def cleanrl_run(python: str, script: str, game: str, seconds: float, work_dir: str, seed: int | None) -> list[dict]:
     """CleanRL's script from launch until `seconds` have passed (it has no time limit: stopped then); one row per game
     it finished: the mean score of the last 100 games so far."""
     launch = time.monotonic()
-    proc = subprocess.Popen([python, script, "--env-id", CLEANRL_IDS[game], "--no-cuda"], cwd=work_dir,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([python, script, "--env-id", CLEANRL_IDS[game], "--no-cuda", *seed_flag(seed)],
+                            cwd=work_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     stopper = threading.Timer(seconds, proc.terminate)
     stopper.start()
     rows, games = [], []
@@ -115,14 +120,14 @@ def summary(rows_a: list[dict], rows_c: list[dict]) -> dict:
 
 
 def result_name(args) -> str:
-    return "atari_learning_" + "_".join(args.games)
+    return "atari_learning_" + "_".join(args.games) + ("" if args.seed is None else f"_seed{args.seed}")
 
 
 def markdown(results: dict, published: dict, args) -> str:
     lines = [f"# Atari learning: asyncrl vs CleanRL's ppo_atari_envpool.py, {args.seconds / 60:g} minutes each", "",
              f"Machine: {args.machine}", "",
              f"Command: `python benchmarks/atari_learning.py --cleanrl_script PATH/cleanrl/ppo_atari_envpool.py "
-             f"--games {' '.join(args.games)} --seconds {args.seconds:g}`", "",
+             f"--games {' '.join(args.games)} --seconds {args.seconds:g}{' '.join(['', *seed_flag(args.seed)])}`", "",
              "Scores: mean unclipped game score of the last 100 games. Frames: emulator frames (4 per agent step). "
              "Published: CleanRL's published curve at asyncrl's last frames, mean (spread over seeds), read off "
              "openrlbenchmark's figure (`cleanrl_published_atari_curves.json`).", "",
@@ -153,6 +158,8 @@ def main():
     parser.add_argument("--cleanrl_script", help="cleanrl/ppo_atari_envpool.py, from a clone of CleanRL")
     parser.add_argument("--games", nargs="+", default=list(CLEANRL_IDS), choices=list(CLEANRL_IDS))
     parser.add_argument("--seconds", type=float, default=1800.0, help="wall time per run, from launch")
+    parser.add_argument("--seed", type=int, help="both sides' seed (default: each side's own: asyncrl a random one, "
+                                                   "CleanRL 1)")
     parser.add_argument("--cleanrl_venv", default=os.path.expanduser("~/.cache/asyncrl/cleanrl_atari_venv"))
     parser.add_argument("--from_json", help="a saved result (results/atari_learning_*.json): write its md and png "
                                             "again, with no runs")
@@ -160,7 +167,7 @@ def main():
     if args.from_json:
         with open(args.from_json) as f:
             saved = json.load(f)
-        vars(args).update(saved["args"], machine=saved["machine"])
+        vars(args).update({"seed": None, **saved["args"]}, machine=saved["machine"])
         report(saved["results"], args)
         return
     if not args.cleanrl_script:
@@ -170,8 +177,8 @@ def main():
     train_dir = tempfile.mkdtemp(prefix="asyncrl_atari_learning_")
     results = {}
     for game in args.games:
-        rows_a = asyncrl_run(game, args.seconds, train_dir)
-        rows_c = cleanrl_run(python, script, game, args.seconds, train_dir)
+        rows_a = asyncrl_run(game, args.seconds, train_dir, args.seed)
+        rows_c = cleanrl_run(python, script, game, args.seconds, train_dir, args.seed)
         results[game] = {"asyncrl": {"rows": rows_a}, "cleanrl": {"rows": rows_c}, "summary": summary(rows_a, rows_c)}
         print(game, results[game]["summary"], flush=True)
     shutil.rmtree(train_dir, ignore_errors=True)

@@ -56,6 +56,8 @@ def config_from_args(argv: list[str]) -> Config:
 
 
 def cmd_train(argv: list[str]) -> int:
+    if "-h" in argv or "--help" in argv:
+        show_train_help(argv)  # before the fork server and torch: help needs neither
     start_fork_server()  # its imports overlap ours (torch: seconds); a user error below stops it
     from asyncrl.runner import train
     cfg = config_from_args(argv)

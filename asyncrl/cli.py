@@ -29,6 +29,11 @@ def train_parser(this_run: dict | None = None) -> OneLineErrorParser:
     return parser
 
 
+def wants_help(argv: list[str]) -> bool:
+    """A command asked for its help, which needs no fork server (it would import torch and the roles for nothing)."""
+    return "-h" in argv or "--help" in argv
+
+
 def show_train_help(argv: list[str]) -> NoReturn:
     """`asyncrl train [flags] --help`: every flag, and where the env's defaults (or a resumed run's config) differ
     from the engine's, the value this command would run with, as Sample Factory's help shows an env's defaults."""
@@ -41,7 +46,7 @@ def show_train_help(argv: list[str]) -> NoReturn:
 
 def config_from_args(argv: list[str]) -> Config:
     """Defaults < the env's defaults < the saved config of a resumed experiment < flags given now."""
-    if "-h" in argv or "--help" in argv:
+    if wants_help(argv):
         show_train_help(argv)
     given = vars(train_parser().parse_args(argv))
     resume = given.get("restart_behavior", Config.restart_behavior) == "resume"
@@ -56,8 +61,8 @@ def config_from_args(argv: list[str]) -> Config:
 
 
 def cmd_train(argv: list[str]) -> int:
-    if "-h" in argv or "--help" in argv:
-        show_train_help(argv)  # before the fork server and torch: help needs neither
+    if wants_help(argv):
+        show_train_help(argv)
     start_fork_server()  # its imports overlap ours (torch: seconds); a user error below stops it
     from asyncrl.runner import train
     cfg = config_from_args(argv)
@@ -79,7 +84,8 @@ def cmd_envs(argv: list[str]) -> int:
 
 
 def cmd_bench(argv: list[str]) -> int:
-    start_fork_server()
+    if not wants_help(argv):
+        start_fork_server()
     from asyncrl.bench import cmd_bench as bench
     return bench(argv)
 
@@ -115,7 +121,8 @@ def cmd_env_server(argv: list[str]) -> int:
 
 
 def cmd_tune(argv: list[str]) -> int:
-    start_fork_server()  # ready by the first candidate's run, which would otherwise wait seconds for its imports
+    if not wants_help(argv):
+        start_fork_server()  # ready by the first candidate's run, which would otherwise wait seconds for its imports
     from asyncrl.tune import cmd_tune as tune
     return tune(argv)
 

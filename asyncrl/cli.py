@@ -46,8 +46,6 @@ def show_train_help(argv: list[str]) -> NoReturn:
 
 def config_from_args(argv: list[str]) -> Config:
     """Defaults < the env's defaults < the saved config of a resumed experiment < flags given now."""
-    if wants_help(argv):
-        show_train_help(argv)
     given = vars(train_parser().parse_args(argv))
     resume = given.get("restart_behavior", Config.restart_behavior) == "resume"
     saved = read_saved_config(experiment_dir_of(given)) if resume else None

@@ -14,16 +14,18 @@ import signal
 from multiprocessing import forkserver, parent_process
 
 mp_context = mp.get_context("forkserver")
-# torch._dynamo too: torch imports it at the first optimizer's construction (2-2.5 s of CPU here), which each learner
-# would otherwise do after its fork
-mp_context.set_forkserver_preload(["asyncrl.learner", "asyncrl.policy_worker", "asyncrl.rollout_worker",
-                                   "asyncrl.evaluator", "torch._dynamo"])
+# What a run's children need. torch._dynamo too: torch imports it at the first optimizer's construction (2-2.5 s of
+# CPU here), which each learner would otherwise do after its fork
+ENGINE_MODULES = ("asyncrl.learner", "asyncrl.policy_worker", "asyncrl.rollout_worker", "asyncrl.evaluator",
+                  "torch._dynamo")
+mp_context.set_forkserver_preload(list(ENGINE_MODULES))
 
 
-def start_fork_server() -> None:
-    """Start the server now rather than with the first child: it imports torch and the roles (seconds of CPU) while
+def start_fork_server(preload: tuple[str, ...] = ENGINE_MODULES) -> None:
+    """Start the server now rather than with the first child: it imports `preload` (the engine: seconds of CPU) while
     this process imports its own and probes the env, instead of after. It starts with Ctrl-C ignored (inherited
     through exec), as its children run: a Ctrl-C while it imports is this process's to report, in one line."""
+    mp_context.set_forkserver_preload(list(preload))
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         forkserver.ensure_running()

@@ -10,8 +10,8 @@ import sys
 import traceback
 from typing import NoReturn
 
-import torch
-
+# torch is imported where it is used: an env server's process uses this module's helpers, and needs no torch (seconds
+# of CPU at its start)
 from asyncrl.envs import adopt_entry
 from asyncrl.fork_server import mp_context, release_fork_server
 from asyncrl.messages import Fatal
@@ -41,6 +41,7 @@ class StopFlag:
     named semaphores stay in /dev/shm until Python's resource tracker removes them, some time after a killed run."""
 
     def __init__(self):
+        import torch
         self._flag = torch.zeros(1, dtype=torch.bool).share_memory_()
 
     def set(self) -> None:
@@ -144,6 +145,7 @@ def child_main(title: str, make_component, stop_flag, torch_threads: int, parent
     keep_freed_memory_for_reuse()
     if cores:
         os.sched_setaffinity(0, cores)
+    import torch
     torch.set_num_threads(torch_threads)
     adopt_entry(*env)
 

@@ -132,7 +132,7 @@ def serve(args, token: str | None, tls: tuple[bytes, bytes] | None, parent_pid: 
 def cmd_env_server(argv: list[str]) -> int:
     """Check the flags (exit 2 on bad ones, before anything starts), then run the server in a child process until
     Ctrl-C or SIGTERM."""
-    from asyncrl.fork_server import mp_context
+    from asyncrl.fork_server import mp_context, start_fork_server
     args = server_arguments().parse_args(argv)
     try:
         env_entry(args.env)
@@ -140,6 +140,7 @@ def cmd_env_server(argv: list[str]) -> int:
         raise ConfigError(str(e)) from None
     token, tls = checked_security(args)
     check_port_free(args.host, args.port)
+    start_fork_server(preload=("asyncrl.remote.server",))  # the server's process needs neither torch nor the engine
     child = mp_context.Process(target=serve, args=(args, token, tls, os.getpid()), name="asyncrl-env-server")
     child.start()
     signal.signal(signal.SIGTERM, lambda *_: os.kill(child.pid, signal.SIGTERM))

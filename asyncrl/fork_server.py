@@ -14,10 +14,8 @@ import signal
 from multiprocessing import forkserver, parent_process
 
 mp_context = mp.get_context("forkserver")
-# What a run's children need. torch._dynamo too: torch imports it at the first optimizer's construction (2-2.5 s of
-# CPU here), which each learner would otherwise do after its fork
-ENGINE_MODULES = ("asyncrl.learner", "asyncrl.policy_worker", "asyncrl.rollout_worker", "asyncrl.evaluator",
-                  "torch._dynamo")
+# what a run's children need (no torch._dynamo, which takes longer to import than torch: see asyncrl/optimizer.py)
+ENGINE_MODULES = ("asyncrl.learner", "asyncrl.policy_worker", "asyncrl.rollout_worker", "asyncrl.evaluator")
 mp_context.set_forkserver_preload(list(ENGINE_MODULES))
 
 

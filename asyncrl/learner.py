@@ -16,6 +16,7 @@ from asyncrl.messages import ExportState, ImportState, LearnerStats, LearnerStop
     StateImported
 from asyncrl.minibatches import minibatches
 from asyncrl.model import build_model, low_precision, pack_state, unpack_state
+from asyncrl.optimizer import Adam
 from asyncrl.processes import stop_run
 from asyncrl.queues import Queues, take_all
 from asyncrl.rollouts import Batch, batch_source
@@ -42,8 +43,8 @@ class Learner:
         self.model = build_model(obs_space, action_space, cfg).to(device).train()
         self.autocast_dtype = low_precision(cfg, device, self.model)  # of the encoder; master weights stay float32
         self.minibatches = minibatches(cfg, self.model, self.autocast_dtype)  # trajectories, or samples
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
-                                          betas=(cfg.adam_beta1, cfg.adam_beta2))
+        self.optimizer = Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
+                              betas=(cfg.adam_beta1, cfg.adam_beta2))
         self.checkpoint_dir = checkpoint_dir(cfg.experiment_dir, policy_id)
         self.train_step = 0  # also the policy version: one per batch
         self.env_steps = 0   # frames (frameskip included) of the samples this learner received
@@ -262,7 +263,7 @@ class Learner:
     def _optimizer_step(self, mb: dict[str, torch.Tensor]) -> tuple[dict, torch.Tensor]:
         """One step on a minibatch: its stats and its learned samples' value targets (return units); skipped and counted
         if the loss or gradient is not finite (under torchrun one rank's makes every rank's average so: all skip)."""
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         if mb["valid"].numel() == 0:
             stats, targets = self._empty_minibatch()
         else:

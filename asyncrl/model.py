@@ -15,6 +15,7 @@ from torch.nn import functional as F
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from asyncrl.config import Config, ConfigError
+from asyncrl.optimizer import Adam
 
 # Argument validation costs more than the sampling itself at small inference batches, and our inputs are the
 # model's own outputs: off (a profile of the policy worker showed ~10% of its time in it).
@@ -413,7 +414,7 @@ def learner_state_floats(model: nn.Module) -> int:
     return num_state_floats(model) + 2 * sum(p.numel() for p in model.parameters()) + 1
 
 
-def pack_state(model: nn.Module, optimizer: torch.optim.Adam, out: torch.Tensor) -> None:
+def pack_state(model: nn.Module, optimizer: Adam, out: torch.Tensor) -> None:
     """Write the model's state tensors and the Adam state of its parameters into the flat tensor `out` (a parameter
     Adam has not stepped yet counts as zero moments)."""
     params = list(model.parameters())
@@ -426,7 +427,7 @@ def pack_state(model: nn.Module, optimizer: torch.optim.Adam, out: torch.Tensor)
     out.copy_(torch.cat([*parts, torch.tensor([step])]))
 
 
-def unpack_state(model: nn.Module, optimizer: torch.optim.Adam, flat: torch.Tensor) -> None:
+def unpack_state(model: nn.Module, optimizer: Adam, flat: torch.Tensor) -> None:
     """The inverse of pack_state: load weights, buffers and Adam state from `flat`."""
     tensors, params = state_tensors(model), list(model.parameters())
     pieces = unflatten(flat[:-1], tensors + params + params)

@@ -1,17 +1,22 @@
 """The engine's components driven in one process (serial mode): slot lifecycle, RNN resets, lag masking."""
 
+import copy
 import dataclasses
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
-from helpers import drain, serial_runner, slot_owners
+from helpers import REPO, drain, serial_runner, slot_owners
 
 from asyncrl.buffers import num_slots
 from asyncrl.config import Config, ConfigError
 from asyncrl.learner import Learner
 from asyncrl.messages import Episodes, LearnerStats
+from asyncrl.optimizer import Adam
 from asyncrl.rollouts import Batch
 from asyncrl.stats import PolicyStats
 
@@ -634,3 +639,57 @@ def test_fps_is_the_learners_rate_even_when_an_update_outlasts_the_summary_inter
             assert stats.fps(now) == pytest.approx(4096 / 7)
     assert len(stats.reports) <= 3  # the window's reports and the one before them
     assert stats.fps(now=56.0 + 60) < 4096 / 7 / 4  # no report for a minute: the rate falls towards 0
+
+
+def test_adam_takes_torch_adams_steps_bit_for_bit_and_loads_either_ones_state():
+    """asyncrl's Adam (no torch._dynamo) against torch.optim.Adam: the same weights after every step, where the
+    learning rate changes and some steps give only the last layer gradients (so the parameters' steps differ); then
+    each one's state_dict loads into the other, and the two go on in step."""
+    torch.manual_seed(0)
+    models = [torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))]
+    models.append(copy.deepcopy(models[0]))
+    hyperparameters = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-6)
+    optimizers = [Adam(models[0].parameters(), **hyperparameters),
+                  torch.optim.Adam(models[1].parameters(), **hyperparameters)]
+
+    def steps(first: int, last: int) -> None:
+        for k in range(first, last):
+            x = torch.randn(16, 4)
+            for model, optimizer in zip(models, optimizers):
+                optimizer.param_groups[0]["lr"] = 1e-2 / (1 + k)
+                optimizer.zero_grad()
+                out = model[2](x.repeat(1, 2)) if k % 3 == 1 else model(x)
+                out.square().mean().backward()
+                optimizer.step()
+            assert all(torch.equal(a, b) for a, b in zip(models[0].parameters(), models[1].parameters())), k
+
+    steps(0, 8)
+    assert float(optimizers[0].state[models[0][0].weight]["step"]) == 5  # steps 1 and 4 left the first layer alone
+    saved = [optimizer.state_dict() for optimizer in optimizers]
+    optimizers = [Adam(models[0].parameters(), **hyperparameters),
+                  torch.optim.Adam(models[1].parameters(), **hyperparameters)]
+    optimizers[0].load_state_dict(saved[1])
+    optimizers[1].load_state_dict(saved[0])
+    steps(8, 12)
+
+
+def test_learning_imports_no_torch_dynamo(tmp_path):
+    """torch._dynamo takes longer to import than torch (2-3 s of CPU): the fork server does not preload it, so no
+    role may import it (torch.optim's optimizers do: asyncrl/optimizer.py). A learner's updates, in a process of
+    their own."""
+    script = f"""
+import sys
+from helpers import serial_runner
+from asyncrl.learner import Learner
+runner = serial_runner({str(tmp_path)!r})
+learner = next(c for c in runner.components if isinstance(c, Learner))
+while learner.train_step < 3:
+    for c in runner.components:
+        c.poll(0.0)
+learner.save()
+runner._stop_children()
+print(sorted(m for m in sys.modules if m.startswith("torch._dynamo")))
+"""
+    r = subprocess.run([sys.executable, "-c", script], cwd=os.path.join(REPO, "tests"), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout[-2000:]

@@ -14,6 +14,7 @@ from asyncrl.config import PER_POLICY_HPARAMS, Config
 from asyncrl.model import learner_state_floats, pack_state, unpack_state
 from asyncrl.model import build_model
 from asyncrl.messages import StateExported
+from asyncrl.optimizer import Adam
 from asyncrl.pbt import MUTATED, copy_source, mutate
 
 
@@ -48,7 +49,7 @@ def test_packed_state_carries_weights_and_adam_moments():
     cfg = Config(env="x", use_rnn=False, encoder_mlp_layers=[8])
     obs_space, action_space = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3)
     models = [build_model(obs_space, action_space, cfg) for _ in range(2)]
-    optimizers = [torch.optim.Adam(m.parameters(), lr=1e-2) for m in models]
+    optimizers = [Adam(m.parameters(), lr=1e-2, betas=(0.9, 0.999), eps=1e-8) for m in models]
     x = torch.randn(16, 4)
 
     def step(model, optimizer):

@@ -17,13 +17,11 @@ def vtrace_reference(log_rhos, discounts, rewards, values, bootstrap, rho_bar, p
     vs = np.zeros((T, B))
     for b in range(B):
         for s in range(T):
-            total = 0.0
+            total, weight = 0.0, 1.0  # weight: the product for t, extended by one factor per t
             for t in range(s, T):
-                weight = 1.0
-                for i in range(s, t):
-                    weight *= discounts[i, b] * clip(rhos[i, b], c_bar)
                 delta = clip(rhos[t, b], rho_bar) * (rewards[t, b] + discounts[t, b] * values_ext[t + 1, b] - values_ext[t, b])
                 total += weight * delta
+                weight *= discounts[t, b] * clip(rhos[t, b], c_bar)
             vs[s, b] = values[s, b] + total
     vs_ext = np.concatenate([vs, bootstrap[None]], axis=0)
     pg = np.zeros((T, B))

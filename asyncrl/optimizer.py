@@ -65,5 +65,5 @@ class Adam:
             if i in saved["state"]:
                 state = saved["state"][i]
                 self.state[p] = {"step": state["step"].detach().float().cpu().clone(),
-                                 **{key: state[key].to(p.device, p.dtype, copy=True) for key in ("exp_avg",
-                                                                                               "exp_avg_sq")}}
+                                 "exp_avg": state["exp_avg"].to(p.device, p.dtype, copy=True),
+                                 "exp_avg_sq": state["exp_avg_sq"].to(p.device, p.dtype, copy=True)}

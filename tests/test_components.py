@@ -675,8 +675,8 @@ def test_adam_takes_torch_adams_steps_bit_for_bit_and_loads_either_ones_state():
 
 def test_learning_imports_no_torch_dynamo(tmp_path):
     """torch._dynamo takes longer to import than torch (2-3 s of CPU): the fork server does not preload it, so no
-    role may import it (torch.optim's optimizers do: asyncrl/optimizer.py). A learner's updates, in a process of
-    their own."""
+    role may import it (torch.optim's optimizers do: asyncrl/optimizer.py). A learner's updates and checkpoint, in a
+    process of their own."""
     script = f"""
 import sys
 from helpers import serial_runner
@@ -690,6 +690,7 @@ learner.save()
 runner._stop_children()
 print(sorted(m for m in sys.modules if m.startswith("torch._dynamo")))
 """
-    r = subprocess.run([sys.executable, "-c", script], cwd=os.path.join(REPO, "tests"), capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", script], cwd=os.path.join(REPO, "tests"), capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout[-2000:]

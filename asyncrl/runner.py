@@ -38,6 +38,10 @@ from asyncrl.envs.multi_agent import SingleAgent, is_agents
 from asyncrl.evaluator import Evaluator
 
 SHUTDOWN_TIMEOUT_S = 10.0
+# On a restart the rollout and policy workers have nothing to save (their samples in flight are dropped) and one of
+# them may never return: blocked on a queue lock the dead child held. They get this long, the learners the above.
+WORKER_RESTART_GRACE_S = 2.0
+WORKER_TITLES = ("asyncrl-rollout-", "asyncrl-policy-")
 RESTART_WINDOW_S = 300.0
 QUEUES_SHM_BYTES = 64 * 2**20  # faster-fifo queues and headroom
 
@@ -401,8 +405,8 @@ class Runner:
         print(f"asyncrl: {title} died (exit code {exitcode}); restarting the workers, "
               f"the learners resume from the checkpoint they save now", flush=True)
         self.stats.worker_restarts += 1
-        self._stop_children()
-        self._drain_reports(timeout=0.0)
+        if self._stop_children(worker_grace_s=WORKER_RESTART_GRACE_S):
+            self._drain_reports(timeout=0.0)  # not after a kill: the killed child may have held the queue's lock
         self.queues = Queues(self.cfg, num_slots(self.cfg))
         if self.pbt is not None:
             self.pbt.restart(self.queues.learner_commands)
@@ -412,20 +416,25 @@ class Runner:
         self.processes = {}
         self._start()
 
-    def _stop_children(self) -> None:
+    def _stop_children(self, worker_grace_s: float = SHUTDOWN_TIMEOUT_S) -> bool:
+        """Stop every child: the ones still running after their time (the learners: SHUTDOWN_TIMEOUT_S, workers:
+        worker_grace_s) are killed. Returns whether every child stopped by itself."""
         self.stop_flag.set()
         for component in self.components:
             if hasattr(component, "stop"):
                 component.stop()
             if hasattr(component, "close"):
                 component.close()
-        deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
-        for process in self.processes.values():
-            process.join(timeout=max(0.0, deadline - time.monotonic()))
-        for process in self.processes.values():
+        start, stopped_by_itself = time.monotonic(), True
+        for title, process in self.processes.items():
+            grace = worker_grace_s if title.startswith(WORKER_TITLES) else SHUTDOWN_TIMEOUT_S
+            process.join(timeout=max(0.0, start + grace - time.monotonic()))
             if process.is_alive():
+                print(f"asyncrl: {title} did not stop within {grace:g} s; killing it", flush=True)
                 process.kill()
                 process.join(timeout=1.0)
+                stopped_by_itself = False
+        return stopped_by_itself
 
 
 def _raise_keyboard_interrupt(signum, frame):

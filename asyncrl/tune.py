@@ -24,7 +24,9 @@ from asyncrl.config import (Config, ConfigError, OneLineErrorParser, add_config_
 
 KNOBS = ("num_envs_per_worker", "num_workers", "worker_num_splits", "policy_workers_per_policy", "batch_size")
 MARGIN = 1.03  # a change must be this much faster to be taken: smaller differences are within a run's noise
-RUN_OVERHEAD_S = 6.0  # process start-up and shutdown around each measured candidate
+# each candidate's time past its warm-up and measured seconds: measure.ROLES_TAIL_S (2 s) and ~1.5 s to start and stop
+# the run (CartPole on 2 cores)
+RUN_OVERHEAD_S = 3.5
 
 
 @dataclasses.dataclass(frozen=True)

@@ -201,7 +201,7 @@ def test_progress_is_a_live_bar_on_a_terminal_and_plain_lines_otherwise(tmp_path
 
 def test_tune_returns_valid_flags_that_train_uses(tmp_path, clean_machine):
     cache = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # where tuning results are kept
-    r = run_cli("tune", "--env", "CartPole-v1", "--budget_seconds", 30, "--seconds", 3, "--warmup_seconds", 4,
+    r = run_cli("tune", "--env", "CartPole-v1", "--budget_seconds", 18, "--seconds", 2, "--warmup_seconds", 2,
                 "--cost_seconds", 0.4, timeout=240, env=cache)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     result = json.loads((tmp_path / "cache" / "asyncrl" / "tune" / "CartPole-v1.json").read_text())

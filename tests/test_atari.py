@@ -183,8 +183,8 @@ def test_atari_pong_trains_with_normalized_returns_and_its_values_stay_within_th
     clipped return is within 1 / (1 - gamma) = 100 of zero, and so must every value estimate be. (Return statistics
     merged per minibatch diverged here within the first batch: values of -1e15, then a non-finite loss.)"""
     r = run_cli("train", "--env", "atari_pong", "--train_dir", tmp_path, "--experiment", "pong", "--normalize_returns",
-                "True", "--train_for_env_steps", 8192, "--experiment_summaries_interval", 1)
+                "True", "--train_for_env_steps", 4096, "--experiment_summaries_interval", 1)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     rows = [row for row in read_stats(tmp_path / "pong") if row.get("value") is not None]
-    assert rows and rows[-1]["train_step"] >= 2 and rows[-1]["nan_updates"] == 0, rows[-1:]
+    assert rows and rows[-1]["train_step"] >= 1 and rows[-1]["nan_updates"] == 0, rows[-1:]  # one batch: 4,096 frames
     assert all(abs(row["value"]) < 100 for row in rows), [row["value"] for row in rows]

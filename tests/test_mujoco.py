@@ -22,18 +22,18 @@ def test_every_box_action_env_gets_the_continuous_control_defaults_unless_flags_
 
 
 def test_a_mujoco_run_learns_from_a_gaussian_policy_and_leaves_the_folder_as_it_was(tmp_path, clean_machine):
-    """Hopper for 30k steps: episodes cut at 1000 steps at most, the stats in return units, and no MUJOCO_LOG.TXT
-    (mujoco 4 warns about gymnasium's models) in the working directory, nor those warnings in the output; then
-    enjoy writes its video on a machine without a screen."""
+    """Hopper for 12k steps (6 updates): episodes cut at 1000 steps at most, the stats in return units, and no
+    MUJOCO_LOG.TXT (mujoco 4 warns about gymnasium's models) in the working directory, nor those warnings in the
+    output; then enjoy writes its video on a machine without a screen."""
     work = tmp_path / "work"
     work.mkdir()
     r = run_cli("train", "--env", "mujoco_hopper", "--train_dir", tmp_path / "runs", "--experiment", "hop",
-                "--train_for_env_steps", 30_000, "--experiment_summaries_interval", 1, cwd=work)
+                "--train_for_env_steps", 12_000, "--experiment_summaries_interval", 1, cwd=work)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert os.listdir(work) == [] and "deprecated" not in r.stderr
     rows = [row for row in read_stats(tmp_path / "runs" / "hop") if row["episode_reward_mean"] is not None]
     # synchronous PPO (the Box-action default) learns once per 2,048 steps: every env's rollout
-    assert rows[-1]["env_steps"] >= 30_000 and rows[-1]["train_step"] >= 30_000 // 2048
+    assert rows[-1]["env_steps"] >= 12_000 and rows[-1]["train_step"] >= 12_000 // 2048
     assert 0 < rows[-1]["episode_len_mean"] <= 1000 and rows[-1]["value"] > 1.0  # returns of tens: not normalized
 
     # its video, on a machine without a screen (MuJoCo's default, glfw, needs one); small frames and a short episode:

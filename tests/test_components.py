@@ -41,7 +41,7 @@ def test_rnn_state_is_zero_at_episode_starts(tmp_path):
     runner = serial_runner(tmp_path, use_rnn=True, rnn_size=8, rollout=8, batch_size=64)
     b = runner.buffers
     checked = 0
-    for _ in range(3000):
+    for _ in range(500):  # ~450 episode starts checked, over ~60 updates
         for c in runner.components:
             c.poll(0.0)
         # every slot the agents are filling: a step that follows an episode end acted from a zero state
@@ -50,7 +50,7 @@ def test_rnn_state_is_zero_at_episode_starts(tmp_path):
                 if b.traj_dones[slot, t - 1]:
                     assert torch.all(b.traj_rnn_states[slot, t] == 0)
                     checked += 1
-    assert checked > 10
+    assert checked > 100
     runner._stop_children()
 
 

@@ -49,14 +49,14 @@ def clean_machine():
 
 @pytest.fixture(scope="session")
 def cartpole_run(tmp_path_factory):
-    """One CartPole run of 60k env steps on 2 workers x 4 envs, evaluated every 15k (best checkpoint), logged to
+    """One CartPole run of 40k env steps on 2 workers x 4 envs, evaluated every 10k (best checkpoint), logged to
     wandb offline too: the trained run that tests of learning, resuming, checkpoints, enjoy, export and sharing read.
     (train_dir, stdout); a test that changes the run works on a copy (copy_run)."""
     train_dir = tmp_path_factory.mktemp("runs")
     r = run_cli("train", "--env", "CartPole-v1", "--train_dir", train_dir, "--experiment", "cp", "--seed", 0,
                 "--num_workers", 2, "--num_envs_per_worker", 4, "--policy_workers_per_policy", 1,
-                "--eval_every_env_steps", 15_000, "--eval_episodes", 3, "--eval_deterministic", "True",
-                "--train_for_env_steps", 60_000, "--experiment_summaries_interval", 1, "--with_wandb", "True")
+                "--eval_every_env_steps", 10_000, "--eval_episodes", 3, "--eval_deterministic", "True",
+                "--train_for_env_steps", 40_000, "--experiment_summaries_interval", 1, "--with_wandb", "True")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return train_dir, r.stdout
 

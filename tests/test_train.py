@@ -14,7 +14,7 @@ def test_multiprocess_cartpole_learns(cartpole_run):
     train_dir, stdout = cartpole_run
     exp = train_dir / "cp"
     rows = read_stats(exp)
-    assert rows[-1]["env_steps"] >= 60_000
+    assert rows[-1]["env_steps"] >= 40_000
     assert rows[-1]["episode_reward_mean"] > 100, f"no learning progress: {rows[-1]}"  # random play scores ~22
     assert rows[-1]["train_step"] > 0 and rows[-1]["policy_lag_mean"] is not None
     assert {"time_s", "env_steps", "fps", "policy_id", "episode_reward_mean", "policy_lag_mean", "train_step"} <= set(rows[-1])

@@ -91,9 +91,10 @@ def test_train_for_seconds_stops_the_run(tmp_path, clean_machine):
 
 
 def test_episodes_count_when_the_run_stops_while_the_workers_wait_for_the_learner(tmp_path, clean_machine):
-    # 300 epochs per batch: on 2 cores the learner is still on its first batch when the run stops, and the rollout
-    # workers, their slots all full, have waited for it since their first second (timing_rollout_wait_slot ~1)
-    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "slow", "--num_epochs", 300,
+    # 200 epochs per batch (an update of ~4.7 s): on 2 cores the learner is still on its first batch when the run
+    # stops, and the rollout workers, their slots all full, have waited for it since their first seconds
+    # (timing_rollout_wait_slot ~1)
+    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "slow", "--num_epochs", 200,
                 "--train_for_seconds", 3)
     assert r.returncode == 0, r.stdout + r.stderr
     last = read_stats(tmp_path / "slow")[-1]

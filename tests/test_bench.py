@@ -89,7 +89,7 @@ def test_timing_reports_fractions_of_wall_time():
 def test_bench_all_modes_on_a_synthetic_env(tmp_path, clean_machine):
     out = tmp_path / "result.json"
     r = run_cli("bench", "--env", "synthetic_constant", "--env_options", '{"step_us": 100}', "--mode", "all",
-                "--seconds", 2, "--warmup_seconds", 3, "--cost_seconds", 0.4, "--num_workers", 2,
+                "--seconds", 2, "--warmup_seconds", 2, "--cost_seconds", 0.4, "--num_workers", 2,
                 "--num_envs_per_worker", 4, "--batch_size", 256, "--train_dir", tmp_path, "--out", out, timeout=240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads(out.read_text())

@@ -126,7 +126,7 @@ def test_selfplay_run_rates_its_snapshots_and_match_plays_them(tmp_path):
     plays the run's latest checkpoint against the scripted opponent and against random, and refuses what cannot
     play (a single-agent env, a scripted opponent the env lacks, a bad file) with one line and exit 2."""
     r = run_cli("train", "--env", "grid_duel", "--train_dir", tmp_path, "--experiment", "sp", "--seed", 1,
-                "--train_for_env_steps", 40_000, "--selfplay_snapshot_every_env_steps", 8_000, timeout=240)
+                "--train_for_env_steps", 24_000, "--selfplay_snapshot_every_env_steps", 5_000, timeout=240)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     ratings = json.loads((tmp_path / "sp" / "ratings.json").read_text())
     assert len(ratings["snapshots"]) >= 3 and ratings["matches"] > 100

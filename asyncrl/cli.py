@@ -62,8 +62,9 @@ def cmd_train(argv: list[str]) -> int:
     if wants_help(argv):
         show_train_help(argv)
     start_fork_server()  # its imports overlap ours (torch: seconds); a user error below stops it
-    from asyncrl.runner import train
     cfg = config_from_args(argv)
+    cfg.validate()  # before torch's import (seconds): a bad flag, value or env is answered in a fraction of one
+    from asyncrl.runner import train
     return train(cfg)
 
 

@@ -136,6 +136,9 @@ class Config:
     shuffle_samples: bool = _f(False, "Minibatches of samples drawn from the whole batch, whose advantages are "
                                "computed over the batch at each epoch's start (as CleanRL's PPO); False: minibatches "
                                "of whole trajectories, each computing its own. Needs --use_rnn False.")
+    pack_sequences: bool = _f(True, "Pack part-filled slots (ver's rollout ends, agents that leave early) into "
+                              "fewer trajectories for the learner, each piece followed by its bootstrap row, instead of "
+                              "padding each to --rollout steps (VER's sequence packing).")
     learning_rate: float = _f(1e-4, "Adam learning rate.")
     lr_schedule: str = _f("constant", "constant, or linear_decay to 0 over --train_for_env_steps.",
                           choices=["constant", "linear_decay"])

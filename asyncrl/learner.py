@@ -17,6 +17,7 @@ from asyncrl.messages import ExportState, ImportState, LearnerStats, LearnerStop
 from asyncrl.minibatches import minibatches
 from asyncrl.model import build_model, low_precision, pack_state, unpack_state
 from asyncrl.optimizer import Adam
+from asyncrl.packing import time_major
 from asyncrl.processes import stop_run
 from asyncrl.queues import Queues, take_all
 from asyncrl.rollouts import Batch, batch_source
@@ -201,18 +202,18 @@ class Learner:
 
     # --- one update
     def gather(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """Copy the batch's slots out of shared memory (so they can be recycled at once), time-major [T, B, ...]."""
-        b, bptt, slots = self.buffers, self.cfg.bptt_len, batch.slots
+        """Copy the batch's slots out of shared memory (so they can be recycled at once), time-major [T, C, ...]: a
+        column per slot, or fewer with part-filled slots packed together (packing.py)."""
         # index_select copies whole slots (5x faster than tensor[slots] for a batch of images)
-        tensors = {name: getattr(b, "traj_" + field).index_select(0, slots) for name, field in (
+        tensors = {name: getattr(self.buffers, "traj_" + field).index_select(0, batch.slots) for name, field in (
             ("obs", "obs"), ("actions", "actions"), ("behavior_logp", "action_logp"),
             ("behavior_params", "action_params"), ("behavior_values", "values"),
             ("rewards", "rewards"), ("discounted_returns", "discounted_returns"), ("dones", "dones"),
-            ("valid", "valid"), ("policy_version", "policy_version"))}
-        tensors["chunk_states"] = b.traj_rnn_states[:, ::bptt].index_select(0, slots)
+            ("valid", "valid"), ("policy_version", "policy_version"), ("rnn_states", "rnn_states"))}
         tensors["valid"] = batch.learned(tensors["valid"])
         # contiguous time-major: a minibatch of trajectories is then a copy of whole rows
-        return {k: v.transpose(0, 1).contiguous().to(self.device, non_blocking=True) for k, v in tensors.items()}
+        tensors = time_major(tensors, self.cfg.bptt_len, self.cfg.pack_sequences, self.cfg.num_batches_per_epoch)
+        return {k: v.to(self.device, non_blocking=True) for k, v in tensors.items()}
 
     def train(self, batch: dict[str, torch.Tensor], preempted_steps: int = 0) -> dict:
         """--num_epochs passes of --num_batches_per_epoch APPO steps over a gathered batch; the new version."""
@@ -240,7 +241,8 @@ class Learner:
         self.train_step += 1
         self.preempted_updates += preempted_steps > 0
         valid_lag = lag[valid].float()
-        stats.update(batch_samples=int(valid.sum()), preempted_steps=preempted_steps)
+        stats.update(batch_samples=int(valid.sum()), padded_fraction=1.0 - float(valid.sum()) / valid.numel(),
+                     preempted_steps=preempted_steps)
         stats = self.collective.mean_over_ranks(stats)
         stats.update(self._hp_stats())
         stats.update(train_step=self.train_step, env_steps=self.env_steps, lr=lr, nan_updates=self.nan_updates,

@@ -57,7 +57,7 @@ class TrajectoryMinibatches:
             yield {k: v.index_select(1, trajectories.to(v.device)) for k, v in batch.items()}
 
     def forward(self, mb: dict, gamma: float) -> Forward:
-        params, values = self.model.forward_sequence(mb["obs"], mb["chunk_states"], mb["dones"], self.cfg.bptt_len,
+        params, values = self.model.forward_sequence(mb["obs"], mb["rnn_states"], mb["state_starts"], mb["dones"],
                                                      self.autocast_dtype)
         dist, log_ratio = policy_at(self.model, params[:-1], mb)
         returns = self.model.returns(values.detach())

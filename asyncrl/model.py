@@ -329,15 +329,15 @@ class ActorCritic(nn.Module):
         action_params, value = self.heads(x)
         return action_params, value, rnn_state
 
-    def forward_sequence(self, obs: torch.Tensor, chunk_states: torch.Tensor, dones: torch.Tensor, bptt: int,
-                         autocast_dtype: torch.dtype | None = None):
+    def forward_sequence(self, obs: torch.Tensor, rnn_states: torch.Tensor, state_starts: torch.Tensor,
+                         dones: torch.Tensor, autocast_dtype: torch.dtype | None = None):
         """Time-major trajectories for the learner.
 
         obs: [T+1, B, ...] (the last row is the bootstrap observation); dones: [T, B];
-        chunk_states: [T // bptt, B, H], the state the acting policy had at the start of each BPTT chunk.
-        Gradients flow through the core within a chunk; each chunk starts from its stored state
-        (truncated BPTT), and the state is zeroed after an episode ended.
-        autocast_dtype: see `encode`; the GRU's two matrix products run under it too.
+        rnn_states: [T, B, H], the state the acting policy had before each step, taken at the rows of
+        state_starts [T, B] (every row 0, each BPTT chunk's first row, a packed segment's first row: packing.py).
+        Gradients flow through the core between those rows (truncated BPTT), and the state is zeroed after an episode
+        ended. autocast_dtype: see `encode`; the GRU's two matrix products run under it too.
         Returns (action params [T+1, B, ...], values [T+1, B]).
         """
         steps, batch = obs.shape[:2]
@@ -347,12 +347,18 @@ class ActorCritic(nn.Module):
             with autocast_if(obs.device.type, autocast_dtype):
                 gru_input_gates = F.linear(x, self.core.weight_ih, self.core.bias_ih) \
                     if self.rnn_type == "gru" else None
-            rollout, outputs, state = steps - 1, [], None
+            # per row, which columns start from their stored state: all, some or none (one device sync, not T)
+            starts = ["all" if every else "some" if some else "none" for some, every in
+                      zip(state_starts.any(1).tolist(), state_starts.all(1).tolist())] + ["none"]
+            outputs, state = [], None
             for t in range(steps):
-                if t < rollout and t % bptt == 0:
-                    state = chunk_states[t // bptt]
-                else:
+                if starts[t] == "all":
+                    state = rnn_states[t]
+                elif starts[t] == "none":
                     state = state * (~dones[t - 1]).unsqueeze(1)
+                else:
+                    state = torch.where(state_starts[t].unsqueeze(1), rnn_states[t],
+                                        state * (~dones[t - 1]).unsqueeze(1))
                 if gru_input_gates is not None:
                     out = state = self._gru_step(gru_input_gates[t], state, autocast_dtype)
                 else:

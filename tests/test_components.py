@@ -64,14 +64,15 @@ def test_learner_rnn_matches_acting_step_by_step(tmp_path, bptt):
     obs = torch.randn(T + 1, B, 4)
     dones = torch.zeros(T, B, dtype=torch.bool)
     dones[2, 0] = dones[5, 2] = True
-    chunk_states = torch.randn(T // bptt, B, 8)
-    params, values = model.forward_sequence(obs, chunk_states, dones, bptt=bptt)
+    rnn_states = torch.randn(T, B, 8)
+    state_starts = (torch.arange(T) % bptt == 0)[:, None].expand(T, B)
+    params, values = model.forward_sequence(obs, rnn_states, state_starts, dones)
     (params.square().sum() + values.sum()).backward()
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     steps, state = [], None
     for t in range(T + 1):
-        state = chunk_states[t // bptt] if t < T and t % bptt == 0 else state * (~dones[t - 1]).unsqueeze(1)
+        state = rnn_states[t] if t < T and t % bptt == 0 else state * (~dones[t - 1]).unsqueeze(1)
         p_step, v_step, state = model.forward_step(obs[t], state)
         steps.append((p_step, v_step))
         torch.testing.assert_close(p_step, params[t])
@@ -158,8 +159,8 @@ def test_kl_penalty_is_the_kl_from_the_distribution_that_acted(tmp_path, env):
     learner.cfg.kl_loss_coeff = 0.5
     with_kl = learner._loss(mb)[0]
     with torch.no_grad():
-        params = model.distribution_params(model.forward_sequence(mb["obs"], mb["chunk_states"], mb["dones"],
-                                                                  runner.cfg.bptt_len)[0][:-1])
+        params = model.distribution_params(model.forward_sequence(mb["obs"], mb["rnn_states"], mb["state_starts"],
+                                                                  mb["dones"])[0][:-1])
     expected = reference_kl(mb["behavior_params"], params, model.discrete)[mb["mask"]].mean()
     assert expected > 0.01
     torch.testing.assert_close(stats["kl_divergence"], expected.item(), rtol=1e-4, atol=1e-6)
@@ -342,7 +343,7 @@ def test_reward_scaling_divides_by_the_std_of_every_discounted_return_the_policy
     """--scale_rewards' learner side against the definition: after each batch the policy's moments are those of every
     valid R of its batches so far plus the starting sample (mean 0, var 1, weight 1e-4), and the batch's rewards are
     divided by sqrt(var + 1e-8); rows that hold no sample add nothing."""
-    runner = serial_runner(tmp_path, scale_rewards=True)
+    runner = serial_runner(tmp_path, scale_rewards=True, pack_sequences=False)  # the rows stay where they are
     learner = next(c for c in runner.components if isinstance(c, Learner))
     b, slots = runner.buffers, torch.arange(runner.cfg.batch_size // runner.cfg.rollout)
     rng, prior, seen = np.random.default_rng(0), 1e-4, []
@@ -513,7 +514,8 @@ def test_bfloat16_inference_model_acts_like_the_float32_one():
 
     for e, g in zip(expected, got):
         assert g.dtype == torch.float32 and relative_error(g, e) < 0.03  # measured 0.7-1.3% over 8 seeds
-    sequence = (obs.view(3, 2, 3, 72, 128), state.view(3, 2, 64)[:1], torch.zeros(2, 2, dtype=torch.bool), 2)
+    sequence = (obs.view(3, 2, 3, 72, 128), state.view(3, 2, 64)[:2], torch.tensor([[True, True], [False, False]]),
+                torch.zeros(2, 2, dtype=torch.bool))
     params, values = copy.deepcopy(learner_model).forward_sequence(*sequence, torch.bfloat16)
     (params.logsumexp(-1).mean() + values.mean()).backward()
     assert params.dtype == torch.float32 and torch.isfinite(params).all()

@@ -69,7 +69,7 @@ def main() -> None:
     full, full_values, _ = learner.forward_step(obs, states)
     acted, acted_values, _ = acting.forward_step(obs, states)
     no_dones = torch.zeros(1, len(obs), dtype=torch.bool)
-    learned = learner.forward_sequence(torch.stack([obs, obs]), states[None], no_dones, 1, torch.bfloat16)[0][0]
+    learned = learner.forward_sequence(torch.stack([obs, obs]), states[None], ~no_dones, no_dones, torch.bfloat16)[0][0]
     gap("acting (bfloat16 weights) vs float32", learner, full, acted)
     gap("learner (bfloat16 autocast) vs float32", learner, full, learned)
     gap("learner vs acting", learner, learned, acted)

@@ -1,0 +1,89 @@
+"""A batch's slots as the time-major columns the learner trains on, with part-filled slots packed together (VER's
+sequence packing, Wijmans et al. 2022, section 4.2; --pack_sequences).
+
+ver's slots come back part-filled: a rollout ends mid-slot, and the rows finished before the actions in flight at its
+close are learned where they lie. APPO's do too when an agent leaves its env early. A column costs the learner's forward
+and backward passes the same whether its rows hold samples or padding (ver on synthetic_heterogeneous, 2 workers x 8
+envs, batch 512, rollout 32: 53% of the rows held a sample), so the segments are packed into fewer columns.
+
+A segment is a slot's rows from its first learned sample to its last. Packed, it keeps its rows in order and is
+followed by one row that holds only its bootstrap observation (not valid, done), as a truncated episode's final row
+does (vtrace.py): GAE and V-trace bootstrap the segment's last step from that row's value and nothing flows into the
+next segment. The recurrent state at a segment's first row, and at each row where the slot's BPTT chunks start, is the
+state the acting policy stored there (model.forward_sequence takes it at every row of `state_starts`).
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+import torch
+
+# what a row without a sample holds in the step tensors (the others keep any row's values: the loss masks them)
+NO_SAMPLE = {"valid": False, "dones": True, "rewards": 0.0, "discounted_returns": 0.0, "policy_version": -1}
+
+
+def segments(valid: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(slot column, first row, length) of each slot's span of learned samples, from slot-major valid [B, T]; slots
+    without one are left out."""
+    rows = np.arange(valid.shape[1])
+    valid = valid.numpy()
+    has = valid.any(1)
+    first = np.where(valid, rows, valid.shape[1]).min(1)
+    end = np.where(valid, rows, -1).max(1) + 1
+    return np.flatnonzero(has), first[has], (end - first)[has]
+
+
+def place(lengths: np.ndarray, rollout: int) -> tuple[list[tuple[int, int]], int]:
+    """Best-fit decreasing: a (column, first row) per segment, each taking its length plus one bootstrap row of a
+    column's rollout + 1 rows; and the number of columns."""
+    placed: list[tuple[int, int]] = [(0, 0)] * len(lengths)
+    free: list[tuple[int, int]] = []  # (rows left, column), sorted
+    columns = 0
+    for s in np.argsort(-lengths, kind="stable"):
+        need = int(lengths[s]) + 1
+        i = bisect.bisect_left(free, (need, -1))
+        if i == len(free):
+            left, column = rollout + 1, columns
+            columns += 1
+        else:
+            left, column = free.pop(i)
+        placed[s] = (column, rollout + 1 - left)
+        if left > need:
+            bisect.insort(free, (left - need, column))
+    return placed, columns
+
+
+def time_major(slots: dict[str, torch.Tensor], bptt: int, pack: bool,
+               min_columns: int = 1) -> dict[str, torch.Tensor]:
+    """Slot-major gathered tensors [B, T(+1 for obs), ...] as time-major [T(+1), C, ...] with `state_starts` [T, C]
+    (rows where the recurrent state is the stored one), packed if `pack` and it saves a column. Packing keeps at
+    least `min_columns` (one per minibatch: an empty one would still take an optimizer step)."""
+    valid = slots["valid"]
+    num_slots, rollout = valid.shape
+    cols, first, lengths = segments(valid) if pack else (None, None, None)
+    placed, columns = place(lengths, rollout) if pack else (None, num_slots)
+    if not min_columns <= columns < num_slots:
+        out = {k: v.transpose(0, 1).contiguous() for k, v in slots.items()}
+        out["state_starts"] = (torch.arange(rollout) % bptt == 0)[:, None].expand(rollout, num_slots).contiguous()
+        return out
+    src_row, src_col, is_step, starts = (np.full((rollout + 1, columns), rollout), np.zeros((rollout + 1, columns),
+                                         dtype=np.int64), np.zeros((rollout, columns), bool),
+                                         np.zeros((rollout, columns), bool))
+    for (column, at), b, f, n in zip(placed, cols, first, lengths):
+        src_row[at:at + n + 1, column] = np.arange(f, f + n + 1)
+        src_col[at:at + n + 1, column] = b
+        is_step[at:at + n, column] = True
+        starts[at:at + n, column] = np.arange(f, f + n) % bptt == 0
+        starts[at, column] = True
+    out = {}
+    for name, tensor in slots.items():
+        rows = tensor.shape[1]  # T, or T + 1 for obs
+        index = torch.from_numpy(src_col[:rows] * rows + np.minimum(src_row[:rows], rows - 1)).flatten()
+        out[name] = tensor.flatten(0, 1).index_select(0, index).view(rows, columns, *tensor.shape[2:])
+    no_sample = torch.from_numpy(~is_step)
+    for name in NO_SAMPLE.keys() & out.keys():
+        out[name][no_sample] = NO_SAMPLE[name]
+    out["state_starts"] = torch.from_numpy(starts)
+    return out

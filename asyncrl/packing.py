@@ -55,28 +55,41 @@ def place(lengths: np.ndarray, rollout: int) -> tuple[list[tuple[int, int]], int
     return placed, columns
 
 
-def time_major(slots: dict[str, torch.Tensor], bptt: int, pack: bool,
-               min_columns: int = 1) -> dict[str, torch.Tensor]:
-    """Slot-major gathered tensors [B, T(+1 for obs), ...] as time-major [T(+1), C, ...] with `state_starts` [T, C]
-    (rows where the recurrent state is the stored one), packed if `pack` and it saves a column. Packing keeps at
-    least `min_columns` (one per minibatch: an empty one would still take an optimizer step)."""
-    valid = slots["valid"]
-    num_slots, rollout = valid.shape
-    cols, first, lengths = segments(valid) if pack else (None, None, None)
-    placed, columns = place(lengths, rollout) if pack else (None, num_slots)
-    if not min_columns <= columns < num_slots:
-        out = {k: v.transpose(0, 1).contiguous() for k, v in slots.items()}
-        out["state_starts"] = (torch.arange(rollout) % bptt == 0)[:, None].expand(rollout, num_slots).contiguous()
-        return out
-    src_row, src_col, is_step, starts = (np.full((rollout + 1, columns), rollout), np.zeros((rollout + 1, columns),
-                                         dtype=np.int64), np.zeros((rollout, columns), bool),
-                                         np.zeros((rollout, columns), bool))
+def column_per_slot(slots: dict[str, torch.Tensor], bptt: int) -> dict[str, torch.Tensor]:
+    """Slot-major [B, T(+1), ...] as time-major [T(+1), B, ...]; the stored recurrent states start each BPTT chunk."""
+    out = {k: v.transpose(0, 1).contiguous() for k, v in slots.items()}
+    num_slots, rollout = slots["valid"].shape
+    out["state_starts"] = (torch.arange(rollout) % bptt == 0)[:, None].expand(rollout, num_slots).contiguous()
+    return out
+
+
+def sources(placed, cols, first, lengths, rollout: int, columns: int, bptt: int):
+    """Per packed row: the slot column and row it copies ([T+1, C]; padding copies a bootstrap row), whether it holds
+    a segment's step, and whether the recurrent state starts from the stored one there ([T, C] each)."""
+    src_row, src_col = np.full((rollout + 1, columns), rollout), np.zeros((rollout + 1, columns), dtype=np.int64)
+    is_step, starts = np.zeros((rollout, columns), bool), np.zeros((rollout, columns), bool)
     for (column, at), b, f, n in zip(placed, cols, first, lengths):
         src_row[at:at + n + 1, column] = np.arange(f, f + n + 1)
         src_col[at:at + n + 1, column] = b
         is_step[at:at + n, column] = True
         starts[at:at + n, column] = np.arange(f, f + n) % bptt == 0
         starts[at, column] = True
+    return src_row, src_col, is_step, starts
+
+
+def time_major(slots: dict[str, torch.Tensor], bptt: int, pack: bool,
+               min_columns: int = 1) -> dict[str, torch.Tensor]:
+    """Slot-major gathered tensors [B, T(+1 for obs), ...] as time-major [T(+1), C, ...] with `state_starts` [T, C]
+    (rows where the recurrent state is the stored one), packed if `pack` and it saves a column. Packing keeps at
+    least `min_columns` (one per minibatch: an empty one would still take an optimizer step)."""
+    num_slots, rollout = slots["valid"].shape
+    if not pack:
+        return column_per_slot(slots, bptt)
+    cols, first, lengths = segments(slots["valid"])
+    placed, columns = place(lengths, rollout)
+    if not min_columns <= columns < num_slots:
+        return column_per_slot(slots, bptt)
+    src_row, src_col, is_step, starts = sources(placed, cols, first, lengths, rollout, columns, bptt)
     out = {}
     for name, tensor in slots.items():
         rows = tensor.shape[1]  # T, or T + 1 for obs

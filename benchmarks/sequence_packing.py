@@ -44,8 +44,8 @@ def run_pairs(train_dir: str, pairs: int, seconds: float) -> list[dict]:
 
 def report(command: str, runs: list[dict]) -> str:
     lines = ["# VER's sequence packing", "", f"Machine: {machine()}", "", f"`{command}`", "",
-             "ver on synthetic_heterogeneous with 3x72x128 images (conv + GRU), worker 0's envs 3x slower, 2 workers x 8 "
-             "envs, 512 samples per update:", "",
+             "ver on synthetic_heterogeneous with 3x72x128 images (conv + GRU), worker 0's envs 3x slower, "
+             "2 workers x 8 envs, 512 samples per update:", "",
              "| pair | samples/s: unpacked | packed | packed / unpacked | rows without a sample: unpacked | packed |",
              "| --- | --- | --- | --- | --- | --- |"]
     ratios = []

@@ -137,8 +137,8 @@ class Config:
                                "computed over the batch at each epoch's start (as CleanRL's PPO); False: minibatches "
                                "of whole trajectories, each computing its own. Needs --use_rnn False.")
     pack_sequences: bool = _f(True, "Pack part-filled slots (ver's rollout ends, agents that leave early) into "
-                              "fewer trajectories for the learner, each piece followed by its bootstrap row, instead of "
-                              "padding each to --rollout steps (VER's sequence packing).")
+                              "fewer trajectories for the learner, each piece followed by its bootstrap row, "
+                              "instead of padding each to --rollout steps (VER's sequence packing).")
     learning_rate: float = _f(1e-4, "Adam learning rate.")
     lr_schedule: str = _f("constant", "constant, or linear_decay to 0 over --train_for_env_steps.",
                           choices=["constant", "linear_decay"])

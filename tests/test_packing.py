@@ -44,8 +44,8 @@ def slots_of_every_kind(model) -> dict[str, torch.Tensor]:
              "actions": torch.randint(0, ACTIONS, (B, T), generator=gen),
              "behavior_logp": -torch.rand(B, T, generator=gen) - 0.5, "rewards": torch.randn(B, T, generator=gen),
              "policy_version": torch.where(valid, 0, -1), "sample": torch.arange(B * T).view(B, T)}
-    states = torch.zeros(B, T, H)
-    state = torch.randn(B, H, generator=gen)
+    states = torch.zeros(B, T, model.rnn_state_size)
+    state = torch.randn(B, model.rnn_state_size, generator=gen)
     with torch.no_grad():
         for t in range(T):
             states[:, t] = state
@@ -56,10 +56,12 @@ def slots_of_every_kind(model) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("with_vtrace", [False, True], ids=["gae", "vtrace"])
 @pytest.mark.parametrize("bptt", [T, 4])
-def test_packed_columns_learn_what_a_column_per_slot_learns(with_vtrace, bptt):
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+def test_packed_columns_learn_what_a_column_per_slot_learns(with_vtrace, bptt, rnn_type):
     """The same samples, each once, in half the columns, with the same log-ratios, values, advantages and targets:
     each segment bootstraps from its own next observation, and its recurrent state starts where the actor's was."""
-    cfg = Config(env="x", use_rnn=True, rnn_size=H, rollout=T, recurrence=bptt, with_vtrace=with_vtrace)
+    cfg = Config(env="x", use_rnn=True, rnn_type=rnn_type, rnn_size=H, rollout=T, recurrence=bptt,
+                 with_vtrace=with_vtrace)
     model = build_model(gym.spaces.Box(-1, 1, (OBS,)), gym.spaces.Discrete(ACTIONS), cfg)
     slots = slots_of_every_kind(model)
     learned = {}

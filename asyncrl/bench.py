@@ -21,13 +21,12 @@ import os
 import sys
 import tempfile
 
-import torch
-
 from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config
 from asyncrl.envs import env_entry
-from asyncrl.measure import EnvFailed, compute_limit, engine_run, raw_fps
-from asyncrl.runner import resolve_device
 from asyncrl.tune import with_tuned_flags
+
+# torch and the engine (measure, runner) are imported once the flags are checked: a bad flag is answered in a
+# fraction of a second instead of after torch's import (seconds)
 
 MODES = ("raw", "sampler", "train")
 
@@ -72,6 +71,8 @@ def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
 
 # --- the command
 def run_bench(bench: BenchArgs, cfg: Config) -> dict:
+    from asyncrl.measure import compute_limit, engine_run, raw_fps
+    from asyncrl.runner import resolve_device
     result = {"env": cfg.env, "warmup_s": bench.warmup_seconds, "seconds": bench.seconds, "config": cfg.to_json(),
               "device": str(resolve_device(cfg))}  # before any process starts: --device cuda without a GPU stops here
     if "raw" in bench.modes:
@@ -103,6 +104,7 @@ def run_bench(bench: BenchArgs, cfg: Config) -> dict:
 
 
 def report(result: dict) -> str:
+    import torch
     c = result["config"]
     lines = [f"asyncrl bench: {result['env']}, {c['num_workers']} workers x {c['num_envs_per_worker']} envs "
              f"({c['worker_num_splits']} splits), rollout {c['rollout']}, batch {c['batch_size']}, "
@@ -156,6 +158,7 @@ def where_the_time_went(mode: str, cores_used: dict, steps_per_s: float, cores: 
 
 def cmd_bench(argv: list[str]) -> int:
     bench, cfg = parse_bench_args(argv)
+    from asyncrl.measure import EnvFailed
     try:
         result = run_bench(bench, cfg)
     except EnvFailed as e:

@@ -158,6 +158,18 @@ def test_cli_and_bench_do_not_import_each_other():
         assert r.returncode == 0 and module in r.stdout and other not in r.stdout, (module, r.stdout, r.stderr)
 
 
+def test_train_and_bench_check_their_flags_before_importing_torch():
+    """A bad flag is answered in a fraction of a second, not after torch's import (seconds): both commands build and
+    validate their config without it."""
+    import subprocess
+    import sys
+    code = ("import sys; from asyncrl.cli import config_from_args; from asyncrl.bench import parse_bench_args; "
+            "config_from_args(['--env', 'CartPole-v1']).validate(); parse_bench_args(['--env', 'CartPole-v1']); "
+            "print('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stdout + r.stderr
+
+
 def test_the_measured_window_starts_after_the_warm_up_and_the_first_samples():
     """A warm-up shorter than the run's start-up: the rows of the wait before the first samples are not measured
     (they made tune's first candidate, the only one paying a cold start, read slow)."""

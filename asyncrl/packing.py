@@ -1,5 +1,5 @@
 """A batch's slots as the time-major columns the learner trains on, with part-filled slots packed together (VER's
-sequence packing, Wijmans et al. 2022, section 4.2; --pack_sequences).
+sequence packing, Wijmans et al. 2022; --pack_sequences).
 
 ver's slots come back part-filled: a rollout ends mid-slot, and the rows finished before the actions in flight at its
 close are learned where they lie. APPO's do too when an agent leaves its env early. A column costs the learner's forward

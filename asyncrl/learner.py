@@ -241,7 +241,8 @@ class Learner:
         self.train_step += 1
         self.preempted_updates += preempted_steps > 0
         valid_lag = lag[valid].float()
-        stats.update(batch_samples=int(valid.sum()), padded_fraction=1.0 - float(valid.sum()) / valid.numel(),
+        samples = int(valid.sum())
+        stats.update(batch_samples=samples, padded_fraction=1.0 - samples / valid.numel(),
                      preempted_steps=preempted_steps)
         stats = self.collective.mean_over_ranks(stats)
         stats.update(self._hp_stats())

@@ -3,7 +3,11 @@ carries is written out in messages.py."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
+import threading
+import time
+from typing import Callable
 
 from faster_fifo import Queue
 
@@ -37,3 +41,84 @@ class Queues:
         self.eval_requests = Queue(max_size_bytes=_BYTES)
         self.learner_commands = [Queue(max_size_bytes=_BYTES) for _ in range(cfg.num_policies)]
         self.free_slots.put_many(list(range(num_slots)))
+
+
+class QueueLocked(RuntimeError):
+    """A faster-fifo queue whose lock a dead process holds: no call on it will ever return."""
+
+
+class GuardedCalls:
+    """The runner's calls on faster-fifo queues, made on a daemon thread of this object's.
+
+    faster-fifo's locks are not robust: a child killed in the microseconds it holds a queue's lock leaves that queue
+    locked for good, and the next process to touch it, even without blocking, waits forever. The runner must outlive
+    such a death, to replace its children with fresh queues (runner.py's restart) or to stop on Ctrl-C. Only a dead
+    process holds a lock for good, so a call is given up on only once `a_child_exited()` and the call has still not
+    returned `patience_s` later: its thread is left waiting on memory nobody else will use, and every later call
+    raises QueueLocked at once (a restart makes a new GuardedCalls for its new queues). A call returns nothing (what
+    it takes, it keeps: GuardedQueue), so one whose wait Ctrl-C cut short just finishes on the thread."""
+
+    WAKE_S = 0.25  # how often a waiting call looks at the children
+
+    def __init__(self, a_child_exited: Callable[[], bool], patience_s: float = 1.0):
+        self.a_child_exited, self.patience_s, self.locked = a_child_exited, patience_s, False
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        self._done: queue.SimpleQueue = queue.SimpleQueue()  # (call number, None or what it raised) per finished call
+        self._calls_made = 0
+        threading.Thread(target=self._serve, name="asyncrl-queue-calls", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            number, call, args = self._calls.get()
+            try:
+                call(*args)
+                self._done.put((number, None))
+            except Exception as e:  # noqa: BLE001 - raised again in the caller's thread
+                self._done.put((number, e))
+
+    def __call__(self, call, *args) -> None:
+        if self.locked:
+            raise QueueLocked()
+        number, self._calls_made = self._calls_made, self._calls_made + 1
+        self._calls.put((number, call, args))
+        exit_seen_at = None
+        while True:
+            try:
+                finished, error = self._done.get(timeout=self.WAKE_S)
+                if finished == number:  # not an earlier call whose wait Ctrl-C cut short
+                    break
+            except queue.Empty:
+                now = time.monotonic()
+                if exit_seen_at is None and self.a_child_exited():
+                    exit_seen_at = now
+                if exit_seen_at is not None and now - exit_seen_at >= self.patience_s:
+                    self.locked = True
+                    raise QueueLocked() from None
+        if error is not None:
+            raise error
+
+
+class GuardedQueue:
+    """A queue as the runner uses it, through GuardedCalls: a locked queue gives no messages and drops the ones put
+    on it (its readers and writers are about to be replaced, or the run to stop)."""
+
+    def __init__(self, q: Queue, calls: GuardedCalls):
+        self.q, self.calls = q, calls
+        self._taken, self._lock = [], threading.Lock()  # messages taken off q, not yet handed over
+
+    def put(self, message) -> None:
+        with contextlib.suppress(QueueLocked):
+            self.calls(self.q.put, message)
+
+    def take_all(self, timeout: float = 0.0) -> list:
+        """Every message taken off the queue since the last take_all, waiting up to `timeout` for the first."""
+        with contextlib.suppress(QueueLocked):
+            self.calls(self._take, timeout)
+        with self._lock:
+            taken, self._taken = self._taken, []
+        return taken
+
+    def _take(self, timeout: float) -> None:
+        messages = take_all(self.q, timeout)
+        with self._lock:
+            self._taken += messages

@@ -28,7 +28,7 @@ from asyncrl.ratings import Ratings
 from asyncrl.policy_worker import PolicyWorker
 from asyncrl.messages import Episodes, Fatal, LearnerStopped, Matches, Snapshot, StateExported, StateImported
 from asyncrl.processes import RUN_STOPPED_EXIT_CODE, RunStopped, StopFlag, plan_cores, start_child
-from asyncrl.queues import Queues, take_all
+from asyncrl.queues import GuardedCalls, GuardedQueue, Queues
 from asyncrl.rollout_worker import RolloutWorker
 from asyncrl.rollouts import reset_after_restart
 from asyncrl.stats import StatsWriter
@@ -195,7 +195,9 @@ class Runner:
                  wandb: WandbRun | None = None):
         self.cfg, self.env, self.device, self.rank = cfg, env, device, rank
         self.buffers = SharedBuffers.allocate(layout)
+        self.processes: dict = {}      # title -> process (multi-process mode)
         self.queues = Queues(cfg, num_slots(cfg))
+        self._guard_queues()
         self.stop_flag = StopFlag()
         self.stats = StatsWriter(cfg.experiment_dir, cfg.num_policies, cfg.stats_avg, write=rank.writes, wandb=wandb)
         self.stats_state_path = os.path.join(cfg.experiment_dir, "stats_state.json")
@@ -204,16 +206,23 @@ class Runner:
         self.learners_stopped = False  # under torchrun: the ranks' learners agreed to stop
         self.relay = EpisodeRelay(rank) if rank.distributed else None  # under torchrun: every rank's episodes
         self.next_evaluation: list[int | None] = [None] * cfg.num_policies  # env steps of each policy's next one
-        self.pbt = PopulationBasedTraining(cfg, self.buffers, self.queues.learner_commands, self.stats.policies) \
+        self.pbt = PopulationBasedTraining(cfg, self.buffers, self.learner_commands, self.stats.policies) \
             if cfg.with_pbt else None
         self.ratings = Ratings(cfg, self.buffers) if cfg.agents_per_env > 1 else None
         if self.ratings is not None:
             self.stats.policy_extras = self.ratings.policy_stats
-        self.processes: dict = {}      # title -> process (multi-process mode)
         self.restart_times: list[float] = []
         self.components: list = []     # the same components, in this process (serial mode)
         self.fatal: str | None = None  # a child's error that stops the run (a Fatal report)
         self.handlers = self._report_handlers()
+
+    def _guard_queues(self) -> None:
+        """The queues this process uses, through GuardedCalls: a child that died holding a queue's lock must not
+        leave the runner waiting for it (queues.py)."""
+        calls = GuardedCalls(lambda: any(p.exitcode is not None for p in self.processes.values()))
+        self.reports = GuardedQueue(self.queues.reports, calls)
+        self.eval_requests = GuardedQueue(self.queues.eval_requests, calls)
+        self.learner_commands = [GuardedQueue(q, calls) for q in self.queues.learner_commands]
 
     def _report_handlers(self) -> dict:
         """Who handles each kind of report the runner itself acts on; the stats take every other kind."""
@@ -332,7 +341,7 @@ class Runner:
                 if self.next_evaluation[p.policy_id] is None:
                     self.next_evaluation[p.policy_id] = (p.launch_env_steps // every + 1) * every
                 if p.env_steps >= self.next_evaluation[p.policy_id]:
-                    self.queues.eval_requests.put((p.policy_id, p.env_steps))
+                    self.eval_requests.put((p.policy_id, p.env_steps))
                     self.next_evaluation[p.policy_id] = (p.env_steps // every + 1) * every
 
     def _limit_reached(self) -> bool:
@@ -360,7 +369,7 @@ class Runner:
         return max(0.0, min(estimates)) if estimates else None
 
     def _drain_reports(self, timeout: float) -> None:
-        for report in take_all(self.queues.reports, timeout):
+        for report in self.reports.take_all(timeout):
             self.handlers.get(type(report), self.stats.handle)(report)
 
     def _check_children(self) -> None:
@@ -405,27 +414,28 @@ class Runner:
         print(f"asyncrl: {title} died (exit code {exitcode}); restarting the workers, "
               f"the learners resume from the checkpoint they save now", flush=True)
         self.stats.worker_restarts += 1
-        if self._stop_children(worker_grace_s=WORKER_RESTART_GRACE_S):
-            self._drain_reports(timeout=0.0)  # not after a kill: the killed child may have held the queue's lock
+        self._stop_children(worker_grace_s=WORKER_RESTART_GRACE_S)
+        self._drain_reports(timeout=0.0)
         self.queues = Queues(self.cfg, num_slots(self.cfg))
+        self._guard_queues()
         if self.pbt is not None:
-            self.pbt.restart(self.queues.learner_commands)
+            self.pbt.restart(self.learner_commands)
         self.stop_flag = StopFlag()
         self.buffers.worker_heartbeat.zero_()
         reset_after_restart(self.buffers)
         self.processes = {}
         self._start()
 
-    def _stop_children(self, worker_grace_s: float = SHUTDOWN_TIMEOUT_S) -> bool:
+    def _stop_children(self, worker_grace_s: float = SHUTDOWN_TIMEOUT_S) -> None:
         """Stop every child: the ones still running after their time (the learners: SHUTDOWN_TIMEOUT_S, workers:
-        worker_grace_s) are killed. Returns whether every child stopped by itself."""
+        worker_grace_s) are killed."""
         self.stop_flag.set()
         for component in self.components:
             if hasattr(component, "stop"):
                 component.stop()
             if hasattr(component, "close"):
                 component.close()
-        start, stopped_by_itself = time.monotonic(), True
+        start = time.monotonic()
         for title, process in self.processes.items():
             grace = worker_grace_s if title.startswith(WORKER_TITLES) else SHUTDOWN_TIMEOUT_S
             process.join(timeout=max(0.0, start + grace - time.monotonic()))
@@ -433,8 +443,6 @@ class Runner:
                 print(f"asyncrl: {title} did not stop within {grace:g} s; killing it", flush=True)
                 process.kill()
                 process.join(timeout=1.0)
-                stopped_by_itself = False
-        return stopped_by_itself
 
 
 def _raise_keyboard_interrupt(signum, frame):

@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -157,6 +158,45 @@ def test_sigkilled_worker_is_replaced_and_the_run_finishes(tmp_path, clean_machi
     assert "did not stop within 10 s" not in out, out[-3000:]
     rows = read_stats(tmp_path / "rk")
     assert rows[-1]["env_steps"] >= 40_000 and rows[-1]["worker_restarts"] == 1
+
+
+def test_the_runner_gives_up_on_a_queue_a_dead_process_locked_only_once_a_child_exited():
+    """A live process holds a queue's lock for microseconds, so the runner's calls wait as long as every child lives;
+    once one has exited, a call still waiting after its patience is given up on, and the queue with it."""
+    from faster_fifo import Queue
+
+    from asyncrl.fork_server import mp_context
+    from asyncrl.queues import GuardedCalls, GuardedQueue
+    from fault_envs import die_holding_the_lock
+    q = Queue(1 << 20)
+    q.put("before the lock")
+    child = mp_context.Process(target=die_holding_the_lock, args=(q,))
+    child.start()
+    child.join()
+    exited = threading.Event()
+    threading.Timer(1.0, exited.set).start()
+    guarded, start = GuardedQueue(q, GuardedCalls(exited.is_set, patience_s=0.5)), time.monotonic()
+    assert guarded.take_all() == [] and 1.5 <= time.monotonic() - start < 3.0
+    start = time.monotonic()
+    guarded.put("dropped")
+    assert guarded.take_all() == [] and time.monotonic() - start < 0.1
+
+
+def test_a_worker_that_dies_holding_the_reports_lock_is_replaced_and_the_run_finishes(tmp_path, clean_machine):
+    """faster-fifo's locks are not robust: a worker killed while it held the reports queue's lock leaves that queue
+    locked for good, and any get or put on it waits forever (the runner's own, before it learned to give up on one).
+    The runner replaces the workers with fresh queues and the run finishes."""
+    from faster_fifo import Queue
+    from fault_envs import queue_mutex_offset
+    queue_mutex_offset(Queue(1 << 20))  # the layout the env relies on, or a clear error here
+    options = json.dumps({"once_file": str(tmp_path / "died")})
+    r = run_cli("train", "--env", "tests.fault_envs:dies_holding_the_reports_lock", "--env_options", options,
+                "--train_dir", tmp_path, "--experiment", "lock", "--train_for_env_steps", 16_000,
+                "--experiment_summaries_interval", 1, timeout=60)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert (tmp_path / "died").exists() and "died (exit code -9)" in r.stdout, r.stdout[-3000:]
+    rows = read_stats(tmp_path / "lock")
+    assert rows[-1]["env_steps"] >= 16_000 and rows[-1]["worker_restarts"] == 1
 
 
 def test_hanging_env_is_treated_as_its_worker_dying(tmp_path, clean_machine):

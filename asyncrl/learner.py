@@ -18,8 +18,8 @@ from asyncrl.minibatches import minibatches
 from asyncrl.model import build_model, low_precision, pack_state, unpack_state
 from asyncrl.optimizer import Adam
 from asyncrl.packing import time_major
-from asyncrl.processes import stop_run
-from asyncrl.queues import Queues, take_all
+from asyncrl.processes import StopFlag, stop_run
+from asyncrl.queues import GuardedCalls, GuardedQueue, Queues, take_all
 from asyncrl.rollouts import Batch, batch_source
 from asyncrl.timing import Timing
 
@@ -37,9 +37,11 @@ def _sample_observations(obs: torch.Tensor, valid: torch.Tensor, n: int) -> torc
 
 class Learner:
     def __init__(self, policy_id: int, cfg: Config, buffers: SharedBuffers, queues: Queues,
-                 obs_space, action_space, device: torch.device, frameskip: int):
+                 obs_space, action_space, device: torch.device, frameskip: int, stop_flag: StopFlag):
         self.policy_id, self.cfg, self.buffers, self.device, self.frameskip = policy_id, cfg, buffers, device, frameskip
-        self.reports = queues.reports
+        # a report the run's stop finds blocked (on a queue a dead worker left locked) is given up: the learner still
+        # stops and saves its checkpoint (queues.py)
+        self.reports = GuardedQueue(queues.reports, GuardedCalls(stop_flag.is_set))
         self.commands = queues.learner_commands[policy_id]  # from PBT (pbt.py)
         self.model = build_model(obs_space, action_space, cfg).to(device).train()
         self.autocast_dtype = low_precision(cfg, device, self.model)  # of the encoder; master weights stay float32

@@ -28,7 +28,7 @@ from asyncrl.env_backends import reset_vector
 from asyncrl.envs import adopt_entry, env_entry, make_agents, portable_entry
 from asyncrl.envs.multi_agent import random_step
 from asyncrl.fork_server import mp_context
-from asyncrl.processes import die_with_parent, keep_freed_memory_for_reuse, lead_group_with_reaper
+from asyncrl.processes import StopFlag, die_with_parent, keep_freed_memory_for_reuse, lead_group_with_reaper
 
 
 # --- raw: the env alone
@@ -266,7 +266,7 @@ def model_workloads(cfg: Config, inference_batch: int, device: torch.device = to
         b, queues = SharedBuffers.allocate(layout), Queues(cfg, num_slots(cfg))
         b.traj_obs.copy_(torch.as_tensor(np.stack([env.obs_space.sample() for _ in range(b.traj_obs.shape[1])])))
         b.traj_valid.fill_(True)
-        learner = Learner(0, cfg, b, queues, env.obs_space, env.action_space, device, env.frameskip)
+        learner = Learner(0, cfg, b, queues, env.obs_space, env.action_space, device, env.frameskip, StopFlag())
         batch = Batch(torch.arange(slots_per_batch(cfg)))
         policy = PolicyWorker(0, 0, cfg, b, queues, env.obs_space, env.action_space, device)
         agents = torch.arange(inference_batch)

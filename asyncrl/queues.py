@@ -48,20 +48,22 @@ class QueueLocked(RuntimeError):
 
 
 class GuardedCalls:
-    """The runner's calls on faster-fifo queues, made on a daemon thread of this object's.
+    """A process's calls on faster-fifo queues, made on a daemon thread of this object's.
 
     faster-fifo's locks are not robust: a child killed in the microseconds it holds a queue's lock leaves that queue
     locked for good, and the next process to touch it, even without blocking, waits forever. The runner must outlive
-    such a death, to replace its children with fresh queues (runner.py's restart) or to stop on Ctrl-C. Only a dead
-    process holds a lock for good, so a call is given up on only once `a_child_exited()` and the call has still not
-    returned `patience_s` later: its thread is left waiting on memory nobody else will use, and every later call
-    raises QueueLocked at once (a restart makes a new GuardedCalls for its new queues). A call returns nothing (what
-    it takes, it keeps: GuardedQueue), so one whose wait Ctrl-C cut short just finishes on the thread."""
+    such a death, to replace its children with fresh queues (runner.py's restart) or to stop on Ctrl-C, and a learner
+    must still save its checkpoint when the runner stops it. A live process holds a lock for microseconds, so a call
+    is given up on only once `holder_may_be_dead()` (for the runner: a child exited; for a learner: the run is
+    stopping) and the call has still not returned `patience_s` later: its thread is left waiting on memory nobody
+    else will use, and every later call raises QueueLocked at once (a restart makes new queues and GuardedCalls).
+    A call returns nothing (what it takes, it keeps: GuardedQueue), so one whose wait Ctrl-C cut short just
+    finishes on the thread."""
 
-    WAKE_S = 0.25  # how often a waiting call looks at the children
+    WAKE_S = 0.25  # how often a waiting call asks holder_may_be_dead
 
-    def __init__(self, a_child_exited: Callable[[], bool], patience_s: float = 1.0):
-        self.a_child_exited, self.patience_s, self.locked = a_child_exited, patience_s, False
+    def __init__(self, holder_may_be_dead: Callable[[], bool], patience_s: float = 1.0):
+        self.holder_may_be_dead, self.patience_s, self.locked = holder_may_be_dead, patience_s, False
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
         self._done: queue.SimpleQueue = queue.SimpleQueue()  # (call number, None or what it raised) per finished call
         self._calls_made = 0
@@ -81,7 +83,7 @@ class GuardedCalls:
             raise QueueLocked()
         number, self._calls_made = self._calls_made, self._calls_made + 1
         self._calls.put((number, call, args))
-        exit_seen_at = None
+        suspected_at = None
         while True:
             try:
                 finished, error = self._done.get(timeout=self.WAKE_S)
@@ -89,9 +91,9 @@ class GuardedCalls:
                     break
             except queue.Empty:
                 now = time.monotonic()
-                if exit_seen_at is None and self.a_child_exited():
-                    exit_seen_at = now
-                if exit_seen_at is not None and now - exit_seen_at >= self.patience_s:
+                if suspected_at is None and self.holder_may_be_dead():
+                    suspected_at = now
+                if suspected_at is not None and now - suspected_at >= self.patience_s:
                     self.locked = True
                     raise QueueLocked() from None
         if error is not None:
@@ -99,8 +101,8 @@ class GuardedCalls:
 
 
 class GuardedQueue:
-    """A queue as the runner uses it, through GuardedCalls: a locked queue gives no messages and drops the ones put
-    on it (its readers and writers are about to be replaced, or the run to stop)."""
+    """A queue used through GuardedCalls: a locked queue gives no messages and drops the ones put on it (its readers
+    and writers are about to be replaced, or the run to stop)."""
 
     def __init__(self, q: Queue, calls: GuardedCalls):
         self.q, self.calls = q, calls

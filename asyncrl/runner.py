@@ -250,7 +250,8 @@ class Runner:
         """Learners first (they publish the initial weights), then policy workers, then rollout workers."""
         cfg, b, q, env = self.cfg, self.buffers, self.queues, self.env
         factories = [(f"asyncrl-learner-{p}", partial(Learner, p, cfg, b, q, env.obs_space, env.action_space,
-                                                      self.device, env.frameskip)) for p in range(cfg.num_policies)]
+                                                      self.device, env.frameskip, self.stop_flag))
+                     for p in range(cfg.num_policies)]
         factories += [(f"asyncrl-policy-{p}-{i}" if cfg.policy_workers_per_policy > 1 else f"asyncrl-policy-{p}",
                        partial(PolicyWorker, p, i, cfg, b, q, env.obs_space, env.action_space, self.device))
                       for p in range(cfg.num_policies) for i in range(cfg.policy_workers_per_policy)]

@@ -184,8 +184,9 @@ def test_the_runner_gives_up_on_a_queue_a_dead_process_locked_only_once_a_child_
 
 def test_a_worker_that_dies_holding_the_reports_lock_is_replaced_and_the_run_finishes(tmp_path, clean_machine):
     """faster-fifo's locks are not robust: a worker killed while it held the reports queue's lock leaves that queue
-    locked for good, and any get or put on it waits forever (the runner's own, before it learned to give up on one).
-    The runner replaces the workers with fresh queues and the run finishes."""
+    locked for good, and any get or put on it waits forever (the runner's and the learner's, before they learned to
+    give up on one). The runner replaces the workers with fresh queues, the learner stops by itself (saving its
+    checkpoint) and the run finishes."""
     from faster_fifo import Queue
     from fault_envs import queue_mutex_offset
     queue_mutex_offset(Queue(1 << 20))  # the layout the env relies on, or a clear error here
@@ -195,8 +196,11 @@ def test_a_worker_that_dies_holding_the_reports_lock_is_replaced_and_the_run_fin
                 "--experiment_summaries_interval", 1, timeout=60)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert (tmp_path / "died").exists() and "died (exit code -9)" in r.stdout, r.stdout[-3000:]
+    assert "asyncrl-learner-0 did not stop" not in r.stdout, r.stdout[-3000:]
     rows = read_stats(tmp_path / "lock")
     assert rows[-1]["env_steps"] >= 16_000 and rows[-1]["worker_restarts"] == 1
+    steps = [row["train_step"] for row in rows if "train_step" in row]
+    assert steps == sorted(steps), "the learner resumed from an older checkpoint than the one it had"
 
 
 def test_hanging_env_is_treated_as_its_worker_dying(tmp_path, clean_machine):

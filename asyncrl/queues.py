@@ -70,13 +70,18 @@ class GuardedCalls:
         threading.Thread(target=self._serve, name="asyncrl-queue-calls", daemon=True).start()
 
     def _serve(self) -> None:
-        while True:
-            number, call, args = self._calls.get()
+        while (item := self._calls.get()) is not None:
+            number, call, args = item
             try:
                 call(*args)
                 self._done.put((number, None))
             except Exception as e:  # noqa: BLE001 - raised again in the caller's thread
                 self._done.put((number, e))
+
+    def close(self) -> None:
+        """End the thread once the calls made so far have returned (a restart replaces this object: its thread
+        would otherwise wait for calls for the rest of the run, one more at every restart)."""
+        self._calls.put(None)
 
     def __call__(self, call, *args) -> None:
         if self.locked:

@@ -219,10 +219,10 @@ class Runner:
     def _guard_queues(self) -> None:
         """The queues this process uses, through GuardedCalls: a child that died holding a queue's lock must not
         leave the runner waiting for it (queues.py)."""
-        calls = GuardedCalls(lambda: any(p.exitcode is not None for p in self.processes.values()))
-        self.reports = GuardedQueue(self.queues.reports, calls)
-        self.eval_requests = GuardedQueue(self.queues.eval_requests, calls)
-        self.learner_commands = [GuardedQueue(q, calls) for q in self.queues.learner_commands]
+        self.queue_calls = GuardedCalls(lambda: any(p.exitcode is not None for p in self.processes.values()))
+        self.reports = GuardedQueue(self.queues.reports, self.queue_calls)
+        self.eval_requests = GuardedQueue(self.queues.eval_requests, self.queue_calls)
+        self.learner_commands = [GuardedQueue(q, self.queue_calls) for q in self.queues.learner_commands]
 
     def _report_handlers(self) -> dict:
         """Who handles each kind of report the runner itself acts on; the stats take every other kind."""
@@ -417,6 +417,7 @@ class Runner:
         self.stats.worker_restarts += 1
         self._stop_children(worker_grace_s=WORKER_RESTART_GRACE_S)
         self._drain_reports(timeout=0.0)
+        self.queue_calls.close()
         self.queues = Queues(self.cfg, num_slots(self.cfg))
         self._guard_queues()
         if self.pbt is not None:

@@ -183,6 +183,20 @@ def test_the_runner_gives_up_on_a_queue_a_dead_process_locked_only_once_a_child_
     assert guarded.take_all() == [] and time.monotonic() - start < 0.5
 
 
+def test_closed_queue_calls_leave_no_thread():
+    """A restart replaces the runner's GuardedCalls: the old one's thread ends, not one more per restart."""
+    from asyncrl.queues import GuardedCalls
+    before = threading.active_count()
+    for _ in range(5):
+        calls = GuardedCalls(lambda: False)
+        calls(len, [])
+        calls.close()
+    deadline = time.monotonic() + 5.0
+    while threading.active_count() > before:
+        assert time.monotonic() < deadline, f"{threading.active_count() - before} threads left"
+        time.sleep(0.01)
+
+
 def test_a_worker_that_dies_holding_the_reports_lock_is_replaced_and_the_run_finishes(tmp_path, clean_machine):
     """faster-fifo's locks are not robust: a worker killed while it held the reports queue's lock leaves that queue
     locked for good, and any get or put on it waits forever (the runner's and the learner's, before they learned to

@@ -19,7 +19,7 @@ from asyncrl.model import build_model, low_precision, pack_state, unpack_state
 from asyncrl.optimizer import Adam
 from asyncrl.packing import time_major
 from asyncrl.processes import StopFlag, stop_run
-from asyncrl.queues import GuardedCalls, GuardedQueue, Queues, take_all
+from asyncrl.queues import GuardedQueue, Queues, guarded
 from asyncrl.rollouts import Batch, batch_source
 from asyncrl.timing import Timing
 
@@ -39,10 +39,9 @@ class Learner:
     def __init__(self, policy_id: int, cfg: Config, buffers: SharedBuffers, queues: Queues,
                  obs_space, action_space, device: torch.device, frameskip: int, stop_flag: StopFlag):
         self.policy_id, self.cfg, self.buffers, self.device, self.frameskip = policy_id, cfg, buffers, device, frameskip
-        # a report the run's stop finds blocked (on a queue a dead worker left locked) is given up: the learner still
-        # stops and saves its checkpoint (queues.py)
-        self.reports = GuardedQueue(queues.reports, GuardedCalls(stop_flag.is_set))
-        self.commands = queues.learner_commands[policy_id]  # from PBT (pbt.py)
+        self.stop_flag, self.guarded_queues = stop_flag, []  # the queues this learner uses, as self.guard made them
+        self.reports = self.guard(queues.reports)
+        self.commands = self.guard(queues.learner_commands[policy_id])  # from PBT (pbt.py)
         self.model = build_model(obs_space, action_space, cfg).to(device).train()
         self.autocast_dtype = low_precision(cfg, device, self.model)  # of the encoder; master weights stay float32
         self.minibatches = minibatches(cfg, self.model, self.autocast_dtype)  # trajectories, or samples
@@ -61,7 +60,7 @@ class Learner:
         # the other ranks' learners, if any (first: under torchrun, rank 0's process group hosts the store that the
         # batch source's straggler rule connects to)
         self.collective = collective(self.rank, device, cfg.dist_timeout)
-        self.source = batch_source(cfg, policy_id, buffers, queues, self.timing)  # which samples each update learns
+        self.source = batch_source(cfg, policy_id, buffers, queues, self.timing, self.guard)  # which samples to learn
         self.stopped = False  # under torchrun: the ranks agreed to stop; no more batches
         if self.rank.writes:
             self._load_latest_checkpoint()
@@ -72,6 +71,12 @@ class Learner:
         buffers.publish_weights(policy_id, self.model, self.train_step)
         self.reports.put(LearnerStats(policy_id, {"train_step": self.train_step, "env_steps": self.env_steps,
                                                   **self._hp_stats()}))
+
+    def guard(self, q) -> GuardedQueue:
+        """q through GuardedCalls of its own: a call the run's stop finds blocked (on a queue a dead worker left
+        locked) is given up, so the learner still stops and saves its checkpoint (queues.py)."""
+        self.guarded_queues.append(guarded(q, self.stop_flag.is_set))
+        return self.guarded_queues[-1]
 
     # --- lifecycle
     def poll(self, timeout: float) -> bool:
@@ -145,7 +150,7 @@ class Learner:
         """PBT's requests: ExportState writes this learner's weights and Adam state to its learner_state row;
         ImportState loads the source's row, and moves the version past --max_policy_lag so that samples the replaced
         weights collected are masked from the loss."""
-        for command in take_all(self.commands):
+        for command in self.commands.take_all():
             if isinstance(command, ExportState):
                 pack_state(self.model, self.optimizer, self.buffers.learner_state[self.policy_id])
                 self.reports.put(StateExported(self.policy_id))
@@ -162,6 +167,8 @@ class Learner:
 
     def close(self) -> None:
         self.collective.close()
+        for q in self.guarded_queues:
+            q.calls.close()
 
     # --- checkpoints
     def save(self) -> str | None:

@@ -61,9 +61,10 @@ def rows_between(first, end, rollout: int) -> torch.Tensor:
 class BatchSource:
     """The learner's side of the slot queues: full slots come in, learned ones go back to the rollout workers."""
 
-    def __init__(self, cfg: Config, policy_id: int, queues: Queues, timing):
+    def __init__(self, cfg: Config, policy_id: int, queues: Queues, timing, guard):
         self.cfg, self.timing = cfg, timing
-        self.full_slots, self.free_slots = queues.full_slots[policy_id], queues.free_slots
+        # guard: a queue as the learner uses it (GuardedQueue: faster-fifo's face, given up on if a dead worker locked it)
+        self.full_slots, self.free_slots = guard(queues.full_slots[policy_id]), guard(queues.free_slots)
         self.pending_slots: list[int] = []  # arrived, not in a batch yet
 
     def next_batch(self, timeout: float, version: int) -> Batch | None:
@@ -83,8 +84,8 @@ class AsyncBatches(BatchSource):
     """APPO: the first --batch_size / --rollout slots that arrive (under torchrun, fewer if the other ranks preempt
     this one: at least one slot per minibatch)."""
 
-    def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers, queues: Queues, timing):
-        super().__init__(cfg, policy_id, queues, timing)
+    def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers, queues: Queues, timing, guard):
+        super().__init__(cfg, policy_id, queues, timing, guard)
         self.preemption = preemption(cfg)
 
     def next_batch(self, timeout: float, version: int) -> Batch | None:
@@ -111,10 +112,10 @@ class RolloutBatches(BatchSource):
     """ppo/ver: the slots of the current rollout, once the policy worker has closed it and the samples of all the
     actions it handed out have arrived, except those of groups still mid-step (steps 3 and 4 of the protocol above)."""
 
-    def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers, queues: Queues, timing):
-        super().__init__(cfg, policy_id, queues, timing)
+    def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers, queues: Queues, timing, guard):
+        super().__init__(cfg, policy_id, queues, timing, guard)
         self.policy_id, self.buffers = policy_id, buffers
-        self.policy_requests = queues.policy_requests[policy_id]
+        self.policy_requests = guard(queues.policy_requests[policy_id])
         self.pending_actions = 0  # actions whose samples are in pending_slots
         # slots whose first rows were learned while their group was mid-step -> (rows learned, version of the action
         # in flight then); the actions in flight at the last rollout's close
@@ -190,8 +191,8 @@ class RolloutBatches(BatchSource):
         self.policy_requests.put((Signal.NEW_VERSION, version))
 
 
-def batch_source(cfg: Config, policy_id: int, buffers: SharedBuffers, queues: Queues, timing) -> BatchSource:
-    return (RolloutBatches if cfg.synchronous else AsyncBatches)(cfg, policy_id, buffers, queues, timing)
+def batch_source(cfg: Config, policy_id: int, buffers: SharedBuffers, queues: Queues, timing, guard) -> BatchSource:
+    return (RolloutBatches if cfg.synchronous else AsyncBatches)(cfg, policy_id, buffers, queues, timing, guard)
 
 
 class NoBudget:

@@ -5,6 +5,7 @@ import ctypes
 import gc
 import os
 import signal
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -29,25 +30,34 @@ def die_holding_the_lock(queue) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-class DiesHoldingTheReportsLock(gym.Wrapper):
-    """CartPole whose rollout worker, at the env's `at_step`-th step, takes the lock of the run's reports queue and
-    dies holding it: once per `once_file` (it creates the file first, so the workers that replace it play on)."""
+class DiesHoldingAQueueLock(gym.Wrapper):
+    """CartPole whose rollout worker, at the env's `at_step`-th step, leaves one of the run's queues (`queue`: a
+    Queues attribute; of a list, the first) locked, as if it died holding the lock, and dies `hold_s` later: long
+    enough for every process that uses the queue to be waiting on the lock when the runner learns of the death. Once
+    per `once_file` (it creates the file first, so the workers that replace it play on)."""
 
-    def __init__(self, once_file: str, at_step: int = 200):
+    def __init__(self, once_file: str, queue: str = "reports", at_step: int = 200, hold_s: float = 1.0):
         super().__init__(gym.make("CartPole-v1"))
-        self.once_file, self.at_step, self.steps = once_file, at_step, 0
+        self.once_file, self.queue, self.at_step, self.hold_s, self.steps = once_file, queue, at_step, hold_s, 0
 
     def step(self, action):
         self.steps += 1
         if self.steps == self.at_step and not os.path.exists(self.once_file):
             open(self.once_file, "w").close()
-            from asyncrl.worker_reports import WorkerReports
-            die_holding_the_lock(next(o for o in gc.get_objects() if isinstance(o, WorkerReports)).queue)
+            from asyncrl.rollout_worker import RolloutWorker
+            worker = next(o for o in gc.get_objects() if isinstance(o, RolloutWorker))
+            queue = getattr(worker.queues, self.queue)
+            holder = os.fork()  # the lock's holder dies first, so that this process chooses when it dies
+            if holder == 0:
+                die_holding_the_lock(queue[0] if isinstance(queue, list) else queue)
+            os.waitpid(holder, 0)
+            time.sleep(self.hold_s)
+            os.kill(os.getpid(), signal.SIGKILL)
         return self.env.step(action)
 
 
-def dies_holding_the_reports_lock(**options):
-    return DiesHoldingTheReportsLock(**options)
+def dies_holding_a_queue_lock(**options):
+    return DiesHoldingAQueueLock(**options)
 
 
-dies_holding_the_reports_lock.default_config = dict(VECTOR_ENV_DEFAULTS)  # CartPole's, as a gymnasium id gets them
+dies_holding_a_queue_lock.default_config = dict(VECTOR_ENV_DEFAULTS)  # CartPole's, as a gymnasium id gets them

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import threading
 import time
+from queue import Empty
 
 import pytest
 
@@ -179,8 +180,28 @@ def test_the_runner_gives_up_on_a_queue_a_dead_process_locked_only_once_a_child_
     assert guarded.take_all() == [] and 1.5 <= time.monotonic() - start < 5.0  # the exit at 1 s, then 0.5 s
     start = time.monotonic()
     guarded.put("dropped")
+    guarded.put_many(["dropped too"])
+    with pytest.raises(Empty):
+        guarded.get_many(timeout=5.0)
     # at once: a call that waited again would take 0.75 s at least (its first look at the children, then its patience)
     assert guarded.take_all() == [] and time.monotonic() - start < 0.5
+
+
+def test_a_guarded_queue_has_faster_fifos_face():
+    """What the learner's batch sources call on their queues (get_many, put_many) works through GuardedCalls as on
+    the queue itself."""
+    from faster_fifo import Queue
+
+    from asyncrl.queues import guarded
+    q = guarded(Queue(1 << 20), lambda: False)
+    q.put_many([1, 2, 3])
+    q.put(4)
+    assert q.get_many(max_messages_to_get=2) == [1, 2] and q.get_many(block=False) == [3, 4]
+    start = time.monotonic()
+    with pytest.raises(Empty):
+        q.get_many(timeout=0.3)
+    assert time.monotonic() - start >= 0.3
+    q.calls.close()
 
 
 def test_closed_queue_calls_leave_no_thread():
@@ -197,16 +218,17 @@ def test_closed_queue_calls_leave_no_thread():
         time.sleep(0.01)
 
 
-def test_a_worker_that_dies_holding_the_reports_lock_is_replaced_and_the_run_finishes(tmp_path, clean_machine):
-    """faster-fifo's locks are not robust: a worker killed while it held the reports queue's lock leaves that queue
-    locked for good, and any get or put on it waits forever (the runner's and the learner's, before they learned to
-    give up on one). The runner replaces the workers with fresh queues, the learner stops by itself (saving its
-    checkpoint) and the run finishes."""
+@pytest.mark.parametrize("queue", ["reports", "full_slots"])
+def test_a_worker_that_dies_holding_a_queue_lock_is_replaced_and_the_run_finishes(tmp_path, clean_machine, queue):
+    """faster-fifo's locks are not robust: a worker killed while it held a queue's lock leaves that queue locked for
+    good, and any get or put on it waits forever (the runner's on the reports and the learner's on every queue it
+    uses, before they learned to give up on one). The runner replaces the workers with fresh queues, the learner stops
+    by itself (saving its checkpoint) and the run finishes."""
     from faster_fifo import Queue
     from fault_envs import queue_mutex_offset
     queue_mutex_offset(Queue(1 << 20))  # the layout the env relies on, or a clear error here
-    options = json.dumps({"once_file": str(tmp_path / "died")})
-    r = run_cli("train", "--env", "tests.fault_envs:dies_holding_the_reports_lock", "--env_options", options,
+    options = json.dumps({"once_file": str(tmp_path / "died"), "queue": queue})
+    r = run_cli("train", "--env", "tests.fault_envs:dies_holding_a_queue_lock", "--env_options", options,
                 "--train_dir", tmp_path, "--experiment", "lock", "--train_for_env_steps", 16_000,
                 "--experiment_summaries_interval", 1, timeout=60)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -63,7 +63,7 @@ class BatchSource:
 
     def __init__(self, cfg: Config, policy_id: int, queues: Queues, timing, guard):
         self.cfg, self.timing = cfg, timing
-        # guard: a queue as the learner uses it (GuardedQueue: faster-fifo's face, given up on if a dead worker locked it)
+        # guard(q): q as the learner uses it (queues.GuardedQueue: given up on once a dead worker has locked it)
         self.full_slots, self.free_slots = guard(queues.full_slots[policy_id]), guard(queues.free_slots)
         self.pending_slots: list[int] = []  # arrived, not in a batch yet
 

@@ -25,9 +25,19 @@ def queue_mutex_offset(queue) -> int:
 
 def die_holding_the_lock(queue) -> None:
     """Lock the queue's mutex as a put or get would, and be SIGKILLed before unlocking it."""
+    lock_and_die(queue)()
+
+
+def lock_and_die(queue):
+    """A call that locks the queue's mutex and SIGKILLs its process. Made first, so that a process forked to call it
+    calls only libc (no import or library load, whose locks another thread may have held at the fork)."""
     libc = ctypes.CDLL("libc.so.6")
-    libc.pthread_mutex_lock(ctypes.c_void_p(ctypes.addressof(queue.queue_obj_buffer) + queue_mutex_offset(queue)))
-    os.kill(os.getpid(), signal.SIGKILL)
+    mutex = ctypes.c_void_p(ctypes.addressof(queue.queue_obj_buffer) + queue_mutex_offset(queue))
+
+    def call():
+        libc.pthread_mutex_lock(mutex)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return call
 
 
 class DiesHoldingAQueueLock(gym.Wrapper):
@@ -47,9 +57,10 @@ class DiesHoldingAQueueLock(gym.Wrapper):
             from asyncrl.rollout_worker import RolloutWorker
             worker = next(o for o in gc.get_objects() if isinstance(o, RolloutWorker))
             queue = getattr(worker.queues, self.queue)
+            locked_for_good = lock_and_die(queue[0] if isinstance(queue, list) else queue)
             holder = os.fork()  # the lock's holder dies first, so that this process chooses when it dies
             if holder == 0:
-                die_holding_the_lock(queue[0] if isinstance(queue, list) else queue)
+                locked_for_good()
             os.waitpid(holder, 0)
             time.sleep(self.hold_s)
             os.kill(os.getpid(), signal.SIGKILL)

@@ -19,7 +19,7 @@ from asyncrl.model import build_model, low_precision, pack_state, unpack_state
 from asyncrl.optimizer import Adam
 from asyncrl.packing import time_major
 from asyncrl.processes import StopFlag, stop_run
-from asyncrl.queues import GuardedQueue, Queues, guarded
+from asyncrl.queues import GuardedCalls, GuardedQueue, Queues
 from asyncrl.rollouts import Batch, batch_source
 from asyncrl.timing import Timing
 
@@ -39,9 +39,11 @@ class Learner:
     def __init__(self, policy_id: int, cfg: Config, buffers: SharedBuffers, queues: Queues,
                  obs_space, action_space, device: torch.device, frameskip: int, stop_flag: StopFlag):
         self.policy_id, self.cfg, self.buffers, self.device, self.frameskip = policy_id, cfg, buffers, device, frameskip
-        self.stop_flag, self.guarded_queues = stop_flag, []  # the queues this learner uses, as self.guard made them
-        self.reports = self.guard(queues.reports)
-        self.commands = self.guard(queues.learner_commands[policy_id])  # from PBT (pbt.py)
+        # every queue through queue_calls: a call the run's stop finds blocked (on a queue a dead worker left locked)
+        # is given up, so the learner still stops and saves its checkpoint (queues.py)
+        self.queue_calls = GuardedCalls(stop_flag.is_set)
+        self.reports = GuardedQueue(queues.reports, self.queue_calls)
+        self.commands = GuardedQueue(queues.learner_commands[policy_id], self.queue_calls)  # from PBT (pbt.py)
         self.model = build_model(obs_space, action_space, cfg).to(device).train()
         self.autocast_dtype = low_precision(cfg, device, self.model)  # of the encoder; master weights stay float32
         self.minibatches = minibatches(cfg, self.model, self.autocast_dtype)  # trajectories, or samples
@@ -60,7 +62,7 @@ class Learner:
         # the other ranks' learners, if any (first: under torchrun, rank 0's process group hosts the store that the
         # batch source's straggler rule connects to)
         self.collective = collective(self.rank, device, cfg.dist_timeout)
-        self.source = batch_source(cfg, policy_id, buffers, queues, self.timing, self.guard)  # which samples to learn
+        self.source = batch_source(cfg, policy_id, buffers, queues, self.timing, self.queue_calls)  # which samples
         self.stopped = False  # under torchrun: the ranks agreed to stop; no more batches
         if self.rank.writes:
             self._load_latest_checkpoint()
@@ -71,12 +73,6 @@ class Learner:
         buffers.publish_weights(policy_id, self.model, self.train_step)
         self.reports.put(LearnerStats(policy_id, {"train_step": self.train_step, "env_steps": self.env_steps,
                                                   **self._hp_stats()}))
-
-    def guard(self, q) -> GuardedQueue:
-        """q through GuardedCalls of its own: a call the run's stop finds blocked (on a queue a dead worker left
-        locked) is given up, so the learner still stops and saves its checkpoint (queues.py)."""
-        self.guarded_queues.append(guarded(q, self.stop_flag.is_set))
-        return self.guarded_queues[-1]
 
     # --- lifecycle
     def poll(self, timeout: float) -> bool:
@@ -167,8 +163,7 @@ class Learner:
 
     def close(self) -> None:
         self.collective.close()
-        for q in self.guarded_queues:
-            q.calls.close()
+        self.queue_calls.close()
 
     # --- checkpoints
     def save(self) -> str | None:

@@ -152,9 +152,3 @@ class GuardedQueue:
         with self._lock:
             taken, self._taken = self._taken, []
         return taken
-
-
-def guarded(q: Queue, holder_may_be_dead: Callable[[], bool]) -> GuardedQueue:
-    """q through GuardedCalls of its own: one locked queue does not stop the calls on the process's other queues (a
-    learner stopping past a locked full_slots queue still reports its last checkpoint)."""
-    return GuardedQueue(q, GuardedCalls(holder_may_be_dead))

@@ -35,7 +35,7 @@ from asyncrl.buffers import SharedBuffers, slots_per_batch
 from asyncrl.config import Config
 from asyncrl.distributed import preemption
 from asyncrl.messages import Signal
-from asyncrl.queues import Empty, Queues
+from asyncrl.queues import Empty, GuardedCalls, GuardedQueue, Queues
 
 
 @dataclass
@@ -61,10 +61,11 @@ def rows_between(first, end, rollout: int) -> torch.Tensor:
 class BatchSource:
     """The learner's side of the slot queues: full slots come in, learned ones go back to the rollout workers."""
 
-    def __init__(self, cfg: Config, policy_id: int, queues: Queues, timing, guard):
+    def __init__(self, cfg: Config, policy_id: int, queues: Queues, timing, queue_calls: GuardedCalls):
         self.cfg, self.timing = cfg, timing
-        # guard(q): q as the learner uses it (queues.GuardedQueue: given up on once a dead worker has locked it)
-        self.full_slots, self.free_slots = guard(queues.full_slots[policy_id]), guard(queues.free_slots)
+        # through the learner's queue_calls: given up on once a dead worker has locked a queue (queues.py)
+        self.full_slots = GuardedQueue(queues.full_slots[policy_id], queue_calls)
+        self.free_slots = GuardedQueue(queues.free_slots, queue_calls)
         self.pending_slots: list[int] = []  # arrived, not in a batch yet
 
     def next_batch(self, timeout: float, version: int) -> Batch | None:
@@ -84,8 +85,8 @@ class AsyncBatches(BatchSource):
     """APPO: the first --batch_size / --rollout slots that arrive (under torchrun, fewer if the other ranks preempt
     this one: at least one slot per minibatch)."""
 
-    def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers, queues: Queues, timing, guard):
-        super().__init__(cfg, policy_id, queues, timing, guard)
+    def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers, queues: Queues, timing, queue_calls):
+        super().__init__(cfg, policy_id, queues, timing, queue_calls)
         self.preemption = preemption(cfg)
 
     def next_batch(self, timeout: float, version: int) -> Batch | None:
@@ -112,10 +113,10 @@ class RolloutBatches(BatchSource):
     """ppo/ver: the slots of the current rollout, once the policy worker has closed it and the samples of all the
     actions it handed out have arrived, except those of groups still mid-step (steps 3 and 4 of the protocol above)."""
 
-    def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers, queues: Queues, timing, guard):
-        super().__init__(cfg, policy_id, queues, timing, guard)
+    def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers, queues: Queues, timing, queue_calls):
+        super().__init__(cfg, policy_id, queues, timing, queue_calls)
         self.policy_id, self.buffers = policy_id, buffers
-        self.policy_requests = guard(queues.policy_requests[policy_id])
+        self.policy_requests = GuardedQueue(queues.policy_requests[policy_id], queue_calls)
         self.pending_actions = 0  # actions whose samples are in pending_slots
         # slots whose first rows were learned while their group was mid-step -> (rows learned, version of the action
         # in flight then); the actions in flight at the last rollout's close
@@ -191,8 +192,9 @@ class RolloutBatches(BatchSource):
         self.policy_requests.put((Signal.NEW_VERSION, version))
 
 
-def batch_source(cfg: Config, policy_id: int, buffers: SharedBuffers, queues: Queues, timing, guard) -> BatchSource:
-    return (RolloutBatches if cfg.synchronous else AsyncBatches)(cfg, policy_id, buffers, queues, timing, guard)
+def batch_source(cfg: Config, policy_id: int, buffers: SharedBuffers, queues: Queues, timing,
+                 queue_calls: GuardedCalls) -> BatchSource:
+    return (RolloutBatches if cfg.synchronous else AsyncBatches)(cfg, policy_id, buffers, queues, timing, queue_calls)
 
 
 class NoBudget:

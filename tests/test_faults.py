@@ -192,8 +192,8 @@ def test_a_guarded_queue_has_faster_fifos_face():
     the queue itself."""
     from faster_fifo import Queue
 
-    from asyncrl.queues import guarded
-    q = guarded(Queue(1 << 20), lambda: False)
+    from asyncrl.queues import GuardedCalls, GuardedQueue
+    q = GuardedQueue(Queue(1 << 20), GuardedCalls(lambda: False))
     q.put_many([1, 2, 3])
     q.put(4)
     assert q.get_many(max_messages_to_get=2) == [1, 2] and q.get_many(block=False) == [3, 4]

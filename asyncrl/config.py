@@ -61,8 +61,8 @@ class Config:
     train_dir: str = _f("train_dir", "Root folder for experiments.", path=True)
     restart_behavior: str = _f("resume", "resume: continue from the last checkpoint of this experiment; restart: "
                                "delete it and start over.", choices=["resume", "restart"])
-    seed: Optional[int] = _f(None, "Base random seed; each env gets a distinct seed from "
-                             "(seed, worker, env). None: random.")
+    seed: Optional[int] = _f(None, "Base random seed: each env's seed comes from (seed, worker, env), the model's "
+                             "initial weights and each process's sampling from it too. None: random.")
     device: str = _f("auto", "Device of the policy workers and learners: auto (cuda if "
                      "available), cpu, cuda or cuda:N.")
     serial_mode: bool = _f(False, "Run every component in the main process, in turn (for debugging and tests).")

@@ -94,7 +94,9 @@ class Evaluator:
     def _evaluate(self, policy_id: int, env_steps: int) -> None:
         version = self._load_weights(policy_id)
         start = time.monotonic()
-        episodes = [play_episode(self.model, self.env, self.cfg.eval_deterministic, seed) for seed in self.seeds]
+        with torch.random.fork_rng(devices=[]):  # sampled actions drawn anew too: the same weights, the same score
+            torch.manual_seed(EVAL_SEED_BASE)
+            episodes = [play_episode(self.model, self.env, self.cfg.eval_deterministic, seed) for seed in self.seeds]
         returns = np.array([e["return"] for e in episodes])
         result = {"env_steps": env_steps, "train_step": version, "return_mean": float(returns.mean()),
                   "return_std": float(returns.std()), "return_min": float(returns.min()),

@@ -15,7 +15,7 @@ from asyncrl.distributed import RankLost, collective, this_rank
 from asyncrl.messages import ExportState, ImportState, LearnerStats, LearnerStopped, Snapshot, StateExported, \
     StateImported
 from asyncrl.minibatches import minibatches
-from asyncrl.model import build_model, low_precision, pack_state, unpack_state
+from asyncrl.model import build_model, low_precision, pack_state, seed_torch, unpack_state
 from asyncrl.optimizer import Adam
 from asyncrl.packing import time_major
 from asyncrl.processes import StopFlag, stop_run
@@ -44,6 +44,7 @@ class Learner:
         self.queue_calls = GuardedCalls(stop_flag.is_set)
         self.reports = GuardedQueue(queues.reports, self.queue_calls)
         self.commands = GuardedQueue(queues.learner_commands[policy_id], self.queue_calls)  # from PBT (pbt.py)
+        seed_torch(cfg.seed, "learner", policy_id)  # the initial weights (rank 0's under torchrun), minibatch order
         self.model = build_model(obs_space, action_space, cfg).to(device).train()
         self.autocast_dtype = low_precision(cfg, device, self.model)  # of the encoder; master weights stay float32
         self.minibatches = minibatches(cfg, self.model, self.autocast_dtype)  # trajectories, or samples

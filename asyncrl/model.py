@@ -7,6 +7,7 @@ learner (`forward_sequence`: whole trajectories, with truncated BPTT and state r
 from __future__ import annotations
 
 import math
+import random
 
 import gymnasium as gym
 import torch
@@ -370,6 +371,13 @@ class ActorCritic(nn.Module):
 
 def build_model(obs_space, action_space, cfg: Config) -> ActorCritic:
     return ActorCritic(obs_space, action_space, cfg)
+
+
+def seed_torch(seed: int | None, role: str, *index: int) -> None:
+    """Seed this process's torch generator (a model's initial weights, sampled actions, minibatch order) from --seed,
+    the role and its index: each role draws a stream of its own. Without --seed, torch's random seed stays."""
+    if seed is not None:  # a str seeds Random through SHA-512: the same number in every process, whatever its hash seed
+        torch.manual_seed(random.Random(repr((seed, role, *index))).getrandbits(63))
 
 
 def native_bfloat16(device: torch.device) -> bool:

@@ -18,7 +18,7 @@ from torch import nn
 from asyncrl.buffers import SharedBuffers, frozen_player, group_agents
 from asyncrl.config import Config
 from asyncrl.messages import Signal
-from asyncrl.model import build_model, low_precision
+from asyncrl.model import build_model, low_precision, seed_torch
 from asyncrl.queues import Empty, Queues
 from asyncrl.rollouts import rollout_budget
 from asyncrl.timing import Timing
@@ -34,6 +34,7 @@ class PolicyWorker:
         self.actions_ready, self.reports = queues.actions_ready, queues.reports
         self.timing = Timing(f"policy_{policy_id}" + (f"_{worker_idx}" if cfg.policy_workers_per_policy > 1 else ""))
         self.obs_space, self.action_space = obs_space, action_space
+        seed_torch(cfg.seed, "policy_worker", policy_id, worker_idx)  # its sampled actions
         self.model = self._new_model()
         self.version = -1  # weights not loaded yet
         # frozen past versions of this policy (self-play): player -> [model, version], built when first needed

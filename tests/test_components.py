@@ -5,6 +5,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -696,3 +697,37 @@ print(sorted(m for m in sys.modules if m.startswith("torch._dynamo")))
                        timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout[-2000:]
+
+
+def test_a_seed_gives_each_role_its_own_stream_and_no_seed_leaves_torchs_own():
+    import gymnasium as gym
+
+    from asyncrl.model import build_model, seed_torch
+    cfg = Config(env="x", use_rnn=False)
+
+    def initial_weights(*seeding):
+        seed_torch(*seeding)
+        return torch.cat([p.flatten() for p in build_model(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2),
+                                                             cfg).parameters()])
+
+    assert torch.equal(initial_weights(1, "learner", 0), initial_weights(1, "learner", 0))
+    for other in [(2, "learner", 0), (1, "learner", 1), (1, "policy_worker", 0, 0)]:
+        assert not torch.equal(initial_weights(1, "learner", 0), initial_weights(*other))
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    seed_torch(None, "learner", 0)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_evaluations_of_the_same_weights_with_sampled_actions_score_the_same(tmp_path):
+    from asyncrl.evaluator import Evaluator
+    runner = serial_runner(tmp_path, eval_every_env_steps=1000, eval_episodes=3, eval_deterministic=False)
+    evaluator = next(c for c in runner.components if isinstance(c, Evaluator))
+    results = []
+    evaluator.reports = SimpleNamespace(put=lambda message: results.append(message.result))  # its own reports alone
+    evaluator._evaluate(0, 0)
+    torch.rand(5)  # whatever else this process draws in between
+    evaluator._evaluate(0, 0)
+    runner._stop_children()
+    assert results[0]["return_mean"] == results[1]["return_mean"] and results[0]["return_std"] > 0, results

@@ -6,6 +6,7 @@ import re
 import time
 
 import pytest
+import torch
 
 from helpers import copy_run, read_stats, run_cli, run_cli_error, wandb_runs
 
@@ -24,12 +25,17 @@ def test_multiprocess_cartpole_learns(cartpole_run):
     assert "fps" in stdout and "reward" in stdout
 
 
-def test_serial_mode_learns(tmp_path, clean_machine):
-    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "serial", "--serial_mode", "True",
-                "--train_for_env_steps", 40_000, "--seed", 0)
-    assert r.returncode == 0, r.stdout + r.stderr
+def test_serial_mode_learns_and_its_seed_repeats_the_run_bit_for_bit(tmp_path, clean_machine):
+    for experiment in ("serial", "again"):
+        r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", experiment,
+                    "--serial_mode", "True", "--train_for_env_steps", 40_000, "--seed", 0)
+        assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "serial")
     assert rows[-1]["env_steps"] >= 40_000 and rows[-1]["episode_reward_mean"] > 60, rows[-1]
+    first, second = (torch.load(glob.glob(str(tmp_path / e / "checkpoint_p0" / "checkpoint_*.pth"))[-1],
+                                weights_only=True) for e in ("serial", "again"))
+    assert first["train_step"] == second["train_step"]
+    assert all(torch.equal(first["model"][k], second["model"][k]) for k in first["model"])
 
 
 def test_resume_continues_env_steps(cartpole_run, tmp_path, clean_machine):

@@ -7,6 +7,7 @@ import contextlib
 import queue
 import threading
 import time
+import weakref
 from typing import Callable
 
 from faster_fifo import Queue
@@ -75,16 +76,10 @@ class GuardedCalls:
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
         self._done: queue.SimpleQueue = queue.SimpleQueue()  # (call number, None or what it raised) per finished call
         self._calls_made = 0
-        threading.Thread(target=self._serve, name="asyncrl-queue-calls", daemon=True).start()
-
-    def _serve(self) -> None:
-        while (item := self._calls.get()) is not None:
-            number, call, args = item
-            try:
-                call(*args)
-                self._done.put((number, None))
-            except Exception as e:  # noqa: BLE001 - raised again in the caller's thread
-                self._done.put((number, e))
+        # the thread holds the two queues alone, not this object (nor its owner, through holder_may_be_dead): an owner
+        # that is never closed (a runner built in a test) is still freed, and its thread ends then
+        threading.Thread(target=_serve, args=(self._calls, self._done), name="asyncrl-queue-calls", daemon=True).start()
+        weakref.finalize(self, self._calls.put, None)
 
     def close(self) -> None:
         """End the thread once the calls made so far have returned (a restart replaces this object: its thread
@@ -111,6 +106,17 @@ class GuardedCalls:
                     raise QueueLocked() from None
         if error is not None:
             raise error
+
+
+def _serve(calls: queue.SimpleQueue, done: queue.SimpleQueue) -> None:
+    """GuardedCalls' thread: make each call, and say when it returned (or what it raised), until None comes."""
+    while (item := calls.get()) is not None:
+        number, call, args = item
+        try:
+            call(*args)
+            done.put((number, None))
+        except Exception as e:  # noqa: BLE001 - raised again in the caller's thread
+            done.put((number, e))
 
 
 class GuardedQueue:

@@ -1,5 +1,6 @@
 """Faults and stopping: env exceptions, Ctrl-C, SIGKILL of the main process, unusable checkpoints and dirs."""
 
+import gc
 import glob
 import json
 import os
@@ -7,7 +8,9 @@ import signal
 import subprocess
 import threading
 import time
+from functools import partial
 from queue import Empty
+from types import SimpleNamespace
 
 import pytest
 
@@ -204,14 +207,21 @@ def test_a_guarded_queue_has_faster_fifos_face():
     q.calls.close()
 
 
-def test_closed_queue_calls_leave_no_thread():
-    """A restart replaces the runner's GuardedCalls: the old one's thread ends, not one more per restart."""
+@pytest.mark.parametrize("closed", [True, False])
+def test_queue_calls_closed_or_dropped_leave_no_thread(closed):
+    """A restart replaces the runner's GuardedCalls: the old one's thread ends, not one more per restart. One never
+    closed (a runner built in a test) ends its thread once it is freed: the thread does not keep it, or its owner,
+    alive."""
     from asyncrl.queues import GuardedCalls
     before = threading.active_count()
     for _ in range(5):
-        calls = GuardedCalls(lambda: False)
-        calls(len, [])
-        calls.close()
+        owner = SimpleNamespace(stopping=False)
+        owner.calls = GuardedCalls(partial(getattr, owner, "stopping"))  # a cycle, as the runner's lambda over itself
+        owner.calls(len, [])
+        if closed:
+            owner.calls.close()
+        del owner
+    gc.collect()
     deadline = time.monotonic() + 5.0
     while threading.active_count() > before:
         assert time.monotonic() < deadline, f"{threading.active_count() - before} threads left"

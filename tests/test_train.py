@@ -10,6 +10,8 @@ import torch
 
 from helpers import copy_run, read_stats, run_cli, run_cli_error, wandb_runs
 
+from asyncrl.checkpoint import checkpoint_dir, list_checkpoints
+
 
 def test_multiprocess_cartpole_learns(cartpole_run):
     train_dir, stdout = cartpole_run
@@ -32,8 +34,8 @@ def test_serial_mode_learns_and_its_seed_repeats_the_run_bit_for_bit(tmp_path, c
         assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "serial")
     assert rows[-1]["env_steps"] >= 40_000 and rows[-1]["episode_reward_mean"] > 60, rows[-1]
-    first, second = (torch.load(glob.glob(str(tmp_path / e / "checkpoint_p0" / "checkpoint_*.pth"))[-1],
-                                weights_only=True) for e in ("serial", "again"))
+    first, second = (torch.load(list_checkpoints(checkpoint_dir(tmp_path / e, 0))[-1], weights_only=True)
+                     for e in ("serial", "again"))
     assert first["train_step"] == second["train_step"]
     assert all(torch.equal(first["model"][k], second["model"][k]) for k in first["model"])
 

@@ -10,7 +10,7 @@ import torch
 
 from helpers import copy_run, read_stats, run_cli, run_cli_error, wandb_runs
 
-from asyncrl.checkpoint import checkpoint_dir, list_checkpoints
+from asyncrl.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
 
 
 def test_multiprocess_cartpole_learns(cartpole_run):
@@ -34,7 +34,7 @@ def test_serial_mode_learns_and_its_seed_repeats_the_run_bit_for_bit(tmp_path, c
         assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "serial")
     assert rows[-1]["env_steps"] >= 40_000 and rows[-1]["episode_reward_mean"] > 60, rows[-1]
-    first, second = (torch.load(list_checkpoints(checkpoint_dir(tmp_path / e, 0))[-1], weights_only=True)
+    first, second = (load_checkpoint(list_checkpoints(checkpoint_dir(tmp_path / e, 0))[-1])
                      for e in ("serial", "again"))
     assert first["train_step"] == second["train_step"]
     assert all(torch.equal(first["model"][k], second["model"][k]) for k in first["model"])

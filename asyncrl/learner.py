@@ -39,8 +39,7 @@ class Learner:
     def __init__(self, policy_id: int, cfg: Config, buffers: SharedBuffers, queues: Queues,
                  obs_space, action_space, device: torch.device, frameskip: int, stop_flag: StopFlag):
         self.policy_id, self.cfg, self.buffers, self.device, self.frameskip = policy_id, cfg, buffers, device, frameskip
-        # every queue through queue_calls: a call the run's stop finds blocked (on a queue a dead worker left locked)
-        # is given up, so the learner still stops and saves its checkpoint (queues.py)
+        # every queue through queue_calls: given up on if the stop finds it locked by a dead worker, so we still save
         self.queue_calls = GuardedCalls(stop_flag.is_set)
         self.reports = GuardedQueue(queues.reports, self.queue_calls)
         self.commands = GuardedQueue(queues.learner_commands[policy_id], self.queue_calls)  # from PBT (pbt.py)

@@ -1,13 +1,18 @@
-"""Checkpoints: one folder per policy, files named by train step, written atomically (temp file, then rename)."""
+"""Checkpoints: one folder per policy, files named by train step, written atomically (temp file, then rename).
+
+torch is imported by the functions that read or write a file, not here: the commands that play or share a run find
+its checkpoint (or say there is none) before torch's import, which takes seconds."""
 
 from __future__ import annotations
 
 import glob
 import os
-
-import torch
+from typing import TYPE_CHECKING
 
 from asyncrl.config import CheckpointError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def checkpoint_dir(experiment_dir: str, policy_id: int) -> str:
@@ -25,6 +30,7 @@ def best_checkpoint_path(experiment_dir: str, policy_id: int) -> str:
 
 
 def _save_atomically(state: dict, path: str) -> None:
+    import torch
     torch.save(state, path + ".tmp")
     os.replace(path + ".tmp", path)  # a reader sees the old file or the new one, never half a file
 
@@ -48,6 +54,7 @@ TRAINING_KEYS = ("model", "optimizer", "train_step", "env_steps")
 
 def load_checkpoint(path: str, keys: tuple = TRAINING_KEYS) -> dict:
     """The checkpoint's contents; `keys` must be there (("model",) to act with it, as enjoy does)."""
+    import torch
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for a damaged file; all mean the same to the user
@@ -56,6 +63,15 @@ def load_checkpoint(path: str, keys: tuple = TRAINING_KEYS) -> dict:
     for key in keys:
         if not isinstance(state, dict) or key not in state:
             raise CheckpointError(f"checkpoint {path} has no {key!r}; it was not written by asyncrl")
+    return state
+
+
+def load_weights(path: str, model: torch.nn.Module) -> dict:
+    """The checkpoint's weights loaded into `model` (checked to fit it, as enjoy, match and export need); returns
+    the checkpoint's contents (its train step and env steps, for the user)."""
+    state = load_checkpoint(path, ("model",))
+    check_compatible(path, state["model"], model)
+    model.load_state_dict(state["model"])
     return state
 
 

@@ -13,15 +13,11 @@ import os
 import sys
 
 import numpy as np
-import torch
 
-from asyncrl.checkpoint import (CheckpointError, best_checkpoint_path, check_compatible, checkpoint_dir,
-                                list_checkpoints, load_checkpoint)
+from asyncrl.checkpoint import CheckpointError, best_checkpoint_path, checkpoint_dir, list_checkpoints, load_weights
 from asyncrl.config import (Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config,
                             experiment_dir_of, parse_bool, read_saved_config)
 from asyncrl.envs import EnvError, env_entry, make_agents
-from asyncrl.evaluator import play_episode
-from asyncrl.model import build_model
 
 
 def parse_enjoy_args(argv: list[str]) -> tuple[dict, Config]:
@@ -127,11 +123,12 @@ def write_video(frames: list[np.ndarray], path: str, fps: float) -> None:
 def enjoy(argv: list[str]) -> int:
     args, cfg = parse_enjoy_args(argv)
     path = checkpoint_to_load(args, cfg)
+    import torch  # after the flags and the checkpoint's path are checked: its import takes seconds
+    from asyncrl.evaluator import play_episode
+    from asyncrl.model import build_model
     env = make_video_env(cfg) if args["save_video"] else make_agents(cfg.env, **cfg.env_kwargs())
     model = build_model(env.observation_space, env.action_space, cfg).eval()
-    state = load_checkpoint(path, ("model",))
-    check_compatible(path, state["model"], model)
-    model.load_state_dict(state["model"])
+    state = load_weights(path, model)
     print(f"asyncrl enjoy: {path} (train step {state.get('train_step', '?')}, {state.get('env_steps', '?')} env "
           f"steps), {'argmax' if cfg.eval_deterministic else 'sampled'} actions", flush=True)
     frames = [] if args["save_video"] else None

@@ -2,7 +2,7 @@
 --eval_every_env_steps), on the same fixed seeds every time, so successive scores compare; reports them and keeps
 the best-scoring weights as best_checkpoint.pth. It runs at the lowest CPU priority, in the time training leaves.
 
-`play_episode` is also what `asyncrl enjoy` plays.
+`play_episode` is also what `asyncrl enjoy` plays, and `ModelPlayer` a checkpoint's seat in `asyncrl match`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from asyncrl.buffers import SharedBuffers
-from asyncrl.checkpoint import CheckpointError, best_checkpoint_path, load_checkpoint, save_best_checkpoint
+from asyncrl.checkpoint import (CheckpointError, best_checkpoint_path, load_checkpoint, load_weights,
+                                save_best_checkpoint)
 from asyncrl.config import Config
 from asyncrl.envs import make_agents
 from asyncrl.envs.multi_agent import env_actions
@@ -23,6 +24,15 @@ from asyncrl.model import ActorCritic, build_model
 from asyncrl.queues import Empty, Queues
 
 EVAL_SEED_BASE = 1_000_000  # fixed: the same episodes for every evaluation, of every run
+
+
+@torch.no_grad()
+def act(model: ActorCritic, obs: np.ndarray, rnn_state: torch.Tensor, deterministic: bool):
+    """The model's actions for a batch of observations (argmax/mean if deterministic, else sampled) as an array, and
+    its next recurrent state."""
+    params, _, rnn_state = model.forward_step(torch.as_tensor(obs), rnn_state)
+    actions = model.greedy_actions(params) if deterministic else model.sample_actions(params)[0]
+    return actions.numpy(), rnn_state
 
 
 @torch.no_grad()
@@ -38,9 +48,8 @@ def play_episode(model: ActorCritic, env, deterministic: bool, seed: int | None 
     while any(playing):
         if frames is not None:
             frames.append(env.render())
-        params, _, state = model.forward_step(torch.as_tensor(np.stack(obs)), state)
-        actions = model.greedy_actions(params) if deterministic else model.sample_actions(params)[0]
-        obs, rewards, terminated, truncated, infos = env.step(env_actions(env.action_space, actions.numpy()))
+        actions, state = act(model, np.stack(obs), state, deterministic)
+        obs, rewards, terminated, truncated, infos = env.step(env_actions(env.action_space, actions))
         length += 1
         for i in range(n):
             if playing[i]:
@@ -51,6 +60,22 @@ def play_episode(model: ActorCritic, env, deterministic: bool, seed: int | None 
         frames.append(env.render())
     return {"return": float(returns.mean()), "length": length,
             "stats": {k: float(np.mean([float(s.get(k, np.nan)) for s in stats])) for k in stats[0]}}
+
+
+class ModelPlayer:
+    """One agent's seat played by a checkpoint's policy, a step at a time (`asyncrl match`)."""
+
+    def __init__(self, path: str, env, cfg: Config):
+        self.model = build_model(env.observation_space, env.action_space, cfg).eval()
+        load_weights(path, self.model)
+        self.deterministic, self.action_space = cfg.eval_deterministic, env.action_space
+
+    def reset(self) -> None:
+        self.state = torch.zeros(1, self.model.rnn_state_size)
+
+    def act(self, env, seat: int, obs) -> object:
+        actions, self.state = act(self.model, np.expand_dims(obs, 0), self.state, self.deterministic)
+        return env_actions(self.action_space, actions)[0]
 
 
 def saved_best_score(path: str) -> float:

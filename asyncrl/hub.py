@@ -122,11 +122,11 @@ def push(argv: list[str]) -> int:
     check_repository(repository)
     cfg = config_of_run(given)
     hub = _hub()
-    if hub.get_token() is None:
-        raise ConfigError("no Hugging Face token: run `huggingface-cli login` or set HF_TOKEN (a token with write "
-                          "access)")
     with tempfile.TemporaryDirectory() as tmp:
-        folder = hub_folder(cfg, repository, tmp, policy_index)
+        folder = hub_folder(cfg, repository, tmp, policy_index)  # first: a run with nothing to share says so
+        if hub.get_token() is None:
+            raise ConfigError("no Hugging Face token: run `huggingface-cli login` or set HF_TOKEN (a token with "
+                              "write access)")
         try:
             api = hub.HfApi()
             api.create_repo(repository, exist_ok=True)

@@ -19,32 +19,10 @@ import json
 import os
 
 import numpy as np
-import torch
 
-from asyncrl.checkpoint import check_compatible, load_checkpoint
 from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_arguments
 from asyncrl.enjoy import add_hub_argument, checkpoint_to_load, config_of_run, run_from_hub
 from asyncrl.envs import make_agents
-from asyncrl.envs.multi_agent import env_actions
-from asyncrl.model import build_model
-
-
-class ModelPlayer:
-    def __init__(self, path: str, env, cfg: Config):
-        self.model = build_model(env.observation_space, env.action_space, cfg).eval()
-        state = load_checkpoint(path, ("model",))
-        check_compatible(path, state["model"], self.model)
-        self.model.load_state_dict(state["model"])
-        self.deterministic, self.action_space = cfg.eval_deterministic, env.action_space
-
-    def reset(self) -> None:
-        self.state = torch.zeros(1, self.model.rnn_state_size)
-
-    @torch.no_grad()
-    def act(self, env, seat: int, obs) -> object:
-        params, _, self.state = self.model.forward_step(torch.as_tensor(obs).unsqueeze(0), self.state)
-        actions = self.model.greedy_actions(params) if self.deterministic else self.model.sample_actions(params)[0]
-        return env_actions(self.action_space, actions.numpy())[0]
 
 
 class ScriptedPlayer:
@@ -73,6 +51,7 @@ def make_player(spec: str, env, cfg: Config, policy_index: int):
     kind = {"latest": ("latest", None), "best": ("best", None)}.get(spec, ("latest", spec))
     which = {"checkpoint": kind[1], "load_checkpoint_kind": kind[0], "policy_index": policy_index}
     path = checkpoint_to_load(which, cfg)
+    from asyncrl.evaluator import ModelPlayer  # torch's import (seconds) after the flags and the path are checked
     return ModelPlayer(path, env, cfg)
 
 
@@ -139,6 +118,7 @@ def match(argv: list[str]) -> int:
             raise ConfigError(f"asyncrl match plays two players, or one agent against the env's bots (--players X "
                               f"bots): env {cfg.env!r} has {env.num_agents} agent(s)")
         players = [make_player(spec, env, cfg, args["policy_index"]) for spec in args["players"][:2 - against_bots]]
+        import torch
         torch.manual_seed(cfg.seed or 0)
         env.action_space.seed(cfg.seed or 0)
         if against_bots:

@@ -170,6 +170,22 @@ def test_train_and_bench_check_their_flags_before_importing_torch():
     assert r.returncode == 0 and r.stdout.strip() == "False", r.stdout + r.stderr
 
 
+def test_play_and_share_commands_answer_a_bad_flag_or_a_missing_checkpoint_before_importing_torch(tmp_path):
+    """enjoy, match, export and push: a typo or a run without checkpoints is answered before torch's import too."""
+    import subprocess
+    import sys
+    run = ["--train_dir", str(tmp_path), "--experiment", "none"]
+    calls = [["enjoy", "--bogus", "1"], ["match", "--bogus", "1"], ["export", "--bogus", "1"], ["push", "--bogus", "1"],
+             ["enjoy", "--env", "CartPole-v1", *run], ["export", "--env", "CartPole-v1", *run],
+             ["match", "--env", "grid_duel", "--players", "latest", "random", *run],
+             ["push", "--env", "CartPole-v1", "--hf_repository", "a/b", *run]]
+    code = (f"import sys; from asyncrl.cli import main; codes = [main(argv) for argv in {calls!r}]; "
+            f"print(codes, 'torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == f"{[2] * len(calls)} False", r.stdout + r.stderr
+    assert r.stderr.count("no checkpoint in") == 4, r.stderr
+
+
 def test_the_measured_window_starts_after_the_warm_up_and_the_first_samples():
     """A warm-up shorter than the run's start-up: the rows of the wait before the first samples are not measured
     (they made tune's first candidate, the only one paying a cold start, read slow)."""

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from asyncrl.config import Config
-from asyncrl.export import export_onnx
+from asyncrl.onnx_graph import export_onnx
 from asyncrl.model import build_model
 
 MODELS = {

@@ -9,9 +9,9 @@ import onnxruntime
 import pytest
 import torch
 
-from asyncrl.config import Config
-from asyncrl.onnx_graph import export_onnx
+from asyncrl.config import Config, ConfigError
 from asyncrl.model import build_model
+from asyncrl.onnx_graph import export_onnx
 
 MODELS = {
     "doom conv+gru": (gym.spaces.Box(0, 255, (3, 72, 128), np.uint8), gym.spaces.Discrete(7),
@@ -57,3 +57,14 @@ def test_onnx_policy_matches_the_torch_model(tmp_path, name):
         assert g.shape == tuple(e.shape) and np.abs(g - e.numpy()).max() < 1e-4
     assert {p.key: p.value for p in onnx.load(path).metadata_props}["env"] == name
     assert os.listdir(tmp_path) == ["policy.onnx"]  # the weights inside: no policy.onnx.data beside it
+
+
+def test_export_without_torchs_onnx_exporter_is_one_line_naming_the_pip_command(monkeypatch):
+    """onnxscript missing (torch.onnx.export's exporter): said before any work, not deep inside torch."""
+    import importlib.util
+
+    from asyncrl.export import export
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxscript" else find_spec(name))
+    with pytest.raises(ConfigError, match=r"^asyncrl export needs onnxscript: pip install onnx onnxscript onnxruntime"):
+        export(["--env", "CartPole-v1", "--experiment", "x"])

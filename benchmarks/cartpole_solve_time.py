@@ -37,7 +37,8 @@ def main():
     shutil.rmtree(train_dir, ignore_errors=True)
     lines = ["# CartPole-v1, default settings", "", f"Machine: {machine()}", "",
              f"Command: `python benchmarks/cartpole_solve_time.py --runs {args.runs} --seconds {args.seconds:g}`", "",
-             "| run | first mean return >= 475 (s after launch) | lowest mean after that | mean return at end | env steps | mean FPS |",
+             "| run | first mean return >= 475 (s after launch) | lowest mean after that | mean return at end "
+             "| env steps | mean FPS |",
              "| --- | --- | --- | --- | --- | --- |"]
     for i, r in enumerate(runs):
         lines.append(f"| {i} | {r['first_475_s_after_launch']} | {r['lowest_after_solved']} | {r['final_reward_mean']:.1f} | "

@@ -108,7 +108,8 @@ def report(pairs: list[dict], run: dict, command: str) -> str:
              f"Machine: {machine()}", "", f"Command: `{command}`", "",
              f"Speed: `asyncrl bench --mode train` on `{' '.join(DUEL)}` (8 net games, 16 engines) and on "
              f"`{' '.join(SINGLE)}` (16 engines), back to back.", "",
-             "| pair | doom_duel frames/s | doom_deathmatch_bots frames/s | duel / deathmatch_bots |", "| --- | --- | --- | --- |"]
+             "| pair | doom_duel frames/s | doom_deathmatch_bots frames/s | duel / deathmatch_bots |",
+             "| --- | --- | --- | --- |"]
     lines += [f"| {i} | {p['duel_fps']:,.0f} | {p['deathmatch_bots_fps']:,.0f} | {p['ratio']:.3f} |"
               for i, p in enumerate(pairs)]
     lines += ["", f"Frames/s per game process, doom_duel / doom_deathmatch_bots: median {statistics.median(ratios):.3f} "

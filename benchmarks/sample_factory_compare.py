@@ -137,7 +137,8 @@ def plot(results: dict, path: str) -> None:
             for i, rows in enumerate(r[side]["rounds"]):
                 pts = [(row["wall_s"], row["reward"]) for row in rows if row["reward"] is not None]
                 if pts:
-                    ax.plot(*zip(*pts), color=color, alpha=0.9, label=f"{side} ({r[side]['fps']:,.0f} frames/s)" if i == 0 else None)
+                    label = f"{side} ({r[side]['fps']:,.0f} frames/s)" if i == 0 else None
+                    ax.plot(*zip(*pts), color=color, alpha=0.9, label=label)
         ax.axhline(TARGET_REWARD[env], color="gray", linestyle=":", linewidth=1)
         ax.set_title(env)
         ax.set_xlabel("wall time since launch (s)")
@@ -189,11 +190,13 @@ def markdown(results: dict, args) -> str:
     cmd = (f"python benchmarks/sample_factory_compare.py --envs {' '.join(args.envs)}{seconds} "
            f"--warmup_seconds {args.warmup_seconds:g} --rounds {args.rounds} --device {args.device}"
            + (f" --out {args.out}" if args.out != "sample_factory_compare" else ""))
-    lines = [f"# asyncrl vs Sample Factory {SF_VERSION}", "", f"Seconds per run: {args.seconds or SECONDS}", "", f"Machine: {machine()}", "", f"Command: `{cmd}`", "",
+    lines = [f"# asyncrl vs Sample Factory {SF_VERSION}", "", f"Seconds per run: {args.seconds or SECONDS}", "",
+             f"Machine: {machine()}", "", f"Command: `{cmd}`", "",
              "Frames/s: frames counted after the first "
              f"{args.warmup_seconds:g} s since launch (median over rounds). Time to target: seconds from launch until "
              "the mean return of the last 100 episodes first reaches it (- = not within the run).", "",
-             "| env | settings (both sides) | asyncrl frames/s | SF frames/s | ratio | asyncrl time to target | SF time to target | time ratio |",
+             "| env | settings (both sides) | asyncrl frames/s | SF frames/s | ratio | asyncrl time to target "
+             "| SF time to target | time ratio |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for env, r in results.items():
         a, s = r["asyncrl"], r["sample_factory"]

@@ -47,7 +47,8 @@ def main():
     lines = [f"# Scaling on {args.env}: frames/s against workers and envs per worker", "", f"Machine: {machine()}", "",
              f"Command: `{command}`", "", "Each row is one `asyncrl bench --mode all` run (worker_num_splits 2, the env's "
              "default model and batch size); efficiency = train / compute-limited frames/s.", "",
-             "| workers | envs/worker | raw | sampler | train | sampler/raw | train/raw | train compute limit | train efficiency | sampler efficiency |",
+             "| workers | envs/worker | raw | sampler | train | sampler/raw | train/raw | train compute limit "
+             "| train efficiency | sampler efficiency |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for p in points:
         lines.append(f"| {p['num_workers']} | {p['num_envs_per_worker']} | {p['raw_fps']:,.0f} | {p['sampler_fps']:,.0f} | "

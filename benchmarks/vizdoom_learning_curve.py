@@ -46,7 +46,8 @@ def main():
     plot(rows, os.path.join(RESULTS, f"{args.env}_learning.png"), args.env)
     scored = [r for r in rows if r["episode_reward_mean"] is not None]
     lines = [f"# {args.env} learning curve", "", f"Machine: {machine()}", "",
-             f"Command: `python benchmarks/vizdoom_learning_curve.py --env {args.env} --seconds {args.seconds:g} {' '.join(extra)}`",
+             f"Command: `python benchmarks/vizdoom_learning_curve.py --env {args.env} --seconds {args.seconds:g} "
+             f"{' '.join(extra)}`",
              "", f"![curve]({args.env}_learning.png)", "",
              "| s since launch | env steps | mean return | fps |", "| --- | --- | --- | --- |"]
     for r in scored[:: max(1, len(scored) // 15)] + scored[-1:]:

@@ -103,9 +103,10 @@ def test_actions_carried_over_count_until_their_slot_comes_back(tmp_path):
 def test_ver_gives_fast_envs_more_of_the_batch_than_lock_step(tmp_path):
     """Worker 0's envs cost 30x worker 1's (synthetic_constant's worker_cost): in ver their share of the samples falls
     well below the half that lock-step ppo gives them (0.12-0.13 here, 0.12-0.15 with two more busy processes on 2
-    cores; at 10x an inference round trip's time weighs as much as the step's, and CI saw 0.31). Each episode reports which worker
-    played it; the share is over every episode of the run (--stats_avg above their number). ppo learns at lag 0; ver's lag is 0 but for the
-    steps in flight at a rollout's end (a version older for each rollout they stayed in flight)."""
+    cores; at 10x an inference round trip's time weighs as much as the step's, and CI saw 0.31). Each episode reports
+    which worker played it; the share is over every episode of the run (--stats_avg above their number). ppo learns
+    at lag 0; ver's lag is 0 but for the steps in flight at a rollout's end (a version older for each rollout they
+    stayed in flight)."""
     shares = {}
     for algo in ("ppo", "ver"):
         r = run_cli("train", "--algo", algo, "--env", "synthetic_constant", "--env_options",

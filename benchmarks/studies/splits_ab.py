@@ -55,7 +55,8 @@ def main():
     lines = ["# Train FPS: one env group per rollout worker vs two (double-buffered sampling)", "",
              f"Machine: {machine()}", "", f"Command: `{command}`", "",
              "Each row is an A/B pair: `asyncrl bench --mode train` with `--worker_num_splits 1`, then 2.", "",
-             "| configuration | pair | 1 split (frames/s) | 2 splits (frames/s) | 1 / 2 | efficiency 1 split | efficiency 2 splits |",
+             "| configuration | pair | 1 split (frames/s) | 2 splits (frames/s) | 1 / 2 | efficiency 1 split "
+             "| efficiency 2 splits |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         lines.append(f"| {r['config']} | {r['pair']} | {r['one_split']['train_fps']:,.0f} | "

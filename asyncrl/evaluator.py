@@ -27,7 +27,7 @@ EVAL_SEED_BASE = 1_000_000  # fixed: the same episodes for every evaluation, of 
 
 
 @torch.no_grad()
-def act(model: ActorCritic, obs: np.ndarray, rnn_state: torch.Tensor, deterministic: bool):
+def model_actions(model: ActorCritic, obs: np.ndarray, rnn_state: torch.Tensor, deterministic: bool):
     """The model's actions for a batch of observations (argmax/mean if deterministic, else sampled) as an array, and
     its next recurrent state."""
     params, _, rnn_state = model.forward_step(torch.as_tensor(obs), rnn_state)
@@ -48,7 +48,7 @@ def play_episode(model: ActorCritic, env, deterministic: bool, seed: int | None 
     while any(playing):
         if frames is not None:
             frames.append(env.render())
-        actions, state = act(model, np.stack(obs), state, deterministic)
+        actions, state = model_actions(model, np.stack(obs), state, deterministic)
         obs, rewards, terminated, truncated, infos = env.step(env_actions(env.action_space, actions))
         length += 1
         for i in range(n):
@@ -74,7 +74,7 @@ class ModelPlayer:
         self.state = torch.zeros(1, self.model.rnn_state_size)
 
     def act(self, env, seat: int, obs) -> object:
-        actions, self.state = act(self.model, np.expand_dims(obs, 0), self.state, self.deterministic)
+        actions, self.state = model_actions(self.model, np.expand_dims(obs, 0), self.state, self.deterministic)
         return env_actions(self.action_space, actions)[0]
 
 

@@ -2,9 +2,9 @@
 
     python benchmarks/pbt_revives.py [--env_steps 3000000] [--period 50000] [--seconds 600] [--pbt_only]
 
-Runs `asyncrl train` with --with_pbt True and then False (unless --pbt_only), the same otherwise, for --seconds
-each. Curves are drawn against the env steps of all policies together (episodes go to random policies, so a policy
-that plays short episodes gets few steps). Reports each policy's mean return (last 100 episodes) at the last summary within
+Runs `asyncrl train` with --with_pbt True and then False (unless --pbt_only), the same otherwise, for --seconds each.
+Curves are drawn against the env steps of all policies together (episodes go to random policies, so a policy that
+plays short episodes gets few steps). Reports each policy's mean return (last 100 episodes) at the last summary within
 --env_steps, the env steps at which every policy's mean return was first >= 400, and whether every policy reached 400
 (with PBT) and policies 2 and 3 stayed below 100 (without). Writes benchmarks/results/pbt_revives[_<period>].{md,json,
 png} (the period's suffix when it is not the default).

@@ -134,8 +134,8 @@ class Config:
     num_batches_per_epoch: int = _f(1, "Minibatches per --batch_size samples; each is one optimizer step.")
     num_epochs: int = _f(1, "Passes over each batch.")
     shuffle_samples: bool = _f(False, "Minibatches of samples drawn from the whole batch, whose advantages are "
-                               "computed over the batch at each epoch's start (as CleanRL's PPO); False: minibatches "
-                               "of whole trajectories, each computing its own. Needs --use_rnn False.")
+                               "computed over the batch once, before its first epoch (as CleanRL's PPO); False: "
+                               "minibatches of whole trajectories, each computing its own. Needs --use_rnn False.")
     pack_sequences: bool = _f(True, "Pack part-filled slots (ver's rollout ends, agents that leave early) into "
                               "fewer trajectories for the learner, each piece followed by its bootstrap row, "
                               "instead of padding each to --rollout steps (VER's sequence packing).")

@@ -188,7 +188,7 @@ def test_kl_stays_finite_where_a_probability_underflows():
 def test_sample_minibatches_learn_what_trajectory_minibatches_learn(tmp_path, with_vtrace):
     """--shuffle_samples: a minibatch as large as the batch gives the loss and gradients of the trajectory cut (the
     epoch's whole-batch pass and the minibatch's own see the same weights); smaller ones hold each learned sample
-    once per epoch, with its advantage and target from that pass."""
+    once per epoch, with its advantage and target from the pass before the batch's first epoch."""
     from asyncrl.minibatches import SampleMinibatches, TrajectoryMinibatches
 
     runner = serial_runner(tmp_path, with_vtrace=with_vtrace, batch_size=64, num_batches_per_epoch=1)
@@ -219,6 +219,10 @@ def test_sample_minibatches_learn_what_trajectory_minibatches_learn(tmp_path, wi
     assert len(parts) == 4 and all(len(mb["obs"]) == int(batch["mask"].sum()) // 4 for mb in parts)
     torch.testing.assert_close(torch.cat([mb["advantages"] for mb in parts]).sort()[0],
                                whole.advantages[batch["mask"]].sort()[0])
+    with torch.no_grad():  # an update between epochs: the later epochs keep the first one's advantages
+        learner.model.value_head.bias.add_(1.0)
+    later = torch.cat([mb["advantages"] for mb in cut.epoch(batch, 0.99)])
+    torch.testing.assert_close(later.sort()[0], whole.advantages[batch["mask"]].sort()[0])
     runner._stop_children()
 
 

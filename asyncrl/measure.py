@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import faulthandler
 import os
+import queue
 import statistics
 import tempfile
 import threading
@@ -32,6 +34,7 @@ from asyncrl.processes import StopFlag, die_with_parent, keep_freed_memory_for_r
 
 
 # --- raw: the env alone
+RAW_STUCK_AFTER_S = 120.0  # a raw-mode worker still running this long after its measurement should have ended is stuck
 class RandomPlay:
     """Envs (as lists of agents) stepped in turn with random actions, as a rollout worker steps its envs."""
 
@@ -76,12 +79,16 @@ class RandomVectorPlay:
             vector.close()
 
 
-def _raw_worker(env: tuple[str, bytes], env_kwargs: dict, num_envs: int, groups: int | None, seed: int,
+def _raw_worker(index: int, env: tuple[str, bytes], env_kwargs: dict, num_envs: int, groups: int | None,
                 warmup: float, seconds: float, results):
-    """groups: the vector envs to step (--env_backend vector), or None to step each env in turn."""
+    """Puts (index, frames/s or the env's error). groups: the vector envs to step (--env_backend vector), or None to
+    step each env in turn."""
+    seed = 1000 * index
     die_with_parent()
     lead_group_with_reaper()  # as every engine child: what the envs start (VizDoom engines) dies with this process
     adopt_entry(*env)
+    faulthandler.enable()  # a crash inside the simulator prints where it happened
+    faulthandler.dump_traceback_later(warmup + seconds + RAW_STUCK_AFTER_S, exit=True)  # and so does a stuck step
     try:
         play = RandomPlay(env[0], env_kwargs, num_envs, seed) if groups is None else \
             RandomVectorPlay(env[0], env_kwargs, num_envs, seed, groups)
@@ -95,10 +102,11 @@ def _raw_worker(env: tuple[str, bytes], env_kwargs: dict, num_envs: int, groups:
                 break
             steps += play.step()
     except Exception as e:  # the env's error, in one line, instead of a result that never comes
-        results.put(f"{type(e).__name__}: {e}")
+        results.put((index, f"{type(e).__name__}: {e}"))
         return
-    results.put((steps - steps_at_warmup) * play.frameskip / (now - measured_from))
+    results.put((index, (steps - steps_at_warmup) * play.frameskip / (now - measured_from)))
     play.close()
+    faulthandler.cancel_dump_traceback_later()
 
 
 class EnvFailed(RuntimeError):
@@ -112,12 +120,12 @@ def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
     results, env = mp_context.Queue(), (cfg.env, portable_entry(cfg.env))
     groups = cfg.worker_num_splits if cfg.env_backend == "vector" else None
     processes = [mp_context.Process(target=_raw_worker, daemon=True,
-                                    args=(env, cfg.env_kwargs(), cfg.num_envs_per_worker, groups, 1000 * w, warmup,
+                                    args=(w, env, cfg.env_kwargs(), cfg.num_envs_per_worker, groups, warmup,
                                           seconds, results)) for w in range(cfg.num_workers)]
     for p in processes:
         p.start()
     try:
-        fps = [results.get(timeout=warmup + seconds + 120) for _ in processes]
+        fps = _raw_results(processes, results)
     finally:
         for p in processes:
             p.join(timeout=10)
@@ -127,6 +135,21 @@ def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
     if errors:
         raise EnvFailed(f"raw mode: env {cfg.env} raised: {errors[0]}")
     return sum(fps)
+
+
+def _raw_results(processes: list, results) -> list:
+    """Each worker's frames/s or error. A worker that exits without one (the simulator crashed it, or it was stuck
+    RAW_STUCK_AFTER_S past the end and dumped its threads' stacks to stderr) is an error."""
+    by_worker = {}
+    while len(by_worker) < len(processes):
+        exited = {w for w, p in enumerate(processes) if p.exitcode is not None}  # before the get: what they put is in
+        try:
+            w, value = results.get(timeout=1.0)
+            by_worker[w] = value
+        except queue.Empty:
+            for w in sorted(exited - by_worker.keys()):
+                by_worker[w] = f"its worker exited with code {processes[w].exitcode} and no result (see its stderr)"
+    return [by_worker[w] for w in range(len(processes))]
 
 
 # --- sampler and train: the engine itself

@@ -200,6 +200,7 @@ class DoomNetGame(ParallelEnv):
         self._observation_space, self._action_space = probe.observation_space, probe.action_space
         self.players: list[Player] = []
         self.port = 0
+        self.stuck: list[threading.Thread] = []  # _in_threads' calls that did not return even after their engines died
 
     def observation_space(self, agent):
         return self._observation_space
@@ -232,7 +233,7 @@ class DoomNetGame(ParallelEnv):
                 return
             kill_engines(port)
             for env in envs:
-                env.game.close()
+                self._close(env.game)
         raise EnvError(f"doom net game: the players did not connect in {START_ATTEMPTS} tries ({errors[0]})")
 
     def _stop(self) -> None:
@@ -240,10 +241,17 @@ class DoomNetGame(ParallelEnv):
             player.stop()
         kill_engines(self.port)  # first: close() would wait for a stalled engine; a player's tic then raises
         for player in self.players:
-            player.thread.join(timeout=5.0)  # a game is closed only once no thread is inside it (or VizDoom aborts)
+            player.thread.join(timeout=5.0)
             if not player.thread.is_alive():
-                player.game.close()
+                self._close(player.game)
         self.players = []
+
+    def _close(self, game) -> None:
+        """Close a game unless a call may still be inside it: closing it then makes VizDoom abort. Its engine is dead
+        (kill_engines), so a game left open holds only its controller's memory."""
+        self.stuck = [t for t in self.stuck if t.is_alive()]
+        if not self.stuck:
+            game.close()
 
     def _in_threads(self, calls: list, timeout: float) -> list[Exception]:
         """Run the calls at once (each player's engine waits for the others); the errors raised. A call still running
@@ -267,6 +275,7 @@ class DoomNetGame(ParallelEnv):
             kill_engines(self.port)  # a call inside a game whose engine died raises at once
             for t in stuck:
                 t.join(5.0)
+            self.stuck += [t for t in stuck if t.is_alive()]
             errors.insert(0, TimeoutError(f"not done in {timeout:g} s"))
         return errors
 

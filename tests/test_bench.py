@@ -139,7 +139,7 @@ def test_a_killed_raw_worker_takes_its_engines_with_it(clean_machine):
 
     results = mp_context.Queue()
     worker = mp_context.Process(target=_raw_worker, daemon=True, args=(
-        ("doom_basic", portable_entry("doom_basic")), {}, 1, None, 0, 60.0, 60.0, results))
+        0, ("doom_basic", portable_entry("doom_basic")), {}, 1, None, 60.0, 60.0, results))
     worker.start()
     deadline = time.time() + 60
     while not any(p.name() == "vizdoom" for p in psutil.Process(worker.pid).children(recursive=True)):
@@ -147,6 +147,24 @@ def test_a_killed_raw_worker_takes_its_engines_with_it(clean_machine):
         time.sleep(0.2)
     os.kill(worker.pid, signal.SIGKILL)
     worker.join()
+
+
+def test_raw_mode_reports_a_worker_that_died_without_its_result():
+    """A simulator that crashes its raw-mode worker (VizDoom aborting) is an error at once, with the exit code, not a
+    wait for a result that never comes."""
+    from asyncrl.fork_server import mp_context
+    from asyncrl.measure import _raw_results
+
+    results = mp_context.Queue()
+    processes = [mp_context.Process(target=os.abort), mp_context.Process(target=results.put, args=((1, 5.0),))]
+    for p in processes:
+        p.start()
+    started = time.time()
+    fps = _raw_results(processes, results)
+    assert fps[1] == 5.0 and fps[0].startswith(f"its worker exited with code {-signal.SIGABRT}"), fps
+    assert time.time() - started < 10
+    for p in processes:
+        p.join()
 
 
 def test_cli_and_bench_do_not_import_each_other():

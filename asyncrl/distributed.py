@@ -101,7 +101,7 @@ class SingleProcess:
 
 
 # a learner's loss stats (learner._loss): ProcessGroup.mean_over_ranks averages them over the ranks
-LOSS_STATS = ("loss", "policy_loss", "value_loss", "entropy", "kl_divergence", "value")
+LOSS_STATS = ("loss", "policy_loss", "value_loss", "entropy", "kl_divergence", "clip_fraction", "value")
 
 
 class ProcessGroup(SingleProcess):

@@ -312,7 +312,7 @@ class Learner:
         advantages = now.advantages
         if self.cfg.normalize_advantage:
             advantages = losses.normalize(advantages, mask, self.collective.sum)
-        policy_loss = losses.ppo_policy_loss(torch.exp(now.log_ratio), advantages, hp["ppo_clip_ratio"], mask)
+        policy_loss = losses.ppo_policy_loss(ratio := torch.exp(now.log_ratio), advantages, hp["ppo_clip_ratio"], mask)
         # with --normalize_returns the value head learns normalized returns
         learned, acted, norm = now.targets, mb["behavior_values"], self.model.returns_normalizer
         if norm is not None:  # both in the units of the statistics the head learns now
@@ -325,6 +325,7 @@ class Learner:
             + self.cfg.kl_loss_coeff * kl
         stats = {"loss": loss.item(), "policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
                  "entropy": entropy.item(), "kl_divergence": kl.item(),
+                 "clip_fraction": losses.clip_fraction(ratio.detach(), hp["ppo_clip_ratio"], mask).item(),
                  "value": losses.masked_mean(now.returns, mask).item()}
         return loss, stats, now.targets
 

@@ -64,6 +64,13 @@ def ppo_policy_loss(ratio, advantages, clip_ratio, mask):
     return -masked_mean(torch.min(ratio * advantages, clipped * advantages), mask)
 
 
+def clip_fraction(ratio, clip_ratio, mask):
+    """The share of samples whose ratio lies outside ppo_policy_loss's clip range (CleanRL's clipfrac): those whose
+    advantage pushes the ratio further out add no gradient."""
+    outside = (ratio > 1.0 + clip_ratio) | (ratio < 1.0 / (1.0 + clip_ratio))
+    return masked_mean(outside.to(ratio.dtype), mask)
+
+
 def value_loss(values, targets, old_values, clip_value, mask):
     """0.5 (V - target)^2; with clip_value > 0, PPO's pessimistic max over the value clipped around the
     acting policy's estimate."""

@@ -184,6 +184,20 @@ def test_kl_stays_finite_where_a_probability_underflows():
     assert torch.isfinite(kl).all() and torch.isfinite(logits.grad).all()
 
 
+def test_clip_fraction_is_the_share_of_learned_samples_outside_the_clip_range():
+    """Counted one sample at a time against the range ppo_policy_loss clamps to, [1/(1+c), 1+c]."""
+    from asyncrl import losses
+
+    generator = torch.Generator().manual_seed(0)
+    ratio = torch.exp(0.2 * torch.randn(16, 8, generator=generator))
+    mask = torch.rand(16, 8, generator=generator) > 0.3
+    c = 0.1
+    outside = [not 1 / (1 + c) <= r <= 1 + c for r, m in zip(ratio.flatten().tolist(), mask.flatten().tolist()) if m]
+    expected = sum(outside) / len(outside)
+    assert 0.2 < expected < 0.8
+    assert losses.clip_fraction(ratio, c, mask).item() == pytest.approx(expected)
+
+
 @pytest.mark.parametrize("with_vtrace", [True, False])
 def test_sample_minibatches_learn_what_trajectory_minibatches_learn(tmp_path, with_vtrace):
     """--shuffle_samples: a minibatch as large as the batch gives the loss and gradients of the trajectory cut (the

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import faulthandler
+import json
 import os
 import queue
 import statistics
@@ -35,6 +35,8 @@ from asyncrl.processes import StopFlag, die_with_parent, keep_freed_memory_for_r
 
 # --- raw: the env alone
 RAW_STUCK_AFTER_S = 120.0  # a raw-mode worker still running this long after its measurement should have ended is stuck
+
+
 class RandomPlay:
     """Envs (as lists of agents) stepped in turn with random actions, as a rollout worker steps its envs."""
 

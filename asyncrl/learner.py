@@ -231,7 +231,6 @@ class Learner:
         lr = self._learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-
         stats: dict[str, float] = {}
         first_epoch_targets = []
         for epoch in range(cfg.num_epochs):

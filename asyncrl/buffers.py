@@ -13,8 +13,6 @@ full index queues hand slots back and forth.
     traj_action_logp    [S, T]          log mu(a_t | x_t) of the acting policy
     traj_action_params  [S, T, D]       the acting distribution mu(. | x_t) whole (model.distribution_params: logits,
                                         or a Gaussian's mean and log-std), for the learner's KL penalty and stat
-    traj_values         [S, T]          V(x_t) of the acting policy in return units (denormalized with the acting
-                                        policy's --normalize_returns statistics), for value clipping
     traj_rewards        [S, T]          the env's own reward; the learner scales and clips
     traj_discounted_returns [S, T]      --scale_rewards: the agent's running discounted return up to step t, whose
                                         running std (one per policy, kept by the learner) divides the rewards
@@ -142,7 +140,6 @@ def buffer_layout(cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Spac
         "traj_actions": ((S, T, *act_shape), act_dtype),
         "traj_action_logp": ((S, T), torch.float32),
         "traj_action_params": ((S, T, D), torch.float32),
-        "traj_values": ((S, T), torch.float32),
         "traj_rewards": ((S, T), torch.float32),
         "traj_discounted_returns": ((S, T), torch.float32),
         "traj_dones": ((S, T), torch.bool),
@@ -186,7 +183,6 @@ class SharedBuffers(Generic[Array]):
     traj_actions: Array
     traj_action_logp: Array
     traj_action_params: Array
-    traj_values: Array
     traj_rewards: Array
     traj_discounted_returns: Array
     traj_dones: Array

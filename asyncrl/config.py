@@ -156,7 +156,11 @@ class Config:
                                "Factory's default), which biases the value of every state near the limit.")
     gae_lambda: float = _f(0.95, "GAE lambda (used with --with_vtrace False).")
     ppo_clip_ratio: float = _f(0.1, "PPO clip: ratio is kept in [1/(1+c), 1+c].")
-    ppo_clip_value: float = _f(1.0, "Value clip around the acting policy's value estimate; 0 disables.")
+    decoupled_ppo: bool = _f(False, "Take the ratio clip around the policy before a sample's first update in the "
+                             "batch, with importance weights for the acting policy (decoupled PPO); False: around the "
+                             "acting policy, which under APPO's lag is several updates older.")
+    ppo_clip_value: float = _f(1.0, "Value clip around the estimates before a sample's first update in the batch; 0 "
+                               "disables.")
     value_loss_coeff: float = _f(0.5, "Weight of the value loss.")
     exploration_loss_coeff: float = _f(0.003, "Weight of the entropy bonus.")
     kl_loss_coeff: float = _f(0.0, "Weight of a penalty on KL(acting policy || current policy) per sample (PPO's "

@@ -211,9 +211,8 @@ class Learner:
         # index_select copies whole slots (5x faster than tensor[slots] for a batch of images)
         tensors = {name: getattr(self.buffers, "traj_" + field).index_select(0, batch.slots) for name, field in (
             ("obs", "obs"), ("actions", "actions"), ("behavior_logp", "action_logp"),
-            ("behavior_params", "action_params"), ("behavior_values", "values"),
-            ("rewards", "rewards"), ("discounted_returns", "discounted_returns"), ("dones", "dones"),
-            ("valid", "valid"), ("policy_version", "policy_version"), ("rnn_states", "rnn_states"))}
+            ("behavior_params", "action_params"), ("rewards", "rewards"), ("discounted_returns", "discounted_returns"),
+            ("dones", "dones"), ("valid", "valid"), ("policy_version", "policy_version"), ("rnn_states", "rnn_states"))}
         tensors["valid"] = batch.learned(tensors["valid"])
         # contiguous time-major: a minibatch of trajectories is then a copy of whole rows
         tensors = time_major(tensors, self.cfg.bptt_len, self.cfg.pack_sequences, self.cfg.num_batches_per_epoch)
@@ -311,12 +310,13 @@ class Learner:
         advantages = now.advantages
         if self.cfg.normalize_advantage:
             advantages = losses.normalize(advantages, mask, self.collective.sum)
-        policy_loss = losses.ppo_policy_loss(ratio := torch.exp(now.log_ratio), advantages, hp["ppo_clip_ratio"], mask)
+        policy_loss = losses.ppo_policy_loss(ratio := torch.exp(now.log_ratio - now.proximal_log_ratio),  # pi/pi_prox
+                                             torch.exp(now.proximal_log_ratio), advantages, hp["ppo_clip_ratio"], mask)
         # with --normalize_returns the value head learns normalized returns
-        learned, acted, norm = now.targets, mb["behavior_values"], self.model.returns_normalizer
+        learned, anchor, norm = now.targets, now.proximal_values, self.model.returns_normalizer
         if norm is not None:  # both in the units of the statistics the head learns now
-            learned, acted = norm.normalize(now.targets), norm.normalize(acted)
-        value_loss = losses.value_loss(now.values, learned, acted, hp["ppo_clip_value"], mask)
+            learned, anchor = norm.normalize(now.targets), norm.normalize(anchor)
+        value_loss = losses.value_loss(now.values, learned, anchor, hp["ppo_clip_value"], mask)
         entropy = losses.masked_mean(now.dist.entropy(), mask)
         behavior = self.model.distribution_from_params(mb["behavior_params"])
         kl = losses.masked_mean(losses.kl_divergence(behavior, now.dist), mask)

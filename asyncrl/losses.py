@@ -57,11 +57,13 @@ def normalize(advantages: torch.Tensor, mask: torch.Tensor, sum_over_ranks=_alon
     return (advantages - mean) / ((squares / count).sqrt() + 1e-8)
 
 
-def ppo_policy_loss(ratio, advantages, clip_ratio, mask):
-    """PPO's clipped surrogate (Schulman et al. 2017, eq. 7), negated for minimization. The ratio is kept in
-    [1/(1+c), 1+c] (Sample Factory's symmetric-in-log clip) rather than [1-c, 1+c]."""
+def ppo_policy_loss(ratio, proximal_weights, advantages, clip_ratio, mask):
+    """Decoupled PPO's clipped surrogate (Hilton et al. 2022, "Batch size-invariance for policy optimization", sec. 3),
+    negated for minimization: (pi_prox / mu) min(r A, clip(r) A) with r = pi / pi_prox, where mu is the acting policy
+    and pi_prox the policy the clip keeps pi near; with pi_prox = mu (weights 1) it is PPO's (Schulman et al. 2017,
+    eq. 7). The ratio is kept in [1/(1+c), 1+c] (Sample Factory's symmetric-in-log clip) rather than [1-c, 1+c]."""
     clipped = ratio.clamp(1.0 / (1.0 + clip_ratio), 1.0 + clip_ratio)
-    return -masked_mean(torch.min(ratio * advantages, clipped * advantages), mask)
+    return -masked_mean(proximal_weights * torch.min(ratio * advantages, clipped * advantages), mask)
 
 
 def clip_fraction(ratio, clip_ratio, mask):
@@ -72,8 +74,8 @@ def clip_fraction(ratio, clip_ratio, mask):
 
 
 def value_loss(values, targets, old_values, clip_value, mask):
-    """0.5 (V - target)^2; with clip_value > 0, PPO's pessimistic max over the value clipped around the
-    acting policy's estimate."""
+    """0.5 (V - target)^2; with clip_value > 0, PPO's pessimistic max over the value clipped around old_values, the
+    estimates before the sample's first update in the batch (minibatches.py)."""
     loss = (values - targets) ** 2
     if clip_value > 0:
         clipped = old_values + (values - old_values).clamp(-clip_value, clip_value)

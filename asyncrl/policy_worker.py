@@ -43,8 +43,8 @@ class PolicyWorker:
         # [slots * steps, ...] views of the trajectory tensors this worker reads and writes
         self.obs_rows = buffers.traj_obs.flatten(0, 1)
         self.step_rows = {name: getattr(buffers, name).flatten(0, 1) for name in
-                          ("traj_actions", "traj_action_logp", "traj_action_params", "traj_values",
-                           "traj_policy_version", "traj_rnn_states")}
+                          ("traj_actions", "traj_action_logp", "traj_action_params", "traj_policy_version",
+                           "traj_rnn_states")}
         self.group_agents = {(w, g): torch.from_numpy(group_agents(cfg, w, g))
                              for w in range(cfg.num_workers) for g in range(cfg.worker_num_splits)}
         self.budget = rollout_budget(cfg, policy_id, buffers, self.group_agents, queues)
@@ -110,19 +110,19 @@ class PolicyWorker:
 
     @torch.no_grad()
     def act(self, agents: torch.Tensor, model: nn.Module, version: int) -> None:
-        """The agents' next actions (and log-probs, values, recurrent states) with `model`, written to shared memory."""
+        """The agents' next actions (and log-probs, distributions, recurrent states) with `model`, written to shared
+        memory."""
         b, rollout = self.buffers, self.cfg.rollout
         slots, steps = b.agent_slot[agents], b.agent_step[agents]
         # one flat row index per agent: index_select copies whole rows, ~13x faster than indexing by (slot, step)
         obs = self.obs_rows.index_select(0, slots * (rollout + 1) + steps).to(self.device, non_blocking=True)
         rows = slots * rollout + steps
         rnn_state = b.agent_rnn_state[agents]
-        action_params, values, new_rnn_state = model.forward_step(obs, rnn_state.to(self.device))
+        action_params, _, new_rnn_state = model.forward_step(obs, rnn_state.to(self.device))
         actions, logp = model.sample_actions(action_params)
         self.step_rows["traj_actions"][rows] = actions.cpu()
         self.step_rows["traj_action_logp"][rows] = logp.cpu()
         self.step_rows["traj_action_params"][rows] = model.distribution_params(action_params).cpu()
-        self.step_rows["traj_values"][rows] = model.returns(values).cpu()  # return units: the statistics change
         self.step_rows["traj_policy_version"][rows] = version
         self.step_rows["traj_rnn_states"][rows] = rnn_state
         b.agent_rnn_state[agents] = new_rnn_state.cpu()

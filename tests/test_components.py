@@ -198,6 +198,28 @@ def test_clip_fraction_is_the_share_of_learned_samples_outside_the_clip_range():
     assert losses.clip_fraction(ratio, c, mask).item() == pytest.approx(expected)
 
 
+def test_the_policy_loss_is_decoupled_ppos_surrogate_sample_by_sample():
+    """-(pi_prox/mu) min(r A, clip(r) A), r = pi/pi_prox (Hilton et al. 2022, sec. 3), averaged over the learned
+    samples one at a time; with pi_prox = mu it is PPO's clipped surrogate."""
+    from asyncrl import losses
+
+    generator = torch.Generator().manual_seed(0)
+    ratio, weights = (torch.exp(0.2 * torch.randn(16, 8, generator=generator)) for _ in range(2))
+    advantages = torch.randn(16, 8, generator=generator)
+    mask = torch.rand(16, 8, generator=generator) > 0.3
+    c = 0.1
+
+    def reference(weights):
+        terms = [-w * min(r * a, min(max(r, 1 / (1 + c)), 1 + c) * a) for r, w, a, m in
+                 zip(ratio.flatten().tolist(), weights.flatten().tolist(), advantages.flatten().tolist(),
+                     mask.flatten().tolist()) if m]
+        return sum(terms) / len(terms)
+
+    assert losses.ppo_policy_loss(ratio, weights, advantages, c, mask).item() == pytest.approx(reference(weights))
+    ones = torch.ones_like(weights)
+    assert losses.ppo_policy_loss(ratio, ones, advantages, c, mask).item() == pytest.approx(reference(ones))
+
+
 @pytest.mark.parametrize("with_vtrace", [True, False])
 def test_sample_minibatches_learn_what_trajectory_minibatches_learn(tmp_path, with_vtrace):
     """--shuffle_samples: a minibatch as large as the batch gives the loss and gradients of the trajectory cut (the
@@ -237,6 +259,58 @@ def test_sample_minibatches_learn_what_trajectory_minibatches_learn(tmp_path, wi
         learner.model.value_head.bias.add_(1.0)
     later = torch.cat([mb["advantages"] for mb in cut.epoch(batch, 0.99)])
     torch.testing.assert_close(later.sort()[0], whole.advantages[batch["mask"]].sort()[0])
+    runner._stop_children()
+
+
+@pytest.mark.parametrize("shuffle_samples", [False, True])
+def test_the_value_clip_is_taken_around_the_values_before_the_samples_first_update(tmp_path, shuffle_samples):
+    """PPO's V_old is the estimate of the weights before a sample's first update in the batch (under APPO the acting
+    version is older, and its estimates held Pong's values back), kept for the batch's later epochs."""
+    runner = serial_runner(tmp_path, batch_size=64, num_epochs=2, num_batches_per_epoch=2,
+                           shuffle_samples=shuffle_samples)
+    learner, S = fill_first_slots(runner)
+    batch = learner.gather(Batch(torch.arange(S)))
+    batch["mask"] = batch["valid"]
+    with torch.no_grad():
+        _, values = learner.model.forward_sequence(batch["obs"], batch["rnn_states"], batch["state_starts"],
+                                                   batch["dones"])
+    for mb in learner.minibatches.epoch(batch, 0.99):  # the first epoch's forward passes, no update between them
+        learner._loss(mb)
+    torch.testing.assert_close(batch["proximal_values"], values[:-1])
+    with torch.no_grad():
+        learner.model.value_head.bias.add_(1.0)  # an update: the next epoch keeps the first one's estimates
+    mb = next(learner.minibatches.epoch(batch, 0.99))
+    torch.testing.assert_close(batch["proximal_values"], values[:-1])
+    value_loss = learner._loss(mb)[1]["value_loss"]
+    mb["proximal_values"] = mb["proximal_values"] - 5.0  # 4 beyond the clip (1.0): the clipped term rules
+    assert learner._loss(mb)[1]["value_loss"] > value_loss + 4.0
+    runner._stop_children()
+
+
+@pytest.mark.parametrize("shuffle_samples", [False, True])
+@pytest.mark.parametrize("decoupled_ppo", [False, True])
+def test_decoupled_ppo_clips_around_the_policy_before_the_samples_first_update(tmp_path, shuffle_samples,
+                                                                              decoupled_ppo):
+    """Samples acted by an older policy (as under APPO's lag): PPO's clip around the acting policy cuts some of them
+    before any update; --decoupled_ppo's proximal policy is the learner's own, so its first step clips none."""
+    runner = serial_runner(tmp_path, batch_size=64, num_epochs=2, shuffle_samples=shuffle_samples,
+                           decoupled_ppo=decoupled_ppo)
+    learner, S = fill_first_slots(runner)
+    b = runner.buffers
+    noise = torch.randn(b.traj_action_params[:S].shape, generator=torch.Generator().manual_seed(0))
+    b.traj_action_params[:S] += noise * 0.5  # as if acted by other weights
+    b.traj_action_logp[:S] = learner.model.distribution_from_params(b.traj_action_params[:S]).log_prob(
+        b.traj_actions[:S])
+    batch = learner.gather(Batch(torch.arange(S)))
+    batch["mask"] = batch["valid"]
+    stats = [learner._loss(mb)[1] for mb in learner.minibatches.epoch(batch, 0.99)][0]
+    with torch.no_grad():
+        params, _ = learner.model.forward_sequence(batch["obs"], batch["rnn_states"], batch["state_starts"],
+                                                   batch["dones"])
+    acting = learner.model.distribution(params[:-1]).log_prob(batch["actions"]) - batch["behavior_logp"]
+    expected = acting if decoupled_ppo else torch.zeros_like(acting)
+    torch.testing.assert_close(batch["proximal_log_ratio"], torch.where(batch["valid"], expected, 0.0))
+    assert (stats["clip_fraction"] == 0.0) == decoupled_ppo
     runner._stop_children()
 
 
@@ -638,7 +712,6 @@ def test_return_statistics_hold_still_through_a_batch_and_take_its_targets_after
         b.traj_actions[slots] = torch.randint(0, 2, b.traj_actions[slots].shape)
         b.traj_rewards[slots] = -torch.tensor(rng.random(b.traj_rewards[slots].shape) < 0.02, dtype=torch.float32)
         b.traj_valid[slots], b.traj_dones[slots] = True, False
-        b.traj_values[slots] = -2.0  # what the acting policy estimated, in return units
         b.traj_policy_version[slots] = learner.train_step
         seen_in_batch.clear()
         stats = learner.train(learner.gather(Batch(slots)))

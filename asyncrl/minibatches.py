@@ -43,7 +43,7 @@ class Forward:
     returns: torch.Tensor      # the same in return units, without gradient
     advantages: torch.Tensor
     targets: torch.Tensor      # value targets in return units
-    proximal_values: torch.Tensor     # before the batch's first update (return units): the value clip's centre
+    proximal_values: torch.Tensor     # before the sample's first update (return units): the value clip's centre
     proximal_log_ratio: torch.Tensor  # log pi_prox(a|x) - log mu(a|x): the policy the ratio clip keeps pi near
 
 

@@ -9,12 +9,15 @@ import numpy as np
 class MarkedEnv(gym.Env):
     """Each observation says where and when it was made: (process id of the env server's serving process; episode
     number of this env; step in the episode). Episodes last 20 steps; the reward is 1 when the action is 1. Takes a
-    side-channel `bonus` added to every reward."""
+    side-channel `bonus` added to every reward. With render_mode "rgb_array" its frames say when they were made too:
+    red is the episode, green the step."""
 
-    def __init__(self):
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
+
+    def __init__(self, render_mode=None):
         self.observation_space = gym.spaces.Box(0, np.inf, (3,), np.float32)
         self.action_space = gym.spaces.Discrete(2)
-        self.episode, self.t, self.bonus = 0, 0, 0.0
+        self.episode, self.t, self.bonus, self.render_mode = 0, 0, 0.0, render_mode
 
     def on_side_channel(self, key, value):
         if key == "bonus":
@@ -34,5 +37,11 @@ class MarkedEnv(gym.Env):
         return self._obs(), reward, self.t >= 20, False, {"episode_stats": {"bonus": self.bonus}} if self.t >= 20 else {}
 
 
-def make_marked(**options):
-    return MarkedEnv()
+    def render(self):
+        frame = np.zeros((32, 48, 3), np.uint8)
+        frame[..., 0], frame[..., 1] = self.episode, self.t
+        return frame if self.render_mode == "rgb_array" else None
+
+
+def make_marked(render_mode=None):
+    return MarkedEnv(render_mode)

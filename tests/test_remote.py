@@ -81,6 +81,59 @@ def test_remote_env_alone_as_gymnasium_env_with_side_channel():
     env.close()
 
 
+def marks(frame) -> tuple[int, int]:
+    """The (episode, step) a MarkedEnv frame shows."""
+    return int(frame[0, 0, 0]), int(frame[0, 0, 1])
+
+
+def test_frames_come_with_the_results_they_show_for_a_client_that_asks():
+    """Served with render_mode rgb_array, a client that asks for frames gets each reset's and step's with its
+    results: the final step's frame before the server's own reset, then the next episode's first. A client that
+    does not ask gets none; a server that does not render is refused with what to do, on both sides."""
+    _, address = start_server("--env", MARKED, "--num_envs", "2", "--env_options", '{"render_mode": "rgb_array"}')
+    _, bare = start_server("--env", MARKED, "--num_envs", "1")
+    env = RemoteEnv(address, render_mode="rgb_array")
+    assert env.metadata["render_fps"] == 20
+    env.reset(seed=1)
+    seen = [marks(env.render())]
+    for _ in range(20):
+        env.step(1)
+        seen.append(marks(env.render()))
+    env.reset()
+    seen.append(marks(env.render()))
+    assert seen == [(1, t) for t in range(21)] + [(2, 0)]
+    plain = RemoteEnv(address)  # other settings, so another lease: results without frames
+    plain.reset()
+    plain.step(1)
+    with pytest.raises(EnvError, match="render_mode='rgb_array'"):
+        plain.render()
+    with pytest.raises(EnvError, match="render_mode"):
+        RemoteEnv(bare, render_mode="rgb_array")
+    with pytest.raises(grpc.RpcError) as refused:
+        grpc.insecure_channel(bare).unary_unary("/asyncrl.remote.EnvServer/Open")(
+            pb.OpenRequest(num_envs=1, frames=True).SerializeToString(), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "--env_options" in refused.value.details()
+    for client in (env, plain):
+        client.close()
+
+
+def test_enjoy_records_a_video_of_a_remote_env(tmp_path):
+    """`asyncrl enjoy --save_video` on a remote env: the frames come from the server, one per reset and step."""
+    _, address = start_server("--env", MARKED, "--num_envs", "3", "--env_options", '{"render_mode": "rgb_array"}')
+    env = f"remote:{address}"
+    trained = run_cli("train", "--env", env, "--train_dir", tmp_path, "--experiment", "m", "--num_workers", "1",
+                      "--num_envs_per_worker", "2", "--train_for_env_steps", "2000", timeout=120)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    r = run_cli("enjoy", "--env", env, "--train_dir", tmp_path, "--experiment", "m", "--max_num_episodes", 2,
+                "--save_video", "True", timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "video: " in r.stdout and "(42 frames at 20 fps)" in r.stdout, r.stdout  # 2 episodes of 20 steps
+    import imageio.v2 as imageio
+    reader = imageio.get_reader(tmp_path / "m" / "replay.mp4")
+    assert reader.count_frames() == 42 and reader.get_data(0).shape == (32, 48, 3)
+    reader.close()
+
+
 def test_trains_through_two_env_servers(tmp_path):
     """CartPole through two loopback servers: the env's defaults come from the servers, the run learns."""
     servers = start_servers(2, "--env", "CartPole-v1", "--num_envs", "8")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import dataclasses
 import itertools
 import json
 import queue
@@ -56,6 +57,7 @@ class RemoteSettings:
     timeout: float = 10.0  # seconds per call (a step that waits on other clients' agents may take longer)
     side_channel: dict = field(default_factory=dict)  # sent when envs are opened
     agents: tuple[int, ...] = ()  # the agents of each env this client acts for; empty: all
+    frames: bool = False  # each reset and step reply brings the env's frame (render_mode "rgb_array": enjoy's videos)
 
 
 def parse_addresses(name: str) -> list[str]:
@@ -148,7 +150,7 @@ class Connection:
 
     def open_env(self) -> tuple[int, str]:
         """Open one more env on this connection's lease (a new lease if it has none, or lost it)."""
-        request = pb.OpenRequest(num_envs=1, agents=self.settings.agents, lease=self.lease)
+        request = pb.OpenRequest(num_envs=1, agents=self.settings.agents, lease=self.lease, frames=self.settings.frames)
         encode_values(self.settings.side_channel, request.side_channel)
         try:
             reply = self.call("Open", request)
@@ -241,7 +243,13 @@ class RemoteAgents:
         self.observation_space, self.action_space = spaces_of(description)
         self.agents = list(settings.agents) or list(range(len(description.agent_ids)))
         self.agent_ids = [description.agent_ids[a] for a in self.agents]
-        self.num_agents, self.frameskip, self.metadata = len(self.agents), max(1, description.frameskip), {}
+        self.num_agents, self.frameskip = len(self.agents), max(1, description.frameskip)
+        self.metadata = {"render_fps": description.render_fps} if description.render_fps else {}
+        if settings.frames and not description.renders:
+            raise EnvError(f"env server {address} renders no frames: start it with --env_options "
+                           f"'{{\"render_mode\": \"rgb_array\"}}' to watch its envs here")
+        self.frame = None  # with settings.frames: the frame after the last reset or step
+        self.next_first_frame = None
         self.all_agents = self.agents == list(range(len(description.agent_ids)))
         self.env_id: int | None = None  # opened lazily, at the first reset: making the env contacts no server
         self.run_id = ""
@@ -252,7 +260,7 @@ class RemoteAgents:
 
     def reset(self, seed: int | None = None):
         if self.next_first_obs is not None and seed is None:
-            obs, self.next_first_obs = self.next_first_obs, None
+            obs, self.next_first_obs, self.frame = self.next_first_obs, None, self.next_first_frame
             return self._mine(obs), [{} for _ in self.agents]
         if self.env_id is None:
             self.env_id, self.run_id = self.connection.open_env()
@@ -266,6 +274,7 @@ class RemoteAgents:
             self.env_id = None  # reopened at the next reset
             raise
         self.episode = reply.episode
+        self.frame = decode(reply.frame) if self.connection.settings.frames else None
         return self._mine(decode(reply.obs)), [{} for _ in self.agents]
 
     def step(self, actions: list):
@@ -290,6 +299,9 @@ class RemoteAgents:
         infos = [{"episode_stats": ended[a]} if a in ended else {} for a in self.agents]
         if k in results.next_obs:
             self.next_first_obs, self.episode = results.next_obs[k], results.episodes[k] + 1
+            self.next_first_frame = results.next_frames.get(k)
+        if results.frames is not None:
+            self.frame = results.frames[k]
         return self._mine(results.obs[k]), results.rewards[k][mine].tolist(), terminated, truncated, infos
 
     def side_channel(self, values: dict | None = None) -> dict:
@@ -305,7 +317,10 @@ class RemoteAgents:
                                   f"{run_id}): the env's episode is gone")
 
     def render(self):
-        raise EnvError("a remote env cannot render here; watch it on its server")
+        if not self.connection.settings.frames:
+            raise EnvError("a remote env renders here only if made with render_mode='rgb_array' (enjoy --save_video "
+                           "does so)")
+        return self.frame
 
     def close(self) -> None:
         if self.env_id is not None:
@@ -369,6 +384,8 @@ class StepResults:
         for end in reply.ended:
             self.ended.setdefault(end.env_index, {})[end.agent] = dict(end.episode_stats)
         self.next_obs = {n.env_index: decode(n.obs) for n in reply.next_episodes}
+        self.frames = decode(reply.frames) if reply.HasField("frames") else None
+        self.next_frames = {n.env_index: decode(n.frame) for n in reply.next_episodes if n.HasField("frame")}
 
 
 def spaces_of(description: pb.DescribeReply) -> tuple[gym.spaces.Box, gym.Space]:
@@ -410,13 +427,14 @@ class RemoteFactory:
         self.envs_per_group = cfg.envs_per_group
         self.made = worker_idx * cfg.num_envs_per_worker
 
-    def __call__(self, **options) -> RemoteAgents:
-        if options:
+    def __call__(self, render_mode: str | None = None, **options) -> RemoteAgents:
+        if options or render_mode not in (None, "rgb_array"):
             raise EnvError(f"remote envs take their options on the server (asyncrl env-server --env_options), "
-                           f"not {sorted(options)}")
+                           f"not {sorted(options) or f'render_mode {render_mode!r}'}")
         i = (self.made // self.envs_per_group) % len(self.addresses)
         self.made += 1
-        return RemoteAgents(self.addresses[i], pb.DescribeReply.FromString(self.descriptions[i]), self.settings)
+        settings = dataclasses.replace(self.settings, frames=render_mode is not None)
+        return RemoteAgents(self.addresses[i], pb.DescribeReply.FromString(self.descriptions[i]), settings)
 
 
 def remote_entry(name: str, settings: RemoteSettings | None = None) -> EnvEntry:
@@ -441,10 +459,12 @@ class RemoteEnv(gym.Env):
     """A remote single-agent env (or one agent of a multi-agent one) as a gymnasium.Env, usable on its own:
     `env = RemoteEnv("127.0.0.1:50051")`."""
 
-    def __init__(self, address: str, agent: int = 0, settings: RemoteSettings | None = None, **settings_kwargs):
-        settings = settings or RemoteSettings(agents=(agent,), **settings_kwargs)
+    def __init__(self, address: str, agent: int = 0, settings: RemoteSettings | None = None,
+                 render_mode: str | None = None, **settings_kwargs):
+        settings = settings or RemoteSettings(agents=(agent,), frames=render_mode == "rgb_array", **settings_kwargs)
         self.remote = RemoteAgents(address, describe(address, settings), settings)
         self.observation_space, self.action_space = self.remote.observation_space, self.remote.action_space
+        self.render_mode, self.metadata = render_mode, {"render_modes": ["rgb_array"], **self.remote.metadata}
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -454,6 +474,9 @@ class RemoteEnv(gym.Env):
     def step(self, action):
         obs, rewards, terminated, truncated, infos = self.remote.step([action])
         return obs[0], rewards[0], terminated[0], truncated[0], infos[0]
+
+    def render(self):
+        return self.remote.render()
 
     def side_channel(self, values: dict | None = None) -> dict:
         return self.remote.side_channel(values)
@@ -513,7 +536,6 @@ def side_channel(address: str, values: dict | None = None, whole_server: bool = 
 def settings_from_flags(flags: dict) -> RemoteSettings:
     """The client settings of a run's flags (Config's remote_* fields and env_side_channel; their defaults where
     absent). EnvError if the token or certificate file cannot be read."""
-    import dataclasses
     from asyncrl.config import Config, ConfigError, default_value
     from asyncrl.remote.server import read_token
 

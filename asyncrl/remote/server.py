@@ -26,7 +26,9 @@ def server_arguments() -> OneLineErrorParser:
     parser = OneLineErrorParser(prog="asyncrl env-server", description="Serve envs over gRPC to asyncrl trainers.")
     add = parser.add_argument
     add("--env", required=True, help="Env to serve: any name `asyncrl train --env` takes.")
-    add("--env_options", type=json.loads, default={}, help="The env constructor's keyword options, as JSON.")
+    add("--env_options", type=json.loads, default={}, help="The env constructor's keyword options, as JSON "
+                                                           "('{\"render_mode\": \"rgb_array\"}': clients may ask for "
+                                                           "frames, as enjoy --save_video does).")
     add("--num_envs", type=int, default=8, help="Env instances to serve (clients open some each).")
     add("--host", default="127.0.0.1", help="Address to listen on; any but loopback needs --auth_token(_file).")
     add("--port", type=int, default=50051, help="Port to listen on (0: any free one, printed at start).")

@@ -48,7 +48,9 @@ class StepResult:
     terminated: list
     truncated: list
     ended: dict  # agent -> its episode_stats, for the agents whose episode ended in this step
-    next_obs: np.ndarray | None  # every agent ended: the env was reset, the next episode's first observations
+    frame: np.ndarray | None  # an env that renders: its frame after this step (before a reset)
+    next_obs: np.ndarray | None = None  # every agent ended: the env was reset, the next episode's first observations
+    next_frame: np.ndarray | None = None  # and its first frame, if the env renders
 
 
 class EnvInstance:
@@ -58,6 +60,7 @@ class EnvInstance:
         self.env_id, self.make = env_id, make
         self.env = make()
         self.num_agents = self.env.num_agents
+        self.renders = renders(self.env)  # made with render_mode "rgb_array": a frame after every step and reset
         self.owner: list[str | None] = [None] * self.num_agents  # lease of each agent
         self.changed = threading.Condition()
         self.started = False  # an episode is running (else the next Reset starts one)
@@ -67,6 +70,7 @@ class EnvInstance:
         self.steps = 0
         self.last: StepResult | None = None  # the last step's results, which every waiting owner gets
         self.first_obs: np.ndarray | None = None  # the running episode's first observations
+        self.first_frame: np.ndarray | None = None  # and its first frame, if the env renders
         self.error: str | None = None  # why the last step failed, for the owners that waited on it
         self.idle_action = np.zeros(self.env.action_space.shape, self.env.action_space.dtype)
 
@@ -118,13 +122,16 @@ class EnvInstance:
         terminated, truncated = [bool(t) for t in terminated], [bool(t) for t in truncated]
         ended = [a for a, playing in enumerate(self.playing) if playing and (terminated[a] or truncated[a])]
         result = StepResult(self.episode, obs, rewards, terminated, truncated,
-                            {a: infos[a].get("episode_stats", {}) for a in ended}, None)
+                            {a: infos[a].get("episode_stats", {}) for a in ended}, self._frame())
         for a in ended:
             self.playing[a] = False
         if not any(self.playing):
             self._reset(seed=None)
-            result.next_obs = self.first_obs
+            result.next_obs, result.next_frame = self.first_obs, self.first_frame
         return result
+
+    def _frame(self) -> np.ndarray | None:
+        return np.asarray(self.env.render(), np.uint8) if self.renders else None
 
     def reset(self, lease: str, seen_episode: int, seed: int | None, timeout: float) -> pb.ResetReply:
         """The first observations of an episode after `seen_episode`: an episode already started by another owner
@@ -148,7 +155,7 @@ class EnvInstance:
             self.env.close()
             self.env = self.make()
             obs = self.env.reset(seed=seed)[0]
-        self.first_obs = np.stack(obs)
+        self.first_obs, self.first_frame = np.stack(obs), self._frame()
         self.started, self.episode, self.error = True, self.episode + 1, None
         self.playing = [True] * self.num_agents
         self.pending.clear()
@@ -166,8 +173,8 @@ class EnvInstance:
 
 
 class Lease:
-    def __init__(self, env_ids: list[int], agents: list[int]):
-        self.env_ids, self.agents, self.last_used = env_ids, agents, time.monotonic()
+    def __init__(self, env_ids: list[int], agents: list[int], frames: bool):
+        self.env_ids, self.agents, self.frames, self.last_used = env_ids, agents, frames, time.monotonic()
 
 
 class EnvService:
@@ -184,7 +191,7 @@ class EnvService:
         self.side_channel: dict = {}
         self.lock = threading.Lock()  # leases and ownership
         env = self.instances[0].env
-        self.num_agents, self.action_space = env.num_agents, env.action_space
+        self.num_agents, self.action_space, self.renders = env.num_agents, env.action_space, self.instances[0].renders
         self.agent_ids = [str(a) for a in getattr(env, "agent_ids", range(env.num_agents))]
         self.description = self._describe(env)
         # steps of a request's envs run at once; each owner of each env may wait on the others': one thread apiece
@@ -194,7 +201,8 @@ class EnvService:
     def _describe(self, env) -> pb.DescribeReply:
         reply = pb.DescribeReply(run_id=self.run_id, env=self.env_name, num_envs=len(self.instances),
                                  agent_ids=self.agent_ids, frameskip=int(env.frameskip),
-                                 default_config_json=json.dumps(self.default_config))
+                                 default_config_json=json.dumps(self.default_config), renders=self.renders,
+                                 render_fps=float(env.metadata.get("render_fps") or 0))
         encode(env.observation_space.low, reply.obs_low)
         encode(env.observation_space.high, reply.obs_high)
         if isinstance(env.action_space, gym.spaces.Discrete):
@@ -216,14 +224,17 @@ class EnvService:
         if not 0 < request.num_envs <= len(self.instances):
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"num_envs {request.num_envs}: this server has "
                                                             f"{len(self.instances)} envs")
+        if request.frames and not self.renders:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "frames asked, but this server's envs render none: start "
+                                                            "it with --env_options '{\"render_mode\": \"rgb_array\"}'")
         side_channel = self._checked_values(request.side_channel)
         with self.lock:
             self._expire_leases()
             lease_id = request.lease or secrets.token_hex(16)
-            lease = self.leases.get(lease_id) if request.lease else Lease([], agents)
-            if lease is None or lease.agents != agents:
-                raise Refused(grpc.StatusCode.FAILED_PRECONDITION, "unknown or expired lease (or other agents): "
-                                                                   "open the envs again without it")
+            lease = self.leases.get(lease_id) if request.lease else Lease([], agents, request.frames)
+            if lease is None or (lease.agents, lease.frames) != (agents, request.frames):
+                raise Refused(grpc.StatusCode.FAILED_PRECONDITION, "unknown or expired lease (or other agents or "
+                                                                   "frames): open the envs again without it")
             env_ids = self._free_envs(agents, request.num_envs)
             lease.env_ids += env_ids
             lease.last_used = time.monotonic()
@@ -242,6 +253,8 @@ class EnvService:
         with instance.changed:
             reply = instance.reset(request.lease, request.seen_episode, request.seed if request.seeded else None,
                                    self.step_timeout)
+            if lease.frames:
+                encode(instance.first_frame, reply.frame)
         lease.last_used = time.monotonic()
         reply.run_id = self.run_id
         return reply
@@ -264,7 +277,7 @@ class EnvService:
         else:
             results = [step(env_id, env_actions) for env_id, env_actions in zip(env_ids, actions)]
         lease.last_used = time.monotonic()
-        return step_reply(self.run_id, results)
+        return step_reply(self.run_id, results, lease.frames)
 
     def StepStream(self, raw_requests, context):
         """Step after step on one call: each request's reply, in order. A refused step is answered in its reply
@@ -377,8 +390,9 @@ class EnvService:
                         hook(key, value)
 
 
-def step_reply(run_id: str, results: list[StepResult]) -> pb.StepReply:
-    """The results of a request's envs, stacked: a few arrays per reply, not a few per env."""
+def step_reply(run_id: str, results: list[StepResult], frames: bool) -> pb.StepReply:
+    """The results of a request's envs, stacked: a few arrays per reply, not a few per env (and their frames, for a
+    lease that asked for them)."""
     reply = pb.StepReply(run_id=run_id, episodes=[r.episode for r in results])
     first = np.asarray(results[0].obs[0])
     obs = np.empty((len(results), len(results[0].obs), *first.shape), first.dtype)  # one copy of each observation
@@ -388,12 +402,22 @@ def step_reply(run_id: str, results: list[StepResult]) -> pb.StepReply:
     encode(np.array([r.rewards for r in results], np.float64), reply.rewards)
     encode(np.array([r.terminated for r in results], bool), reply.terminated)
     encode(np.array([r.truncated for r in results], bool), reply.truncated)
+    if frames:
+        encode(np.stack([r.frame for r in results]), reply.frames)
     for k, r in enumerate(results):
         for agent, stats in r.ended.items():
             reply.ended.add(env_index=k, agent=agent).episode_stats.update({s: float(v) for s, v in stats.items()})
         if r.next_obs is not None:
-            encode(r.next_obs, reply.next_episodes.add(env_index=k).obs)
+            next_episode = reply.next_episodes.add(env_index=k)
+            encode(r.next_obs, next_episode.obs)
+            if frames:
+                encode(r.next_frame, next_episode.frame)
     return reply
+
+
+def renders(agents_env) -> bool:
+    """The env (a list of agents, multi_agent.py) was made with render_mode "rgb_array"."""
+    return getattr(getattr(agents_env, "env", agents_env), "render_mode", None) == "rgb_array"
 
 
 def side_channel_hook(agents_env):

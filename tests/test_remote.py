@@ -117,6 +117,15 @@ def test_frames_come_with_the_results_they_show_for_a_client_that_asks():
         client.close()
 
 
+def test_a_lost_life_reaches_the_client_with_its_step():
+    """info["life_lost"] (Atari's life-loss signal, a terminal for learning) crosses the wire as the env gives it."""
+    _, address = start_server("--env", MARKED, "--num_envs", "1", "--env_options", '{"life_every": 6}')
+    env = RemoteEnv(address)
+    env.reset()
+    assert [t for t in range(1, 21) if env.step(1)[4].get("life_lost")] == [6, 12, 18]
+    env.close()
+
+
 def test_enjoy_records_a_video_of_a_remote_env(tmp_path):
     """`asyncrl enjoy --save_video` on a remote env: the frames come from the server, one per reset and step."""
     _, address = start_server("--env", MARKED, "--num_envs", "3", "--env_options", '{"render_mode": "rgb_array"}')

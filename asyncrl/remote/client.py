@@ -297,6 +297,9 @@ class RemoteAgents:
         terminated, truncated = results.terminated[k][mine].tolist(), results.truncated[k][mine].tolist()
         ended = results.ended.get(k, {})
         infos = [{"episode_stats": ended[a]} if a in ended else {} for a in self.agents]
+        for info, lost in zip(infos, results.life_lost[k][mine].tolist()):
+            if lost:
+                info["life_lost"] = True
         if k in results.next_obs:
             self.next_first_obs, self.episode = results.next_obs[k], results.episodes[k] + 1
             self.next_first_frame = results.next_frames.get(k)
@@ -380,6 +383,7 @@ class StepResults:
         self.run_id, self.episodes = reply.run_id, list(reply.episodes)
         self.obs, self.rewards = decode(reply.obs), decode(reply.rewards)
         self.terminated, self.truncated = decode(reply.terminated), decode(reply.truncated)
+        self.life_lost = decode(reply.life_lost)
         self.ended: dict[int, dict] = {}  # env index -> agent -> episode_stats
         for end in reply.ended:
             self.ended.setdefault(end.env_index, {})[end.agent] = dict(end.episode_stats)

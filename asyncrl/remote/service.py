@@ -48,6 +48,7 @@ class StepResult:
     terminated: list
     truncated: list
     ended: dict  # agent -> its episode_stats, for the agents whose episode ended in this step
+    life_lost: list  # per agent: info["life_lost"] (Atari's life-loss signal: a terminal for learning)
     frame: np.ndarray | None  # an env that renders: its frame after this step (before a reset)
     next_obs: np.ndarray | None = None  # every agent ended: the env was reset, the next episode's first observations
     next_frame: np.ndarray | None = None  # and its first frame, if the env renders
@@ -122,7 +123,8 @@ class EnvInstance:
         terminated, truncated = [bool(t) for t in terminated], [bool(t) for t in truncated]
         ended = [a for a, playing in enumerate(self.playing) if playing and (terminated[a] or truncated[a])]
         result = StepResult(self.episode, obs, rewards, terminated, truncated,
-                            {a: infos[a].get("episode_stats", {}) for a in ended}, self._frame())
+                            {a: infos[a].get("episode_stats", {}) for a in ended},
+                            [bool(info.get("life_lost", False)) for info in infos], self._frame())
         for a in ended:
             self.playing[a] = False
         if not any(self.playing):
@@ -402,6 +404,7 @@ def step_reply(run_id: str, results: list[StepResult], frames: bool) -> pb.StepR
     encode(np.array([r.rewards for r in results], np.float64), reply.rewards)
     encode(np.array([r.terminated for r in results], bool), reply.terminated)
     encode(np.array([r.truncated for r in results], bool), reply.truncated)
+    encode(np.array([r.life_lost for r in results], bool), reply.life_lost)
     if frames:
         encode(np.stack([r.frame for r in results]), reply.frames)
     for k, r in enumerate(results):

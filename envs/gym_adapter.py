@@ -23,6 +23,34 @@ class ChannelsFirst(gym.ObservationWrapper):
         return np.ascontiguousarray(np.transpose(observation, (2, 0, 1)))
 
 
+class FlatObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
+    """Discrete, MultiDiscrete, MultiBinary, Tuple and Dict observations (gymnasium's toy-text envs: FrozenLake, Taxi,
+    Blackjack) as one float32 vector, each Discrete part one-hot, as gymnasium's spaces.flatten lays them out: an
+    MLP's input."""
+
+    def __init__(self, env: gym.Env):
+        gym.utils.RecordConstructorArgs.__init__(self)  # so that gymnasium can remake the env from its spec
+        gym.ObservationWrapper.__init__(self, env)
+        flat = gym.spaces.flatten_space(env.observation_space)
+        self.observation_space = gym.spaces.Box(flat.low.astype(np.float32), flat.high.astype(np.float32),
+                                                dtype=np.float32)
+
+    def observation(self, observation):
+        return gym.spaces.flatten(self.env.observation_space, observation).astype(np.float32)
+
+
+def is_flattenable(space: gym.Space) -> bool:
+    """Observations FlatObservation turns into a vector: of discrete parts, or of vectors (no image: it would lose
+    its layout)."""
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        return True
+    if isinstance(space, gym.spaces.Box):
+        return len(space.shape) <= 1
+    if isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)):
+        return all(map(is_flattenable, space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces))
+    return False
+
+
 def channels_first(space: gym.spaces.Box) -> gym.spaces.Box:
     return gym.spaces.Box(np.transpose(space.low, (2, 0, 1)), np.transpose(space.high, (2, 0, 1)), dtype=np.uint8)
 
@@ -36,7 +64,10 @@ def is_hwc_image(space: gym.Space) -> bool:
 
 
 def adapt(name: str, env: gym.Env) -> gym.Env:
-    """Any env as the engine takes it: spaces checked, HWC image observations turned CHW."""
+    """Any env as the engine takes it: spaces checked, HWC image observations turned CHW, discrete and composite
+    ones flattened into a vector."""
+    if not isinstance(env.observation_space, gym.spaces.Box) and is_flattenable(env.observation_space):
+        env = FlatObservation(env)
     check_spaces(name, env.observation_space, env.action_space)
     return ChannelsFirst(env) if is_hwc_image(env.observation_space) else env
 
@@ -44,7 +75,8 @@ def adapt(name: str, env: gym.Env) -> gym.Env:
 def check_spaces(name: str, obs: gym.Space, act: gym.Space) -> None:
     from asyncrl.envs import EnvError
     if not isinstance(obs, gym.spaces.Box):
-        raise EnvError(f"env {name!r}: observation space {obs} is not supported yet (Box observations only)")
+        raise EnvError(f"env {name!r}: observation space {obs} is not supported yet (Box observations, and discrete "
+                       f"or composite ones without images, which gymnasium envs get flattened)")
     box = isinstance(act, gym.spaces.Box)
     if not (isinstance(act, gym.spaces.Discrete) or box) or (box and len(act.shape) != 1):
         raise EnvError(f"env {name!r}: action space {act} is not supported yet (Discrete or 1-D Box only)")

@@ -15,9 +15,9 @@ from asyncrl.cli import config_from_args
 from asyncrl.config import Config
 from asyncrl.envs import EnvError, make_env, registered_envs
 from asyncrl.envs.doom import SCENARIOS, DoomEnv, Scenario, frag_table, win_of
-from helpers import run_cli
+from helpers import read_stats, run_cli
 
-GYM_IDS = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCarContinuous-v0"]
+GYM_IDS = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCarContinuous-v0", "FrozenLake-v1", "Blackjack-v1"]
 ALL_ENVS = sorted(registered_envs()) + GYM_IDS
 
 
@@ -89,6 +89,38 @@ def test_gym_image_observations_become_chw():
     obs, _ = env.reset(seed=0)
     assert obs.shape[0] == 3 and env.observation_space.contains(obs)
     env.close()
+
+
+def test_discrete_and_tuple_observations_become_one_hot_vectors():
+    frozen_lake = make_env("FrozenLake-v1")
+    obs, _ = frozen_lake.reset(seed=0)
+    frozen_lake.step(2)  # right
+    obs = frozen_lake.step(1)[0]  # down
+    assert obs.dtype == np.float32 and obs.shape == (16,) and obs.sum() == 1
+    assert obs.argmax() == frozen_lake.unwrapped.s
+    blackjack = make_env("Blackjack-v1")  # (player's sum 0-31, dealer's card 1-10, usable ace): three one-hots
+    obs, _ = blackjack.reset(seed=0)
+    player, dealer, ace = blackjack.unwrapped._get_obs()
+    assert obs.shape == (32 + 11 + 2,) and np.flatnonzero(obs).tolist() == [player, 32 + dealer, 43 + ace]
+
+
+def test_composite_observations_with_an_image_are_refused_with_one_line():
+    class Mixed(gym.Env):
+        observation_space = gym.spaces.Dict({"screen": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8),
+                                             "health": gym.spaces.Discrete(5)})
+        action_space = gym.spaces.Discrete(2)
+    from asyncrl.envs.gym_adapter import adapt
+    with pytest.raises(EnvError, match="not supported yet"):
+        adapt("mixed", Mixed())
+
+
+def test_frozen_lake_learns_through_its_one_hot_observations(tmp_path):
+    """A gymnasium toy-text env (Discrete observations) trains in real processes: the deterministic FrozenLake's
+    only reward is the goal, which random play reaches in ~1.5% of its episodes."""
+    r = run_cli("train", "--env", "FrozenLake-v1", "--env_options", '{"is_slippery": false}', "--train_dir", tmp_path,
+                "--experiment", "fl", "--train_for_env_steps", 150000, "--seed", 1, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert read_stats(tmp_path / "fl")[-1]["episode_reward_mean"] > 0.5
 
 
 def test_frameskip_option_reaches_the_env():

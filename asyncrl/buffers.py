@@ -132,8 +132,9 @@ def buffer_layout(cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Spac
     """name -> (shape, dtype) of every shared tensor, as the module docstring describes them."""
     S, T, A, P, H, D = num_slots(cfg), cfg.rollout, num_agents(cfg), cfg.num_policies, rnn_state_size, \
         distribution_params_size
-    discrete = isinstance(action_space, gym.spaces.Discrete)
-    act_shape, act_dtype = ((), torch.int64) if discrete else (tuple(action_space.shape), torch.float32)
+    # an index per action (Discrete), per dimension (MultiDiscrete, MultiBinary), or a Box's floats
+    act_dtype = torch.float32 if isinstance(action_space, gym.spaces.Box) else torch.int64
+    act_shape = () if isinstance(action_space, gym.spaces.Discrete) else tuple(action_space.shape)
     return {
         "traj_obs": ((S, T + 1, *obs_space.shape), torch_dtype(obs_space.dtype)),
         "traj_rnn_states": ((S, T, H), torch.float32),

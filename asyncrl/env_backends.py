@@ -272,7 +272,7 @@ class VectorBackend(EnvBackend):
 
     def step(self, group: int, actions: np.ndarray, playing: list, traj_obs: np.ndarray, slots: np.ndarray,
              rows: np.ndarray) -> GroupStep:
-        if not isinstance(self.action_space, gym.spaces.Discrete):
+        if isinstance(self.action_space, gym.spaces.Box):
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         try:
             obs, rewards, terminated, truncated, info = self.vectors[group].step(actions)

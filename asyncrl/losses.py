@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch.distributions import Categorical, Distribution
 
+from asyncrl.distributions import MultiCategorical, categorical_kl
+
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean over the entries where mask is True; masked entries never contribute, even if inf or NaN."""
@@ -84,9 +86,8 @@ def value_loss(values, targets, old_values, clip_value, mask):
 
 
 def kl_divergence(behavior: Distribution, current: Distribution) -> torch.Tensor:
-    """KL(mu || pi) per sample, the divergence PPO's fixed-KL penalty weighs (Schulman et al. 2017, eq. 8). A
-    categorical's comes from the normalized log-probabilities, sum_a mu(a) (log mu(a) - log pi(a)): finite wherever
-    they are, where torch's is inf once some pi(a) underflows to 0 (and a penalty weighted 0 then makes the loss NaN)."""
-    if isinstance(behavior, Categorical):
-        return (behavior.probs * (behavior.logits - current.logits)).sum(-1)
+    """KL(mu || pi) per sample, the divergence PPO's fixed-KL penalty weighs (Schulman et al. 2017, eq. 8); a
+    categorical's as distributions.categorical_kl computes it."""
+    if isinstance(behavior, (Categorical, MultiCategorical)):
+        return categorical_kl(behavior, current)
     return torch.distributions.kl_divergence(behavior, current)

@@ -16,6 +16,8 @@ from torch.nn import functional as F
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from asyncrl.config import Config, ConfigError
+from asyncrl.distributions import MultiCategorical, gumbel_max_sample, most_likely
+from asyncrl.envs.gym_adapter import categorical_sizes
 from asyncrl.optimizer import Adam
 
 # Argument validation costs more than the sampling itself at small inference batches, and our inputs are the
@@ -171,9 +173,11 @@ class ActorCritic(nn.Module):
             size = critic_size = cfg.rnn_size
 
         self.value_head = nn.Linear(critic_size, 1)
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.action_sizes = categorical_sizes(action_space)  # each dimension's choices; None for a Box's Gaussian
+        self.discrete = self.action_sizes is not None
+        self.multi_discrete = self.discrete and not isinstance(action_space, gym.spaces.Discrete)  # actions [..., dims]
         if self.discrete:
-            self.action_head = nn.Linear(size, int(action_space.n))
+            self.action_head = nn.Linear(size, sum(self.action_sizes))
         else:
             self.action_head = nn.Linear(size, action_space.shape[0])
             self.action_log_std = nn.Parameter(torch.full(action_space.shape, math.log(cfg.initial_stddev)))
@@ -291,7 +295,7 @@ class ActorCritic(nn.Module):
     def distribution_from_params(self, params: torch.Tensor):
         """The distribution that distribution_params described."""
         if self.discrete:
-            return Categorical(logits=params)
+            return MultiCategorical(params, self.action_sizes) if self.multi_discrete else Categorical(logits=params)
         mean, log_std = params.chunk(2, dim=-1)
         return Independent(Normal(mean, log_std.exp()), 1)
 
@@ -307,20 +311,20 @@ class ActorCritic(nn.Module):
         return self.distribution(action_params)
 
     def sample_actions(self, action_params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(actions, their log-probabilities) for inference. Discrete actions by the Gumbel-max trick,
-        argmax(log p + G) with G = -log(Exp(1)) ~ Gumbel(0, 1): the same distribution as Categorical.sample
-        in five tensor ops instead of ~40 (measured at batch 9: 15 us vs 138 us a step)."""
+        """(actions, their log-probabilities) for inference; categorical ones by the Gumbel-max trick."""
         if not self.discrete:
             dist = self.distribution(action_params)
             actions = dist.sample()
             return actions, dist.log_prob(actions)
-        log_probs = torch.log_softmax(action_params, -1)
-        actions = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(-1, keepdim=True)
-        return actions.squeeze(-1), log_probs.gather(-1, actions).squeeze(-1)
+        actions, log_prob = gumbel_max_sample(action_params, self.action_sizes)
+        return (actions if self.multi_discrete else actions.squeeze(-1)), log_prob
 
     def greedy_actions(self, action_params: torch.Tensor) -> torch.Tensor:
         """The most likely action: argmax of the logits, or the Gaussian's mean (evaluation with determinism)."""
-        return action_params.argmax(-1) if self.discrete else action_params
+        if not self.discrete:
+            return action_params
+        actions = most_likely(action_params, self.action_sizes)
+        return actions if self.multi_discrete else actions.squeeze(-1)
 
     def forward_step(self, obs: torch.Tensor, rnn_state: torch.Tensor):
         """Inference for a batch of agents, one step each: (action params, value, new rnn state)."""

@@ -40,12 +40,12 @@ class FlatObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
 
 
 def is_flattenable(space: gym.Space) -> bool:
-    """Observations FlatObservation turns into a vector: of discrete parts, or of vectors (no image: it would lose
+    """Observations FlatObservation turns into a vector: of discrete parts and arrays, but no image (it would lose
     its layout)."""
     if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
         return True
     if isinstance(space, gym.spaces.Box):
-        return len(space.shape) <= 1
+        return not is_image_space(space)
     if isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)):
         return all(map(is_flattenable, space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces))
     return False
@@ -77,9 +77,22 @@ def check_spaces(name: str, obs: gym.Space, act: gym.Space) -> None:
     if not isinstance(obs, gym.spaces.Box):
         raise EnvError(f"env {name!r}: observation space {obs} is not supported yet (Box observations, and discrete "
                        f"or composite ones without images, which gymnasium envs get flattened)")
-    box = isinstance(act, gym.spaces.Box)
-    if not (isinstance(act, gym.spaces.Discrete) or box) or (box and len(act.shape) != 1):
-        raise EnvError(f"env {name!r}: action space {act} is not supported yet (Discrete or 1-D Box only)")
+    if not (categorical_sizes(act) or isinstance(act, gym.spaces.Box) and len(act.shape) == 1):
+        raise EnvError(f"env {name!r}: action space {act} is not supported yet (Discrete, 1-D MultiDiscrete or "
+                       f"MultiBinary, or 1-D Box)")
+
+
+def categorical_sizes(space: gym.Space) -> list[int] | None:
+    """The sizes of the categorical distributions an action is drawn from: [n] for Discrete, one per dimension for a
+    1-D MultiDiscrete or MultiBinary (drawn independently, Sample Factory's and CleanRL's factorized policy); None for
+    anything else (a Box's actions are a Gaussian's)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return [int(space.n)]
+    if isinstance(space, gym.spaces.MultiDiscrete) and len(space.shape) == 1 and not space.start.any():
+        return space.nvec.tolist()
+    if isinstance(space, gym.spaces.MultiBinary) and len(space.shape) == 1:
+        return [2] * space.shape[0]
+    return None
 
 
 def registered_id(gym_id: str) -> str:

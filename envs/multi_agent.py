@@ -125,9 +125,12 @@ def as_agents(name: str, env):
 
 
 def env_actions(action_space: gym.Space, actions: np.ndarray) -> list:
-    """A batch of the model's actions as envs take them: Python ints, or arrays clipped to the action bounds."""
+    """A batch of the model's actions as envs take them: Python ints, arrays of the space's dtype (MultiDiscrete,
+    MultiBinary), or arrays clipped to the action bounds (Box)."""
     if isinstance(action_space, gym.spaces.Discrete):
         return actions.tolist()
+    if not isinstance(action_space, gym.spaces.Box):
+        return list(actions.astype(action_space.dtype))
     return list(np.clip(actions, action_space.low, action_space.high))
 
 

@@ -129,18 +129,22 @@ def fill_first_slots(runner) -> tuple[Learner, int]:
     return learner, S
 
 
-def reference_kl(behavior: torch.Tensor, current: torch.Tensor, discrete: bool) -> torch.Tensor:
-    """KL(mu || pi) per sample from the closed forms: categorical sum_a mu log(mu / pi); diagonal Gaussian
-    sum_i log(s_pi / s_mu) + (s_mu^2 + (m_mu - m_pi)^2) / (2 s_pi^2) - 1/2."""
-    if discrete:
-        log_mu, log_pi = behavior.log_softmax(-1), current.log_softmax(-1)
-        return (log_mu.exp() * (log_mu - log_pi)).sum(-1)
+def reference_kl(behavior: torch.Tensor, current: torch.Tensor, sizes: list[int] | None) -> torch.Tensor:
+    """KL(mu || pi) per sample from the closed forms: categorical sum_a mu log(mu / pi), summed over independent
+    dimensions of `sizes` choices each; diagonal Gaussian (sizes None) sum_i log(s_pi / s_mu) + (s_mu^2 +
+    (m_mu - m_pi)^2) / (2 s_pi^2) - 1/2."""
+    if sizes:
+        kl = 0
+        for mu_logits, pi_logits in zip(behavior.split(sizes, -1), current.split(sizes, -1)):
+            log_mu, log_pi = mu_logits.log_softmax(-1), pi_logits.log_softmax(-1)
+            kl = kl + (log_mu.exp() * (log_mu - log_pi)).sum(-1)
+        return kl
     (m_mu, log_s_mu), (m_pi, log_s_pi) = behavior.chunk(2, -1), current.chunk(2, -1)
     return (log_s_pi - log_s_mu + ((2 * log_s_mu).exp() + (m_mu - m_pi) ** 2) / (2 * (2 * log_s_pi).exp())
             - 0.5).sum(-1)
 
 
-@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1", "tests.action_envs:multi_discrete"])
 def test_kl_penalty_is_the_kl_from_the_distribution_that_acted(tmp_path, env):
     """The policy worker stores the acting distribution whole (its log-prob of every action it took is the one
     stored), and --kl_loss_coeff c adds c * mean KL(mu || pi) over the learned samples (PPO, Schulman et al. 2017,
@@ -162,7 +166,7 @@ def test_kl_penalty_is_the_kl_from_the_distribution_that_acted(tmp_path, env):
     with torch.no_grad():
         params = model.distribution_params(model.forward_sequence(mb["obs"], mb["rnn_states"], mb["state_starts"],
                                                                   mb["dones"])[0][:-1])
-    expected = reference_kl(mb["behavior_params"], params, model.discrete)[mb["mask"]].mean()
+    expected = reference_kl(mb["behavior_params"], params, model.action_sizes)[mb["mask"]].mean()
     assert expected > 0.01
     torch.testing.assert_close(stats["kl_divergence"], expected.item(), rtol=1e-4, atol=1e-6)
     torch.testing.assert_close((with_kl - without_kl).item(), 0.5 * expected.item(), rtol=1e-4, atol=1e-6)
@@ -179,7 +183,7 @@ def test_kl_stays_finite_where_a_probability_underflows():
 
     logits = torch.tensor([[0.0, -200.0]], requires_grad=True)
     kl = losses.kl_divergence(Categorical(logits=torch.zeros(1, 2)), Categorical(logits=logits))
-    torch.testing.assert_close(kl, reference_kl(torch.zeros(1, 2), logits, discrete=True))
+    torch.testing.assert_close(kl, reference_kl(torch.zeros(1, 2), logits, sizes=[2]))
     (0.0 * kl.sum()).backward()
     assert torch.isfinite(kl).all() and torch.isfinite(logits.grad).all()
 
@@ -632,6 +636,45 @@ def test_gumbel_max_sampling_matches_the_categorical_distribution():
     frequencies = torch.bincount(actions, minlength=4).float() / len(actions)
     torch.testing.assert_close(frequencies, torch.softmax(logits[0], -1), atol=0.004, rtol=0)
     torch.testing.assert_close(logp, Categorical(logits=logits).log_prob(actions))
+
+
+def test_multi_discrete_actions_are_independent_categoricals_sampled_with_their_log_probabilities():
+    """MultiCategorical against the joint distribution enumerated action by action (the product of the dimensions'
+    softmaxes): log-probabilities, entropy and KL; model.sample_actions draws each dimension with its own
+    probabilities (200k draws) and returns the joint log-probability; greedy actions are each dimension's argmax."""
+    import itertools
+
+    import gymnasium as gym
+
+    from asyncrl.distributions import MultiCategorical, categorical_kl
+    from asyncrl.model import build_model
+
+    sizes = [3, 4]
+    torch.manual_seed(0)
+    mu_logits, pi_logits = torch.randn(5, 7), torch.randn(5, 7)
+    joint = torch.tensor(list(itertools.product(range(3), range(4))))  # every action, [12, 2]
+
+    def joint_log_probs(logits):
+        first, second = (part.log_softmax(-1) for part in logits.split(sizes, -1))
+        return first[:, joint[:, 0]] + second[:, joint[:, 1]]  # [5, 12]
+
+    mu, pi = MultiCategorical(mu_logits, sizes), MultiCategorical(pi_logits, sizes)
+    log_mu, log_pi = joint_log_probs(mu_logits), joint_log_probs(pi_logits)
+    for k, action in enumerate(joint):
+        torch.testing.assert_close(mu.log_prob(action.expand(5, 2)), log_mu[:, k])
+    torch.testing.assert_close(mu.entropy(), -(log_mu.exp() * log_mu).sum(-1))
+    torch.testing.assert_close(categorical_kl(mu, pi), (log_mu.exp() * (log_mu - log_pi)).sum(-1))
+
+    model = build_model(gym.spaces.Box(-1, 1, (4,)), gym.spaces.MultiDiscrete(sizes), Config(env="x", use_rnn=False))
+    logits = mu_logits[:1].expand(200_000, 7)
+    actions, logp = model.sample_actions(logits)
+    assert actions.shape == (200_000, 2)
+    for d, part in enumerate(logits[0].split(sizes)):
+        frequencies = torch.bincount(actions[:, d], minlength=sizes[d]).float() / len(actions)
+        torch.testing.assert_close(frequencies, torch.softmax(part, -1), atol=0.004, rtol=0)
+    torch.testing.assert_close(logp, MultiCategorical(logits, sizes).log_prob(actions))
+    greedy = model.greedy_actions(mu_logits)
+    assert greedy.tolist() == [[int(a.argmax()), int(b.argmax())] for a, b in zip(*mu_logits.split(sizes, -1))]
 
 
 @pytest.mark.parametrize("value_bootstrap", [True, False])

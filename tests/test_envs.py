@@ -123,6 +123,18 @@ def test_frozen_lake_learns_through_its_one_hot_observations(tmp_path):
     assert read_stats(tmp_path / "fl")[-1]["episode_reward_mean"] > 0.5
 
 
+@pytest.mark.parametrize("env, random_return", [("multi_discrete", 4.7), ("multi_binary", 8.0)])
+def test_multi_discrete_and_multi_binary_actions_learn_every_dimension(tmp_path, env, random_return):
+    """Real processes on an env that rewards the share of action dimensions hitting their shown targets (16 steps
+    an episode: 16 at best): each dimension is its own categorical, and every one must learn."""
+    r = run_cli("train", "--env", f"tests.action_envs:{env}", "--train_dir", tmp_path, "--experiment", env,
+                "--train_for_env_steps", 80000, "--seed", 1, "--use_rnn", "False", "--encoder_mlp_layers", 64, 64,
+                "--num_epochs", 4, "--num_batches_per_epoch", 4, "--learning_rate", 0.001, "--num_envs_per_worker", 16,
+                timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert read_stats(tmp_path / env)[-1]["episode_reward_mean"] > random_return + 3
+
+
 def test_frameskip_option_reaches_the_env():
     env = make_env("doom_basic", frameskip=2)
     assert envs.env_frameskip(env) == 2

@@ -9,6 +9,7 @@ import threading
 import time
 
 import grpc
+import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
@@ -124,6 +125,22 @@ def test_a_lost_life_reaches_the_client_with_its_step():
     env.reset()
     assert [t for t in range(1, 21) if env.step(1)[4].get("life_lost")] == [6, 12, 18]
     env.close()
+
+
+@pytest.mark.parametrize("env", ["multi_discrete", "multi_binary"])
+def test_multi_discrete_actions_cross_the_wire_and_bad_ones_are_refused(env):
+    """A MultiDiscrete (or MultiBinary) env serves its choices per dimension; the env gets the actions in its own
+    space (it asserts so), and an action outside a dimension's choices is refused."""
+    _, address = start_server("--env", f"tests.action_envs:{env}", "--num_envs", "1")
+    client = RemoteEnv(address)
+    nvec = [3, 4] if env == "multi_discrete" else [2, 2, 2]
+    assert client.action_space == gym.spaces.MultiDiscrete(nvec)
+    obs, _ = client.reset(seed=0)
+    targets = [int(part.argmax()) for part in np.split(obs, np.cumsum(nvec)[:-1])]
+    assert client.step(np.array(targets))[1] == 1.0
+    with pytest.raises(RemoteEnvError, match="INVALID_ARGUMENT"):
+        client.step(np.array(nvec))
+    client.close()
 
 
 def test_enjoy_records_a_video_of_a_remote_env(tmp_path):

@@ -397,6 +397,8 @@ def spaces_of(description: pb.DescribeReply) -> tuple[gym.spaces.Box, gym.Space]
     observation_space = gym.spaces.Box(low, high, dtype=low.dtype)
     if description.num_actions:
         return observation_space, gym.spaces.Discrete(description.num_actions)
+    if description.action_nvec:
+        return observation_space, gym.spaces.MultiDiscrete(list(description.action_nvec))
     action_low, action_high = decode(description.action_low), decode(description.action_high)
     return observation_space, gym.spaces.Box(action_low, action_high, dtype=np.float32)
 

@@ -28,6 +28,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from asyncrl.envs import env_entry, make_agents
+from asyncrl.envs.gym_adapter import categorical_sizes
 from asyncrl.remote.wire import WireError, decode, decode_values, encode, encode_values, pb
 
 
@@ -209,6 +210,8 @@ class EnvService:
         encode(env.observation_space.high, reply.obs_high)
         if isinstance(env.action_space, gym.spaces.Discrete):
             reply.num_actions = int(env.action_space.n)
+        elif categorical_sizes(env.action_space):
+            reply.action_nvec.extend(categorical_sizes(env.action_space))
         else:
             encode(env.action_space.low, reply.action_low)
             encode(env.action_space.high, reply.action_high)
@@ -349,6 +352,10 @@ class EnvService:
         if isinstance(space, gym.spaces.Discrete):
             if actions.dtype.kind not in "iu" or ((actions < space.start) | (actions >= space.start + space.n)).any():
                 raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"actions must be integers in {space}")
+        elif not isinstance(space, gym.spaces.Box):  # MultiDiscrete, MultiBinary: an index per dimension
+            if actions.dtype.kind not in "iu" or ((actions < 0) | (actions >= categorical_sizes(space))).any():
+                raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"actions must be integers in {space}")
+            return actions.astype(space.dtype)
         elif actions.dtype.kind != "f" or not np.all((actions >= space.low) & (actions <= space.high)):
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"actions must be floats inside {space}")
         return actions

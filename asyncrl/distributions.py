@@ -1,0 +1,57 @@
+"""Categorical actions: one Discrete choice, or one per dimension of a MultiDiscrete or MultiBinary space, drawn
+independently (the factorized policy of Sample Factory and CleanRL). The logits of every dimension sit one after
+another in the action head's output; `sizes` says how many each has."""
+
+from __future__ import annotations
+
+import torch
+from torch.distributions import Categorical, Distribution
+
+
+class MultiCategorical(Distribution):
+    """Independent categoricals over an action's dimensions: log pi(a) = sum_d log pi_d(a_d), and the entropy is the
+    sum of the dimensions' entropies."""
+
+    arg_constraints: dict = {}
+
+    def __init__(self, logits: torch.Tensor, sizes: list[int]):
+        self.parts = [Categorical(logits=part) for part in logits.split(sizes, -1)]
+        super().__init__(logits.shape[:-1], torch.Size([len(sizes)]), validate_args=False)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return torch.stack([p.log_prob(a) for p, a in zip(self.parts, actions.unbind(-1))], -1).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return torch.stack([p.entropy() for p in self.parts], -1).sum(-1)
+
+    def sample(self, sample_shape=torch.Size()) -> torch.Tensor:
+        return torch.stack([p.sample(sample_shape) for p in self.parts], -1)
+
+
+def gumbel_max_sample(logits: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(actions [..., dims], their log-probabilities [...]) by the Gumbel-max trick in each dimension,
+    argmax(log p + G) with G = -log(Exp(1)) ~ Gumbel(0, 1): the same distribution as Categorical.sample in a few
+    tensor ops instead of ~40 (measured at batch 9 with one dimension: 15 us vs 138 us a step)."""
+    actions, action_log_probs = [], []
+    for part in logits.split(sizes, -1):
+        log_probs = torch.log_softmax(part, -1)
+        action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(-1, keepdim=True)
+        actions.append(action)
+        action_log_probs.append(log_probs.gather(-1, action))
+    if len(sizes) == 1:  # a Discrete space: no concatenation (inference's hot path)
+        return actions[0], action_log_probs[0].squeeze(-1)
+    return torch.cat(actions, -1), torch.cat(action_log_probs, -1).sum(-1)
+
+
+def most_likely(logits: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """Each dimension's most likely action, [..., dims]."""
+    return torch.stack([part.argmax(-1) for part in logits.split(sizes, -1)], -1)
+
+
+def categorical_kl(behavior: Distribution, current: Distribution) -> torch.Tensor:
+    """KL(mu || pi) per sample from the normalized log-probabilities, sum_a mu(a) (log mu(a) - log pi(a)) (summed over
+    the dimensions of a MultiCategorical): finite wherever they are, where torch's is inf once some pi(a) underflows
+    to 0 (and a penalty weighted 0 then makes the loss NaN)."""
+    if isinstance(behavior, MultiCategorical):
+        return sum(categorical_kl(b, c) for b, c in zip(behavior.parts, current.parts))
+    return (behavior.probs * (behavior.logits - current.logits)).sum(-1)

@@ -187,6 +187,8 @@ class Config:
                                         "halving the map; ELU) or convnet_atari (the Nature DQN encoder; ReLU).",
                                         choices=["convnet_simple", "convnet_atari"])
     encoder_mlp_layers: list = _f([512, 512], "Hidden sizes of the MLP encoder, e.g. 256 256 or '[256, 256]'.")
+    nonlinearity: str = _f("auto", "The encoder's activation: elu, relu or tanh; auto: tanh in an MLP, the conv "
+                           "architecture's own in a conv encoder.", choices=["auto", "elu", "relu", "tanh"])
     actor_critic_share_weights: bool = _f(True, "The actor and the critic share the encoder; False gives the critic "
                                           "an encoder of its own (needs --use_rnn False).")
     critic_mlp_layers: list = _f([], "Hidden sizes of the critic's own MLP with --actor_critic_share_weights False, "

@@ -87,6 +87,7 @@ class ReturnNorm(RunningNorm):
         return values * self.std + self.mean
 
 
+ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}  # --nonlinearity
 # --encoder_conv_architecture, by Sample Factory's names: (the last conv's channels and stride, the activation)
 CONV_ARCHITECTURES = {
     "convnet_simple": (128, 2, nn.ELU),  # Sample Factory's default
@@ -94,11 +95,13 @@ CONV_ARCHITECTURES = {
 }
 
 
-def conv_encoder(obs_shape, architecture: str = "convnet_simple") -> tuple[nn.Module, int]:
+def conv_encoder(obs_shape, architecture: str = "convnet_simple", activation=None) -> tuple[nn.Module, int]:
     """Three convs (32 8x8 stride 4, 64 4x4 stride 2, then 3x3 as CONV_ARCHITECTURES says) and a 512-unit fully
-    connected layer. On 84x84 frames convnet_atari's last conv keeps a 7x7 map where convnet_simple's halves it to 4x4
-    (a finer place for Breakout's ball, at ~1.5x the multiply-adds)."""
-    channels, stride, activation = CONV_ARCHITECTURES[architecture]
+    connected layer, with the architecture's activation unless one is given. On 84x84 frames convnet_atari's last conv
+    keeps a 7x7 map where convnet_simple's halves it to 4x4 (a finer place for Breakout's ball, at ~1.5x the
+    multiply-adds)."""
+    channels, stride, own_activation = CONV_ARCHITECTURES[architecture]
+    activation = activation or own_activation
     convs = nn.Sequential(
         nn.Conv2d(obs_shape[0], 32, 8, stride=4), activation(),
         nn.Conv2d(32, 64, 4, stride=2), activation(),
@@ -110,10 +113,10 @@ def conv_encoder(obs_shape, architecture: str = "convnet_simple") -> tuple[nn.Mo
     return nn.Sequential(convs, nn.Linear(flat, 512), activation()), 512
 
 
-def mlp_encoder(in_size: int, layers: list[int]) -> tuple[nn.Module, int]:
+def mlp_encoder(in_size: int, layers: list[int], activation=nn.Tanh) -> tuple[nn.Module, int]:
     modules, size = [], in_size
     for hidden in layers:
-        modules += [nn.Linear(size, hidden), nn.Tanh()]
+        modules += [nn.Linear(size, hidden), activation()]
         size = hidden
     return nn.Sequential(*modules), size
 
@@ -150,10 +153,11 @@ class ActorCritic(nn.Module):
         self.returns_normalizer = ReturnNorm() if cfg.normalize_returns else None
         self.reward_std = RunningNorm(()) if cfg.scale_rewards else None  # --scale_rewards' moments (reward_scaling.py)
         self.is_conv = use_conv
+        activation = ACTIVATIONS.get(cfg.nonlinearity)  # None: auto
         def make_encoder(mlp_layers):
             if use_conv:
-                return conv_encoder(obs_space.shape, cfg.encoder_conv_architecture)
-            return mlp_encoder(int(torch.tensor(obs_space.shape).prod()), mlp_layers)
+                return conv_encoder(obs_space.shape, cfg.encoder_conv_architecture, activation)
+            return mlp_encoder(int(torch.tensor(obs_space.shape).prod()), mlp_layers, activation or nn.Tanh)
         self.encoder, size = make_encoder(cfg.encoder_mlp_layers)
         critic_size = size
         self.critic_features_from = None  # where the critic's features start in the encoder's output, if separate

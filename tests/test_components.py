@@ -473,6 +473,23 @@ def test_the_conv_encoder_is_the_architecture_named(architecture, last_map, acti
                                                                      torch.nn.Linear, torch.nn.Flatten))} == {activation}
 
 
+@pytest.mark.parametrize("obs_shape, nonlinearity, activation", [((4,), "auto", torch.nn.Tanh),
+                                                                 ((4,), "relu", torch.nn.ReLU),
+                                                                 ((3, 36, 64), "auto", torch.nn.ELU),
+                                                                 ((3, 36, 64), "tanh", torch.nn.Tanh)])
+def test_nonlinearity_sets_the_encoders_activation(obs_shape, nonlinearity, activation):
+    """--nonlinearity (Sample Factory's flag) replaces every activation of the encoder; auto keeps an MLP's tanh and
+    the conv architecture's own (convnet_simple: ELU)."""
+    import gymnasium as gym
+
+    from asyncrl.model import build_model
+    space = gym.spaces.Box(0, 255, obs_shape, np.uint8 if len(obs_shape) == 3 else np.float32)
+    model = build_model(space, gym.spaces.Discrete(3), Config(env="x", use_rnn=False, nonlinearity=nonlinearity,
+                                                               encoder_mlp_layers=[8, 8]))
+    kinds = {type(m) for m in model.encoder.modules()} & {torch.nn.ELU, torch.nn.ReLU, torch.nn.Tanh}
+    assert kinds == {activation}
+
+
 def test_non_finite_loss_skips_the_update_and_stops_after_ten_in_a_row(tmp_path):
     runner = serial_runner(tmp_path)
     learner = next(c for c in runner.components if isinstance(c, Learner))

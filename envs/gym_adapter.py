@@ -31,17 +31,25 @@ class FlatObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     def __init__(self, env: gym.Env):
         gym.utils.RecordConstructorArgs.__init__(self)  # so that gymnasium can remake the env from its spec
         gym.ObservationWrapper.__init__(self, env)
-        flat = gym.spaces.flatten_space(env.observation_space)
-        self.observation_space = gym.spaces.Box(flat.low.astype(np.float32), flat.high.astype(np.float32),
-                                                dtype=np.float32)
+        self.observation_space = flat_space(env.observation_space)
 
     def observation(self, observation):
-        return gym.spaces.flatten(self.env.observation_space, observation).astype(np.float32)
+        return flatten(self.env.observation_space, observation)
+
+
+def flat_space(space: gym.Space) -> gym.spaces.Box:
+    """The float32 vector space of a flattenable one (is_flattenable)."""
+    flat = gym.spaces.flatten_space(space)
+    return gym.spaces.Box(flat.low.astype(np.float32), flat.high.astype(np.float32), dtype=np.float32)
+
+
+def flatten(space: gym.Space, observation) -> np.ndarray:
+    return gym.spaces.flatten(space, observation).astype(np.float32)
 
 
 def is_flattenable(space: gym.Space) -> bool:
-    """Observations FlatObservation turns into a vector: of discrete parts and arrays, but no image (it would lose
-    its layout)."""
+    """Observations that become one vector (FlatObservation, and a PettingZoo env's agents): of discrete parts and
+    arrays, but no image (it would lose its layout)."""
     if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
         return True
     if isinstance(space, gym.spaces.Box):

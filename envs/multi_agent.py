@@ -17,7 +17,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs.gym_adapter import channels_first, check_spaces, is_hwc_image
+from asyncrl.envs.gym_adapter import channels_first, check_spaces, flat_space, flatten, is_flattenable, is_hwc_image
 
 
 class SingleAgent:
@@ -64,6 +64,10 @@ class ParallelEnvAgents:
             if env.observation_space(agent) != obs_space or env.action_space(agent) != act_space:
                 raise EnvError(f"env {name!r}: agent {agent!r} has other spaces than agent {self.agent_ids[0]!r}; "
                                f"every agent of an env must share its observation and action space")
+        # discrete and composite observations as one vector each, as gymnasium envs' (gym_adapter.FlatObservation)
+        self.unflat_space = obs_space if not isinstance(obs_space, gym.spaces.Box) and is_flattenable(obs_space) \
+            else None
+        obs_space = flat_space(obs_space) if self.unflat_space else obs_space
         check_spaces(name, obs_space, act_space)
         self.to_chw = is_hwc_image(obs_space)
         self.observation_space = channels_first(obs_space) if self.to_chw else obs_space
@@ -88,6 +92,8 @@ class ParallelEnvAgents:
                 [truncated.get(a, False) for a in self.agent_ids], [infos.get(a, {}) for a in self.agent_ids])
 
     def _observations(self, obs: dict) -> list:
+        if self.unflat_space:
+            obs = {a: flatten(self.unflat_space, o) for a, o in obs.items()}
         listed = [obs.get(a, self.blank_obs) for a in self.agent_ids]
         return [np.ascontiguousarray(np.transpose(o, (2, 0, 1))) for o in listed] if self.to_chw else listed
 

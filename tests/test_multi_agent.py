@@ -30,6 +30,16 @@ def test_parallel_env_agents_in_order_and_an_agent_that_left_stays_out():
     assert env.env.agents == []
 
 
+def test_a_pettingzoo_envs_discrete_observations_become_one_hot_vectors():
+    """Rock-paper-scissors: each player observes the other's last move (Discrete(4), 3 at the start)."""
+    env = make_agents("pettingzoo.classic.rps_v2:parallel_env")
+    assert env.observation_space.shape == (4,) and str(env.observation_space.dtype) == "float32"
+    first, _ = env.reset(seed=0)
+    assert [o.tolist() for o in first] == [[0, 0, 0, 1]] * 2
+    obs = env.step([0, 2])[0]  # rock, scissors: each now sees the other's
+    assert [o.argmax() for o in obs] == [2, 0] and all(o.sum() == 1 for o in obs)
+
+
 def _write_bad_envs(folder) -> None:
     """A ParallelEnv whose agents disagree on spaces, and one whose reset leaves an agent out."""
     (folder / "bad_parallel_envs.py").write_text(textwrap.dedent('''

@@ -177,6 +177,12 @@ class ActorCritic(nn.Module):
             size = critic_size = cfg.rnn_size
 
         self.value_head = nn.Linear(critic_size, 1)
+        self._build_action_head(size, action_space, cfg)
+        self._initialize()
+
+    def _build_action_head(self, size: int, action_space: gym.Space, cfg: Config) -> None:
+        """The logits of each categorical dimension one after another, or a Gaussian's means (its log-std learned
+        as a parameter of its own)."""
         self.action_sizes = categorical_sizes(action_space)  # each dimension's choices; None for a Box's Gaussian
         self.discrete = self.action_sizes is not None
         self.multi_discrete = self.discrete and not isinstance(action_space, gym.spaces.Discrete)  # actions [..., dims]
@@ -189,7 +195,6 @@ class ActorCritic(nn.Module):
             raise ConfigError(f"--rpo_alpha shifts a Gaussian's means: it needs Box actions, and {cfg.env!r} has "
                               f"{action_space}; leave it at 0")
         self.rpo_alpha = cfg.rpo_alpha
-        self._initialize()
 
     def _initialize(self) -> None:
         """Orthogonal init (as in PPO implementations since Baselines): gain sqrt(2) keeps activations from

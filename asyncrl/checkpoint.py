@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
+import time
 from typing import TYPE_CHECKING
 
 from asyncrl.config import CheckpointError
 
 if TYPE_CHECKING:
     import torch
+
+
+MILESTONES = "milestones"  # the folder of a policy's checkpoints kept for good (--save_milestones_sec)
 
 
 def checkpoint_dir(experiment_dir: str, policy_id: int) -> str:
@@ -35,10 +40,21 @@ def _save_atomically(state: dict, path: str) -> None:
     os.replace(path + ".tmp", path)  # a reader sees the old file or the new one, never half a file
 
 
-def save_checkpoint(directory: str, state: dict, keep: int) -> str:
+def save_checkpoint(directory: str, state: dict, keep: int, milestones_every_sec: float = -1) -> str:
+    """Write a checkpoint and remove all but the newest `keep`; it is also kept for good (a milestone, a hard link
+    in milestones/) if the newest milestone is at least milestones_every_sec old (> 0), or there is none."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"checkpoint_{state['train_step']:010d}_{state['env_steps']}.pth")
     _save_atomically(state, path)
+    if milestones_every_sec > 0:
+        milestones = list_checkpoints(os.path.join(directory, MILESTONES))
+        if not milestones or time.time() - os.path.getmtime(milestones[-1]) >= milestones_every_sec:
+            os.makedirs(os.path.join(directory, MILESTONES), exist_ok=True)
+            milestone = os.path.join(directory, MILESTONES, os.path.basename(path))
+            try:
+                os.link(path, milestone)
+            except OSError:  # a file system without hard links
+                shutil.copy2(path, milestone)
     for old in list_checkpoints(directory)[:-keep]:
         os.remove(old)
     return path

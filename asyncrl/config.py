@@ -225,6 +225,8 @@ class Config:
     train_for_seconds: float = _f(10_000_000_000, "Stop after this many seconds of this launch.")
     save_every_sec: float = _f(120, "Checkpoint interval in seconds.")
     keep_checkpoints: int = _f(2, "Checkpoints kept per policy (the newest).")
+    save_milestones_sec: float = _f(-1, "Keep a checkpoint at least this many seconds apart for good, in "
+                                    "checkpoint_p<id>/milestones/ (to evaluate the run's past later); -1: never.")
     experiment_summaries_interval: float = _f(5, "Seconds between progress lines, "
                                               "TensorBoard points and stats.jsonl rows.")
     stats_avg: int = _f(100, "Episodes in the moving average of reported episode stats.")

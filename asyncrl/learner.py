@@ -178,7 +178,7 @@ class Learner:
             state["frozen_pool"] = {"weights": self.buffers.frozen_weights[self.policy_id].clone(),
                                     "versions": self.buffers.frozen_version[self.policy_id].clone(),
                                     "snapshots": self.snapshots}
-        return save_checkpoint(self.checkpoint_dir, state, self.cfg.keep_checkpoints)
+        return save_checkpoint(self.checkpoint_dir, state, self.cfg.keep_checkpoints, self.cfg.save_milestones_sec)
 
     def _load_latest_checkpoint(self) -> None:
         paths = list_checkpoints(self.checkpoint_dir)

@@ -195,6 +195,7 @@ class EnvService:
         self.lock = threading.Lock()  # leases and ownership
         env = self.instances[0].env
         self.num_agents, self.action_space, self.renders = env.num_agents, env.action_space, self.instances[0].renders
+        self.action_nvec = np.array(categorical_sizes(env.action_space) or [])  # each dimension's choices, if any
         self.agent_ids = [str(a) for a in getattr(env, "agent_ids", range(env.num_agents))]
         self.description = self._describe(env)
         # steps of a request's envs run at once; each owner of each env may wait on the others': one thread apiece
@@ -210,8 +211,8 @@ class EnvService:
         encode(env.observation_space.high, reply.obs_high)
         if isinstance(env.action_space, gym.spaces.Discrete):
             reply.num_actions = int(env.action_space.n)
-        elif categorical_sizes(env.action_space):
-            reply.action_nvec.extend(categorical_sizes(env.action_space))
+        elif len(self.action_nvec):
+            reply.action_nvec.extend(self.action_nvec.tolist())
         else:
             encode(env.action_space.low, reply.action_low)
             encode(env.action_space.high, reply.action_high)
@@ -353,7 +354,7 @@ class EnvService:
             if actions.dtype.kind not in "iu" or ((actions < space.start) | (actions >= space.start + space.n)).any():
                 raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"actions must be integers in {space}")
         elif not isinstance(space, gym.spaces.Box):  # MultiDiscrete, MultiBinary: an index per dimension
-            if actions.dtype.kind not in "iu" or ((actions < 0) | (actions >= categorical_sizes(space))).any():
+            if actions.dtype.kind not in "iu" or ((actions < 0) | (actions >= self.action_nvec)).any():
                 raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"actions must be integers in {space}")
             return actions.astype(space.dtype)
         elif actions.dtype.kind != "f" or not np.all((actions >= space.low) & (actions <= space.high)):

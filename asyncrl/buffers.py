@@ -7,7 +7,8 @@ so nothing outlives the run even on SIGKILL). Queues then carry only indices int
 Trajectory slots (S = num_slots, T = rollout). A slot holds one agent's T consecutive steps for one
 policy. The rollout worker owns a slot while it fills it, the learner while it reads it; the free and
 full index queues hand slots back and forth.
-    traj_obs            [S, T+1, *obs]  observation before step t; row T is the bootstrap observation
+    traj_obs            [S, T+1, *obs]  observation before step t; row T is the bootstrap observation. An env's
+                                        action mask is its last entries (gym_adapter.ObservationWithActionMask)
     traj_rnn_states     [S, T, H]       recurrent state the acting policy had before step t
     traj_actions        [S, T, *act]    action taken at step t
     traj_action_logp    [S, T]          log mu(a_t | x_t) of the acting policy

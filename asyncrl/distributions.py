@@ -28,6 +28,19 @@ class MultiCategorical(Distribution):
         return torch.stack([p.sample(sample_shape) for p in self.parts], -1)
 
 
+# The logit of an action a mask forbids: its probability exp(-1e8 - log Z) is 0 in float32 while the logit stays
+# finite, so log-probabilities, entropies (0 x logit) and KLs of masked distributions stay finite too.
+ILLEGAL_LOGIT = -1e8
+
+
+def legal_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Invalid action masking (Huang & Ontanon 2022, "A Closer Look at Invalid Action Masking in Policy Gradient
+    Algorithms", eq. 2): the logits the mask forbids (entries below 0.5) set to ILLEGAL_LOGIT, so the policy never
+    draws those actions and its gradient at their logits is 0. A dimension whose mask forbids every action draws
+    uniformly from all of them (no NaN)."""
+    return logits.masked_fill(mask < 0.5, ILLEGAL_LOGIT)
+
+
 def gumbel_max_sample(logits: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(actions [..., dims], their log-probabilities [...]) by the Gumbel-max trick in each dimension,
     argmax(log p + G) with G = -log(Exp(1)) ~ Gumbel(0, 1): the same distribution as Categorical.sample in a few

@@ -4,9 +4,11 @@
                    [--checkpoint FILE] [--policy_index 0] [--out FILE]
 
 The file holds the acting policy, one step for a batch of agents, with the input normalizer folded in:
-    inputs   obs [B, *obs shape] (the env's dtype: uint8 images, float32 vectors); rnn_state [B, H] (with an RNN)
+    inputs   obs [B, *obs shape] (the env's dtype: uint8 images, float32 vectors; an env's action mask at the end, as
+             asyncrl.make_env's observations have it); rnn_state [B, H] (with an RNN)
     outputs  logits [B, actions] (Discrete; MultiDiscrete and MultiBinary: each dimension's logits one after
-             another, as many as it has choices: sample each dimension on its own), or mean [B, d] and std [B, d]
+             another, as many as it has choices: sample each dimension on its own; a masked action's logit is -1e8),
+             or mean [B, d] and std [B, d]
              (Box: a Gaussian; clip samples to the action bounds); value [B] (in return units); rnn_state_out [B, H]
              (with an RNN: feed it back, zeros at an episode start)
 Its metadata (model.metadata_props) names the env, the action space and the recurrent state's size.

@@ -16,8 +16,8 @@ from torch.nn import functional as F
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from asyncrl.config import Config, ConfigError
-from asyncrl.distributions import MultiCategorical, gumbel_max_sample, most_likely
-from asyncrl.envs.gym_adapter import categorical_sizes
+from asyncrl.distributions import MultiCategorical, gumbel_max_sample, legal_logits, most_likely
+from asyncrl.envs.gym_adapter import ObservationWithActionMask, categorical_sizes
 from asyncrl.optimizer import Adam
 
 # Argument validation costs more than the sampling itself at small inference batches, and our inputs are the
@@ -142,6 +142,8 @@ class ActorCritic(nn.Module):
     def __init__(self, obs_space: gym.spaces.Box, action_space: gym.Space, cfg: Config):
         super().__init__()
         self.is_image = len(obs_space.shape) == 3
+        # the env's action mask: the observation's last entries, one per logit (gym_adapter.ObservationWithActionMask)
+        self.action_mask_size = obs_space.mask_size if isinstance(obs_space, ObservationWithActionMask) else 0
         use_conv = cfg.encoder == "conv" or (cfg.encoder == "auto" and self.is_image)
         if use_conv and not self.is_image:
             raise ConfigError(f"--encoder conv needs image observations, and {cfg.env!r} gives shape "
@@ -255,13 +257,17 @@ class ActorCritic(nn.Module):
         n = torch.tanh(i_n + r * h_n)
         return n + z * (h - n)
 
-    def heads(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(action distribution parameters, value), float32."""
+    def heads(self, features: torch.Tensor, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(action distribution parameters, value), float32, of the features of observations obs (whose action mask,
+        if the env has one, keeps the logits off the actions it forbids)."""
         features = features.to(self.compute_dtype)
         actor, critic = features, features
         if self.critic_features_from is not None:
             actor, critic = features.tensor_split([self.critic_features_from], dim=-1)
-        return self.action_head(actor).float(), self.value_head(critic).squeeze(-1).float()
+        action_params = self.action_head(actor).float()
+        if self.action_mask_size:
+            action_params = legal_logits(action_params, obs[..., -self.action_mask_size:])
+        return action_params, self.value_head(critic).squeeze(-1).float()
 
     def returns(self, values: torch.Tensor) -> torch.Tensor:
         """The value head's outputs in return units (they are normalized returns with --normalize_returns)."""
@@ -340,7 +346,7 @@ class ActorCritic(nn.Module):
         x = self.encode(obs)
         if self.rnn_type:
             x, rnn_state = self._core_step(x, rnn_state)
-        action_params, value = self.heads(x)
+        action_params, value = self.heads(x, obs)
         return action_params, value, rnn_state
 
     def forward_sequence(self, obs: torch.Tensor, rnn_states: torch.Tensor, state_starts: torch.Tensor,
@@ -379,7 +385,7 @@ class ActorCritic(nn.Module):
                     out, state = self._core_step(x[t], state)
                 outputs.append(out)
             x = torch.stack(outputs)
-        return self.heads(x)
+        return self.heads(x, obs)
 
 
 def build_model(obs_space, action_space, cfg: Config) -> ActorCritic:

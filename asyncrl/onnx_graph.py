@@ -30,7 +30,7 @@ class ActingPolicy(nn.Module):
             x = rnn_state = model._gru_step(F.linear(x, model.core.weight_ih, model.core.bias_ih), rnn_state)
         elif model.rnn_type == "lstm":
             x, rnn_state = model._core_step(x, rnn_state)
-        action_params, value = model.heads(x)
+        action_params, value = model.heads(x, obs)
         value = model.returns(value)
         outputs = (action_params,) if model.discrete else (action_params, model.action_log_std.exp().expand_as(
             action_params))

@@ -37,6 +37,93 @@ class FlatObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         return flatten(self.env.observation_space, observation)
 
 
+ACTION_MASK = "action_mask"  # the key of an env's action mask: in a Dict observation, or in the info dict
+
+
+class ObservationWithActionMask(gym.spaces.Box):
+    """A float32 vector observation whose last `mask_size` entries are the env's action mask: 1 for each action the
+    agent may take now, 0 for the others (for MultiDiscrete actions each dimension's choices one after another). The
+    model keeps its policy off the illegal actions (distributions.legal_logits); its encoder sees the mask as features
+    too. The mask travels inside the observation, so shared memory, the learner's batches, remote envs and the ONNX
+    graph carry it as they carry observations."""
+
+    def __init__(self, features: gym.spaces.Box, mask_size: int):
+        low, high = (np.concatenate([bound.ravel(), np.full(mask_size, value)]).astype(np.float32)
+                     for bound, value in ((features.low, 0), (features.high, 1)))
+        super().__init__(low, high, dtype=np.float32)
+        self.mask_size = mask_size
+
+
+class ActionMaskInObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """An env's action mask appended to its observation, flattened into one vector (ObservationWithActionMask). The
+    mask comes from a Dict observation's "action_mask" entry (Sample Factory's and PettingZoo's convention), or, with
+    from_info, from info["action_mask"] at every reset and step (gymnasium's Taxi); a step without one allows every
+    action."""
+
+    def __init__(self, env: gym.Env, name: str, from_info: bool = False):
+        gym.utils.RecordConstructorArgs.__init__(self, name=name, from_info=from_info)
+        gym.Wrapper.__init__(self, env)
+        self.from_info = from_info
+        self.features, self.observation_space = masked_observation_space(name, env.observation_space,
+                                                                         env.action_space, from_info)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return self._observe(obs, info), info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._observe(obs, info), reward, terminated, truncated, info
+
+    def _observe(self, obs, info: dict) -> np.ndarray:
+        mask_size = self.observation_space.mask_size
+        if self.from_info:
+            return observe_with_mask(self.features, obs, info.get(ACTION_MASK), mask_size)
+        return observe_with_mask(self.features, *split_mask(obs), mask_size)
+
+
+def has_action_mask(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces
+
+
+def split_mask(parts: dict, as_dict=dict) -> tuple:
+    """(features, mask) of a Dict observation or of its space's entries: the one other entry, or the others as one
+    as_dict."""
+    rest = {key: part for key, part in parts.items() if key != ACTION_MASK}
+    return (next(iter(rest.values())) if len(rest) == 1 else as_dict(rest)), parts[ACTION_MASK]
+
+
+def masked_observation_space(name: str, space: gym.Space, action_space: gym.Space,
+                             from_info: bool = False) -> tuple[gym.Space, ObservationWithActionMask]:
+    """(the space of the observation's features, the vector space of features and mask) of an env whose mask is in
+    its Dict observation, or in its info (from_info). EnvError if the features cannot be one vector or the actions
+    take no mask."""
+    from asyncrl.envs import EnvError
+    features = space if from_info else split_mask(space.spaces, gym.spaces.Dict)[0]
+    sizes = categorical_sizes(action_space)
+    if sizes is None:
+        raise EnvError(f"env {name!r}: an action mask needs Discrete, 1-D MultiDiscrete or MultiBinary actions, not "
+                       f"{action_space}")
+    if not is_flattenable(features):
+        raise EnvError(f"env {name!r}: an action mask beside the observation {features} is not supported yet (a "
+                       f"vector observation, or discrete and composite ones without images)")
+    return features, ObservationWithActionMask(flat_space(features), sum(sizes))
+
+
+def observe_with_mask(features: gym.Space, obs, mask, mask_size: int) -> np.ndarray:
+    """The observation's features and its mask (None: every action allowed; a tuple: one array per action dimension)
+    as one float32 vector."""
+    if mask is None:
+        mask = np.ones(mask_size, np.float32)
+    elif isinstance(mask, (tuple, list)):
+        mask = np.concatenate([np.ravel(part) for part in mask])
+    mask = np.asarray(mask, np.float32).ravel()
+    if mask.size != mask_size:
+        from asyncrl.envs import EnvError
+        raise EnvError(f"the env's action mask has {mask.size} entries, and its actions {mask_size} choices")
+    return np.concatenate([flatten(features, obs), mask])
+
+
 def flat_space(space: gym.Space) -> gym.spaces.Box:
     """The float32 vector space of a flattenable one (is_flattenable)."""
     flat = gym.spaces.flatten_space(space)
@@ -73,8 +160,10 @@ def is_hwc_image(space: gym.Space) -> bool:
 
 def adapt(name: str, env: gym.Env) -> gym.Env:
     """Any env as the engine takes it: spaces checked, HWC image observations turned CHW, discrete and composite
-    ones flattened into a vector."""
-    if not isinstance(env.observation_space, gym.spaces.Box) and is_flattenable(env.observation_space):
+    ones flattened into a vector, an action mask in a Dict observation appended to the rest."""
+    if has_action_mask(env.observation_space):
+        env = ActionMaskInObservation(env, name)
+    elif not isinstance(env.observation_space, gym.spaces.Box) and is_flattenable(env.observation_space):
         env = FlatObservation(env)
     check_spaces(name, env.observation_space, env.action_space)
     return ChannelsFirst(env) if is_hwc_image(env.observation_space) else env
@@ -177,19 +266,24 @@ def gym_entry(gym_id: str):
     else:
         defaults = {} if is_image_space(probe.observation_space) else dict(VECTOR_ENV_DEFAULTS)
     defaults.update(GYM_ID_DEFAULTS.get(gym_id, {}))
+    mask_in_info = ACTION_MASK in probe.reset(seed=0)[1]  # gymnasium's Taxi gives its action mask in the info
     probe.close()
-    return EnvEntry(lambda **options: make_gym_env(gym_id, **options), f"gymnasium {gym_id}", defaults,
-                    lambda num_envs, **options: make_gym_vector(gym_id, num_envs, **options))
+    make_masked = (lambda **options: ActionMaskInObservation(make_gym_env(gym_id, **options), gym_id,
+                                                             from_info=True)) if mask_in_info else None
+    return EnvEntry(make_masked or (lambda **options: make_gym_env(gym_id, **options)), f"gymnasium {gym_id}",
+                    defaults, lambda num_envs, **options: make_gym_vector(gym_id, num_envs, make_masked, **options))
 
 
-def make_gym_vector(gym_id: str, num_envs: int, **options) -> gym.vector.VectorEnv:
+def make_gym_vector(gym_id: str, num_envs: int, make_masked=None, **options) -> gym.vector.VectorEnv:
     """num_envs of a gymnasium id as one vector env: its own vector implementation if it has one (e.g. CartPole's),
-    else gymnasium's SyncVectorEnv of the envs this module adapts. ALE/ ids' own is ale-py's preprocessing vector env
-    (84x84 stacks), not the raw game the id makes alone (atari_<game> is the family that steps it)."""
+    else gymnasium's SyncVectorEnv of the envs this module adapts (make_masked's, for an env with its action mask in
+    its info). ALE/ ids' own is ale-py's preprocessing vector env (84x84 stacks), not the raw game the id makes alone
+    (atari_<game> is the family that steps it)."""
     from asyncrl.envs import EnvError
     env_id = registered_id(gym_id)
-    if gym.spec(env_id).vector_entry_point is None or env_id.startswith("ALE/"):
-        return sync_vector(lambda: adapt(gym_id, make_gym_env(gym_id, **options)), num_envs)
+    if make_masked or gym.spec(env_id).vector_entry_point is None or env_id.startswith("ALE/"):
+        make = make_masked or (lambda **kwargs: make_gym_env(gym_id, **kwargs))
+        return sync_vector(lambda: adapt(gym_id, make(**options)), num_envs)
     try:
         return gym.make_vec(gym_id, num_envs, **options)
     except TypeError as e:

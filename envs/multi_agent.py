@@ -17,7 +17,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs.gym_adapter import channels_first, check_spaces, flat_space, flatten, is_flattenable, is_hwc_image
+from asyncrl.envs.gym_adapter import channels_first, check_spaces, flat_space, flatten, has_action_mask, \
+    is_flattenable, is_hwc_image, masked_observation_space, observe_with_mask, split_mask
 
 
 class SingleAgent:
@@ -64,10 +65,13 @@ class ParallelEnvAgents:
             if env.observation_space(agent) != obs_space or env.action_space(agent) != act_space:
                 raise EnvError(f"env {name!r}: agent {agent!r} has other spaces than agent {self.agent_ids[0]!r}; "
                                f"every agent of an env must share its observation and action space")
-        # discrete and composite observations as one vector each, as gymnasium envs' (gym_adapter.FlatObservation)
-        self.unflat_space = obs_space if not isinstance(obs_space, gym.spaces.Box) and is_flattenable(obs_space) \
-            else None
-        obs_space = flat_space(obs_space) if self.unflat_space else obs_space
+        # discrete and composite observations as one vector each, as gymnasium envs' (gym_adapter.FlatObservation);
+        # a Dict observation's action mask after the rest (PettingZoo classic's; gym_adapter.ActionMaskInObservation)
+        self.unflat_space = self.features = None
+        if has_action_mask(obs_space):
+            self.features, obs_space = masked_observation_space(name, obs_space, act_space)
+        elif not isinstance(obs_space, gym.spaces.Box) and is_flattenable(obs_space):
+            self.unflat_space, obs_space = obs_space, flat_space(obs_space)
         check_spaces(name, obs_space, act_space)
         self.to_chw = is_hwc_image(obs_space)
         self.observation_space = channels_first(obs_space) if self.to_chw else obs_space
@@ -94,6 +98,9 @@ class ParallelEnvAgents:
     def _observations(self, obs: dict) -> list:
         if self.unflat_space:
             obs = {a: flatten(self.unflat_space, o) for a, o in obs.items()}
+        elif self.features is not None:
+            mask_size = self.observation_space.mask_size
+            obs = {a: observe_with_mask(self.features, *split_mask(o), mask_size) for a, o in obs.items()}
         listed = [obs.get(a, self.blank_obs) for a in self.agent_ids]
         return [np.ascontiguousarray(np.transpose(o, (2, 0, 1))) for o in listed] if self.to_chw else listed
 
@@ -125,6 +132,11 @@ def as_agents(name: str, env):
         return SingleAgent(env)
     from pettingzoo import AECEnv
     if isinstance(env, AECEnv):
+        if not env.metadata.get("is_parallelizable", False):
+            from asyncrl.envs import EnvError
+            raise EnvError(f"env {name!r} is a turn-based PettingZoo AECEnv (its metadata's is_parallelizable is not "
+                           f"True): agents that take turns are not supported yet, only agents that act at once (a "
+                           f"ParallelEnv, or an AECEnv that can be one)")
         from pettingzoo.utils.conversions import aec_to_parallel
         env = aec_to_parallel(env)
     return ParallelEnvAgents(name, env)

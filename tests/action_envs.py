@@ -40,3 +40,55 @@ def multi_discrete(**options):
 
 def multi_binary(**options):
     return MatchTargets(gym.spaces.MultiBinary(3))
+
+
+class LegalMoves(gym.Env):
+    """Each step allows a random half of the choices of each action dimension (the action mask) and shows one allowed
+    choice per dimension as its target (one-hot); the reward is the share of dimensions that hit their target. An
+    illegal action ends the episode with reward -1 and counts in episode_stats["illegal"]: with the mask kept, none
+    is taken, from the first step on. The mask is in a Dict observation (its "action_mask" entry, Sample Factory's and
+    PettingZoo's convention), or with mask_in_info in info["action_mask"] (gymnasium's Taxi's)."""
+
+    def __init__(self, action_space: gym.Space, mask_in_info: bool = False):
+        self.action_space, self.mask_in_info = action_space, mask_in_info
+        self.sizes = [int(action_space.n)] if isinstance(action_space, gym.spaces.Discrete) else \
+            action_space.nvec.tolist()
+        targets = gym.spaces.Box(0, 1, (sum(self.sizes),), np.float32)
+        mask = gym.spaces.Box(0, 1, (sum(self.sizes),), np.int8)
+        self.observation_space = targets if mask_in_info else gym.spaces.Dict({"targets": targets,
+                                                                                "action_mask": mask})
+
+    def _observe(self):
+        self.masks, self.targets = [], []
+        for n in self.sizes:
+            allowed = self.np_random.permutation(n)[:max(1, n // 2)]
+            self.masks.append(np.isin(np.arange(n), allowed).astype(np.int8))
+            self.targets.append(int(allowed[0]))
+        shown = np.concatenate([np.eye(n, dtype=np.float32)[t] for n, t in zip(self.sizes, self.targets)])
+        mask = np.concatenate(self.masks)
+        if self.mask_in_info:
+            return shown, {"action_mask": mask}
+        return {"targets": shown, "action_mask": mask}, {}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.illegal = 0, 0
+        return self._observe()
+
+    def step(self, action):
+        action = np.atleast_1d(action)
+        self.t += 1
+        if not all(mask[a] for mask, a in zip(self.masks, action)):
+            obs, info = self._observe()
+            return obs, -1.0, True, False, {**info, "episode_stats": {"illegal": 1}}
+        reward = float(np.mean(action == self.targets))
+        obs, info = self._observe()
+        truncated = self.t >= EPISODE_STEPS
+        return obs, reward, False, truncated, {**info, **({"episode_stats": {"illegal": 0}} if truncated else {})}
+
+
+def legal_moves(**options):
+    return LegalMoves(gym.spaces.MultiDiscrete([4, 6]))
+
+
+gym.register("LegalMovesInInfo-v0", entry_point=lambda **options: LegalMoves(gym.spaces.Discrete(6), True))

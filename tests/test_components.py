@@ -144,11 +144,13 @@ def reference_kl(behavior: torch.Tensor, current: torch.Tensor, sizes: list[int]
             - 0.5).sum(-1)
 
 
-@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1", "tests.action_envs:multi_discrete"])
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1", "tests.action_envs:multi_discrete",
+                                 "tests.action_envs:legal_moves"])
 def test_kl_penalty_is_the_kl_from_the_distribution_that_acted(tmp_path, env):
     """The policy worker stores the acting distribution whole (its log-prob of every action it took is the one
     stored), and --kl_loss_coeff c adds c * mean KL(mu || pi) over the learned samples (PPO, Schulman et al. 2017,
-    eq. 8), checked against the closed forms; the learner reports the KL as kl_divergence."""
+    eq. 8), checked against the closed forms; the learner reports the KL as kl_divergence. With an action mask the
+    learner's distributions are masked as the acting one was (their KL finite)."""
     runner = serial_runner(tmp_path, env=env)
     learner, S = fill_first_slots(runner)
     b, model = runner.buffers, learner.model

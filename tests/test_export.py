@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from asyncrl.config import Config, ConfigError
+from asyncrl.envs.gym_adapter import ObservationWithActionMask
 from asyncrl.model import build_model
 from asyncrl.onnx_graph import export_onnx
 
@@ -20,6 +21,9 @@ MODELS = {
             dict(use_rnn=False, encoder_mlp_layers=[64, 64], normalize_input=True)),
     "mlp gaussian lstm": (gym.spaces.Box(-5, 5, (11,), np.float32), gym.spaces.Box(-1, 1, (3,), np.float32),
                           dict(use_rnn=True, rnn_type="lstm", rnn_size=32, encoder_mlp_layers=[64])),
+    # random masks (sampled entries below 0.5 forbid): the graph's logits are masked as forward_step's
+    "mlp action mask": (ObservationWithActionMask(gym.spaces.Box(-5, 5, (4,), np.float32), 7),
+                        gym.spaces.MultiDiscrete([3, 4]), dict(use_rnn=False, encoder_mlp_layers=[32])),
 }
 
 

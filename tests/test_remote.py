@@ -143,6 +143,25 @@ def test_multi_discrete_actions_cross_the_wire_and_bad_ones_are_refused(env):
     client.close()
 
 
+def test_a_served_env_s_action_mask_reaches_the_client_s_space():
+    """The server's env gives its mask in a Dict observation: Describe says how many of the observation's last entries
+    it holds, so the client's space is an ObservationWithActionMask (the model masks its logits); an allowed action
+    is played, a forbidden one ends the episode as the env's rules say."""
+    from asyncrl.envs.gym_adapter import ObservationWithActionMask
+    _, address = start_server("--env", "tests.action_envs:legal_moves", "--num_envs", "1")
+    client = RemoteEnv(address)
+    assert isinstance(client.observation_space, ObservationWithActionMask)
+    assert client.observation_space.mask_size == 10 and client.observation_space.shape == (20,)
+    obs, _ = client.reset(seed=0)
+    masks = np.split(obs[10:], [4])
+    assert all(0 < m.sum() < len(m) for m in masks)
+    assert client.step(np.array([int(np.flatnonzero(m)[0]) for m in masks]))[1] >= 0
+    client.reset(seed=0)  # the same first masks again
+    _, reward, terminated, _, _ = client.step(np.array([int(np.flatnonzero(m == 0)[0]) for m in masks]))
+    assert (reward, terminated) == (-1.0, True)
+    client.close()
+
+
 def test_enjoy_records_a_video_of_a_remote_env(tmp_path):
     """`asyncrl enjoy --save_video` on a remote env: the frames come from the server, one per reset and step."""
     _, address = start_server("--env", MARKED, "--num_envs", "3", "--env_options", '{"render_mode": "rgb_array"}')

@@ -209,6 +209,7 @@ class EnvService:
                                  render_fps=float(env.metadata.get("render_fps") or 0))
         encode(env.observation_space.low, reply.obs_low)
         encode(env.observation_space.high, reply.obs_high)
+        reply.action_mask_size = getattr(env.observation_space, "mask_size", 0)  # an ObservationWithActionMask's
         if isinstance(env.action_space, gym.spaces.Discrete):
             reply.num_actions = int(env.action_space.n)
         elif len(self.action_nvec):

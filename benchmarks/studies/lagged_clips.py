@@ -31,7 +31,8 @@ def outputs(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-probs of the taken actions [T, B], values [T+1, B]) of a feed-forward model."""
     T, B = batch["actions"].shape
     with torch.no_grad():
-        params, values = model.heads(model.encode(batch["obs"].flatten(0, 1)))
+        obs = batch["obs"].flatten(0, 1)
+        params, values = model.heads(model.encode(obs), obs)
     log_probs = torch.log_softmax(params.view(T + 1, B, -1)[:-1], -1)
     return log_probs.gather(-1, batch["actions"].unsqueeze(-1)).squeeze(-1), values.view(T + 1, B)
 

@@ -94,7 +94,9 @@ class PolicyWorker:
     def _frozen_model(self, player: int) -> tuple[nn.Module, int]:
         """The model of a frozen version, with that pool entry's newest weights (an entry is reused once the pool is
         full; a new snapshot there has a new version)."""
-        entry = self.frozen.setdefault(player, [self._new_model(), -1])
+        if player not in self.frozen:  # (not setdefault: it would build a model at every call)
+            self.frozen[player] = [self._new_model(), -1]
+        entry = self.frozen[player]
         k = player - self.first_frozen_player
         entry[1] = self.buffers.read_frozen_weights(self.policy_id, k, entry[0], entry[1])
         while entry[1] < 0:  # first use, while the learner rewrites that entry: never act with a random init

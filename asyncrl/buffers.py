@@ -30,9 +30,10 @@ Agents (A = num_workers * num_envs_per_worker * agents_per_env): what a policy w
 serve an agent's request, written by its rollout worker before the request is sent.
     agent_slot      [A]     slot the agent is filling
     agent_step      [A]     step t within that slot
-    agent_player    [A]     the agent's player this episode: who acts for it, a policy p < P or a frozen past
-                            version of one, P + p * K + k (see frozen_player); NO_PLAYER while the agent's episode
-                            has ended and the other agents of its env play on (nobody computes its actions)
+    agent_player    [A]     who acts for the agent at its next step: its player this episode, a policy p < P or a
+                            frozen past version of one, P + p * K + k (see frozen_player); NO_PLAYER while the agent's
+                            episode has ended and the other agents of its env play on, or while it waits for its turn
+                            in a turn-based game (turns.py): nobody computes its actions
     agent_rnn_state [A, H]  recurrent state before the next step (zeroed at episode starts)
 
 Liveness: worker_heartbeat [num_workers], time.monotonic() when each rollout worker last showed it was

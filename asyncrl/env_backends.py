@@ -59,6 +59,7 @@ class EnvBackend:
     their order); actions come as the policy workers wrote them, one row per agent."""
 
     unavailable: set | frozenset = frozenset()  # envs out of reach for a while (a remote env's server is down)
+    turn_based = False  # its envs' agents take turns: it answers `waiting`
     env_errors = 0  # exceptions the envs raised (each env was restarted)
 
     def reset(self, group: int) -> list:
@@ -85,6 +86,11 @@ class EnvBackend:
         """(env, first observations) of the group's out-of-reach envs that are back."""
         return []
 
+    def waiting(self, group: int) -> np.ndarray:
+        """A backend of turn-based envs (turn_based): per agent of the group, after its last step or reset, whether
+        it waits for its turn (another agent acts next; turns.py)."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -104,6 +110,7 @@ class PerEnvBackend(EnvBackend):
         k = cfg.envs_per_group
         self.groups = [self.envs[g * k:(g + 1) * k] for g in range(cfg.worker_num_splits)]
         self.action_space = self.envs[0].action_space
+        self.turn_based = getattr(self.envs[0], "turn_based", False)  # its agents take turns (TurnBasedAgents)
         self.env_errors = 0  # exceptions this worker's envs raised
         self.consecutive_errors = np.zeros(cfg.num_envs_per_worker, np.int64)  # per env, since its last whole episode
         self.logged_errors: set[int] = set()
@@ -155,6 +162,9 @@ class PerEnvBackend(EnvBackend):
             if still_playing == 0:
                 result.resets.append((i, env.reset()[0]))
         return result
+
+    def waiting(self, group: int) -> np.ndarray:
+        return np.concatenate([env.waits for env in self.groups[group]])
 
     def restart(self, group: int, env_in_group: int, error: Exception) -> list | None:
         """An env raised: count it, log it (once per env), and start it over: a reset, or a new env after

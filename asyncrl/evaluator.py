@@ -35,6 +35,12 @@ def model_actions(model: ActorCritic, obs: np.ndarray, rnn_state: torch.Tensor, 
     return actions.numpy(), rnn_state
 
 
+def acting(env) -> torch.Tensor:
+    """Per agent of env (make_agents): whether it acts at the next step. In a turn-based game only the one whose turn
+    it is does; the others' actions are ignored, and their recurrent states must hold."""
+    return ~torch.tensor(env.waits) if getattr(env, "turn_based", False) else torch.ones(env.num_agents, dtype=bool)
+
+
 @torch.no_grad()
 def play_episode(model: ActorCritic, env, deterministic: bool, seed: int | None = None,
                  frames: list | None = None) -> dict:
@@ -48,7 +54,8 @@ def play_episode(model: ActorCritic, env, deterministic: bool, seed: int | None 
     while any(playing):
         if frames is not None:
             frames.append(env.render())
-        actions, state = model_actions(model, np.stack(obs), state, deterministic)
+        actions, new_state = model_actions(model, np.stack(obs), state, deterministic)
+        state = torch.where(acting(env).unsqueeze(1), new_state, state)
         obs, rewards, terminated, truncated, infos = env.step(env_actions(env.action_space, actions))
         length += 1
         for i in range(n):
@@ -74,7 +81,9 @@ class ModelPlayer:
         self.state = torch.zeros(1, self.model.rnn_state_size)
 
     def act(self, env, seat: int, obs) -> object:
-        actions, self.state = model_actions(self.model, np.expand_dims(obs, 0), self.state, self.deterministic)
+        actions, state = model_actions(self.model, np.expand_dims(obs, 0), self.state, self.deterministic)
+        if acting(env)[seat]:
+            self.state = state
         return env_actions(self.action_space, actions)[0]
 
 

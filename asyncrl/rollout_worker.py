@@ -23,6 +23,7 @@ from asyncrl.processes import StopRequested
 from asyncrl.queues import Empty, Queues
 from asyncrl.reward_scaling import DiscountedReturns, untracked
 from asyncrl.timing import Timing
+from asyncrl.turns import turns
 from asyncrl.worker_reports import WorkerReports
 
 
@@ -40,7 +41,12 @@ class RolloutWorker:
         self.awaiting_env_results = np.zeros(cfg.worker_num_splits, bool)  # stepped elsewhere (begin_step)
 
         num_local_agents = cfg.num_envs_per_worker * cfg.agents_per_env
+        self.first_agent = int(self.group_agents[0][0])  # this worker's agents are first_agent + their local index
         self.playing = np.zeros(num_local_agents, bool)  # the agent is in its env's episode (else it waits)
+        self.player = np.full(num_local_agents, NO_PLAYER)  # who plays it this episode (agent_player: who acts next)
+        # who of them acts at a step: every one, or in a turn-based game the one whose turn it is (turns.py)
+        self.turns = turns(cfg, self.backend, self.shared, self.group_agents, self.group_local, self.playing,
+                           self.player)
         self.episode_return = np.zeros(num_local_agents)  # the env's own reward, unscaled
         self.episode_length = np.zeros(num_local_agents, np.int64)
         # --scale_rewards: each step's running discounted return goes beside its reward (reward_scaling.py)
@@ -57,6 +63,7 @@ class RolloutWorker:
                 self._begin_slot(agent)
             for i, first_obs in enumerate(self.backend.reset(group)):
                 self._start_or_wait(group, i, first_obs)
+            self.turns.update(group)
             self._request_actions(group)
 
     def stop(self) -> None:
@@ -93,48 +100,54 @@ class RolloutWorker:
     # --- the hot path
     def _begin_step(self, group: int) -> None:
         """The group's actions are all written: step its envs now, or once their results come (ENV_RESULTS)."""
-        agents = self.group_agents[group]
-        actions = self.shared.traj_actions[self.shared.agent_slot[agents], self.shared.agent_step[agents]]
+        actions = self._actions(group)
         if self.backend.begin_step(group, actions, lambda: self.actions_ready.put((group, Signal.ENV_RESULTS))):
             self.awaiting_env_results[group] = True
         else:
             self._step_group(group, actions)
 
+    def _actions(self, group: int) -> np.ndarray:
+        """The group's actions, as the policy workers wrote them (a waiting agent's row may be past its full slot's
+        last step: it has no action there, and needs none)."""
+        agents = self.group_agents[group]
+        steps = np.minimum(self.shared.agent_step[agents], self.cfg.rollout - 1)
+        return self.shared.traj_actions[self.shared.agent_slot[agents], steps]
+
     def _step_group(self, group: int, actions: np.ndarray | None = None) -> None:
         shared, agents, local = self.shared, self.group_agents[group], self.group_local[group]
         slots, steps = shared.agent_slot[agents], shared.agent_step[agents]
-        actions = shared.traj_actions[slots, steps] if actions is None else actions
-        playing = self.playing[local].tolist()  # the agents that act in this step
+        actions = self._actions(group) if actions is None else actions
+        playing = self.playing[local].tolist()  # the agents in their episode
+        waiting = self.turns.waiting(local)  # of them, those whose turn it is not: the next obs refreshes their row
         with self.timing.phase("env_step"):
-            result = self.backend.step(group, actions, playing, shared.traj_obs, slots, steps + 1)
+            result = self.backend.step(group, actions, playing, shared.traj_obs, slots, steps + ~waiting)
         terminal = result.terminated if self.cfg.value_bootstrap else result.terminated | result.truncated
         terminal = terminal | result.life_lost  # a lost life is terminal for learning; the episode goes on
         # whole-group writes: a few numpy calls per group instead of several per env (the worker's cache is cold
         # after every engine step, so each call costs microseconds); `stepped` selects all agents in the common case
-        stepped = slice(None) if all(playing) else np.array(playing)
+        playing = np.array(playing)  # an env that raised is out
+        acted = playing & ~waiting
+        stepped = slice(None) if acted.all() else acted
         ended = result.terminated | result.truncated
         shared.traj_rewards[slots[stepped], steps[stepped]] = result.rewards[stepped]
         self.record_returns(local, result.rewards, ended, stepped, slots, steps)
         shared.traj_dones[slots[stepped], steps[stepped]] = terminal[stepped]  # a truncated state goes on: final obs
+        self.turns.credit(slots, steps, result.rewards, terminal, playing & waiting)
         self.episode_return[local] += result.rewards
         self.episode_length[local[stepped]] += 1
         shared.agent_step[agents[stepped]] += 1
         if np.any(result.life_lost):  # as at an episode's end, recurrent states restart from zero
             shared.agent_rnn_state[agents[result.life_lost]] = 0
         if result.episode_stats or result.resets:  # some episodes ended, or envs were reset (a vector env's next step)
-            self._end_episodes(group, ended, terminal, result.episode_stats)
-            left, n = ended.copy(), self.cfg.agents_per_env
-            for i, first_obs in result.resets:
-                self._start_episode(group, i, first_obs)
-                left[i * n:(i + 1) * n] = False
-            for a in np.flatnonzero(left):
-                self._leave_episode(agents[a], local[a])
-        for a in np.flatnonzero(shared.agent_step[agents] == self.cfg.rollout):
-            self._finish_slot(agents[a], self.cfg.rollout)
+            self._episodes_ended(group, result, ended, terminal)
         for i, error in result.failed:
             self._recover_env(group, i, error)
         if self.backend.unavailable:
             self._reconnect(group)
+        self.turns.update(group)
+        # a waiting agent's full slot goes once its turn comes: the turns before may still pay for its last move
+        for a in np.flatnonzero((shared.agent_step[agents] == self.cfg.rollout) & ~self.turns.waiting(local)):
+            self._finish_slot(agents[a], self.cfg.rollout)
         self._request_actions(group)
 
     def _end_rollout(self, group: int) -> None:
@@ -145,6 +158,16 @@ class RolloutWorker:
             self._finish_slot(agent, int(self.shared.agent_step[agent]))
 
     # --- episodes
+    def _episodes_ended(self, group: int, result, ended: np.ndarray, terminal: np.ndarray) -> None:
+        """Record the episodes that ended; envs reset start the next one, an agent whose env plays on waits."""
+        self._end_episodes(group, ended, terminal, result.episode_stats)
+        left, n = ended.copy(), self.cfg.agents_per_env
+        for i, first_obs in result.resets:
+            self._start_episode(group, i, first_obs)
+            left[i * n:(i + 1) * n] = False
+        for a in np.flatnonzero(left):
+            self._leave_episode(self.group_agents[group][a], self.group_local[group][a])
+
     def _end_episodes(self, group: int, ended: np.ndarray, terminal: np.ndarray, episode_stats: dict) -> None:
         """Record the episodes that ended; a truncated one's final observation becomes a row the learner bootstraps
         from (see _mark_final_row); recurrent states restart from zero."""
@@ -187,13 +210,13 @@ class RolloutWorker:
         agents, local = self._env_agents(group, env_in_group)
         self.reports.match_ended(group * self.cfg.envs_per_group + env_in_group)
         players = draw_players(len(agents), self.cfg, self.rng, shared.frozen_version, shared.rating_mu)
-        for agent, obs, player in zip(agents, first_obs, players):
+        for agent, obs, player, loc in zip(agents, first_obs, players, local):
             step = shared.agent_step[agent]
-            if step == self.cfg.rollout or (step > 0 and player != shared.agent_player[agent]):
+            if step == self.cfg.rollout or (step > 0 and player != self.player[loc]):
                 self._finish_slot(agent, step, next_obs=obs)
             else:
                 shared.traj_obs[shared.agent_slot[agent], step] = obs
-            shared.agent_player[agent] = player
+            shared.agent_player[agent] = self.player[loc] = player
         self.playing[local] = True
 
     def _env_agents(self, group: int, env_in_group: int) -> tuple[np.ndarray, np.ndarray]:
@@ -247,7 +270,7 @@ class RolloutWorker:
             self._pad_slot(slot, end_step)
         next_obs = self.shared.traj_obs[slot, end_step] if next_obs is None else next_obs
         self._begin_slot(agent, next_obs)  # copy the bootstrap obs before the learner may recycle the slot
-        player = self.shared.agent_player[agent]
+        player = self.player[agent - self.first_agent]
         if player < self.cfg.num_policies:
             self.queues.full_slots[player].put(int(slot))
         else:  # a frozen past version played: its samples are never trained on
@@ -297,6 +320,6 @@ class RolloutWorker:
     def _end_episode(self, agent: int, local: int, env_stats: dict) -> None:
         """Report the finished episode (its return unscaled, its length, the env's own counters) and start counting
         the next one."""
-        self.reports.episode_ended(int(self.shared.agent_player[agent]), float(self.episode_return[local]),
+        self.reports.episode_ended(int(self.player[local]), float(self.episode_return[local]),
                                    int(self.episode_length[local]), env_stats, local // self.cfg.agents_per_env)
         self.episode_return[local], self.episode_length[local] = 0, 0

@@ -111,6 +111,10 @@ def probe_env(cfg: Config) -> EnvInfo:
     try:
         if not isinstance(env, SingleAgent) and not is_agents(env):
             env.reset(seed=0)
+        if getattr(env, "turn_based", False) and cfg.synchronous:  # multi_agent.TurnBasedAgents
+            raise ConfigError(f"env {cfg.env!r} is a turn-based game: --algo {cfg.algo} is not supported for its "
+                              f"agents yet (a rollout would close before a turn pays for the last moves); use --algo "
+                              f"appo")
         BACKENDS[cfg.env_backend].check(cfg, env.observation_space, env.action_space, env.num_agents)
         return EnvInfo(env.observation_space, env.action_space, env.frameskip, env.num_agents,
                        (cfg.env, portable_entry(cfg.env)))

@@ -13,8 +13,10 @@ A factory is called as `factory(**options)` and returns a gymnasium.Env, or a Pe
 a multi-agent env; it may carry a `default_config` dict attribute (Config fields that suit the env, e.g.
 {"reward_scale": 0.1}) and a `make_vector(num_envs, **options)` attribute that returns a gymnasium VectorEnv of such
 envs (--env_backend vector; autoreset same-step or next-step). An env's info["life_lost"] (a VectorEnv's: per env)
-marks a step terminal for learning while the reported episode goes on (Atari's lost lives). Rollout workers step
-every env as a list of agents (`make_agents`, multi_agent.py).
+marks a step terminal for learning while the reported episode goes on (Atari's lost lives); its action mask, in a Dict
+observation's "action_mask" entry (or a gymnasium id's info["action_mask"]), keeps the policy to the legal actions
+(gym_adapter.ActionMaskInObservation). Rollout workers step every env as a list of agents (`make_agents`,
+multi_agent.py; a PettingZoo AECEnv whose agents take turns is a turn-based game, TurnBasedAgents).
 
 The runner resolves the env once and ships its entry to the worker processes (`portable_entry`), so an env
 registered in a user's script before `asyncrl.cli.main(...)` reaches spawned workers too.

@@ -79,7 +79,14 @@ class ParallelEnvAgents:
         self.blank_obs = np.zeros(obs_space.shape, obs_space.dtype)  # for an agent that is out of the episode
 
     def reset(self, seed: int | None = None):
-        obs, infos = self.env.reset(seed=seed)
+        return self._first_observations(*self.env.reset(seed=seed))
+
+    def step(self, actions: list):
+        live = set(self.env.agents)
+        results = self.env.step({a: action for a, action in zip(self.agent_ids, actions) if a in live})
+        return self._listed(live, *results)
+
+    def _first_observations(self, obs: dict, infos: dict) -> tuple[list, list]:
         if set(obs) != set(self.agent_ids):
             from asyncrl.envs import EnvError
             raise EnvError(f"env {self.name!r}: reset returned observations for agents {sorted(map(str, obs))}, "
@@ -87,10 +94,8 @@ class ParallelEnvAgents:
                            f"every episode (the agent count is fixed per env)")
         return self._observations(obs), [infos.get(a, {}) for a in self.agent_ids]
 
-    def step(self, actions: list):
-        live = set(self.env.agents)
-        obs, rewards, terminated, truncated, infos = self.env.step(
-            {a: action for a, action in zip(self.agent_ids, actions) if a in live})
+    def _listed(self, live: set, obs: dict, rewards: dict, terminated: dict, truncated: dict, infos: dict) -> tuple:
+        """A step's dicts as lists in agent order; an agent that was out before the step (not in `live`) stays out."""
         return (self._observations(obs), [rewards.get(a, 0.0) for a in self.agent_ids],
                 [terminated.get(a, a not in live) for a in self.agent_ids],
                 [truncated.get(a, False) for a in self.agent_ids], [infos.get(a, {}) for a in self.agent_ids])
@@ -109,6 +114,37 @@ class ParallelEnvAgents:
 
     def close(self) -> None:
         self.env.close()
+
+
+class TurnBasedAgents(ParallelEnvAgents):
+    """A PettingZoo AECEnv whose agents take turns (PettingZoo classic's board and card games): a step is one turn, in
+    which the agent whose turn it is acts. The others wait in their episode (`waits`): their actions are ignored, and
+    the rewards a turn gives them count for their own last move (turns.py credits them). Observations are
+    each agent's view after the turn (env.observe); an agent whose episode ended leaves at once, through PettingZoo's
+    dead steps."""
+
+    turn_based = True  # the rollout workers ask it who waits (`waits`) after every step and reset
+
+    def reset(self, seed: int | None = None):
+        self.env.reset(seed=seed)
+        return self._first_observations(self._observe_live(), self.env.infos)
+
+    def step(self, actions: list):
+        env, live = self.env, set(self.env.agents)
+        env.step(actions[self.agent_ids.index(env.agent_selection)])
+        results = (self._observe_live(), dict(env.rewards), dict(env.terminations), dict(env.truncations),
+                   dict(env.infos))
+        while env.agents and (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
+            env.step(None)
+        return self._listed(live, *results)
+
+    @property
+    def waits(self) -> list[bool]:
+        """Per agent: another agent acts at the next step."""
+        return [a != self.env.agent_selection for a in self.agent_ids]
+
+    def _observe_live(self) -> dict:
+        return {a: self.env.observe(a) for a in self.env.agents}
 
 
 def is_multi_agent_env(env) -> bool:
@@ -132,11 +168,8 @@ def as_agents(name: str, env):
         return SingleAgent(env)
     from pettingzoo import AECEnv
     if isinstance(env, AECEnv):
-        if not env.metadata.get("is_parallelizable", False):
-            from asyncrl.envs import EnvError
-            raise EnvError(f"env {name!r} is a turn-based PettingZoo AECEnv (its metadata's is_parallelizable is not "
-                           f"True): agents that take turns are not supported yet, only agents that act at once (a "
-                           f"ParallelEnv, or an AECEnv that can be one)")
+        if not env.metadata.get("is_parallelizable", False):  # its agents take turns
+            return TurnBasedAgents(name, env)
         from pettingzoo.utils.conversions import aec_to_parallel
         env = aec_to_parallel(env)
     return ParallelEnvAgents(name, env)

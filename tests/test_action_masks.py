@@ -160,14 +160,14 @@ def test_a_pettingzoo_env_s_agents_get_their_masks_after_their_observations():
         assert np.array_equal(o[4:], game.masks[0]) and o[:4].sum() == 1
 
 
-@pytest.mark.parametrize("env, random_return", [("legal_moves", 16 * (1 / 2 + 1 / 3) / 2),
-                                                ("LegalMovesInInfo-v0", 16 / 3)])
-def test_training_never_takes_a_forbidden_action_and_learns(tmp_path, env, random_return):
+@pytest.mark.parametrize("env, random_return, env_steps", [("legal_moves", 16 * (1 / 2 + 1 / 3) / 2, 60000),
+                                                           ("LegalMovesInInfo-v0", 16 / 3, 30000)])
+def test_training_never_takes_a_forbidden_action_and_learns(tmp_path, env, random_return, env_steps):
     """Real processes on an env where a random action is illegal half the time (it ends the episode, and counts):
     no episode of the run has one, from its first steps on, and the policy learns the targets among the allowed
     actions (random play among them: random_return of 16)."""
     r = run_cli("train", "--env", f"tests.action_envs:{env}", "--train_dir", tmp_path, "--experiment", "m",
-                "--train_for_env_steps", 60000, "--seed", 1, "--use_rnn", "False", "--encoder_mlp_layers", 64, 64,
+                "--train_for_env_steps", env_steps, "--seed", 1, "--use_rnn", "False", "--encoder_mlp_layers", 64, 64,
                 "--num_epochs", 4, "--num_batches_per_epoch", 4, "--learning_rate", 0.001, "--num_envs_per_worker", 16,
                 timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]

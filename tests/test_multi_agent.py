@@ -76,7 +76,6 @@ def _write_bad_envs(folder) -> None:
     (["--env", "synthetic_multi", "--agents_per_env", "3"], "--agents_per_env 3, but env 'synthetic_multi' has 2"),
     (["--env", "bad_parallel_envs:other_spaces"], "agent 'b' has other spaces than agent 'a'"),
     (["--env", "bad_parallel_envs:reset_misses_an_agent"], "every agent must start every episode"),
-    (["--env", "pettingzoo.classic.tictactoe_v3:env"], "agents that take turns are not supported yet"),
 ])
 def test_bad_multi_agent_env_is_one_line_and_exit_2(tmp_path, flags, needle):
     _write_bad_envs(tmp_path)

@@ -118,7 +118,11 @@ def serve(args, token: str | None, tls: tuple[bytes, bytes] | None, parent_pid: 
         return
     lead_group_with_reaper()
     set_process_title("asyncrl-env-server")
-    server, service, port = build_server(args, token, tls)
+    try:
+        server, service, port = build_server(args, token, tls)
+    except EnvError as e:  # the env cannot be made or served: one line, and the command exits with 2
+        print(f"asyncrl env-server: error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
     server.start()
     print(f"asyncrl env-server: serving {args.num_envs} x {args.env} ({service.num_agents} agents each) on "
           f"{args.host}:{port}, run id {service.run_id}{', TLS' if tls else ''}{', token required' if token else ''}",
@@ -151,7 +155,7 @@ def cmd_env_server(argv: list[str]) -> int:
             child.join()
         except KeyboardInterrupt:
             os.kill(child.pid, signal.SIGTERM)
-    return 0 if child.exitcode in (0, -signal.SIGTERM) else 1
+    return 0 if child.exitcode in (0, -signal.SIGTERM) else 2 if child.exitcode == 2 else 1
 
 
 if __name__ == "__main__":

@@ -107,10 +107,9 @@ class RolloutWorker:
             self._step_group(group, actions)
 
     def _actions(self, group: int) -> np.ndarray:
-        """The group's actions, as the policy workers wrote them (a waiting agent's row may be past its full slot's
-        last step: it has no action there, and needs none)."""
+        """The group's actions, as the policy workers wrote them."""
         agents = self.group_agents[group]
-        steps = np.minimum(self.shared.agent_step[agents], self.cfg.rollout - 1)
+        steps = self.turns.action_steps(self.shared.agent_step[agents])
         return self.shared.traj_actions[self.shared.agent_slot[agents], steps]
 
     def _step_group(self, group: int, actions: np.ndarray | None = None) -> None:
@@ -118,21 +117,19 @@ class RolloutWorker:
         slots, steps = shared.agent_slot[agents], shared.agent_step[agents]
         actions = self._actions(group) if actions is None else actions
         playing = self.playing[local].tolist()  # the agents in their episode
-        waiting = self.turns.waiting(local)  # of them, those whose turn it is not: the next obs refreshes their row
         with self.timing.phase("env_step"):
-            result = self.backend.step(group, actions, playing, shared.traj_obs, slots, steps + ~waiting)
+            result = self.backend.step(group, actions, playing, shared.traj_obs, slots,
+                                       self.turns.obs_rows(local, steps))
         terminal = result.terminated if self.cfg.value_bootstrap else result.terminated | result.truncated
         terminal = terminal | result.life_lost  # a lost life is terminal for learning; the episode goes on
         # whole-group writes: a few numpy calls per group instead of several per env (the worker's cache is cold
         # after every engine step, so each call costs microseconds); `stepped` selects all agents in the common case
-        playing = np.array(playing)  # an env that raised is out
-        acted = playing & ~waiting
-        stepped = slice(None) if acted.all() else acted
+        stepped = self.turns.stepped(local, playing)  # (an env that raised is out of `playing`)
         ended = result.terminated | result.truncated
         shared.traj_rewards[slots[stepped], steps[stepped]] = result.rewards[stepped]
         self.record_returns(local, result.rewards, ended, stepped, slots, steps)
         shared.traj_dones[slots[stepped], steps[stepped]] = terminal[stepped]  # a truncated state goes on: final obs
-        self.turns.credit(slots, steps, result.rewards, terminal, playing & waiting)
+        self.turns.credit(local, slots, steps, result.rewards, terminal, playing)
         self.episode_return[local] += result.rewards
         self.episode_length[local[stepped]] += 1
         shared.agent_step[agents[stepped]] += 1
@@ -145,8 +142,7 @@ class RolloutWorker:
         if self.backend.unavailable:
             self._reconnect(group)
         self.turns.update(group)
-        # a waiting agent's full slot goes once its turn comes: the turns before may still pay for its last move
-        for a in np.flatnonzero((shared.agent_step[agents] == self.cfg.rollout) & ~self.turns.waiting(local)):
+        for a in np.flatnonzero(self.turns.ready(local, shared.agent_step[agents] == self.cfg.rollout)):
             self._finish_slot(agents[a], self.cfg.rollout)
         self._request_actions(group)
 

@@ -17,42 +17,59 @@ from asyncrl.buffers import NO_PLAYER
 
 
 class EveryAgent:
-    """Every agent in its episode acts at every step: nobody ever waits."""
+    """Every agent in its episode acts at every step: nobody ever waits (the rollout worker's hot path: nothing here
+    costs more than the step itself needs)."""
 
-    def __init__(self, group_size: int):
-        self.nobody = np.zeros(group_size, bool)
+    def action_steps(self, steps: np.ndarray) -> np.ndarray:
+        """The rows that hold the agents' actions for the next step."""
+        return steps
 
-    def waiting(self, local: np.ndarray) -> np.ndarray:
-        """Of one group's agents (`local`: their indices in the worker), those in their episode that do not act at
-        the next step."""
-        return self.nobody
+    def obs_rows(self, local: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """The rows a step's observations go to: the next row of each agent that acts."""
+        return steps + 1
 
-    def credit(self, slots, steps, rewards, terminal, waited) -> None:
+    def stepped(self, local: np.ndarray, playing: list):
+        """Those that took the step: the agents in their episode whose env did not raise (all of them: a slice)."""
+        return slice(None) if all(playing) else np.array(playing)
+
+    def credit(self, local, slots, steps, rewards, terminal, playing) -> None:
         pass
 
     def update(self, group: int) -> None:
         pass
+
+    def ready(self, local: np.ndarray, full: np.ndarray) -> np.ndarray:
+        """Of the agents whose slot is full, those whose slot goes to the learner now."""
+        return full
 
 
 class TakingTurns:
     """A turn-based game: after every step and reset, the backend says who waits for its turn. It reads the worker's
     shared buffers and its per-agent arrays (`playing`: in its episode, `player`: who plays it this episode)."""
 
-    def __init__(self, backend, shared, group_agents: list, group_local: list, playing: np.ndarray,
+    def __init__(self, rollout: int, backend, shared, group_agents: list, group_local: list, playing: np.ndarray,
                  player: np.ndarray):
-        self.backend, self.shared, self.group_agents, self.group_local = backend, shared, group_agents, group_local
-        self.playing, self.player = playing, player
+        self.rollout, self.backend, self.shared = rollout, backend, shared
+        self.group_agents, self.group_local, self.playing, self.player = group_agents, group_local, playing, player
         self.waits = np.zeros(len(playing), bool)  # per local agent: in its episode, another agent acts next
 
-    def waiting(self, local: np.ndarray) -> np.ndarray:
-        return self.waits[local]
+    def action_steps(self, steps: np.ndarray) -> np.ndarray:
+        """A waiting agent's row may be past its full slot's last step: it has no action there, and needs none."""
+        return np.minimum(steps, self.rollout - 1)
 
-    def credit(self, slots: np.ndarray, steps: np.ndarray, rewards: np.ndarray, terminal: np.ndarray,
-               waited: np.ndarray) -> None:
+    def obs_rows(self, local: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """A waiting agent's observation refreshes its current row: it holds the agent's view when its turn comes."""
+        return steps + ~self.waits[local]
+
+    def stepped(self, local: np.ndarray, playing: list) -> np.ndarray:
+        return np.array(playing) & ~self.waits[local]
+
+    def credit(self, local: np.ndarray, slots: np.ndarray, steps: np.ndarray, rewards: np.ndarray,
+               terminal: np.ndarray, playing: list) -> None:
         """What a turn gave the agents that waited in it counts for each one's last move: the row before its current
         one, if that move is of this episode (its row is not done). (--scale_rewards' running returns leave these
         rewards out.)"""
-        waited = waited & (steps > 0)
+        waited = np.array(playing) & self.waits[local] & (steps > 0)
         slots, rows = slots[waited], steps[waited] - 1
         this_episode = ~self.shared.traj_dones[slots, rows]
         slots, rows = slots[this_episode], rows[this_episode]
@@ -66,9 +83,13 @@ class TakingTurns:
         self.shared.agent_player[self.group_agents[group]] = np.where(playing & ~self.waits[local],
                                                                       self.player[local], NO_PLAYER)
 
+    def ready(self, local: np.ndarray, full: np.ndarray) -> np.ndarray:
+        """A waiting agent's full slot goes once its turn comes: the turns before may still pay for its last move."""
+        return full & ~self.waits[local]
+
 
 def turns(cfg, backend, shared, group_agents: list, group_local: list, playing: np.ndarray, player: np.ndarray):
     """How a rollout worker's agents take their steps: TakingTurns where its backend's envs are turn-based."""
     if backend.turn_based:
-        return TakingTurns(backend, shared, group_agents, group_local, playing, player)
-    return EveryAgent(cfg.envs_per_group * cfg.agents_per_env)
+        return TakingTurns(cfg.rollout, backend, shared, group_agents, group_local, playing, player)
+    return EveryAgent()

@@ -18,7 +18,7 @@ from asyncrl.checkpoint import (CheckpointError, best_checkpoint_path, load_chec
                                 save_best_checkpoint)
 from asyncrl.config import Config
 from asyncrl.envs import make_agents
-from asyncrl.envs.multi_agent import env_actions
+from asyncrl.envs.multi_agent import acting, env_actions
 from asyncrl.messages import Evaluation
 from asyncrl.model import ActorCritic, build_model
 from asyncrl.queues import Empty, Queues
@@ -35,12 +35,6 @@ def model_actions(model: ActorCritic, obs: np.ndarray, rnn_state: torch.Tensor, 
     return actions.numpy(), rnn_state
 
 
-def acting(env) -> torch.Tensor:
-    """Per agent of env (make_agents): whether it acts at the next step. In a turn-based game only the one whose turn
-    it is does; the others' actions are ignored, and their recurrent states must hold."""
-    return ~torch.tensor(env.waits) if getattr(env, "turn_based", False) else torch.ones(env.num_agents, dtype=bool)
-
-
 @torch.no_grad()
 def play_episode(model: ActorCritic, env, deterministic: bool, seed: int | None = None,
                  frames: list | None = None) -> dict:
@@ -55,7 +49,7 @@ def play_episode(model: ActorCritic, env, deterministic: bool, seed: int | None 
         if frames is not None:
             frames.append(env.render())
         actions, new_state = model_actions(model, np.stack(obs), state, deterministic)
-        state = torch.where(acting(env).unsqueeze(1), new_state, state)
+        state = torch.where(torch.tensor(acting(env)).unsqueeze(1), new_state, state)  # a waiting agent's holds
         obs, rewards, terminated, truncated, infos = env.step(env_actions(env.action_space, actions))
         length += 1
         for i in range(n):
@@ -82,7 +76,7 @@ class ModelPlayer:
 
     def act(self, env, seat: int, obs) -> object:
         actions, state = model_actions(self.model, np.expand_dims(obs, 0), self.state, self.deterministic)
-        if acting(env)[seat]:
+        if acting(env)[seat]:  # (in a turn-based game, a waiting agent's state holds)
             self.state = state
         return env_actions(self.action_space, actions)[0]
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import os
 
-import gymnasium as gym
 import numpy as np
 
 from asyncrl.config import Config, ConfigError, OneLineErrorParser, add_config_arguments
 from asyncrl.enjoy import add_hub_argument, checkpoint_to_load, config_of_run, run_from_hub
 from asyncrl.envs import make_agents
-from asyncrl.envs.gym_adapter import categorical_sizes
+from asyncrl.envs.multi_agent import random_action
 
 
 class ScriptedPlayer:
@@ -42,13 +41,7 @@ class RandomPlayer:
         pass
 
     def act(self, env, seat: int, obs) -> object:
-        mask_size = getattr(env.observation_space, "mask_size", 0)  # gym_adapter.ObservationWithActionMask's
-        if not mask_size:
-            return env.action_space.sample()
-        rng, mask = env.action_space.np_random, obs[-mask_size:]
-        choices = [rng.choice(np.flatnonzero(m) if m.any() else np.arange(len(m)))
-                   for m in np.split(mask, np.cumsum(categorical_sizes(env.action_space))[:-1])]
-        return int(choices[0]) if isinstance(env.action_space, gym.spaces.Discrete) else np.array(choices)
+        return random_action(env, obs)
 
 
 def make_player(spec: str, env, cfg: Config, policy_index: int):

@@ -42,15 +42,19 @@ class RandomPlay:
 
     def __init__(self, cfg_env: str, env_kwargs: dict, num_envs: int, seed: int):
         self.envs = [make_agents(cfg_env, **env_kwargs) for _ in range(num_envs)]
+        self.obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]  # each env's agents'
         for i, env in enumerate(self.envs):
-            env.reset(seed=seed + i)
             env.action_space.seed(seed + i)
         self.playing = [[True] * env.num_agents for env in self.envs]
         self.frameskip = self.envs[0].frameskip
 
     def step(self) -> int:
         """One step of every env; returns the agent steps taken."""
-        return sum(random_step(env, playing) for env, playing in zip(self.envs, self.playing))
+        taken = 0
+        for i, (env, playing) in enumerate(zip(self.envs, self.playing)):
+            steps, self.obs[i] = random_step(env, playing, self.obs[i])
+            taken += steps
+        return taken
 
     def close(self) -> None:
         for env in self.envs:

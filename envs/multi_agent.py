@@ -17,8 +17,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs.gym_adapter import channels_first, check_spaces, flat_space, flatten, has_action_mask, \
-    is_flattenable, is_hwc_image, masked_observation_space, observe_with_mask, split_mask
+from asyncrl.envs.gym_adapter import categorical_sizes, channels_first, check_spaces, flat_space, flatten, \
+    has_action_mask, is_flattenable, is_hwc_image, masked_observation_space, observe_with_mask, split_mask
 
 
 class SingleAgent:
@@ -185,17 +185,36 @@ def env_actions(action_space: gym.Space, actions: np.ndarray) -> list:
     return list(np.clip(actions, action_space.low, action_space.high))
 
 
-def random_step(env, playing: list[bool]) -> int:
-    """One step of `env` (as_agents) with random actions; once no agent is playing, the env is reset. `playing`
-    (whose episode goes on) is updated in place. Returns the agent steps taken."""
-    actions = [env.action_space.sample() for _ in range(env.num_agents)]
-    _, _, terminated, truncated, _ = env.step(actions)
+def acting(env) -> list[bool]:
+    """Per agent of `env` (as_agents): whether it acts at the next step. In a turn-based game only the one whose turn
+    it is does; the others' actions are ignored."""
+    return [not w for w in env.waits] if getattr(env, "turn_based", False) else [True] * env.num_agents
+
+
+def random_action(env, obs: np.ndarray):
+    """A uniform random action of `env` (as_agents) for an agent that sees `obs`: among the allowed ones, where the env
+    has an action mask (the observation's last entries, gym_adapter.ObservationWithActionMask)."""
+    mask_size = getattr(env.observation_space, "mask_size", 0)
+    if not mask_size:
+        return env.action_space.sample()
+    rng, mask = env.action_space.np_random, obs[-mask_size:]
+    choices = [rng.choice(np.flatnonzero(m) if m.any() else np.arange(len(m)))
+               for m in np.split(mask, np.cumsum(categorical_sizes(env.action_space))[:-1])]
+    return int(choices[0]) if isinstance(env.action_space, gym.spaces.Discrete) else np.array(choices)
+
+
+def random_step(env, playing: list[bool], obs: list) -> tuple[int, list]:
+    """One step of `env` (as_agents) with random actions (random_action) from the agents' observations `obs`; once no
+    agent is playing, the env is reset. `playing` (whose episode goes on) is updated in place. Returns the agent steps
+    taken (as a run counts them: by the agents that acted) and the next observations."""
+    acted = acting(env)
+    obs, _, terminated, truncated, _ = env.step([random_action(env, o) for o in obs])
     taken = 0
     for i in range(env.num_agents):
         if playing[i]:
-            taken += 1
+            taken += acted[i]
             playing[i] = not (terminated[i] or truncated[i])
     if not any(playing):
-        env.reset()
+        obs = env.reset()[0]
         playing[:] = [True] * env.num_agents
-    return taken
+    return taken, obs

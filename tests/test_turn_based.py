@@ -152,3 +152,20 @@ def test_evaluation_holds_a_waiting_agents_recurrent_state():
             assert torch.equal(next_in[agent], state_in[agent] if waited else state_out[agent])
             moved_on += waited and not torch.equal(state_out[agent], state_in[agent])
     assert moved_on > 0
+
+
+def test_bench_raw_mode_plays_legal_moves_and_counts_each_turn_once():
+    """asyncrl bench's raw mode (random play, the simulation limit) counts env steps as a run does, one per turn (the
+    agent that moved), and keeps to the allowed moves."""
+    from asyncrl.measure import RandomPlay
+    play, moves = RandomPlay(TAKE_TURNS, {}, 2, 0), []
+    for agents in play.envs:
+        game = agents.env
+
+        def checked_step(action, step=game.step, game=game):
+            if action is not None:  # (a dead step's is None)
+                moves.append(bool(game.mask[action]))
+            step(action)
+        game.step = checked_step
+    assert sum(play.step() for _ in range(50)) == 2 * 50
+    assert len(moves) == 100 and all(moves)

@@ -127,7 +127,11 @@ def _import_path_entry(path: str) -> EnvEntry:
             raise EnvError(f"--env {path}: module {module_name!r} has no attribute {attribute!r}, and importing it "
                            f"registered no gymnasium id {attribute!r}")
         factory = getattr(factory, part)
-    return _factory_entry(factory, f"--env {path}")
+    entry = _factory_entry(factory, f"--env {path}")
+    if module_name.split(".")[0] == "pettingzoo":  # PettingZoo's own envs get defaults as gymnasium ids do
+        from asyncrl.envs.multi_agent import pettingzoo_defaults
+        entry.default_config = {**pettingzoo_defaults(path, factory), **entry.default_config}
+    return entry
 
 
 def env_entry(name: str) -> EnvEntry:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs.gym_adapter import categorical_sizes, channels_first, check_spaces, flat_space, flatten, \
-    has_action_mask, is_flattenable, is_hwc_image, masked_observation_space, observe_with_mask, split_mask
+from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS, categorical_sizes, channels_first, check_spaces, flat_space, \
+    flatten, has_action_mask, is_flattenable, is_hwc_image, is_image_space, masked_observation_space, observe_with_mask, \
+    split_mask
 
 
 class SingleAgent:
@@ -183,6 +184,17 @@ def env_actions(action_space: gym.Space, actions: np.ndarray) -> list:
     if not isinstance(action_space, gym.spaces.Box):
         return list(actions.astype(action_space.dtype))
     return list(np.clip(actions, action_space.low, action_space.high))
+
+
+def pettingzoo_defaults(name: str, factory) -> dict:
+    """The defaults of one of PettingZoo's own envs, as a gymnasium id's: with vector observations (the classic games',
+    butterfly's vector states) the small MLP and PPO epochs of gym_adapter.VECTOR_ENV_DEFAULTS; none with images.
+    PettingZoo's envs are cheap to make: one is made to see (without --env_options, as gymnasium ids' probe)."""
+    agents = as_agents(name, factory())
+    try:
+        return {} if is_image_space(agents.observation_space) else dict(VECTOR_ENV_DEFAULTS)
+    finally:
+        agents.close()
 
 
 def acting(env) -> list[bool]:

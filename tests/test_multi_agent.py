@@ -30,6 +30,18 @@ def test_parallel_env_agents_in_order_and_an_agent_that_left_stays_out():
     assert env.env.agents == []
 
 
+def test_pettingzoo_envs_with_vector_observations_get_a_vector_envs_defaults_and_flags_win():
+    from asyncrl.cli import config_from_args
+    from asyncrl.config import Config
+    from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS
+    cfg = config_from_args(["--env", "pettingzoo.classic.tictactoe_v3:env", "--num_epochs", "2"])
+    assert (cfg.use_rnn, cfg.encoder_mlp_layers, cfg.num_envs_per_worker, cfg.num_epochs) == (False, [64, 64], 16, 2)
+    assert {k: getattr(cfg, k) for k in VECTOR_ENV_DEFAULTS if k != "num_epochs"} == \
+        {k: v for k, v in VECTOR_ENV_DEFAULTS.items() if k != "num_epochs"}
+    images = config_from_args(["--env", "pettingzoo.butterfly.cooperative_pong_v6:parallel_env"])  # image observations
+    assert (images.use_rnn, images.num_envs_per_worker) == (Config.use_rnn, Config.num_envs_per_worker)
+
+
 def test_a_pettingzoo_envs_discrete_observations_become_one_hot_vectors():
     """Rock-paper-scissors: each player observes the other's last move (Discrete(4), 3 at the start)."""
     env = make_agents("pettingzoo.classic.rps_v2:parallel_env")

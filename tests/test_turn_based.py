@@ -99,8 +99,7 @@ def test_pettingzoo_tic_tac_toe_trains_by_self_play_without_an_illegal_move(tmp_
     warning): the policy plays itself and frozen past versions of itself, each agent's episode 3 to 5 of its own
     moves, and the frozen versions are rated."""
     r = run_cli("train", "--env", "pettingzoo.classic.tictactoe_v3:env", "--train_dir", tmp_path, "--experiment", "ttt",
-                "--train_for_env_steps", 30000, "--use_rnn", "False", "--num_envs_per_worker", 16,
-                "--selfplay_snapshot_every_env_steps", 5000, timeout=180)
+                "--train_for_env_steps", 30000, "--selfplay_snapshot_every_env_steps", 5000, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "llegal move" not in r.stdout + r.stderr
     rows = [row for row in read_stats(tmp_path / "ttt") if row.get("episode_len_mean") is not None]

@@ -138,7 +138,8 @@ def enjoy(argv: list[str]) -> int:
             seed = None if cfg.seed is None else cfg.seed + i
             episode = play_episode(model, env, cfg.eval_deterministic, seed, frames)
             stats = "".join(f", {k} {v:g}" for k, v in episode["stats"].items())
-            print(f"episode {i}: return {episode['return']:.2f}, length {episode['length']}{stats}", flush=True)
+            agents = f" (agents: {', '.join(f'{r:.2f}' for r in episode['returns'])})" if env.num_agents > 1 else ""
+            print(f"episode {i}: return {episode['return']:.2f}{agents}, length {episode['length']}{stats}", flush=True)
     finally:
         env.close()
     if frames is not None:

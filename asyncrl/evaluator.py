@@ -39,8 +39,9 @@ def model_actions(model: ActorCritic, obs: np.ndarray, rnn_state: torch.Tensor, 
 def play_episode(model: ActorCritic, env, deterministic: bool, seed: int | None = None,
                  frames: list | None = None) -> dict:
     """One episode of `env` (a list of agents, make_agents) with `model` acting for every agent (argmax/mean actions
-    if deterministic, else sampled). Returns the return (the mean over agents), the length in env steps and the
-    env's episode stats (the mean over agents). With `frames`, appends env.render() after the reset and every step."""
+    if deterministic, else sampled). Returns the return (the mean over agents), each agent's, the length in env steps
+    and the env's episode stats (the mean over agents). With `frames`, appends env.render() after the reset and every
+    step."""
     obs, _ = env.reset(seed=seed)
     n = env.num_agents
     state = torch.zeros(n, model.rnn_state_size)
@@ -59,7 +60,7 @@ def play_episode(model: ActorCritic, env, deterministic: bool, seed: int | None 
                     playing[i], stats[i] = False, infos[i].get("episode_stats", {})
     if frames is not None:
         frames.append(env.render())
-    return {"return": float(returns.mean()), "length": length,
+    return {"return": float(returns.mean()), "returns": returns.tolist(), "length": length,
             "stats": {k: float(np.mean([float(s.get(k, np.nan)) for s in stats])) for k in stats[0]}}
 
 

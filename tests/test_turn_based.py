@@ -1,6 +1,8 @@
 """Turn-based games (PettingZoo AECEnvs whose agents take turns): an agent's samples are its own moves, and what the
 other agents' turns give it counts for its last move (asyncrl/turns.py)."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -92,6 +94,8 @@ def test_a_turn_based_game_trains_without_a_forbidden_move_and_plays_a_match(tmp
     enjoy = run_cli("enjoy", "--env", TAKE_TURNS, "--train_dir", tmp_path, "--experiment", "t",
                     "--max_num_episodes", 2, timeout=120)
     assert enjoy.returncode == 0, enjoy.stdout[-2000:] + enjoy.stderr[-2000:]
+    returns = re.findall(r"episode \d: return [\d.]+ \(agents: ([\d.]+), ([\d.]+)\)", enjoy.stdout)  # each player's
+    assert len(returns) == 2 and all(float(r) > MOVES / 2 for pair in returns for r in pair), enjoy.stdout
 
 
 def test_pettingzoo_tic_tac_toe_trains_by_self_play_without_an_illegal_move(tmp_path):

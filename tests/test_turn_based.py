@@ -42,12 +42,16 @@ def test_a_turn_is_one_step_in_which_only_the_agent_to_move_acts():
     assert paid[-1] == [1.0, 1.0] and infos[0]["episode_stats"] == {"illegal": 0}
 
 
-def test_each_sample_is_the_agents_own_move_with_what_it_earned(tmp_path):
+@pytest.mark.parametrize("truncate", [False, True])
+def test_each_sample_is_the_agents_own_move_with_what_it_earned(tmp_path, truncate):
     """Serial mode, slots of 3 rows (so they fill mid-game, and an agent waiting with a full slot holds it until its
     turn): every learned row is a move of its agent (its target and allowed actions shown, a move count of its own),
     an allowed action, the reward of exactly that move (1 for a hit, whether paid at the agent's own step or the
-    other's), and done at the agent's last move of the game, every row in order of the agent's moves."""
-    runner = serial_runner(tmp_path, env=TAKE_TURNS, rollout=3, batch_size=24, encoder_mlp_layers=[16])
+    other's), and done at the agent's last move of the game, every row in order of the agent's moves. A game cut by a
+    time limit instead: no move is done, and the row after each agent's last move holds no sample (its final
+    observation, which the learner bootstraps from)."""
+    runner = serial_runner(tmp_path, env=TAKE_TURNS, rollout=3, batch_size=24, encoder_mlp_layers=[16],
+                           env_options={"truncate": truncate})
     learner = next(c for c in runner.components if isinstance(c, Learner))
     batches, train = [], learner.train
 
@@ -58,7 +62,7 @@ def test_each_sample_is_the_agents_own_move_with_what_it_earned(tmp_path):
     while len(batches) < 12:
         for c in runner.components:
             c.poll(0.0)
-    rows = 0
+    rows = final_rows = 0
     for b in batches:
         valid = b["valid"]
         obs, actions = b["obs"][:-1][valid], b["actions"][valid]
@@ -66,13 +70,20 @@ def test_each_sample_is_the_agents_own_move_with_what_it_earned(tmp_path):
         assert torch.equal(targets.sum(1), torch.ones(len(obs))), "a row of a step the agent waited in"
         assert masks.gather(1, actions.unsqueeze(1)).eq(1).all()
         torch.testing.assert_close(b["rewards"][valid], (targets.argmax(1) == actions).float())
-        assert torch.equal(b["dones"][valid], moves.round() == MOVES - 1)
+        last_moves = moves.round() == MOVES - 1
+        assert torch.equal(b["dones"][valid], last_moves & (not truncate))
+        if truncate:  # the row after a last move (where the column has one) is its final row, without a sample
+            last, after_last = torch.zeros_like(valid), torch.zeros_like(valid)
+            last[valid] = last_moves
+            after_last[1:] = last[:-1]
+            assert not (valid & after_last).any()
+            final_rows += int(after_last.sum())
         for column in range(valid.shape[1]):  # within a segment, each row is the agent's next move
             played = (b["obs"][:-1, column, CHOICES] * MOVES).round()[valid[:, column]]
             step = (played[1:] - played[:-1]) % MOVES
             assert (step == 1).all(), played
         rows += len(obs)
-    assert rows >= 12 * 20
+    assert rows >= 12 * 20 and (final_rows > 0 or not truncate)
     runner._stop_children()
 
 

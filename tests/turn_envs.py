@@ -12,10 +12,13 @@ class TakeTurns(AECEnv):
     moves it made (over MOVES) and an action mask allowing half the choices, the target among them; a hit scores 1, paid at the other player's next move (the
     last move's at the game's end). So every reward but the last arrives while its player waits for its turn: a player
     learns only if those rewards count for its own last move. An illegal move ends the game with -1 for its player
-    (episode_stats["illegal"] counts it)."""
+    (episode_stats["illegal"] counts it). With `truncate` the game's normal end is a time limit, not a termination."""
 
     metadata = {"name": "take_turns", "is_parallelizable": False}
     possible_agents = ["first", "second"]
+
+    def __init__(self, truncate: bool = False):
+        self.truncate = truncate
 
     def observation_space(self, agent):
         return gym.spaces.Dict({"observation": gym.spaces.Box(0, 1, (CHOICES + 1,), np.float32),
@@ -60,19 +63,19 @@ class TakeTurns(AECEnv):
         if not self.mask[action]:
             self.illegal += 1
             self.rewards[mover] = -1.0
-            self._end()
+            self._end(self.terminations)
         elif all(m == MOVES for m in self.moves.values()):
             self.rewards[mover] += self.pending[mover]
-            self._end()
+            self._end(self.truncations if self.truncate else self.terminations)
         else:
             self._turn(other)
         self._accumulate_rewards()
 
-    def _end(self) -> None:
+    def _end(self, ended: dict) -> None:
         for a in self.agents:
-            self.terminations[a] = True
+            ended[a] = True
             self.infos[a] = {"episode_stats": {"illegal": self.illegal}}
 
 
 def take_turns(**options):
-    return TakeTurns()
+    return TakeTurns(**options)

@@ -140,8 +140,13 @@ class Config:
                               "fewer trajectories for the learner, each piece followed by its bootstrap row, "
                               "instead of padding each to --rollout steps (VER's sequence packing).")
     learning_rate: float = _f(1e-4, "Adam learning rate.")
-    lr_schedule: str = _f("constant", "constant, or linear_decay to 0 over --train_for_env_steps.",
-                          choices=["constant", "linear_decay"])
+    lr_schedule: str = _f("constant", "constant; linear_decay to 0 over --train_for_env_steps; kl_adaptive_minibatch "
+                          "or kl_adaptive_epoch: divided by 1.5 after a minibatch (or an epoch) whose KL from the "
+                          "acting policy is above twice --lr_schedule_kl_threshold, multiplied by 1.5 below half of it.",
+                          choices=["constant", "linear_decay", "kl_adaptive_minibatch", "kl_adaptive_epoch"])
+    lr_schedule_kl_threshold: float = _f(0.008, "The KL the kl_adaptive schedules keep the updates near.")
+    lr_adaptive_min: float = _f(1e-6, "The lowest learning rate of the kl_adaptive schedules.")
+    lr_adaptive_max: float = _f(1e-2, "The highest learning rate of the kl_adaptive schedules.")
     adam_eps: float = _f(1e-6, "Adam epsilon.")
     adam_beta1: float = _f(0.9, "Adam beta1.")
     adam_beta2: float = _f(0.999, "Adam beta2.")
@@ -369,6 +374,10 @@ def _check_values(cfg: Config) -> None:
             raise ConfigError(f"--{name} must be {says}, got {getattr(cfg, name)}")
     if cfg.rpo_alpha < 0:
         raise ConfigError(f"--rpo_alpha must be >= 0 (0: plain PPO), got {cfg.rpo_alpha}")
+    if not 0 < cfg.lr_adaptive_min <= cfg.lr_adaptive_max or cfg.lr_schedule_kl_threshold <= 0:
+        raise ConfigError(f"--lr_adaptive_min and --lr_adaptive_max must satisfy 0 < min <= max and "
+                          f"--lr_schedule_kl_threshold must be positive, got {cfg.lr_adaptive_min}, "
+                          f"{cfg.lr_adaptive_max} and {cfg.lr_schedule_kl_threshold}")
     if not 0 < cfg.preemption_threshold <= 1 or not 0 <= cfg.preemption_min_fraction <= 1:
         raise ConfigError(f"--preemption_threshold must be in (0, 1] and --preemption_min_fraction in [0, 1], got "
                           f"{cfg.preemption_threshold} and {cfg.preemption_min_fraction}")

@@ -12,6 +12,7 @@ from asyncrl.buffers import SharedBuffers
 from asyncrl.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint, save_checkpoint
 from asyncrl.config import Config
 from asyncrl.distributed import RankLost, collective, this_rank
+from asyncrl.lr_schedules import lr_schedule
 from asyncrl.messages import ExportState, ImportState, LearnerStats, LearnerStopped, Snapshot, StateExported, \
     StateImported
 from asyncrl.minibatches import minibatches
@@ -49,6 +50,7 @@ class Learner:
         self.minibatches = minibatches(cfg, self.model, self.autocast_dtype)  # trajectories, or samples
         self.optimizer = Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
                               betas=(cfg.adam_beta1, cfg.adam_beta2))
+        self.lr_schedule = lr_schedule(cfg)  # --lr_schedule: how the rate moves over the run
         self.checkpoint_dir = checkpoint_dir(cfg.experiment_dir, policy_id)
         self.train_step = 0  # also the policy version: one per batch
         self.env_steps = 0   # frames (frameskip included) of the samples this learner received
@@ -68,6 +70,8 @@ class Learner:
             self._load_latest_checkpoint()
         self.train_step, self.env_steps, self.nan_updates = self.collective.start_from_rank_0(
             self.model, self.optimizer, [self.train_step, self.env_steps, self.nan_updates])
+        self.lr_schedule.load_state(self.collective.broadcast(torch.tensor(
+            self.lr_schedule.state(), dtype=torch.float64, device=device)).tolist())
         self.next_snapshot = self.env_steps + cfg.selfplay_snapshot_every_env_steps
         buffers.set_hparams(policy_id, self.hp)
         buffers.publish_weights(policy_id, self.model, self.train_step)
@@ -173,7 +177,8 @@ class Learner:
             return None
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "train_step": self.train_step, "env_steps": self.env_steps, "policy_id": self.policy_id,
-                 "nan_updates": self.nan_updates, "hparams": self.buffers.hparams(self.policy_id)}
+                 "nan_updates": self.nan_updates, "hparams": self.buffers.hparams(self.policy_id),
+                 "lr_schedule": self.lr_schedule.state()}
         if self.cfg.frozen_pool_size:  # self-play: the pool of frozen past versions goes on after a resume
             state["frozen_pool"] = {"weights": self.buffers.frozen_weights[self.policy_id].clone(),
                                     "versions": self.buffers.frozen_version[self.policy_id].clone(),
@@ -190,6 +195,7 @@ class Learner:
         self.optimizer.load_state_dict(state["optimizer"])
         self.train_step, self.env_steps = int(state["train_step"]), int(state["env_steps"])
         self.nan_updates = int(state.get("nan_updates", 0))
+        self.lr_schedule.load_state(state.get("lr_schedule", self.lr_schedule.state()))
         if self.cfg.with_pbt and "hparams" in state:  # PBT's mutations survive a resume; without PBT the config rules
             self.hp = {**self.hp, **state["hparams"]}
         if self.cfg.frozen_pool_size and "frozen_pool" in state:
@@ -227,16 +233,17 @@ class Learner:
         self.env_steps += int(self.collective.sum(valid.sum().reshape(1))[0]) * self.frameskip  # every rank's
         self.hp = self.buffers.hparams(self.policy_id)
         self._merge_batch_statistics(batch, valid)
-        lr = self._learning_rate()
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        self._set_lr(self.lr_schedule.batch_start(self.hp["learning_rate"], self.env_steps))
         stats: dict[str, float] = {}
         first_epoch_targets = []
         for epoch in range(cfg.num_epochs):
             for minibatch in self.minibatches.epoch(batch, self.hp["gamma"]):
+                lr = self.optimizer.param_groups[0]["lr"]  # the rate this step takes, for the stats
                 stats, targets = self._optimizer_step(minibatch)
+                self._set_lr(self.lr_schedule.after_minibatch(self._kl_over_ranks(stats)))
                 if epoch == 0:
                     first_epoch_targets.append(targets)
+            self._set_lr(self.lr_schedule.after_epoch())
         if self.model.returns_normalizer is not None:
             # once per batch, after its updates, so the head's normalized targets hold still (why: merge_returns)
             self.model.merge_returns(torch.cat(first_epoch_targets), self.collective.sum)
@@ -331,7 +338,16 @@ class Learner:
     def _hp_stats(self) -> dict:
         return {f"hp_{name}": value for name, value in self.hp.items()}
 
-    def _learning_rate(self) -> float:
-        if self.cfg.lr_schedule == "linear_decay":
-            return self.hp["learning_rate"] * max(0.0, 1.0 - self.env_steps / self.cfg.train_for_env_steps)
-        return self.hp["learning_rate"]
+    def _set_lr(self, lr: float | None) -> None:
+        for group in self.optimizer.param_groups if lr is not None else []:
+            group["lr"] = lr
+
+    def _kl_over_ranks(self, stats: dict) -> float | None:
+        """The minibatch's KL from the acting policy, averaged over DD-PPO's ranks, so that a KL-adaptive rate stays
+        the same on every rank; None if every rank's minibatch was empty, or if the schedule does not adapt."""
+        if not self.lr_schedule.adapts:
+            return None
+        has = "kl_divergence" in stats
+        total = self.collective.sum(torch.tensor([float(has), stats.get("kl_divergence", 0.0)], dtype=torch.float64,
+                                                 device=self.device))
+        return float(total[1] / total[0]) if total[0] > 0 else None

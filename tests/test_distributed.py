@@ -47,7 +47,9 @@ def digests(outputs: list[str]) -> list[tuple]:
 
 
 def test_a_killed_rank_stops_the_other_with_one_line_and_the_run_resumes(tmp_path, clean_machine):
-    procs = start_ranks(tmp_path, "--save_every_sec", 1)
+    """... with a KL-adaptive learning rate: both ranks resume from rank 0's saved rate, and adapt it alike."""
+    adaptive = ("--lr_schedule", "kl_adaptive_epoch")
+    procs = start_ranks(tmp_path, "--save_every_sec", 1, *adaptive)
     exp = tmp_path / "rank0" / "runs" / "dd"
     deadline = time.time() + 120
     while not (exp / "checkpoint_p0").is_dir() or not list_checkpoints(checkpoint_dir(str(exp), 0)):
@@ -60,9 +62,11 @@ def test_a_killed_rank_stops_the_other_with_one_line_and_the_run_resumes(tmp_pat
     assert procs[0].returncode == 1, out
     errors = [line for line in out.splitlines() if line.startswith("asyncrl: error:")]
     assert len(errors) == 1 and "another rank is gone" in errors[0] and "resume" in errors[0], out
-    saved = load_checkpoint(list_checkpoints(checkpoint_dir(str(exp), 0))[-1])["env_steps"]
+    checkpoint = load_checkpoint(list_checkpoints(checkpoint_dir(str(exp), 0))[-1])
+    saved = checkpoint["env_steps"]
+    assert checkpoint["lr_schedule"][0] != checkpoint["lr_schedule"][1], "the rate did not move: nothing to resume"
 
-    procs = start_ranks(tmp_path, "--train_for_env_steps", saved + 8192)  # the same command: both ranks resume
+    procs = start_ranks(tmp_path, "--train_for_env_steps", saved + 8192, *adaptive)  # both ranks resume
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert read_stats(exp)[-1]["env_steps"] >= saved + 8192

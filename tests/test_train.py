@@ -161,6 +161,7 @@ def test_doom_basic_runs_headless(tmp_path, clean_machine):
     (["--env", "CartPole-v1", "--encoder", "conv"], "--encoder conv needs image observations"),
     (["--env", "CartPole-v1", "--rpo_alpha", "0.5"], "--rpo_alpha shifts a Gaussian's means: it needs Box actions"),
     (["--env", "CartPole-v1", "--adam_beta2", "1"], "--adam_beta2 must be in [0, 1), got 1.0"),  # Adam's, in the learner
+    (["--env", "CartPole-v1", "--lr_adaptive_min", "0.1", "--lr_adaptive_max", "0.01"], "must satisfy 0 < min <= max"),
     (["--env", "CartPole-v1", "--no_such_flag", "1"], "unrecognized arguments"),
     (["--env", "CartPole-v1", "--use_rnn", "maybe"], "expected True or False"),
     (["--env", "CartPole-v1", "--device", "cuda"], "no CUDA GPU"),

@@ -47,8 +47,9 @@ def digests(outputs: list[str]) -> list[tuple]:
 
 
 def test_a_killed_rank_stops_the_other_with_one_line_and_the_run_resumes(tmp_path, clean_machine):
-    """... with a KL-adaptive learning rate: both ranks resume from rank 0's saved rate, and adapt it alike."""
-    adaptive = ("--lr_schedule", "kl_adaptive_epoch")
+    """... with a KL-adaptive learning rate: both ranks resume from rank 0's saved rate, and adapt it alike (any
+    epoch's KL is above a threshold of 1e-9, so the rate falls after every epoch, to --lr_adaptive_min)."""
+    adaptive = ("--lr_schedule", "kl_adaptive_epoch", "--lr_schedule_kl_threshold", 1e-9)
     procs = start_ranks(tmp_path, "--save_every_sec", 1, *adaptive)
     exp = tmp_path / "rank0" / "runs" / "dd"
     deadline = time.time() + 120

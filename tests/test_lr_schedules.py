@@ -61,7 +61,7 @@ def test_the_adapted_rate_carries_over_batches_and_a_new_learning_rate_from_pbt_
 def test_a_learner_adapts_its_rate_and_a_resumed_one_goes_on_from_the_saved_rate(tmp_path):
     """A serial-mode run on CartPole: the learner's steps take the adapted rates (its stats' lr), its checkpoint
     keeps the rate, and a learner started on the same experiment begins from it rather than from --learning_rate."""
-    overrides = dict(lr_schedule="kl_adaptive_minibatch", learning_rate=1e-3, lr_schedule_kl_threshold=1e-9,
+    overrides = dict(lr_schedule="kl_adaptive_epoch", learning_rate=1e-3, lr_schedule_kl_threshold=1e-9,
                      num_epochs=2, num_batches_per_epoch=2)
     runner = serial_runner(tmp_path, **overrides)
     learner = next(c for c in runner.components if isinstance(c, Learner))
@@ -73,8 +73,9 @@ def test_a_learner_adapts_its_rate_and_a_resumed_one_goes_on_from_the_saved_rate
     learner.save()
     saved = learner.lr_schedule.state()
     runner._stop_children()
-    # any KL is far above a threshold of 1e-9: each of the 4 steps a batch divided the rate by 1.5
-    assert saved[0] == pytest.approx(1e-3 / 1.5 ** (4 * learner.train_step)) and saved[1] == 1e-3
+    # an epoch's mean KL (its second minibatch follows a step) is far above a threshold of 1e-9: each of a batch's
+    # 2 epochs divided the rate by 1.5
+    assert saved[0] == pytest.approx(1e-3 / 1.5 ** (2 * learner.train_step)) and saved[1] == 1e-3
     assert len(rates) > 2
     resumed = serial_runner(tmp_path, **overrides)
     again = next(c for c in resumed.components if isinstance(c, Learner))

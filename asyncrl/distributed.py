@@ -84,6 +84,12 @@ class SingleProcess:
     def broadcast(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor
 
+    def broadcast_floats(self, values: list[float]) -> list[float]:
+        return values
+
+    def mean_of_present(self, value: float | None) -> float | None:
+        return value
+
     def start_from_rank_0(self, model, optimizer, counters: list[int]) -> list[int]:
         return counters
 
@@ -151,6 +157,15 @@ class ProcessGroup(SingleProcess):
         """Rank 0's `tensor` on every rank (in place)."""
         self._call(dist.broadcast, tensor, src=0)
         return tensor
+
+    def broadcast_floats(self, values: list[float]) -> list[float]:
+        """Rank 0's `values` on every rank."""
+        return self.broadcast(torch.tensor(values, dtype=torch.float64, device=self.device)).tolist()
+
+    def mean_of_present(self, value: float | None) -> float | None:
+        """The mean of `value` over the ranks that have one (None: this rank has none); None if no rank has."""
+        total = self.sum(torch.tensor([value is not None, value or 0.0], dtype=torch.float64, device=self.device))
+        return float(total[1] / total[0]) if total[0] > 0 else None
 
     def start_from_rank_0(self, model, optimizer, counters: list[int]) -> list[int]:
         """Every rank starts from rank 0's weights, Adam state and counters (rank 0 alone reads checkpoints)."""

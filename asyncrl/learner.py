@@ -50,7 +50,6 @@ class Learner:
         self.minibatches = minibatches(cfg, self.model, self.autocast_dtype)  # trajectories, or samples
         self.optimizer = Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
                               betas=(cfg.adam_beta1, cfg.adam_beta2))
-        self.lr_schedule = lr_schedule(cfg)  # --lr_schedule: how the rate moves over the run
         self.checkpoint_dir = checkpoint_dir(cfg.experiment_dir, policy_id)
         self.train_step = 0  # also the policy version: one per batch
         self.env_steps = 0   # frames (frameskip included) of the samples this learner received
@@ -64,14 +63,14 @@ class Learner:
         # the other ranks' learners, if any (first: under torchrun, rank 0's process group hosts the store that the
         # batch source's straggler rule connects to)
         self.collective = collective(self.rank, device, cfg.dist_timeout)
+        self.lr_schedule = lr_schedule(cfg, self.optimizer, self.collective)  # how the rate moves over the run
         self.source = batch_source(cfg, policy_id, buffers, queues, self.timing, self.queue_calls)  # which samples
         self.stopped = False  # under torchrun: the ranks agreed to stop; no more batches
         if self.rank.writes:
             self._load_latest_checkpoint()
         self.train_step, self.env_steps, self.nan_updates = self.collective.start_from_rank_0(
             self.model, self.optimizer, [self.train_step, self.env_steps, self.nan_updates])
-        self.lr_schedule.load_state(self.collective.broadcast(torch.tensor(
-            self.lr_schedule.state(), dtype=torch.float64, device=device)).tolist())
+        self.lr_schedule.load_state(self.collective.broadcast_floats(self.lr_schedule.state()))
         self.next_snapshot = self.env_steps + cfg.selfplay_snapshot_every_env_steps
         buffers.set_hparams(policy_id, self.hp)
         buffers.publish_weights(policy_id, self.model, self.train_step)
@@ -233,17 +232,17 @@ class Learner:
         self.env_steps += int(self.collective.sum(valid.sum().reshape(1))[0]) * self.frameskip  # every rank's
         self.hp = self.buffers.hparams(self.policy_id)
         self._merge_batch_statistics(batch, valid)
-        self._set_lr(self.lr_schedule.batch_start(self.hp["learning_rate"], self.env_steps))
+        self.lr_schedule.batch_start(self.hp["learning_rate"], self.env_steps)
         stats: dict[str, float] = {}
         first_epoch_targets = []
         for epoch in range(cfg.num_epochs):
             for minibatch in self.minibatches.epoch(batch, self.hp["gamma"]):
-                lr = self.optimizer.param_groups[0]["lr"]  # the rate this step takes, for the stats
+                lr = self.lr_schedule.rate  # the rate this step takes, for the stats
                 stats, targets = self._optimizer_step(minibatch)
-                self._set_lr(self.lr_schedule.after_minibatch(self._kl_over_ranks(stats)))
+                self.lr_schedule.after_minibatch(stats)
                 if epoch == 0:
                     first_epoch_targets.append(targets)
-            self._set_lr(self.lr_schedule.after_epoch())
+            self.lr_schedule.after_epoch()
         if self.model.returns_normalizer is not None:
             # once per batch, after its updates, so the head's normalized targets hold still (why: merge_returns)
             self.model.merge_returns(torch.cat(first_epoch_targets), self.collective.sum)
@@ -337,17 +336,3 @@ class Learner:
 
     def _hp_stats(self) -> dict:
         return {f"hp_{name}": value for name, value in self.hp.items()}
-
-    def _set_lr(self, lr: float | None) -> None:
-        for group in self.optimizer.param_groups if lr is not None else []:
-            group["lr"] = lr
-
-    def _kl_over_ranks(self, stats: dict) -> float | None:
-        """The minibatch's KL from the acting policy, averaged over DD-PPO's ranks, so that a KL-adaptive rate stays
-        the same on every rank; None if every rank's minibatch was empty, or if the schedule does not adapt."""
-        if not self.lr_schedule.adapts:
-            return None
-        has = "kl_divergence" in stats
-        total = self.collective.sum(torch.tensor([float(has), stats.get("kl_divergence", 0.0)], dtype=torch.float64,
-                                                 device=self.device))
-        return float(total[1] / total[0]) if total[0] > 0 else None

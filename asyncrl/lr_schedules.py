@@ -1,14 +1,15 @@
 """How the learner's learning rate moves over a run (--lr_schedule), chosen once per learner.
 
-Each schedule gives the rate for a batch's first step from the policy's own --learning_rate (PBT may change it) and
-its env steps, and may change it again after each minibatch or epoch from the KL between the policy that acted and
-the one being trained. The KL-adaptive ones are Sample Factory's (after rl_games): they keep the update's KL near
+Each schedule sets the learner's optimizer's rate for a batch's first step from the policy's own --learning_rate (PBT
+may change it) and its env steps, and may change it again after each minibatch or epoch from the KL between the
+policy that acted and the one being trained. The KL-adaptive ones are Sample Factory's (after rl_games): they keep the update's KL near
 --lr_schedule_kl_threshold instead of following a fixed decay.
 """
 
 from __future__ import annotations
 
 from asyncrl.config import Config
+from asyncrl.distributed import SingleProcess
 
 # the KL-adaptive rule's band around the threshold, and its step (Sample Factory's and rl_games' values)
 KL_BAND, LR_STEP = 2.0, 1.5
@@ -26,20 +27,27 @@ def kl_adapted(lr: float, kl: float, threshold: float, lowest: float, highest: f
 
 class Constant:
     """The policy's --learning_rate throughout."""
-    adapts = False  # whether it takes each minibatch's KL
 
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
+    def __init__(self, cfg: Config, optimizer, collective: SingleProcess):
+        self.cfg, self.optimizer, self.collective = cfg, optimizer, collective
 
-    def batch_start(self, learning_rate: float, env_steps: int) -> float:
-        return learning_rate
+    @property
+    def rate(self) -> float:
+        """The rate the optimizer's next step takes."""
+        return self.optimizer.param_groups[0]["lr"]
 
-    def after_minibatch(self, kl: float | None) -> float | None:
-        """A new rate for the next minibatch, or None to keep the current one (kl: None when no rank had one)."""
-        return None
+    def _set(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
-    def after_epoch(self) -> float | None:
-        return None
+    def batch_start(self, learning_rate: float, env_steps: int) -> None:
+        self._set(learning_rate)
+
+    def after_minibatch(self, stats: dict) -> None:
+        """After a minibatch's step, from its stats (an empty minibatch's have no KL)."""
+
+    def after_epoch(self) -> None:
+        pass
 
     def state(self) -> list[float]:
         """What a checkpoint keeps (and DD-PPO's ranks take from rank 0): the adapted rate and the --learning_rate
@@ -53,45 +61,45 @@ class Constant:
 class LinearDecay(Constant):
     """--learning_rate decaying linearly to 0 at --train_for_env_steps."""
 
-    def batch_start(self, learning_rate: float, env_steps: int) -> float:
-        return learning_rate * max(0.0, 1.0 - env_steps / self.cfg.train_for_env_steps)
+    def batch_start(self, learning_rate: float, env_steps: int) -> None:
+        self._set(learning_rate * max(0.0, 1.0 - env_steps / self.cfg.train_for_env_steps))
 
 
 class KlAdaptive(Constant):
     """Starts at --learning_rate and moves by kl_adapted after every minibatch (from its KL) or every epoch (from the
-    mean of its minibatches' KLs). A new --learning_rate from PBT restarts it there."""
-    adapts = True
+    mean of its minibatches' KLs). Each KL is averaged over DD-PPO's ranks, so the rate stays the same on every rank.
+    A new --learning_rate from PBT restarts it there."""
 
-    def __init__(self, cfg: Config, per_minibatch: bool):
-        super().__init__(cfg)
+    def __init__(self, cfg: Config, optimizer, collective: SingleProcess, per_minibatch: bool):
+        super().__init__(cfg, optimizer, collective)
         self.per_minibatch = per_minibatch
-        self.lr = 0.0      # the adapted rate; 0 until the first batch
-        self.base = 0.0    # the --learning_rate it started from
+        self.lr = 0.0      # the adapted rate
+        self.base = 0.0    # the --learning_rate it started from (0 until the first batch: rates are positive)
         self.epoch_kls: list[float] = []
 
-    def batch_start(self, learning_rate: float, env_steps: int) -> float:
-        if learning_rate != self.base or self.lr == 0.0:
+    def batch_start(self, learning_rate: float, env_steps: int) -> None:
+        if learning_rate != self.base:
             self.lr = self.base = learning_rate
-        return self.lr
+        self._set(self.lr)
 
-    def after_minibatch(self, kl: float | None) -> float | None:
-        if kl is None:
-            return None
+    def after_minibatch(self, stats: dict) -> None:
+        kl = self.collective.mean_of_present(stats.get("kl_divergence"))
+        if kl is None:  # every rank's minibatch was empty
+            return
         if self.per_minibatch:
-            return self._adapt(kl)
-        self.epoch_kls.append(kl)
-        return None
+            self._adapt(kl)
+        else:
+            self.epoch_kls.append(kl)
 
-    def after_epoch(self) -> float | None:
-        if self.per_minibatch or not self.epoch_kls:
-            return None
-        kl, self.epoch_kls = sum(self.epoch_kls) / len(self.epoch_kls), []
-        return self._adapt(kl)
+    def after_epoch(self) -> None:
+        if self.epoch_kls:  # (none kept per minibatch)
+            kl, self.epoch_kls = sum(self.epoch_kls) / len(self.epoch_kls), []
+            self._adapt(kl)
 
-    def _adapt(self, kl: float) -> float:
+    def _adapt(self, kl: float) -> None:
         cfg = self.cfg
         self.lr = kl_adapted(self.lr, kl, cfg.lr_schedule_kl_threshold, cfg.lr_adaptive_min, cfg.lr_adaptive_max)
-        return self.lr
+        self._set(self.lr)
 
     def state(self) -> list[float]:
         return [self.lr, self.base]
@@ -100,9 +108,10 @@ class KlAdaptive(Constant):
         self.lr, self.base = (float(v) for v in values)
 
 
-def lr_schedule(cfg: Config) -> Constant:
+def lr_schedule(cfg: Config, optimizer, collective: SingleProcess) -> Constant:
+    """The learner's schedule for `optimizer`'s rate; `collective` averages KLs over DD-PPO's ranks."""
     if cfg.lr_schedule == "linear_decay":
-        return LinearDecay(cfg)
+        return LinearDecay(cfg, optimizer, collective)
     if cfg.lr_schedule.startswith("kl_adaptive"):
-        return KlAdaptive(cfg, per_minibatch=cfg.lr_schedule == "kl_adaptive_minibatch")
-    return Constant(cfg)
+        return KlAdaptive(cfg, optimizer, collective, per_minibatch=cfg.lr_schedule == "kl_adaptive_minibatch")
+    return Constant(cfg, optimizer, collective)

@@ -1,12 +1,14 @@
 """--lr_schedule: the rules against their definitions, and a learner that adapts, saves and resumes its rate."""
 
 import pytest
+import torch
 
 from helpers import serial_runner
 
 from asyncrl.config import Config
+from asyncrl.distributed import SingleProcess
 from asyncrl.learner import Learner
-from asyncrl.lr_schedules import KlAdaptive, kl_adapted, lr_schedule
+from asyncrl.lr_schedules import Constant, kl_adapted, lr_schedule
 
 
 @pytest.mark.parametrize("kl, expected", [(0.02, 1e-3 / 1.5), (0.0161, 1e-3 / 1.5), (0.016, 1e-3), (0.008, 1e-3),
@@ -20,42 +22,56 @@ def test_kl_adapted_stays_within_its_bounds():
     assert kl_adapted(9e-3, 0.0, 0.008, 1e-6, 1e-2) == 1e-2
 
 
-def schedule(name: str, **fields) -> KlAdaptive:
-    return lr_schedule(Config(lr_schedule=name, train_for_env_steps=1000, **fields))
+def schedule(name: str, **fields) -> Constant:
+    """A schedule of a one-parameter optimizer in a single process."""
+    optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    return lr_schedule(Config(lr_schedule=name, train_for_env_steps=1000, **fields), optimizer, SingleProcess())
+
+
+def rate_after(s: Constant, step, *args) -> float:
+    step(*args)
+    return s.rate
+
+
+KL = "kl_divergence"
 
 
 def test_the_fixed_schedules():
-    assert schedule("constant").batch_start(3e-4, 500) == 3e-4
-    assert schedule("linear_decay").batch_start(3e-4, 250) == pytest.approx(2.25e-4)
-    assert schedule("linear_decay").batch_start(3e-4, 2000) == 0.0
-    assert schedule("linear_decay").after_minibatch(0.5) is None and schedule("constant").after_epoch() is None
+    constant, decay = schedule("constant"), schedule("linear_decay")
+    assert rate_after(constant, constant.batch_start, 3e-4, 500) == 3e-4
+    assert rate_after(decay, decay.batch_start, 3e-4, 250) == pytest.approx(2.25e-4)
+    assert rate_after(decay, decay.after_minibatch, {KL: 0.5}) == pytest.approx(2.25e-4)
+    assert rate_after(constant, constant.after_epoch) == 3e-4
+    assert rate_after(decay, decay.batch_start, 3e-4, 2000) == 0.0
 
 
 def test_per_minibatch_adapts_after_each_minibatch_and_per_epoch_from_the_epochs_mean():
     per_minibatch = schedule("kl_adaptive_minibatch")
-    assert per_minibatch.batch_start(1e-3, 0) == 1e-3
-    assert per_minibatch.after_minibatch(0.05) == pytest.approx(1e-3 / 1.5)
-    assert per_minibatch.after_minibatch(None) is None  # no rank had a KL: the rate stays
-    assert per_minibatch.after_minibatch(0.0) == pytest.approx(1e-3)
-    assert per_minibatch.after_epoch() is None
+    assert rate_after(per_minibatch, per_minibatch.batch_start, 1e-3, 0) == 1e-3
+    assert rate_after(per_minibatch, per_minibatch.after_minibatch, {KL: 0.05}) == pytest.approx(1e-3 / 1.5)
+    # an empty minibatch (no rank had a KL): the rate stays
+    assert rate_after(per_minibatch, per_minibatch.after_minibatch, {}) == pytest.approx(1e-3 / 1.5)
+    assert rate_after(per_minibatch, per_minibatch.after_minibatch, {KL: 0.0}) == pytest.approx(1e-3)
+    assert rate_after(per_minibatch, per_minibatch.after_epoch) == pytest.approx(1e-3)
     per_epoch = schedule("kl_adaptive_epoch")
     per_epoch.batch_start(1e-3, 0)
-    assert [per_epoch.after_minibatch(kl) for kl in (0.0, 0.001, 0.059)] == [None, None, None]
-    assert per_epoch.after_epoch() == pytest.approx(1e-3 / 1.5)  # mean 0.02 > 0.016
-    assert per_epoch.after_epoch() is None  # no minibatch since
-    per_epoch.after_minibatch(0.01)
-    assert per_epoch.after_epoch() == pytest.approx(1e-3 / 1.5)  # in the band: kept
+    assert [rate_after(per_epoch, per_epoch.after_minibatch, {KL: kl}) for kl in (0.0, 0.001, 0.059)] == [1e-3] * 3
+    assert rate_after(per_epoch, per_epoch.after_epoch) == pytest.approx(1e-3 / 1.5)  # mean 0.02 > 0.016
+    assert rate_after(per_epoch, per_epoch.after_epoch) == pytest.approx(1e-3 / 1.5)  # no minibatch since
+    per_epoch.after_minibatch({KL: 0.01})
+    assert rate_after(per_epoch, per_epoch.after_epoch) == pytest.approx(1e-3 / 1.5)  # in the band: kept
 
 
 def test_the_adapted_rate_carries_over_batches_and_a_new_learning_rate_from_pbt_restarts_it():
     s = schedule("kl_adaptive_minibatch", lr_adaptive_max=1.0)
     s.batch_start(1e-3, 0)
-    s.after_minibatch(0.0)
-    assert s.batch_start(1e-3, 100) == pytest.approx(1.5e-3)
-    assert s.batch_start(2e-4, 200) == 2e-4
+    s.after_minibatch({KL: 0.0})
+    assert rate_after(s, s.batch_start, 1e-3, 100) == pytest.approx(1.5e-3)
+    assert rate_after(s, s.batch_start, 2e-4, 200) == 2e-4
     resumed = schedule("kl_adaptive_minibatch")
     resumed.load_state(s.state())
-    assert resumed.batch_start(2e-4, 300) == 2e-4 and resumed.after_minibatch(0.0) == pytest.approx(3e-4)
+    assert rate_after(resumed, resumed.batch_start, 2e-4, 300) == 2e-4
+    assert rate_after(resumed, resumed.after_minibatch, {KL: 0.0}) == pytest.approx(3e-4)
 
 
 def test_a_learner_adapts_its_rate_and_a_resumed_one_goes_on_from_the_saved_rate(tmp_path):
@@ -81,4 +97,3 @@ def test_a_learner_adapts_its_rate_and_a_resumed_one_goes_on_from_the_saved_rate
     again = next(c for c in resumed.components if isinstance(c, Learner))
     assert again.lr_schedule.state() == saved
     resumed._stop_children()
-

@@ -5,7 +5,9 @@
 
 The file holds the acting policy, one step for a batch of agents, with the input normalizer folded in:
     inputs   obs [B, *obs shape] (the env's dtype: uint8 images, float32 vectors; an env's action mask at the end, as
-             asyncrl.make_env's observations have it); rnn_state [B, H] (with an RNN)
+             asyncrl.make_env's observations have it), or for images beside other entries
+             (gym_adapter.PackedObservation) each image [B, C, H, W] uint8 by its key and vector [B, n] float32, as
+             the space's unpack(obs) gives them; rnn_state [B, H] (with an RNN)
     outputs  logits [B, actions] (Discrete; MultiDiscrete and MultiBinary: each dimension's logits one after
              another, as many as it has choices: sample each dimension on its own; a masked action's logit is -1e8),
              or mean [B, d] and std [B, d]
@@ -52,9 +54,9 @@ def export(argv: list[str]) -> int:
     state = load_weights(path, model)
     out = args["out"] or os.path.join(cfg.experiment_dir, f"policy_p{args['policy_index']}.onnx")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    export_onnx(model, env.observation_space, out, {"env": cfg.env, "action_space": env.action_space,
-                                                    "rnn_state_size": model.rnn_state_size,
-                                                    "train_step": state.get("train_step", "?")})
-    print(f"asyncrl export: {path} -> {out} (inputs {', '.join(['obs', 'rnn_state'][:1 + bool(model.rnn_type)])}; "
-          f"outputs {', '.join(output_names(model))})", flush=True)
+    inputs = export_onnx(model, env.observation_space, out, {"env": cfg.env, "action_space": env.action_space,
+                                                             "rnn_state_size": model.rnn_state_size,
+                                                             "train_step": state.get("train_step", "?")})
+    print(f"asyncrl export: {path} -> {out} (inputs {', '.join(inputs)}; outputs {', '.join(output_names(model))})",
+          flush=True)
     return 0

@@ -265,8 +265,8 @@ class Learner:
         """The input normalizer and --scale_rewards' return moments take in the batch (summed over DD-PPO's ranks, so
         every rank keeps the same); the rewards are then divided by the return's std (reward_scaling.py)."""
         if self.model.normalizer is not None:
-            self.model.normalizer.update(_sample_observations(batch["obs"][:-1], valid, NORMALIZER_SAMPLES_PER_BATCH),
-                                         self.collective.sum)
+            samples = _sample_observations(batch["obs"][:-1], valid, NORMALIZER_SAMPLES_PER_BATCH)
+            self.model.normalizer.update(self.model.normalized_part(samples), self.collective.sum)
         if self.model.reward_std is not None:
             self.model.reward_std.update(batch["discounted_returns"][valid], self.collective.sum)
             batch["rewards"] = batch["rewards"] / self.model.reward_std.std

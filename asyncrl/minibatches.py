@@ -119,7 +119,8 @@ class SampleMinibatches(TrajectoryMinibatches):
             batch.update(advantages=whole.advantages, targets=whole.targets)
 
     def forward(self, mb: dict, gamma: float) -> Forward:
-        params, values = self.model.heads(self.model.encode(mb["obs"], self.autocast_dtype), mb["obs"])
+        features = self.model.encode(mb["obs"], self.autocast_dtype)
+        params, values = self.model.heads(features, self.model.action_mask(mb["obs"]))
         dist, log_ratio = policy_at(self.model, params, mb)
         return Forward(dist, log_ratio, values, self.model.returns(values.detach()), mb["advantages"], mb["targets"],
                        mb["proximal_values"], mb["proximal_log_ratio"])

@@ -17,7 +17,7 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from asyncrl.config import Config, ConfigError
 from asyncrl.distributions import MultiCategorical, gumbel_max_sample, legal_logits, most_likely
-from asyncrl.envs.gym_adapter import ObservationWithActionMask, categorical_sizes
+from asyncrl.envs.gym_adapter import ObservationWithActionMask, PackedObservation, categorical_sizes
 from asyncrl.optimizer import Adam
 
 # Argument validation costs more than the sampling itself at small inference batches, and our inputs are the
@@ -95,6 +95,9 @@ CONV_ARCHITECTURES = {
 }
 
 
+CONV_MIN_SIZE = 36  # the third conv needs 3 rows of the second's output, so 8 of the first's: 36 pixels
+
+
 def conv_encoder(obs_shape, architecture: str = "convnet_simple", activation=None) -> tuple[nn.Module, int]:
     """Three convs (32 8x8 stride 4, 64 4x4 stride 2, then 3x3 as CONV_ARCHITECTURES says) and a 512-unit fully
     connected layer, with the architecture's activation unless one is given. On 84x84 frames convnet_atari's last conv
@@ -102,6 +105,10 @@ def conv_encoder(obs_shape, architecture: str = "convnet_simple", activation=Non
     multiply-adds)."""
     channels, stride, own_activation = CONV_ARCHITECTURES[architecture]
     activation = activation or own_activation
+    if min(obs_shape[1:]) < CONV_MIN_SIZE:
+        raise ConfigError(f"images of {obs_shape[1]}x{obs_shape[2]} are smaller than the conv encoder takes "
+                          f"({CONV_MIN_SIZE}x{CONV_MIN_SIZE} at least): make the env's images larger, or use --encoder "
+                          f"mlp for an image observation alone")
     convs = nn.Sequential(
         nn.Conv2d(obs_shape[0], 32, 8, stride=4), activation(),
         nn.Conv2d(32, 64, 4, stride=2), activation(),
@@ -121,6 +128,53 @@ def mlp_encoder(in_size: int, layers: list[int], activation=nn.Tanh) -> tuple[nn
     return nn.Sequential(*modules), size
 
 
+def unpack_observation(space: PackedObservation, obs: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Views, not copies, of packed observations [..., bytes] (gym_adapter.PackedObservation): each image
+    [..., C, H, W] uint8, and the float32 vector [..., n] (its last entries the action mask, if any)."""
+    lead = obs.shape[:-1]
+    images = [obs[..., offset:offset + math.prod(shape)].view(*lead, *shape)
+              for shape, offset in zip(space.image_shapes.values(), space.image_offsets)]
+    return images, obs[..., space.vector_offset:].view(torch.float32)
+
+
+class ImagesAndVectorEncoder(nn.Module):
+    """The encoders of a packed observation's parts side by side (Sample Factory's encoder of Dict observations): a
+    conv encoder per image, an MLP on the vector (left out if it has no entries), then one more layer over all their
+    features, so that the heads see the parts together (linear heads on features side by side could only add what
+    each part says, without a core to mix them)."""
+
+    def __init__(self, space: PackedObservation, make_conv, mlp_layers: list[int], activation):
+        super().__init__()
+        self.images = nn.ModuleList()
+        size = 0
+        for shape in space.image_shapes.values():
+            encoder, features = make_conv(shape)
+            self.images.append(encoder)
+            size += features
+        self.vector = None
+        if space.vector_size:
+            self.vector, features = mlp_encoder(space.vector_size, mlp_layers, activation)
+            size += features
+        self.mix, self.out_features = mlp_encoder(size, [512], activation)
+
+    def forward(self, parts: tuple[list[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """Features of (uint8 images [N, C, H, W], float vectors [N, n]): the images scaled to [0, 1] here."""
+        images, vector = parts
+        dtype = self.mix[0].weight.dtype  # bfloat16 in a policy worker that stores its weights so
+        features = [encoder(image.to(torch.float32, copy=True, memory_format=image_layout(image)).mul_(1 / 255.0)
+                            .to(dtype)) for encoder, image in zip(self.images, images)]
+        if self.vector is not None:
+            features.append(self.vector(vector.to(dtype)))
+        return self.mix(torch.cat(features, dim=-1))
+
+
+def image_layout(images: torch.Tensor) -> torch.memory_format:
+    """Channels-last on CPU where gradients follow: oneDNN's convolutions train ~1.3x faster so, but infer small
+    batches 9-48% slower (channels_last_ab.md)."""
+    channels_last = images.dim() == 4 and images.device.type == "cpu" and torch.is_grad_enabled()
+    return torch.channels_last if channels_last else torch.contiguous_format
+
+
 class ActorAndCriticEncoders(nn.Module):
     """Two encoders side by side (--actor_critic_share_weights False): the actor's features, then the critic's, in
     one vector; ActorCritic.heads gives each head its part. Its input is normalized once for both."""
@@ -138,25 +192,45 @@ def autocast_if(device_type: str, dtype: torch.dtype | None):
     return torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None)
 
 
+def gru_step(core: nn.GRUCell, input_gates: torch.Tensor, h: torch.Tensor,
+             autocast_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """nn.GRUCell's update given its input projection W_i x + b_i (gates r, z, n as in torch's GRUCell docs):
+    r = sigma(i_r + W_hr h + b_hr), z = sigma(i_z + W_hz h + b_hz), n = tanh(i_n + r * (W_hn h + b_hn)),
+    h' = (1 - z) * n + z * h. With the input projection done for all steps at once, 32 trajectories x 33 steps
+    take 25% less time forward and backward than stepping nn.GRUCell; with the two matrix products under
+    bfloat16 autocast (the state and the gates stay float32) 55% less."""
+    with autocast_if(h.device.type, autocast_dtype):
+        hidden_gates = F.linear(h, core.weight_hh, core.bias_hh)
+    i_r, i_z, i_n = input_gates.float().chunk(3, -1)
+    h_r, h_z, h_n = hidden_gates.float().chunk(3, -1)
+    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+    n = torch.tanh(i_n + r * h_n)
+    return n + z * (h - n)
+
+
 class ActorCritic(nn.Module):
     def __init__(self, obs_space: gym.spaces.Box, action_space: gym.Space, cfg: Config):
         super().__init__()
         self.is_image = len(obs_space.shape) == 3
-        # the env's action mask: the observation's last entries, one per logit (gym_adapter.ObservationWithActionMask)
-        self.action_mask_size = obs_space.mask_size if isinstance(obs_space, ObservationWithActionMask) else 0
-        use_conv = cfg.encoder == "conv" or (cfg.encoder == "auto" and self.is_image)
-        if use_conv and not self.is_image:
-            raise ConfigError(f"--encoder conv needs image observations, and {cfg.env!r} gives shape "
-                              f"{obs_space.shape}; use --encoder mlp (or auto)")
-        if use_conv and cfg.critic_mlp_layers:
-            raise ConfigError("--critic_mlp_layers sizes an MLP critic, and this model's encoder is conv; leave it out")
+        self.packed = obs_space if isinstance(obs_space, PackedObservation) else None  # images beside a vector
+        # the env's action mask: the observation's last floats, one per logit (gym_adapter.ObservationWithActionMask)
+        self.action_mask_size = obs_space.mask_size \
+            if isinstance(obs_space, (ObservationWithActionMask, PackedObservation)) else 0
+        self._check_encoder(obs_space, cfg)
+        use_conv = self.packed is not None or cfg.encoder == "conv" or (cfg.encoder == "auto" and self.is_image)
         normalize_input = not self.is_image if cfg.normalize_input is None else cfg.normalize_input
-        self.normalizer = RunningNorm(obs_space.shape) if normalize_input else None
+        normalized_shape = (self.packed.vector_size,) if self.packed is not None else obs_space.shape
+        self.normalizer = RunningNorm(normalized_shape) if normalize_input and math.prod(normalized_shape) else None
         self.returns_normalizer = ReturnNorm() if cfg.normalize_returns else None
         self.reward_std = RunningNorm(()) if cfg.scale_rewards else None  # --scale_rewards' moments (reward_scaling.py)
         self.is_conv = use_conv
         activation = ACTIVATIONS.get(cfg.nonlinearity)  # None: auto
         def make_encoder(mlp_layers):
+            if self.packed is not None:
+                encoder = ImagesAndVectorEncoder(
+                    self.packed, lambda shape: conv_encoder(shape, cfg.encoder_conv_architecture, activation),
+                    mlp_layers, activation or nn.Tanh)
+                return encoder, encoder.out_features
             if use_conv:
                 return conv_encoder(obs_space.shape, cfg.encoder_conv_architecture, activation)
             return mlp_encoder(int(torch.tensor(obs_space.shape).prod()), mlp_layers, activation or nn.Tanh)
@@ -181,6 +255,18 @@ class ActorCritic(nn.Module):
         self.value_head = nn.Linear(critic_size, 1)
         self._build_action_head(size, action_space, cfg)
         self._initialize()
+
+    def _check_encoder(self, obs_space: gym.spaces.Box, cfg: Config) -> None:
+        """ConfigError for an --encoder the observations cannot take, or a --critic_mlp_layers with no MLP to size."""
+        if self.packed is not None and cfg.encoder == "mlp":
+            raise ConfigError(f"--encoder mlp takes vector observations, and {cfg.env!r} gives images beside a vector "
+                              f"(a conv encoder for each image); use --encoder auto")
+        if cfg.encoder == "conv" and not self.is_image and self.packed is None:
+            raise ConfigError(f"--encoder conv needs image observations, and {cfg.env!r} gives shape "
+                              f"{obs_space.shape}; use --encoder mlp (or auto)")
+        if cfg.critic_mlp_layers and self.packed is None and (cfg.encoder == "conv" or self.is_image and
+                                                               cfg.encoder == "auto"):
+            raise ConfigError("--critic_mlp_layers sizes an MLP critic, and this model's encoder is conv; leave it out")
 
     def _build_action_head(self, size: int, action_space: gym.Space, cfg: Config) -> None:
         """The logits of each categorical dimension one after another, or a Gaussian's means (its log-std learned
@@ -221,17 +307,32 @@ class ActorCritic(nn.Module):
         """Float32 features of a batch of observations. autocast_dtype=torch.bfloat16 runs the encoder under
         autocast (the learner's mixed precision: float32 master weights, bfloat16 convolutions)."""
         with autocast_if(obs.device.type, autocast_dtype):
-            # the normalizer works in place on this copy. Channels-last on CPU where gradients follow: oneDNN's
-            # convolutions train ~1.3x faster so, but infer small batches 9-48% slower (channels_last_ab.md)
-            channels_last = self.is_conv and obs.device.type == "cpu" and torch.is_grad_enabled()
-            layout = torch.channels_last if channels_last else torch.contiguous_format
+            if self.packed is not None:
+                images, vector = unpack_observation(self.packed, obs)
+                return self.encoder((images, self.normalized(vector))).float()
+            layout = image_layout(obs) if self.is_conv else torch.contiguous_format
             obs = obs.to(torch.float32, copy=True, memory_format=layout)
-            if self.normalizer is not None:
+            if self.normalizer is not None:  # in place, on this copy
                 obs = self.normalizer(obs)
             elif self.is_image:
                 obs = obs.mul_(1 / 255.0)
             features = self.encoder((obs if self.is_conv else obs.flatten(1)).to(self.compute_dtype))
         return features.float()
+
+    def normalized(self, vector: torch.Tensor) -> torch.Tensor:
+        """A float32 copy of a packed observation's vector, normalized (the ONNX graph's vector input takes this)."""
+        vector = vector.to(torch.float32, copy=True)
+        return vector if self.normalizer is None else self.normalizer(vector)
+
+    def normalized_part(self, obs: torch.Tensor) -> torch.Tensor:
+        """The entries of observations [N, ...] that the input normalizer sees (a packed observation's vector)."""
+        return obs if self.packed is None else unpack_observation(self.packed, obs)[1]
+
+    def action_mask(self, obs: torch.Tensor) -> torch.Tensor | None:
+        """The env's action mask in a batch of observations (their last floats), or None if it has none."""
+        if not self.action_mask_size:
+            return None
+        return self.normalized_part(obs)[..., -self.action_mask_size:]
 
     def _core_step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One recurrent step; returns (output, new flat state), float32."""
@@ -242,31 +343,16 @@ class ActorCritic(nn.Module):
         h, c = self.core(x, (state[:, :self.rnn_size], state[:, self.rnn_size:]))
         return h.float(), torch.cat([h, c], dim=1).float()
 
-    def _gru_step(self, input_gates: torch.Tensor, h: torch.Tensor,
-                  autocast_dtype: torch.dtype | None = None) -> torch.Tensor:
-        """nn.GRUCell's update given its input projection W_i x + b_i (gates r, z, n as in torch's GRUCell docs):
-        r = sigma(i_r + W_hr h + b_hr), z = sigma(i_z + W_hz h + b_hz), n = tanh(i_n + r * (W_hn h + b_hn)),
-        h' = (1 - z) * n + z * h. With the input projection done for all steps at once, 32 trajectories x 33 steps
-        take 25% less time forward and backward than stepping nn.GRUCell; with the two matrix products under
-        bfloat16 autocast (the state and the gates stay float32) 55% less."""
-        with autocast_if(h.device.type, autocast_dtype):
-            hidden_gates = F.linear(h, self.core.weight_hh, self.core.bias_hh)
-        i_r, i_z, i_n = input_gates.float().chunk(3, -1)
-        h_r, h_z, h_n = hidden_gates.float().chunk(3, -1)
-        r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
-        n = torch.tanh(i_n + r * h_n)
-        return n + z * (h - n)
-
-    def heads(self, features: torch.Tensor, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(action distribution parameters, value), float32, of the features of observations obs (whose action mask,
-        if the env has one, keeps the logits off the actions it forbids)."""
+    def heads(self, features: torch.Tensor, action_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(action distribution parameters, value), float32, of the features of observations whose action mask (see
+        `action_mask`; None without one) keeps the logits off the actions it forbids."""
         features = features.to(self.compute_dtype)
         actor, critic = features, features
         if self.critic_features_from is not None:
             actor, critic = features.tensor_split([self.critic_features_from], dim=-1)
         action_params = self.action_head(actor).float()
-        if self.action_mask_size:
-            action_params = legal_logits(action_params, obs[..., -self.action_mask_size:])
+        if action_mask is not None:
+            action_params = legal_logits(action_params, action_mask)
         return action_params, self.value_head(critic).squeeze(-1).float()
 
     def returns(self, values: torch.Tensor) -> torch.Tensor:
@@ -346,7 +432,7 @@ class ActorCritic(nn.Module):
         x = self.encode(obs)
         if self.rnn_type:
             x, rnn_state = self._core_step(x, rnn_state)
-        action_params, value = self.heads(x, obs)
+        action_params, value = self.heads(x, self.action_mask(obs))
         return action_params, value, rnn_state
 
     def forward_sequence(self, obs: torch.Tensor, rnn_states: torch.Tensor, state_starts: torch.Tensor,
@@ -380,12 +466,12 @@ class ActorCritic(nn.Module):
                     state = torch.where(state_starts[t].unsqueeze(1), rnn_states[t],
                                         state * (~dones[t - 1]).unsqueeze(1))
                 if gru_input_gates is not None:
-                    out = state = self._gru_step(gru_input_gates[t], state, autocast_dtype)
+                    out = state = gru_step(self.core, gru_input_gates[t], state, autocast_dtype)
                 else:
                     out, state = self._core_step(x[t], state)
                 outputs.append(out)
             x = torch.stack(outputs)
-        return self.heads(x, obs)
+        return self.heads(x, self.action_mask(obs))
 
 
 def build_model(obs_space, action_space, cfg: Config) -> ActorCritic:

@@ -82,6 +82,110 @@ class ActionMaskInObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return observe_with_mask(self.features, *split_mask(obs), mask_size)
 
 
+class PackedObservation(gym.spaces.Box):
+    """Images beside other entries (a Dict observation with an image; an image with an action mask) as one uint8
+    vector: each image's CHW bytes in turn, then, from a 4-byte boundary, the other entries as one float32 vector
+    (gymnasium's spaces.flatten of them, in the Dict's order) whose last `mask_size` floats are the env's action mask.
+    Shared memory, the learner's batches and the vector envs carry it as any uint8 observation, and the model reads
+    its parts back as views (model.unpack_observation), as PufferLib's emulation packs structured observations into
+    one buffer. `unpack` gives the parts by name: each image's key, and "vector"."""
+
+    def __init__(self, image_shapes: dict[str, tuple[int, ...]], vector_size: int, mask_size: int = 0):
+        self.image_shapes, self.vector_size, self.mask_size = dict(image_shapes), vector_size, mask_size
+        ends = np.cumsum([0] + [int(np.prod(shape)) for shape in self.image_shapes.values()])
+        self.image_offsets = ends[:-1].tolist()
+        self.vector_offset = -(-int(ends[-1]) // 4) * 4  # a float32 view needs its first byte 4-aligned
+        super().__init__(0, 255, (self.vector_offset + 4 * vector_size,), np.uint8)
+
+    def pack(self, images: list[np.ndarray], vector: np.ndarray) -> np.ndarray:
+        packed = np.zeros(self.shape, np.uint8)
+        for offset, image in zip(self.image_offsets, images):
+            packed[offset:offset + image.size] = image.ravel()
+        packed[self.vector_offset:].view(np.float32)[:] = vector
+        return packed
+
+    def unpack(self, packed: np.ndarray) -> dict[str, np.ndarray]:
+        """Views of the parts of one observation or a batch [..., bytes]: each image [..., C, H, W] by its key, and
+        the float32 "vector" [..., vector_size] (as the ONNX graph of `asyncrl export` takes them)."""
+        lead = packed.shape[:-1]
+        parts = {key: packed[..., offset:offset + int(np.prod(shape))].reshape(*lead, *shape)
+                 for (key, shape), offset in zip(self.image_shapes.items(), self.image_offsets)}
+        parts["vector"] = np.ascontiguousarray(packed[..., self.vector_offset:]).view(np.float32)
+        return parts
+
+    def sample(self, *args, **kwargs) -> np.ndarray:
+        """Random images and a standard normal vector (random bytes would read back as NaNs among the floats)."""
+        images = [self.np_random.integers(0, 256, shape, dtype=np.uint8) for shape in self.image_shapes.values()]
+        return self.pack(images, self.np_random.standard_normal(self.vector_size).astype(np.float32))
+
+
+class ImagesAndVector:
+    """Turns an env's observations with images beside other entries (and an action mask: in the Dict, or in the info
+    with from_info) into a PackedObservation's: HWC images made CHW, the rest flattened, the mask after it."""
+
+    def __init__(self, name: str, space: gym.Space, action_space: gym.Space, from_info: bool = False):
+        from asyncrl.envs import EnvError
+        entries = dict(space.spaces) if isinstance(space, gym.spaces.Dict) else {"obs": space}
+        self.images = [key for key, entry in entries.items() if is_image_space(entry)]
+        self.to_chw = [is_hwc_image(entries[key]) for key in self.images]
+        self.rest = gym.spaces.Dict({key: entry for key, entry in entries.items()
+                                     if key not in self.images and key != ACTION_MASK})
+        if not is_flattenable(self.rest):
+            raise EnvError(f"env {name!r}: the observation entries {self.rest} beside its images cannot be one vector")
+        mask_size = 0
+        if from_info or ACTION_MASK in entries:
+            sizes = categorical_sizes(action_space)
+            if sizes is None:
+                raise EnvError(f"env {name!r}: an action mask needs Discrete, 1-D MultiDiscrete or MultiBinary "
+                               f"actions, not {action_space}")
+            mask_size = sum(sizes)
+        self.from_info, self.dict_obs = from_info, isinstance(space, gym.spaces.Dict)
+        shapes = {key: channels_first(entries[key]).shape if chw else entries[key].shape
+                  for key, chw in zip(self.images, self.to_chw)}
+        rest_size = gym.spaces.flatdim(self.rest) if self.rest.spaces else 0
+        self.space = PackedObservation(shapes, rest_size + mask_size, mask_size)
+
+    def observe(self, obs, info: dict | None = None) -> np.ndarray:
+        entries = obs if self.dict_obs else {"obs": obs}
+        images = [np.transpose(entries[key], (2, 0, 1)) if chw else entries[key]
+                  for key, chw in zip(self.images, self.to_chw)]
+        rest = {key: entries[key] for key in self.rest.spaces}
+        vector = flatten(self.rest, rest) if rest else np.zeros(0, np.float32)
+        if self.space.mask_size:
+            mask = (info or {}).get(ACTION_MASK) if self.from_info else entries[ACTION_MASK]
+            vector = np.concatenate([vector, mask_vector(mask, self.space.mask_size)])
+        return self.space.pack(images, vector)
+
+
+class PackImages(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """An env whose observations have images beside other entries, observed as a PackedObservation (ImagesAndVector)."""
+
+    def __init__(self, env: gym.Env, name: str, from_info: bool = False):
+        gym.utils.RecordConstructorArgs.__init__(self, name=name, from_info=from_info)
+        gym.Wrapper.__init__(self, env)
+        self.packer = ImagesAndVector(name, env.observation_space, env.action_space, from_info)
+        self.observation_space = self.packer.space
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return self.packer.observe(obs, info), info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self.packer.observe(obs, info), reward, terminated, truncated, info
+
+
+def with_mask_from_info(env: gym.Env, name: str) -> gym.Env:
+    """An env whose action mask comes in its info (gymnasium's Taxi), the mask appended to its observation (packed
+    beside an image)."""
+    return (PackImages if is_image_space(env.observation_space) else ActionMaskInObservation)(env, name, from_info=True)
+
+
+def has_images_beside(space: gym.Space) -> bool:
+    """A Dict observation with an image entry (it is packed: PackImages), not one of vectors alone."""
+    return isinstance(space, gym.spaces.Dict) and any(map(is_image_space, space.spaces.values()))
+
+
 def has_action_mask(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces
 
@@ -111,8 +215,13 @@ def masked_observation_space(name: str, space: gym.Space, action_space: gym.Spac
 
 
 def observe_with_mask(features: gym.Space, obs, mask, mask_size: int) -> np.ndarray:
-    """The observation's features and its mask (None: every action allowed; a tuple: one array per action dimension)
-    as one float32 vector."""
+    """The observation's features and its mask as one float32 vector."""
+    return np.concatenate([flatten(features, obs), mask_vector(mask, mask_size)])
+
+
+def mask_vector(mask, mask_size: int) -> np.ndarray:
+    """An env's action mask as mask_size floats (None: every action allowed; a tuple: one array per action
+    dimension)."""
     if mask is None:
         mask = np.ones(mask_size, np.float32)
     elif isinstance(mask, (tuple, list)):
@@ -121,7 +230,7 @@ def observe_with_mask(features: gym.Space, obs, mask, mask_size: int) -> np.ndar
     if mask.size != mask_size:
         from asyncrl.envs import EnvError
         raise EnvError(f"the env's action mask has {mask.size} entries, and its actions {mask_size} choices")
-    return np.concatenate([flatten(features, obs), mask])
+    return mask
 
 
 def flat_space(space: gym.Space) -> gym.spaces.Box:
@@ -154,14 +263,22 @@ def is_image_space(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8
 
 
+def has_image(space: gym.Space) -> bool:
+    """An image observation, or a Dict observation with one (the engine's defaults then suit it, not a vector's)."""
+    return is_image_space(space) or has_images_beside(space)
+
+
 def is_hwc_image(space: gym.Space) -> bool:
     return is_image_space(space) and space.shape[-1] in (1, 3, 4)
 
 
 def adapt(name: str, env: gym.Env) -> gym.Env:
     """Any env as the engine takes it: spaces checked, HWC image observations turned CHW, discrete and composite
-    ones flattened into a vector, an action mask in a Dict observation appended to the rest."""
-    if has_action_mask(env.observation_space):
+    ones flattened into a vector, an action mask in a Dict observation appended to the rest, images beside other
+    entries packed with them into one observation (PackImages)."""
+    if has_images_beside(env.observation_space):
+        env = PackImages(env, name)
+    elif has_action_mask(env.observation_space):
         env = ActionMaskInObservation(env, name)
     elif not isinstance(env.observation_space, gym.spaces.Box) and is_flattenable(env.observation_space):
         env = FlatObservation(env)
@@ -264,12 +381,12 @@ def gym_entry(gym_id: str):
     if isinstance(probe.action_space, gym.spaces.Box):
         defaults = dict(CONTINUOUS_DEFAULTS)
     else:
-        defaults = {} if is_image_space(probe.observation_space) else dict(VECTOR_ENV_DEFAULTS)
+        defaults = {} if has_image(probe.observation_space) else dict(VECTOR_ENV_DEFAULTS)
     defaults.update(GYM_ID_DEFAULTS.get(gym_id, {}))
     mask_in_info = ACTION_MASK in probe.reset(seed=0)[1]  # gymnasium's Taxi gives its action mask in the info
     probe.close()
-    make_masked = (lambda **options: ActionMaskInObservation(make_gym_env(gym_id, **options), gym_id,
-                                                             from_info=True)) if mask_in_info else None
+    make_masked = (lambda **options: with_mask_from_info(make_gym_env(gym_id, **options), gym_id)) \
+        if mask_in_info else None
     return EnvEntry(make_masked or (lambda **options: make_gym_env(gym_id, **options)), f"gymnasium {gym_id}",
                     defaults, lambda num_envs, **options: make_gym_vector(gym_id, num_envs, make_masked, **options))
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS, categorical_sizes, channels_first, check_spaces, flat_space, \
-    flatten, has_action_mask, is_flattenable, is_hwc_image, is_image_space, masked_observation_space, observe_with_mask, \
-    split_mask
+from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS, ImagesAndVector, categorical_sizes, channels_first, \
+    check_spaces, flat_space, flatten, has_action_mask, has_image, has_images_beside, is_flattenable, is_hwc_image, \
+    masked_observation_space, observe_with_mask, split_mask
 
 
 class SingleAgent:
@@ -68,8 +68,11 @@ class ParallelEnvAgents:
                                f"every agent of an env must share its observation and action space")
         # discrete and composite observations as one vector each, as gymnasium envs' (gym_adapter.FlatObservation);
         # a Dict observation's action mask after the rest (PettingZoo classic's; gym_adapter.ActionMaskInObservation)
-        self.unflat_space = self.features = None
-        if has_action_mask(obs_space):
+        self.unflat_space = self.features = self.packer = None
+        if has_images_beside(obs_space):  # images beside other entries: packed (gym_adapter.PackImages)
+            self.packer = ImagesAndVector(name, obs_space, act_space)
+            obs_space = self.packer.space
+        elif has_action_mask(obs_space):
             self.features, obs_space = masked_observation_space(name, obs_space, act_space)
         elif not isinstance(obs_space, gym.spaces.Box) and is_flattenable(obs_space):
             self.unflat_space, obs_space = obs_space, flat_space(obs_space)
@@ -102,7 +105,9 @@ class ParallelEnvAgents:
                 [truncated.get(a, False) for a in self.agent_ids], [infos.get(a, {}) for a in self.agent_ids])
 
     def _observations(self, obs: dict) -> list:
-        if self.unflat_space:
+        if self.packer:
+            obs = {a: self.packer.observe(o) for a, o in obs.items()}
+        elif self.unflat_space:
             obs = {a: flatten(self.unflat_space, o) for a, o in obs.items()}
         elif self.features is not None:
             mask_size = self.observation_space.mask_size
@@ -192,7 +197,7 @@ def pettingzoo_defaults(name: str, factory) -> dict:
     PettingZoo's envs are cheap to make: one is made to see (without --env_options, as gymnasium ids' probe)."""
     agents = as_agents(name, factory())
     try:
-        return {} if is_image_space(agents.observation_space) else dict(VECTOR_ENV_DEFAULTS)
+        return {} if has_image(agents.observation_space) else dict(VECTOR_ENV_DEFAULTS)
     finally:
         agents.close()
 

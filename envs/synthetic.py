@@ -103,6 +103,55 @@ class SyntheticEnv(gym.Env):
         return self._render_target(), reward, False, truncated, info
 
 
+class ImageAndVectorEnv(gym.Env):
+    """A Dict observation of an HWC image (a bright vertical band at one of num_actions places) and a one-hot "shift"
+    vector: the rewarded action is (band + shift) mod num_actions, so a policy that sees only one of the two scores
+    1/num_actions a step. With action_mask, an "action_mask" entry allows that action and one other; each episode
+    reports how many illegal actions it took (episode_stats "illegal")."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, num_actions: int = 4, image_size: int = 36, episode_len: int = 20, action_mask: bool = False):
+        self.num_actions, self.episode_len, self.masked = num_actions, episode_len, action_mask
+        spaces = {"image": gym.spaces.Box(0, 255, (image_size, image_size, 3), dtype=np.uint8),
+                  "shift": gym.spaces.Box(0.0, 1.0, (num_actions,), dtype=np.float32)}
+        if action_mask:
+            spaces["action_mask"] = gym.spaces.MultiBinary(num_actions)
+        self.observation_space = gym.spaces.Dict(spaces)
+        self.action_space = gym.spaces.Discrete(num_actions)
+        self._rng = np.random.default_rng()
+        self._t = self._illegal = 0
+
+    def _observe(self) -> dict:
+        self._band, self._shift = self._rng.integers(self.num_actions, size=2)
+        self._target = (self._band + self._shift) % self.num_actions
+        image = np.zeros(self.observation_space["image"].shape, np.uint8)
+        width = image.shape[1] // self.num_actions
+        image[:, self._band * width:(self._band + 1) * width] = 255
+        obs = {"image": image, "shift": np.eye(self.num_actions, dtype=np.float32)[self._shift]}
+        if self.masked:
+            self._legal = np.zeros(self.num_actions, np.int8)
+            others = [a for a in range(self.num_actions) if a != self._target]
+            self._legal[[self._target, self._rng.choice(others)]] = 1
+            obs["action_mask"] = self._legal
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self._t = self._illegal = 0
+        return self._observe(), {}
+
+    def step(self, action):
+        reward = float(int(action) == self._target)
+        self._illegal += int(self.masked and not self._legal[int(action)])
+        self._t += 1
+        truncated = self._t >= self.episode_len
+        info = {"episode_stats": {"illegal": self._illegal}} if truncated and self.masked else {}
+        return self._observe(), reward, False, truncated, info
+
+
 class SyntheticMultiAgentEnv(ParallelEnv):
     """`num_agents` synthetic agents in one env (PettingZoo's parallel API); the other options are SyntheticEnv's."""
 
@@ -152,3 +201,6 @@ register_env("synthetic_heterogeneous",
              "synthetic: step cost differs across envs (log-normal) and per step (Pareto tail)", SYNTHETIC_DEFAULTS)
 register_env("synthetic_multi", lambda **options: SyntheticMultiAgentEnv(**options),
              "synthetic: several agents in one env (PettingZoo), who may leave an episode early", SYNTHETIC_DEFAULTS)
+register_env("synthetic_image_and_vector", lambda **options: ImageAndVectorEnv(**options),
+             "synthetic: a Dict of an image and a vector, both needed to find the rewarded action (option "
+             "action_mask: true adds an action mask)", SYNTHETIC_DEFAULTS)

@@ -121,7 +121,8 @@ def test_a_mask_the_env_cannot_use_is_one_line():
     images = LegalMoves(gym.spaces.Discrete(3))
     images.observation_space = gym.spaces.Dict({"pixels": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8),
                                                 "action_mask": gym.spaces.Box(0, 1, (3,), np.int8)})
-    with pytest.raises(EnvError, match="not supported yet"):
+    images.action_space = gym.spaces.Box(-1, 1, (3,))
+    with pytest.raises(EnvError, match="an action mask needs Discrete"):  # beside images too
         adapt("images", images)
     wrong = adapt("wrong", LegalMoves(gym.spaces.Discrete(3)))
     wrong.env.sizes = [4]  # masks of 4 entries for 3 actions

@@ -104,13 +104,13 @@ def test_discrete_and_tuple_observations_become_one_hot_vectors():
     assert obs.shape == (32 + 11 + 2,) and np.flatnonzero(obs).tolist() == [player, 32 + dealer, 43 + ace]
 
 
-def test_composite_observations_with_an_image_are_refused_with_one_line():
+def test_an_image_beside_an_entry_that_cannot_be_a_vector_is_refused_with_one_line():
     class Mixed(gym.Env):
         observation_space = gym.spaces.Dict({"screen": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8),
-                                             "health": gym.spaces.Discrete(5)})
+                                             "mission": gym.spaces.Text(20)})
         action_space = gym.spaces.Discrete(2)
     from asyncrl.envs.gym_adapter import adapt
-    with pytest.raises(EnvError, match="not supported yet"):
+    with pytest.raises(EnvError, match="the observation entries .* beside its images cannot be one vector"):
         adapt("mixed", Mixed())
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from asyncrl.config import Config, ConfigError
-from asyncrl.envs.gym_adapter import ObservationWithActionMask
+from asyncrl.envs.gym_adapter import ObservationWithActionMask, PackedObservation
 from asyncrl.model import build_model
 from asyncrl.onnx_graph import export_onnx
 
@@ -24,6 +24,9 @@ MODELS = {
     # random masks (sampled entries below 0.5 forbid): the graph's logits are masked as forward_step's
     "mlp action mask": (ObservationWithActionMask(gym.spaces.Box(-5, 5, (4,), np.float32), 7),
                         gym.spaces.MultiDiscrete([3, 4]), dict(use_rnn=False, encoder_mlp_layers=[32])),
+    # images beside a vector and a mask: the graph takes each part (ONNX cannot read floats from bytes)
+    "packed images, vector and mask, gru": (PackedObservation({"camera": (3, 36, 40), "depth": (1, 36, 36)}, 5 + 3, 3),
+                                            gym.spaces.Discrete(3), dict(use_rnn=True, rnn_size=32)),
 }
 
 
@@ -39,7 +42,8 @@ def test_onnx_policy_matches_the_torch_model(tmp_path, name):
         for p in model.parameters():  # away from the near-zero action head of a fresh init
             p.add_(0.05 * torch.randn_like(p))
         if model.normalizer is not None:
-            model.normalizer.mean.copy_(torch.rand_like(model.normalizer.mean) * float(obs_space.high.flat[0]) / 2)
+            scale = 1.0 if isinstance(obs_space, PackedObservation) else float(obs_space.high.flat[0])
+            model.normalizer.mean.copy_(torch.rand_like(model.normalizer.mean) * scale / 2)
             model.normalizer.var.copy_(torch.rand_like(model.normalizer.var) * 4 + 0.1)
         model.returns_normalizer.mean.fill_(30.0)  # the value comes out in return units
         model.returns_normalizer.var.fill_(16.0)
@@ -47,7 +51,7 @@ def test_onnx_policy_matches_the_torch_model(tmp_path, name):
     export_onnx(model, obs_space, path, {"env": name})
     session = onnxruntime.InferenceSession(path)
     obs = np.stack([obs_space.sample() for _ in range(5)])
-    feeds = {"obs": obs}
+    feeds = obs_space.unpack(obs) if isinstance(obs_space, PackedObservation) else {"obs": obs}
     if model.rnn_type:
         feeds["rnn_state"] = np.random.default_rng(0).normal(size=(5, model.rnn_state_size)).astype(np.float32)
     got = session.run(None, feeds)

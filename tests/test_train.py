@@ -159,6 +159,9 @@ def test_doom_basic_runs_headless(tmp_path, clean_machine):
     (["--env", "CartPole-v1", "--use_rnn", "True", "--shuffle_samples", "True"], "needs --use_rnn False"),
     (["--env", "Pendulum-v1", "--initial_stddev", "0"], "--initial_stddev must be positive"),
     (["--env", "CartPole-v1", "--encoder", "conv"], "--encoder conv needs image observations"),
+    (["--env", "synthetic_image_and_vector", "--encoder", "mlp"], "--encoder mlp takes vector observations"),
+    (["--env", "synthetic_constant", "--env_options", '{"obs_shape": [3, 16, 16]}'],
+     "images of 16x16 are smaller than the conv encoder takes (36x36 at least)"),
     (["--env", "CartPole-v1", "--rpo_alpha", "0.5"], "--rpo_alpha shifts a Gaussian's means: it needs Box actions"),
     (["--env", "CartPole-v1", "--adam_beta2", "1"], "--adam_beta2 must be in [0, 1), got 1.0"),  # Adam's, in the learner
     (["--env", "CartPole-v1", "--lr_adaptive_min", "0.1", "--lr_adaptive_max", "0.01"], "must satisfy 0 < min <= max"),
@@ -199,5 +202,5 @@ def test_envs_lists_registered_envs():
     assert r.returncode == 0 and "gymnasium" in r.stdout
     listed = {line.split()[0] for line in r.stdout.splitlines()}
     builtin = {name for name in registered_envs() if name.startswith(("doom_", "synthetic_"))}
-    assert len(builtin) == 16 and builtin <= listed
+    assert len(builtin) == 17 and builtin <= listed
     assert {"atari_<game>", "mujoco_<task>"} <= listed  # each family in one line, named as its members are

@@ -28,7 +28,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from asyncrl.envs import EnvError, env_entry, make_agents
-from asyncrl.envs.gym_adapter import categorical_sizes
+from asyncrl.envs.gym_adapter import PackedObservation, categorical_sizes
 from asyncrl.remote.wire import WireError, decode, decode_values, encode, encode_values, pb
 
 
@@ -196,6 +196,9 @@ class EnvService:
         env = self.instances[0].env
         if getattr(env, "turn_based", False):  # multi_agent.TurnBasedAgents: the wire does not say whose turn it is
             raise EnvError(f"env {env_name!r} is a turn-based game: its agents take turns, which remote envs do not "
+                           f"serve yet; train on it locally")
+        if isinstance(env.observation_space, PackedObservation):  # its layout is not on the wire
+            raise EnvError(f"env {env_name!r} has images beside other observation entries, which remote envs do not "
                            f"serve yet; train on it locally")
         self.num_agents, self.action_space, self.renders = env.num_agents, env.action_space, self.instances[0].renders
         self.action_nvec = np.array(categorical_sizes(env.action_space) or [])  # each dimension's choices, if any

@@ -32,7 +32,7 @@ def outputs(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
     T, B = batch["actions"].shape
     with torch.no_grad():
         obs = batch["obs"].flatten(0, 1)
-        params, values = model.heads(model.encode(obs), obs)
+        params, values = model.heads(model.encode(obs), model.action_mask(obs))
     log_probs = torch.log_softmax(params.view(T + 1, B, -1)[:-1], -1)
     return log_probs.gather(-1, batch["actions"].unsqueeze(-1)).squeeze(-1), values.view(T + 1, B)
 

@@ -135,9 +135,3 @@ def test_a_policy_of_images_beside_a_vector_and_a_mask_learns_in_real_processes(
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     last = read_stats(tmp_path / "iv")[-1]
     assert last["episode_reward_mean"] >= 15 and last["episode_illegal_mean"] == 0, last
-
-
-def test_remote_envs_refuse_packed_observations_with_one_line():
-    from asyncrl.remote.service import EnvService
-    with pytest.raises(EnvError, match="images beside other observation entries, which remote envs do not serve"):
-        EnvService("synthetic_image_and_vector", {}, 1, 10.0, 10.0, 1 << 20)

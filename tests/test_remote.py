@@ -162,6 +162,27 @@ def test_a_served_env_s_action_mask_reaches_the_client_s_space():
     client.close()
 
 
+def test_a_served_env_with_images_beside_a_vector_keeps_its_packed_layout(tmp_path):
+    """Describe carries a packed observation's layout (each image's key and shape, the vector's size, the mask's), so
+    the client's space unpacks what the server's env packed; a run trains through the server without a masked
+    action."""
+    from asyncrl.envs import make_env
+    from asyncrl.envs.gym_adapter import PackedObservation
+    _, address = start_server("--env", "synthetic_image_and_vector", "--env_options", '{"action_mask": true}',
+                              "--num_envs", "4")
+    client, local = RemoteEnv(address), make_env("synthetic_image_and_vector", action_mask=True).observation_space
+    space = client.observation_space
+    assert isinstance(space, PackedObservation) and space.shape == local.shape
+    assert (space.image_shapes, space.vector_size, space.mask_size) == (local.image_shapes, 8, 4)
+    parts = space.unpack(client.reset(seed=0)[0])
+    assert set(np.unique(parts["image"])) == {0, 255} and parts["vector"].tolist().count(1.0) == 3  # shift, 2 legal
+    client.close()
+    r = run_cli("train", "--env", f"remote:{address}", "--train_dir", tmp_path, "--experiment", "packed",
+                "--num_workers", "1", "--num_envs_per_worker", "4", "--train_for_env_steps", "3000", timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert read_stats(tmp_path / "packed")[-1]["episode_illegal_mean"] == 0
+
+
 def test_enjoy_records_a_video_of_a_remote_env(tmp_path):
     """`asyncrl enjoy --save_video` on a remote env: the frames come from the server, one per reset and step."""
     _, address = start_server("--env", MARKED, "--num_envs", "3", "--env_options", '{"render_mode": "rgb_array"}')

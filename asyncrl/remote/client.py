@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 
 from asyncrl.envs import EnvEntry, EnvError, EnvUnavailable
-from asyncrl.envs.gym_adapter import ObservationWithActionMask
+from asyncrl.envs.gym_adapter import ObservationWithActionMask, PackedObservation
 from asyncrl.remote.wire import decode, decode_values, encode, encode_values, pb, pb_grpc
 
 PREFIX = "remote:"
@@ -396,7 +396,10 @@ class StepResults:
 def spaces_of(description: pb.DescribeReply) -> tuple[gym.spaces.Box, gym.Space]:
     low, high = decode(description.obs_low), decode(description.obs_high)
     observation_space = gym.spaces.Box(low, high, dtype=low.dtype)
-    if description.action_mask_size:  # the served env's mask after its features, as gym_adapter lays them out
+    if description.packed_images:  # images beside other entries, packed as the server's gym_adapter packs them
+        observation_space = PackedObservation({image.key: tuple(image.shape) for image in description.packed_images},
+                                              description.packed_vector_size, description.action_mask_size)
+    elif description.action_mask_size:  # the served env's mask after its features, as gym_adapter lays them out
         size = description.action_mask_size
         observation_space = ObservationWithActionMask(gym.spaces.Box(low[:-size], high[:-size]), size)
     if description.num_actions:

@@ -197,9 +197,6 @@ class EnvService:
         if getattr(env, "turn_based", False):  # multi_agent.TurnBasedAgents: the wire does not say whose turn it is
             raise EnvError(f"env {env_name!r} is a turn-based game: its agents take turns, which remote envs do not "
                            f"serve yet; train on it locally")
-        if isinstance(env.observation_space, PackedObservation):  # its layout is not on the wire
-            raise EnvError(f"env {env_name!r} has images beside other observation entries, which remote envs do not "
-                           f"serve yet; train on it locally")
         self.num_agents, self.action_space, self.renders = env.num_agents, env.action_space, self.instances[0].renders
         self.action_nvec = np.array(categorical_sizes(env.action_space) or [])  # each dimension's choices, if any
         self.agent_ids = [str(a) for a in getattr(env, "agent_ids", range(env.num_agents))]
@@ -216,6 +213,10 @@ class EnvService:
         encode(env.observation_space.low, reply.obs_low)
         encode(env.observation_space.high, reply.obs_high)
         reply.action_mask_size = getattr(env.observation_space, "mask_size", 0)  # an ObservationWithActionMask's
+        if isinstance(env.observation_space, PackedObservation):
+            for key, shape in env.observation_space.image_shapes.items():
+                reply.packed_images.add(key=key, shape=shape)
+            reply.packed_vector_size = env.observation_space.vector_size
         if isinstance(env.action_space, gym.spaces.Discrete):
             reply.num_actions = int(env.action_space.n)
         elif len(self.action_nvec):

@@ -5,7 +5,8 @@ every second row and column: a 128x72 observation (Sample Factory's model input 
 aspect distortion) as a strided view, which costs nothing until it is copied into shared memory.
 Each agent step repeats the action `frameskip` times inside the engine (`make_action(action, frameskip)`),
 which returns the summed reward, as Sample Factory does. At an episode's end, `info["episode_stats"]`
-holds the scenario's counters (kills, health, ammo, frags, deaths), which the engine reports.
+holds the scenario's counters (kills, health, ammo, frags, deaths), which the engine reports. With measurements=True
+the observation is a Dict of the screen and the player's game variables (MEASUREMENTS and the cfg's own).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ DOOM_DEFAULTS = {"encoder": "conv", "use_rnn": True, "rnn_size": 512, "num_envs_
 
 _STAT_VARIABLES = {"kills": "KILLCOUNT", "health": "HEALTH", "ammo": "AMMO2", "frags": "FRAGCOUNT",
                    "deaths": "DEATHCOUNT", "damage": "DAMAGECOUNT"}
+MEASUREMENTS = ("HEALTH", "ARMOR", "SELECTED_WEAPON", "SELECTED_WEAPON_AMMO")  # --env_options '{"measurements": true}'
 _DEATHMATCH_ARGS = ("-host 1 -deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 "
                     "+sv_spawnfarthest 1 +sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1")
 
@@ -115,7 +117,7 @@ class DoomEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 35}
 
     def __init__(self, scenario: Scenario, frameskip: int = 4, episode_timeout: int | None = None,
-                 restart_every_episodes: int = 1000, render_mode: str | None = None):
+                 restart_every_episodes: int = 1000, render_mode: str | None = None, measurements: bool = False):
         import vizdoom as vzd
 
         if render_mode not in (None, "rgb_array"):
@@ -146,10 +148,24 @@ class DoomEnv(gym.Env):
         self._stat_variables = {name: getattr(vzd.GameVariable, _STAT_VARIABLES[name]) for name in scenario.stats}
         self._actions = self._action_table([b.name for b in game.get_available_buttons()], scenario.combos)
         self.action_space = gym.spaces.Discrete(len(self._actions))
-        self.observation_space = gym.spaces.Box(0, 255, (3, 72, 128), dtype=np.uint8)
-        self._last_obs = np.zeros(self.observation_space.shape, np.uint8)
+        screen = gym.spaces.Box(0, 255, (3, 72, 128), dtype=np.uint8)
+        self._last_obs = np.zeros(screen.shape, np.uint8)
+        self._measured = self._measure(game) if measurements else []
+        self._last_measurements = np.zeros(len(self._measured), np.float32)
+        self.observation_space = gym.spaces.Dict({"screen": screen, "measurements": gym.spaces.Box(
+            -np.inf, np.inf, self._last_measurements.shape, np.float32)}) if measurements else screen
         self._last_screen = np.zeros((144, 256, 3), np.uint8)  # HWC, the full rendered frame (render_mode only)
         self._initialized = False
+
+    @staticmethod
+    def _measure(game) -> list:
+        """The game variables measurements=True shows beside the screen (Sample Factory's doom measurements): the
+        player's health, armor, weapon and its ammo, then those the scenario's cfg makes available."""
+        import vizdoom as vzd
+        names = dict.fromkeys([*MEASUREMENTS, *(v.name for v in game.get_available_game_variables())])
+        measured = [getattr(vzd.GameVariable, name) for name in names]
+        game.set_available_game_variables(measured)
+        return measured
 
     @staticmethod
     def _action_table(buttons: list[str], combos: tuple) -> list[list[float]]:
@@ -158,13 +174,15 @@ class DoomEnv(gym.Env):
             table.append([1.0 if b in pressed else 0.0 for b in buttons])
         return table
 
-    def _observe(self) -> np.ndarray:
+    def _observe(self) -> np.ndarray | dict:
         state = self.game.get_state()
         if state is not None:  # None after the episode ended: repeat the last frame
             self._last_obs = every_second_pixel(state.screen_buffer)
+            if self._measured:
+                self._last_measurements = np.asarray(state.game_variables, np.float32)
             if self.render_mode == "rgb_array":
                 self._last_screen = np.ascontiguousarray(state.screen_buffer.transpose(1, 2, 0))
-        return self._last_obs
+        return {"screen": self._last_obs, "measurements": self._last_measurements} if self._measured else self._last_obs
 
     def render(self):
         """The last frame at full resolution (256x144), HWC RGB; with render_mode="rgb_array" only."""

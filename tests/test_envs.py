@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
+import vizdoom
 from gymnasium.utils.env_checker import check_env
 
 from asyncrl import envs
@@ -72,6 +73,25 @@ def test_vizdoom_images_are_chw_uint8_128x72_and_episode_stats_reported():
             break
     env.close()
     assert set(info["episode_stats"]) == {"kills", "health", "ammo"}
+
+
+def test_vizdoom_measurements_come_beside_the_screen():
+    """measurements=True: the player's health, armor, weapon and its ammo (and the cfg's own game variables: AMMO2;
+    its HEALTH is one of those already) beside the screen, packed; a shot spends a bullet, and both ammo counts show
+    it."""
+    env = make_env("doom_defend_the_center", measurements=True)
+    obs, _ = env.reset(seed=0)
+    parts = env.observation_space.unpack(obs)
+    assert parts["screen"].shape == (3, 72, 128) and parts["screen"].std() > 0
+    health, armor, weapon, weapon_ammo, ammo2 = parts["vector"]
+    assert (health, armor) == (100, 0) and weapon_ammo == ammo2 > 0
+    attack = 1 + env.unwrapped.game.get_available_buttons().index(vizdoom.Button.ATTACK)  # 0 is the no-op
+    for _ in range(10):  # a shot takes a few tics to fire
+        after = env.observation_space.unpack(env.step(attack)[0])["vector"]
+        if after[4] < ammo2:
+            break
+    env.close()
+    assert after[3] == after[4] == ammo2 - 1
 
 
 def test_every_second_pixel_equals_strided_slicing():

@@ -97,6 +97,9 @@ class PackedObservation(gym.spaces.Box):
         self.vector_offset = -(-int(ends[-1]) // 4) * 4  # a float32 view needs its first byte 4-aligned
         super().__init__(0, 255, (self.vector_offset + 4 * vector_size,), np.uint8)
 
+    def __repr__(self) -> str:
+        return f"PackedObservation(images {self.image_shapes}, vector of {self.vector_size}, mask of {self.mask_size})"
+
     def pack(self, images: list[np.ndarray], vector: np.ndarray) -> np.ndarray:
         packed = np.zeros(self.shape, np.uint8)
         for offset, image in zip(self.image_offsets, images):
@@ -264,8 +267,9 @@ def is_image_space(space: gym.Space) -> bool:
 
 
 def has_image(space: gym.Space) -> bool:
-    """An image observation, or a Dict observation with one (the engine's defaults then suit it, not a vector's)."""
-    return is_image_space(space) or has_images_beside(space)
+    """An image observation, or a Dict observation with one, packed or not (the engine's defaults then suit it, not a
+    vector's)."""
+    return is_image_space(space) or has_images_beside(space) or isinstance(space, PackedObservation)
 
 
 def is_hwc_image(space: gym.Space) -> bool:

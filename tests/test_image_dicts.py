@@ -94,10 +94,10 @@ def test_an_image_with_its_action_mask_in_the_info_is_packed_with_the_mask():
     assert (parts["obs"] == 7).all() and parts["vector"].tolist() == [0, 1, 1]
 
 
-def test_pettingzoo_agents_with_images_beside_a_vector_are_packed():
+def test_pettingzoo_agents_with_images_beside_a_vector_are_packed_and_get_an_image_env_s_defaults():
     from pettingzoo import ParallelEnv
 
-    from asyncrl.envs.multi_agent import ParallelEnvAgents
+    from asyncrl.envs.multi_agent import ParallelEnvAgents, pettingzoo_defaults
 
     class TwoCameras(ParallelEnv):
         possible_agents = ["a", "b"]
@@ -121,6 +121,7 @@ def test_pettingzoo_agents_with_images_beside_a_vector_are_packed():
         parts = agents.observation_space.unpack(obs)
         assert parts["view"].shape == (1, 36, 36) and (parts["view"] == i).all()
         assert parts["vector"].tolist() == np.eye(2)[i].tolist()
+    assert pettingzoo_defaults("cameras", TwoCameras) == {}  # an image env's defaults, not a vector env's
 
 
 def test_a_policy_of_images_beside_a_vector_and_a_mask_learns_in_real_processes(tmp_path):

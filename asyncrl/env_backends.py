@@ -218,6 +218,17 @@ def reset_vector(vector: gym.vector.VectorEnv, seeds: list[int]) -> np.ndarray:
         return vector.reset(seed=seeds[0])[0]
 
 
+def vector_episode_stats(info: dict, env: int) -> dict:
+    """An ended env's info["episode_stats"] out of a vector env's infos: gymnasium stacks each key over the envs
+    ("_key" says which envs gave it), under "final_info" with same-step autoreset (the info is then the reset's)."""
+    stats, ended = info.get("final_info", info).get("episode_stats", {}), {}
+    for key, values in stats.items():
+        given = stats.get("_" + key)
+        if not key.startswith("_") and isinstance(values, np.ndarray) and (given is None or given[env]):
+            ended[key] = values[env].item()
+    return ended
+
+
 class VectorBackend(EnvBackend):
     """Each group's envs as one gymnasium VectorEnv (ALE's, EnvPool's, gymnasium's; the env entry's make_vector):
     one call steps the group, and its observations land in the group's shared rows with one copy.
@@ -305,7 +316,7 @@ class VectorBackend(EnvBackend):
         stepped = slice(None) if all(playing) else np.array(playing)
         traj_obs[slots[stepped], rows[stepped]] = obs[stepped]
         for i in np.flatnonzero(result.terminated | result.truncated):
-            result.episode_stats[i] = {}
+            result.episode_stats[i] = vector_episode_stats(info, i)
         return result
 
     def restart(self, group: int, env_in_group: int, error: Exception) -> list | None:

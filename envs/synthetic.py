@@ -28,7 +28,7 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from asyncrl.envs import WORKER_INDEX_VAR, EnvError, register_env
-from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS, sync_vector
+from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS, PackImages, sync_vector
 
 
 def burn_cpu(microseconds: float) -> None:
@@ -203,4 +203,6 @@ register_env("synthetic_multi", lambda **options: SyntheticMultiAgentEnv(**optio
              "synthetic: several agents in one env (PettingZoo), who may leave an episode early", SYNTHETIC_DEFAULTS)
 register_env("synthetic_image_and_vector", lambda **options: ImageAndVectorEnv(**options),
              "synthetic: a Dict of an image and a vector, both needed to find the rewarded action (option "
-             "action_mask: true adds an action mask)", SYNTHETIC_DEFAULTS)
+             "action_mask: true adds an action mask)", SYNTHETIC_DEFAULTS,
+             lambda num_envs, **options: sync_vector(lambda: PackImages(ImageAndVectorEnv(**options), "synthetic"),
+                                                     num_envs))

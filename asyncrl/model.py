@@ -63,6 +63,17 @@ class RunningNorm(nn.Module):
         self.mean.copy_(mean)
         self.var.copy_(var)
 
+    def normalize_parts(self, parts: list[torch.Tensor], shapes: list[tuple]) -> list[torch.Tensor]:
+        """forward for parts [..., *shape] that lie one after another in the normalized vector (float copies the
+        caller owns, normalized in place: a packed observation's images and vector, each in its own layout)."""
+        start = 0
+        for part, shape in zip(parts, shapes):
+            size = math.prod(shape)
+            mean, var = self.mean[start:start + size].view(shape), self.var[start:start + size].view(shape)
+            part.sub_(mean).mul_(torch.rsqrt(var + 1e-8)).clamp_(-self.clip, self.clip)
+            start += size
+        return parts
+
     @property
     def std(self) -> torch.Tensor:
         return torch.sqrt(self.var + 1e-8)
@@ -158,14 +169,20 @@ class ImagesAndVectorEncoder(nn.Module):
         self.mix, self.out_features = mlp_encoder(size, [512], activation)
 
     def forward(self, parts: tuple[list[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """Features of (uint8 images [N, C, H, W], float vectors [N, n]): the images scaled to [0, 1] here."""
+        """Features of (images [N, C, H, W], float vectors [N, n]): uint8 images are scaled to [0, 1] here, float
+        ones come normalized."""
         images, vector = parts
         dtype = self.mix[0].weight.dtype  # bfloat16 in a policy worker that stores its weights so
-        features = [encoder(image.to(torch.float32, copy=True, memory_format=image_layout(image)).mul_(1 / 255.0)
-                            .to(dtype)) for encoder, image in zip(self.images, images)]
+        features = [encoder(scaled_image(image).to(dtype)) for encoder, image in zip(self.images, images)]
         if self.vector is not None:
             features.append(self.vector(vector.to(dtype)))
         return self.mix(torch.cat(features, dim=-1))
+
+
+def scaled_image(images: torch.Tensor) -> torch.Tensor:
+    """uint8 images as floats in [0, 1] (a copy); float ones (normalized already) in the same layout."""
+    floats = images.to(torch.float32, copy=images.dtype == torch.uint8, memory_format=image_layout(images))
+    return floats.mul_(1 / 255.0) if images.dtype == torch.uint8 else floats
 
 
 def image_layout(images: torch.Tensor) -> torch.memory_format:
@@ -219,7 +236,11 @@ class ActorCritic(nn.Module):
         self._check_encoder(obs_space, cfg)
         use_conv = self.packed is not None or cfg.encoder == "conv" or (cfg.encoder == "auto" and self.is_image)
         normalize_input = not self.is_image if cfg.normalize_input is None else cfg.normalize_input
-        normalized_shape = (self.packed.vector_size,) if self.packed is not None else obs_space.shape
+        # a packed observation's normalizer sees its vector, after its images' pixels if --normalize_input is True
+        # (plain image observations are normalized only when asked too)
+        self.normalize_images = self.packed is not None and cfg.normalize_input is True
+        normalized_shape = obs_space.shape if self.packed is None else (self.packed.vector_size + sum(
+            math.prod(shape) for shape in self.packed.image_shapes.values()) * self.normalize_images,)
         self.normalizer = RunningNorm(normalized_shape) if normalize_input and math.prod(normalized_shape) else None
         self.returns_normalizer = ReturnNorm() if cfg.normalize_returns else None
         self.reward_std = RunningNorm(()) if cfg.scale_rewards else None  # --scale_rewards' moments (reward_scaling.py)
@@ -308,8 +329,7 @@ class ActorCritic(nn.Module):
         autocast (the learner's mixed precision: float32 master weights, bfloat16 convolutions)."""
         with autocast_if(obs.device.type, autocast_dtype):
             if self.packed is not None:
-                images, vector = unpack_observation(self.packed, obs)
-                return self.encoder((images, self.normalized(vector))).float()
+                return self.encoder(self.packed_input(*unpack_observation(self.packed, obs))).float()
             layout = image_layout(obs) if self.is_conv else torch.contiguous_format
             obs = obs.to(torch.float32, copy=True, memory_format=layout)
             if self.normalizer is not None:  # in place, on this copy
@@ -319,20 +339,35 @@ class ActorCritic(nn.Module):
             features = self.encoder((obs if self.is_conv else obs.flatten(1)).to(self.compute_dtype))
         return features.float()
 
-    def normalized(self, vector: torch.Tensor) -> torch.Tensor:
-        """A float32 copy of a packed observation's vector, normalized (the ONNX graph's vector input takes this)."""
+    def packed_input(self, images: list[torch.Tensor], vector: torch.Tensor) -> tuple[list, torch.Tensor]:
+        """A packed observation's parts (unpack_observation; the ONNX graph's inputs) as its encoder takes them: the
+        vector as a float32 copy, normalized, and the images normalized with it if --normalize_input is True (else
+        left uint8 for the encoder to scale)."""
         vector = vector.to(torch.float32, copy=True)
-        return vector if self.normalizer is None else self.normalizer(vector)
+        if self.normalizer is None:
+            return images, vector
+        if not self.normalize_images:
+            return images, self.normalizer(vector)
+        shapes = [*self.packed.image_shapes.values(), (self.packed.vector_size,)]
+        floats = [image.to(torch.float32, copy=True, memory_format=image_layout(image)) for image in images]
+        *images, vector = self.normalizer.normalize_parts(floats + [vector], shapes)
+        return images, vector
 
-    def normalized_part(self, obs: torch.Tensor) -> torch.Tensor:
-        """The entries of observations [N, ...] that the input normalizer sees (a packed observation's vector)."""
-        return obs if self.packed is None else unpack_observation(self.packed, obs)[1]
+    def normalized_part(self, *observation) -> torch.Tensor:
+        """What the input normalizer sees of observations [N, ...] (or of a packed observation's parts): all of a
+        plain observation; a packed one's vector, its images' pixels first if they are normalized too (as floats)."""
+        if self.packed is None:
+            return observation[0]
+        images, vector = observation if len(observation) == 2 else unpack_observation(self.packed, observation[0])
+        if not self.normalize_images:
+            return vector
+        return torch.cat([image.flatten(-3).float() for image in images] + [vector], dim=-1)
 
     def action_mask(self, obs: torch.Tensor) -> torch.Tensor | None:
         """The env's action mask in a batch of observations (their last floats), or None if it has none."""
         if not self.action_mask_size:
             return None
-        return self.normalized_part(obs)[..., -self.action_mask_size:]
+        return (obs if self.packed is None else unpack_observation(self.packed, obs)[1])[..., -self.action_mask_size:]
 
     def _core_step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One recurrent step; returns (output, new flat state), float32."""

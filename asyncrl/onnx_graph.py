@@ -47,7 +47,7 @@ class ActingPolicy(nn.Module):
             return model.encode(inputs[0]), model.action_mask(inputs[0])
         images, vector = list(inputs[:len(model.packed.image_shapes)]), inputs[len(model.packed.image_shapes)]
         mask = vector[..., -model.action_mask_size:] if model.action_mask_size else None
-        return model.encoder((images, model.normalized(vector))).float(), mask
+        return model.encoder(model.packed_input(images, vector)).float(), mask
 
 
 def observation_inputs(obs_space, batch: int) -> dict[str, torch.Tensor]:

@@ -27,6 +27,8 @@ MODELS = {
     # images beside a vector and a mask: the graph takes each part (ONNX cannot read floats from bytes)
     "packed images, vector and mask, gru": (PackedObservation({"camera": (3, 36, 40), "depth": (1, 36, 36)}, 5 + 3, 3),
                                             gym.spaces.Discrete(3), dict(use_rnn=True, rnn_size=32)),
+    "packed, every pixel normalized": (PackedObservation({"camera": (3, 36, 40)}, 4), gym.spaces.Discrete(2),
+                                       dict(use_rnn=False, normalize_input=True)),
 }
 
 

@@ -80,6 +80,28 @@ def test_the_model_reads_both_parts_masks_the_logits_and_learns_through_both():
     assert not torch.allclose(logits_with("vector", other_health), original)
 
 
+@pytest.mark.parametrize("normalize_input", [None, True])
+def test_normalize_input_true_normalizes_a_packed_observation_s_pixels_too(normalize_input):
+    """As for plain observations: by default (None) the vector alone is normalized and the encoder scales the uint8
+    images; True normalizes every pixel as well, with the same running statistics."""
+    env = adapt("mixed", Mixed())
+    space = env.observation_space
+    model = build_model(space, env.action_space, Config(env="mixed", use_rnn=False, normalize_input=normalize_input))
+    pixels = 3 * 40 * 44 + 37 * 36 if normalize_input else 0
+    assert model.normalizer.mean.shape == (pixels + space.vector_size,)
+    model.normalizer.mean.fill_(100.0)
+    model.normalizer.var.fill_(50.0 ** 2)
+    batch = torch.as_tensor(np.stack([env.reset(seed=seed)[0] for seed in range(2)]))
+    (camera, depth), vector = unpack_observation(space, batch)
+    images, normalized = model.packed_input([camera, depth], vector)
+    assert torch.allclose(normalized, ((vector - 100) / 50).clamp(-5, 5), atol=1e-5)
+    if normalize_input:
+        assert torch.allclose(images[0], ((camera.float() - 100) / 50).clamp(-5, 5), atol=1e-5)
+    else:
+        assert images[0] is camera  # left uint8: the encoder scales it to [0, 1]
+    assert model.normalized_part(batch).shape == (2, pixels + space.vector_size)
+
+
 def test_an_image_with_its_action_mask_in_the_info_is_packed_with_the_mask():
     class ImageWithInfoMask(gym.Env):
         observation_space = gym.spaces.Box(0, 255, (36, 36, 3), np.uint8)

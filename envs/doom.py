@@ -212,9 +212,11 @@ class DoomEnv(gym.Env):
 
     def step(self, action):
         reward = self.game.make_action(self._actions[int(action)], self.frameskip)
-        if self.scenario.bots and self.game.is_player_dead():
-            self.game.respawn_player()  # a deathmatch goes on after a death; the death penalty was paid
         terminated = self.game.is_episode_finished()
+        if self.scenario.bots and not terminated and self.game.is_player_dead():
+            # a deathmatch goes on after a death; the death penalty was paid. Not after the episode's end: a respawn
+            # there starts the next episode, whose end this step would then never report
+            self.game.respawn_player()
         truncated = terminated and self.game.is_episode_timeout_reached()
         info = {}
         if terminated:

@@ -2,8 +2,8 @@
 
 Each schedule sets the learner's optimizer's rate for a batch's first step from the policy's own --learning_rate (PBT
 may change it) and its env steps, and may change it again after each minibatch or epoch from the KL between the
-policy that acted and the one being trained. The KL-adaptive ones are Sample Factory's (after rl_games): they keep the update's KL near
---lr_schedule_kl_threshold instead of following a fixed decay.
+policy that acted and the one being trained. The KL-adaptive ones are Sample Factory's (after rl_games): they keep
+the update's KL near --lr_schedule_kl_threshold instead of following a fixed decay.
 """
 
 from __future__ import annotations

@@ -353,12 +353,12 @@ class ActorCritic(nn.Module):
         *images, vector = self.normalizer.normalize_parts(floats + [vector], shapes)
         return images, vector
 
-    def normalized_part(self, *observation) -> torch.Tensor:
-        """What the input normalizer sees of observations [N, ...] (or of a packed observation's parts): all of a
-        plain observation; a packed one's vector, its images' pixels first if they are normalized too (as floats)."""
+    def normalized_part(self, obs: torch.Tensor) -> torch.Tensor:
+        """What the input normalizer sees of observations [N, ...]: all of a plain observation; a packed one's vector,
+        its images' pixels first if they are normalized too (as floats)."""
         if self.packed is None:
-            return observation[0]
-        images, vector = observation if len(observation) == 2 else unpack_observation(self.packed, observation[0])
+            return obs
+        images, vector = unpack_observation(self.packed, obs)
         if not self.normalize_images:
             return vector
         return torch.cat([image.flatten(-3).float() for image in images] + [vector], dim=-1)

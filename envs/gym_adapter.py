@@ -54,7 +54,20 @@ class ObservationWithActionMask(gym.spaces.Box):
         self.mask_size = mask_size
 
 
-class ActionMaskInObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
+class ObservedWithInfo(gym.Wrapper):
+    """A wrapper whose observation is made from the env's and the step's info (gymnasium's ObservationWrapper sees no
+    info): `_observe(obs, info)` at every reset and step."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return self._observe(obs, info), info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._observe(obs, info), reward, terminated, truncated, info
+
+
+class ActionMaskInObservation(ObservedWithInfo, gym.utils.RecordConstructorArgs):
     """An env's action mask appended to its observation, flattened into one vector (ObservationWithActionMask). The
     mask comes from a Dict observation's "action_mask" entry (Sample Factory's and PettingZoo's convention), or, with
     from_info, from info["action_mask"] at every reset and step (gymnasium's Taxi); a step without one allows every
@@ -66,14 +79,6 @@ class ActionMaskInObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.from_info = from_info
         self.features, self.observation_space = masked_observation_space(name, env.observation_space,
                                                                          env.action_space, from_info)
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        return self._observe(obs, info), info
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return self._observe(obs, info), reward, terminated, truncated, info
 
     def _observe(self, obs, info: dict) -> np.ndarray:
         mask_size = self.observation_space.mask_size
@@ -135,13 +140,7 @@ class ImagesAndVector:
                                      if key not in self.images and key != ACTION_MASK})
         if not is_flattenable(self.rest):
             raise EnvError(f"env {name!r}: the observation entries {self.rest} beside its images cannot be one vector")
-        mask_size = 0
-        if from_info or ACTION_MASK in entries:
-            sizes = categorical_sizes(action_space)
-            if sizes is None:
-                raise EnvError(f"env {name!r}: an action mask needs Discrete, 1-D MultiDiscrete or MultiBinary "
-                               f"actions, not {action_space}")
-            mask_size = sum(sizes)
+        mask_size = mask_size_of(name, action_space) if from_info or ACTION_MASK in entries else 0
         self.from_info, self.dict_obs = from_info, isinstance(space, gym.spaces.Dict)
         shapes = {key: channels_first(entries[key]).shape if chw else entries[key].shape
                   for key, chw in zip(self.images, self.to_chw)}
@@ -160,7 +159,7 @@ class ImagesAndVector:
         return self.space.pack(images, vector)
 
 
-class PackImages(gym.Wrapper, gym.utils.RecordConstructorArgs):
+class PackImages(ObservedWithInfo, gym.utils.RecordConstructorArgs):
     """An env whose observations have images beside other entries, observed as a PackedObservation (ImagesAndVector)."""
 
     def __init__(self, env: gym.Env, name: str, from_info: bool = False):
@@ -168,14 +167,7 @@ class PackImages(gym.Wrapper, gym.utils.RecordConstructorArgs):
         gym.Wrapper.__init__(self, env)
         self.packer = ImagesAndVector(name, env.observation_space, env.action_space, from_info)
         self.observation_space = self.packer.space
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        return self.packer.observe(obs, info), info
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return self.packer.observe(obs, info), reward, terminated, truncated, info
+        self._observe = self.packer.observe
 
 
 def with_mask_from_info(env: gym.Env, name: str) -> gym.Env:
@@ -207,14 +199,22 @@ def masked_observation_space(name: str, space: gym.Space, action_space: gym.Spac
     take no mask."""
     from asyncrl.envs import EnvError
     features = space if from_info else split_mask(space.spaces, gym.spaces.Dict)[0]
-    sizes = categorical_sizes(action_space)
-    if sizes is None:
-        raise EnvError(f"env {name!r}: an action mask needs Discrete, 1-D MultiDiscrete or MultiBinary actions, not "
-                       f"{action_space}")
+    mask_size = mask_size_of(name, action_space)
     if not is_flattenable(features):
         raise EnvError(f"env {name!r}: an action mask beside the observation {features} is not supported yet (a "
                        f"vector observation, or discrete and composite ones without images)")
-    return features, ObservationWithActionMask(flat_space(features), sum(sizes))
+    return features, ObservationWithActionMask(flat_space(features), mask_size)
+
+
+def mask_size_of(name: str, action_space: gym.Space) -> int:
+    """The entries of an action mask for these actions (each categorical dimension's choices); EnvError if the
+    actions take no mask."""
+    sizes = categorical_sizes(action_space)
+    if sizes is None:
+        from asyncrl.envs import EnvError
+        raise EnvError(f"env {name!r}: an action mask needs Discrete, 1-D MultiDiscrete or MultiBinary actions, not "
+                       f"{action_space}")
+    return sum(sizes)
 
 
 def observe_with_mask(features: gym.Space, obs, mask, mask_size: int) -> np.ndarray:

@@ -284,7 +284,8 @@ def test_doom_duel_bots_plays_one_bot_and_reports_the_duel():
 
 def test_a_deathmatch_step_that_ends_the_episode_does_not_respawn_the_dead_player():
     """A respawn after the episode's end starts the next episode, whose end that step then never reports: under load
-    ~3% of doom_duel_bots' episodes ran on past their time limit (the test above caught it once in a fresh-clone run)."""
+    ~3% of doom_duel_bots' episodes ran on past their time limit (the test above caught it once in a fresh-clone
+    run)."""
     from asyncrl.envs.doom import SCENARIOS, DoomEnv
     env = DoomEnv(SCENARIOS["doom_duel_bots"])  # no engine starts before a reset
     respawns = []

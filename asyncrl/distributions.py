@@ -1,8 +1,11 @@
 """Categorical actions: one Discrete choice, or one per dimension of a MultiDiscrete or MultiBinary space, drawn
 independently (the factorized policy of Sample Factory and CleanRL). The logits of every dimension sit one after
-another in the action head's output; `sizes` says how many each has."""
+another in the action head's output; `sizes` says how many each has. Box actions: a diagonal Gaussian, sampled here
+for inference (the learner takes torch's Normal)."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch.distributions import Categorical, Distribution
@@ -54,6 +57,17 @@ def gumbel_max_sample(logits: torch.Tensor, sizes: list[int]) -> tuple[torch.Ten
     if len(sizes) == 1:  # a Discrete space: no concatenation (inference's hot path)
         return actions[0], action_log_probs[0].squeeze(-1)
     return torch.cat(actions, -1), torch.cat(action_log_probs, -1).sum(-1)
+
+
+def gaussian_sample(mean: torch.Tensor, log_std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(actions [..., dims], their log-probabilities [...]) from the diagonal Gaussian N(mean, exp(log_std)^2):
+    a = mean + std * eps with eps ~ N(0, 1), so log N(a) = sum_d -eps_d^2 / 2 - log std_d - log(2 pi) / 2 needs no
+    division. The same distribution as Independent(Normal).sample and log_prob, without their object per step
+    (inference's hot path for one small batch a request)."""
+    noise = torch.randn_like(mean)
+    actions = mean + log_std.exp() * noise
+    log_prob = -(noise.square() * 0.5 + log_std + 0.5 * math.log(2 * math.pi)).sum(-1)
+    return actions, log_prob
 
 
 def most_likely(logits: torch.Tensor, sizes: list[int]) -> torch.Tensor:

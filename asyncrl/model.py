@@ -16,7 +16,7 @@ from torch.nn import functional as F
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from asyncrl.config import Config, ConfigError
-from asyncrl.distributions import MultiCategorical, gumbel_max_sample, legal_logits, most_likely
+from asyncrl.distributions import MultiCategorical, gaussian_sample, gumbel_max_sample, legal_logits, most_likely
 from asyncrl.envs.gym_adapter import ObservationWithActionMask, PackedObservation, categorical_sizes
 from asyncrl.optimizer import Adam
 
@@ -449,9 +449,7 @@ class ActorCritic(nn.Module):
     def sample_actions(self, action_params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(actions, their log-probabilities) for inference; categorical ones by the Gumbel-max trick."""
         if not self.discrete:
-            dist = self.distribution(action_params)
-            actions = dist.sample()
-            return actions, dist.log_prob(actions)
+            return gaussian_sample(action_params, self.action_log_std)
         actions, log_prob = gumbel_max_sample(action_params, self.action_sizes)
         return (actions if self.multi_discrete else actions.squeeze(-1)), log_prob
 

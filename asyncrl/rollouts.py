@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from asyncrl.buffers import SharedBuffers, slots_per_batch
@@ -214,15 +215,18 @@ class RolloutBudget:
     OptimalPreemption)."""
 
     def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers, group_agents: dict, learner_slots):
-        self.cfg, self.policy_id, self.buffers, self.group_agents = cfg, policy_id, buffers, group_agents
+        self.cfg, self.policy_id = cfg, policy_id
+        # numpy views of the same memory: indexing a request's few agents costs far less than with torch
+        self.buffers = buffers.numpy()
+        self.group_agents = {request: np.asarray(agents) for request, agents in group_agents.items()}
         self.learner_slots = learner_slots  # the learner's full_slots queue: a close may complete its rollout
         self.version, self.issued = -1, 0
         self.closed = False  # no more actions this version (and the count is in shared memory)
-        self.agent_actions = torch.zeros(len(buffers.agent_player), dtype=torch.int64)  # ppo: per agent, this version
+        self.agent_actions = np.zeros(len(buffers.agent_player), dtype=np.int64)  # ppo: per agent, this version
         self.waiting: list[tuple[int, int]] = []  # requests for the next version
-        self.in_flight: dict[tuple, torch.Tensor] = {}  # groups served whose next request has not come: their agents
+        self.in_flight: dict[tuple, np.ndarray] = {}  # groups served whose next request has not come: their agents
         self.carried: set[tuple] = set()  # groups in flight when this rollout closed: their slots go on into the next
-        self.served_at = torch.full((len(buffers.agent_player), 3), -1)  # per agent: slot, row, version of its action
+        self.served_at = np.full((len(buffers.agent_player), 3), -1)  # per agent: slot, row, version of its action
         self.num_groups = cfg.num_workers * cfg.worker_num_splits
         self.budget = cfg.batch_size if cfg.algo == "ver" else len(buffers.agent_player) * cfg.rollout
         self.preemption = preemption(cfg)
@@ -233,7 +237,7 @@ class RolloutBudget:
         requests = [r for r in requests if r[0] != Signal.NEW_VERSION]  # that message only wakes us
         if version != self.version:  # a new rollout: the requests that waited for it come first
             self.version, self.issued, self.closed, self.carried = version, 0, False, set()
-            self.agent_actions.zero_()
+            self.agent_actions.fill(0)
             self.preemption.opened(version)
             requests, self.waiting = self.waiting + requests, []
         served, deferred, was_closed = [], [], self.closed
@@ -241,7 +245,7 @@ class RolloutBudget:
             self.in_flight.pop(request, None)
             agents = self.group_agents[request]
             agents = agents[self.buffers.agent_player[agents] == self.policy_id]
-            if self.closed or (self.cfg.algo == "ppo" and bool((self.agent_actions[agents] >= self.cfg.rollout).any())):
+            if self.closed or (self.cfg.algo == "ppo" and (self.agent_actions[agents] >= self.cfg.rollout).any()):
                 deferred.append(request)
                 continue
             served.append(request)
@@ -251,9 +255,10 @@ class RolloutBudget:
             self.closed = self.cfg.algo == "ver" and self.issued >= self.budget
         self.waiting += deferred
         if served:  # their groups wait for these actions: the slots and rows cannot change under us
-            agents = torch.cat([self.in_flight[request] for request in served])
-            self.served_at[agents] = torch.stack([self.buffers.agent_slot[agents], self.buffers.agent_step[agents],
-                                                  torch.full_like(agents, version)], dim=1)
+            agents = np.concatenate([self.in_flight[request] for request in served])
+            self.served_at[agents, 0] = self.buffers.agent_slot[agents]
+            self.served_at[agents, 1] = self.buffers.agent_step[agents]
+            self.served_at[agents, 2] = version
         if not was_closed:
             self._maybe_close()
         return served, [request for request in deferred if request not in self.carried]
@@ -277,7 +282,7 @@ class RolloutBudget:
         """VER's carry-over: the learner does not wait for the groups still stepping their envs. It reads the rows they
         finished where they lie, and their actions in flight become samples of the next rollout."""
         carried = self.buffers.rollout_carried
-        carried.fill_(-1)
+        carried.fill(-1)
         for agents in self.in_flight.values():
             carried[agents] = self.served_at[agents]
         self.carried = set(self.in_flight)

@@ -657,6 +657,26 @@ def test_gumbel_max_sampling_matches_the_categorical_distribution():
     torch.testing.assert_close(logp, Categorical(logits=logits).log_prob(actions))
 
 
+def test_gaussian_sampling_matches_the_diagonal_normal():
+    """model.sample_actions draws Box actions from N(mean, exp(log_std)^2) per dimension (the sample mean and std of
+    200k draws) and returns their log-probabilities as torch's Independent(Normal) gives them."""
+    import gymnasium as gym
+    from torch.distributions import Independent, Normal
+
+    from asyncrl.model import build_model
+
+    torch.manual_seed(0)
+    model = build_model(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Box(-1, 1, (2,)), Config(env="x", use_rnn=False))
+    with torch.no_grad():
+        model.action_log_std.copy_(torch.tensor([-1.0, 0.5]))
+    mean = torch.tensor([[0.3, -2.0]]).expand(200_000, 2)
+    actions, logp = model.sample_actions(mean)
+    torch.testing.assert_close(actions.mean(0), mean[0], atol=0.01, rtol=0)
+    torch.testing.assert_close(actions.std(0), torch.tensor([-1.0, 0.5]).exp(), atol=0.01, rtol=0)
+    expected = Independent(Normal(mean, model.action_log_std.detach().exp()), 1).log_prob(actions)
+    torch.testing.assert_close(logp, expected)
+
+
 def test_multi_discrete_actions_are_independent_categoricals_sampled_with_their_log_probabilities():
     """MultiCategorical against the joint distribution enumerated action by action (the product of the dimensions'
     softmaxes): log-probabilities, entropy and KL; model.sample_actions draws each dimension with its own

@@ -25,6 +25,8 @@ CONFIGS = {
     "doom_basic 2x8": ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8"],
     "CartPole-v1 2x16": ["--env", "CartPole-v1", "--num_workers", "2", "--num_envs_per_worker", "16"],
     "atari_breakout 2x8": ["--env", "atari_breakout", "--num_workers", "2", "--num_envs_per_worker", "8"],
+    "mujoco_hopper 1x8": ["--env", "mujoco_hopper", "--num_workers", "1", "--num_envs_per_worker", "8", "--rollout",
+                          "256", "--shuffle_samples", "True"],
 }
 MEASURES = {"sampler": ("sampler_fps",), "train": ("train_fps",), "all": ("sampler_fps", "train_fps")}
 

@@ -13,12 +13,28 @@ import sys
 import threading
 from typing import NoReturn
 
-from asyncrl.config import (CheckpointError, Config, ConfigError, OneLineErrorParser, add_config_arguments,
-                            build_config, experiment_dir_of, read_saved_config)
-from asyncrl.envs import (ENTRY_POINT_GROUP, EnvError, connect_remote, env_entry, env_families, plugin_envs,
-                          registered_envs)
-from asyncrl.fork_server import start_fork_server, stop_fork_server
-from asyncrl.tune import with_tuned_flags
+from asyncrl.cfg.config import (
+    CheckpointError,
+    Config,
+    ConfigError,
+    OneLineErrorParser,
+    add_config_arguments,
+    build_config,
+    experiment_dir_of,
+    read_saved_config,
+)
+from asyncrl.commands.tune import with_tuned_flags
+from asyncrl.core.fork_server import start_fork_server, stop_fork_server
+from asyncrl.distributed.rank import this_rank
+from asyncrl.envs import (
+    ENTRY_POINT_GROUP,
+    EnvError,
+    connect_remote,
+    env_entry,
+    env_families,
+    plugin_envs,
+    registered_envs,
+)
 
 USER_ERRORS = (ConfigError, EnvError, CheckpointError)
 
@@ -55,7 +71,8 @@ def config_from_args(argv: list[str]) -> Config:
     if env_name.startswith("remote:"):  # the servers are asked for the env's spaces and defaults, with our credentials
         from asyncrl.remote.client import settings_from_flags
         connect_remote(env_name, settings_from_flags({**(saved or {}), **given}))
-    return build_config(given, with_tuned_flags(given, env_entry(env_name).default_config), saved)
+    env_defaults = with_tuned_flags(given, env_entry(env_name).default_config)
+    return build_config(given, env_defaults, saved, this_rank().world_size)
 
 
 def cmd_train(argv: list[str]) -> int:
@@ -64,7 +81,7 @@ def cmd_train(argv: list[str]) -> int:
     start_fork_server()  # its imports overlap ours (torch: seconds); a user error below stops it
     cfg = config_from_args(argv)
     cfg.validate()  # before torch's import (seconds): a bad flag, value or env is answered in a fraction of one
-    from asyncrl.runner import train
+    from asyncrl.roles.runner import train
     return train(cfg)
 
 
@@ -85,32 +102,32 @@ def cmd_envs(argv: list[str]) -> int:
 def cmd_bench(argv: list[str]) -> int:
     if not wants_help(argv):
         start_fork_server()
-    from asyncrl.bench import cmd_bench as bench
+    from asyncrl.commands.bench import cmd_bench as bench
     return bench(argv)
 
 
 def cmd_plot(argv: list[str]) -> int:
-    from asyncrl.plot import cmd_plot as plot
+    from asyncrl.commands.plot import cmd_plot as plot
     return plot(argv)
 
 
 def cmd_enjoy(argv: list[str]) -> int:
-    from asyncrl.enjoy import enjoy
+    from asyncrl.commands.enjoy import enjoy
     return enjoy(argv)
 
 
 def cmd_match(argv: list[str]) -> int:
-    from asyncrl.match import match
+    from asyncrl.commands.match import match
     return match(argv)
 
 
 def cmd_export(argv: list[str]) -> int:
-    from asyncrl.export import export
+    from asyncrl.commands.export import export
     return export(argv)
 
 
 def cmd_push(argv: list[str]) -> int:
-    from asyncrl.hub import push
+    from asyncrl.commands.hub import push
     return push(argv)
 
 
@@ -122,7 +139,7 @@ def cmd_env_server(argv: list[str]) -> int:
 def cmd_tune(argv: list[str]) -> int:
     if not wants_help(argv):
         start_fork_server()  # ready by the first candidate's run, which would otherwise wait seconds for its imports
-    from asyncrl.tune import cmd_tune as tune
+    from asyncrl.commands.tune import cmd_tune as tune
     return tune(argv)
 
 

@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 import psutil
-
 from _run import asyncrl_bench, machine, write_result
+
 from asyncrl.envs import EnvError
 
 FRAMESKIP = 4

@@ -24,7 +24,6 @@ import tempfile
 import time
 
 import psutil
-
 from _run import REPO, asyncrl_bench, machine, write_result
 
 DUEL = ["--env", "doom_duel", "--num_workers", "2", "--num_envs_per_worker", "4"]

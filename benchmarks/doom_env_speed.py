@@ -13,7 +13,6 @@ import os
 import time
 
 import numpy as np
-
 from _run import machine, write_result
 
 SCENARIOS = ["doom_basic", "doom_defend_the_center", "doom_health_gathering"]

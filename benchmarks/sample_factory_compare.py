@@ -23,7 +23,6 @@ import threading
 import time
 
 import numpy as np
-
 from _run import RESULTS, machine, peer_venv, train_and_watch, write_result
 
 SF_VERSION = "2.1.1"

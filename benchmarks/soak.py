@@ -21,7 +21,6 @@ import time
 
 import numpy as np
 import psutil
-
 from _run import REPO, RESULTS, machine, write_result
 
 

@@ -16,7 +16,7 @@ import tempfile
 
 from _run import RESULTS, first_reaching, machine, train_and_watch, write_result
 
-from asyncrl.plot import plot_runs
+from asyncrl.commands.plot import plot_runs
 
 
 def summarize(rows: list[dict]) -> dict:

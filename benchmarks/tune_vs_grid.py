@@ -22,10 +22,10 @@ import tempfile
 
 from _run import REPO, machine, write_result
 
-from asyncrl.config import ConfigError, build_config
+from asyncrl.cfg.config import ConfigError, build_config
+from asyncrl.commands.measure import engine_run
+from asyncrl.commands.tune import results_path
 from asyncrl.envs import env_entry
-from asyncrl.measure import engine_run
-from asyncrl.tune import results_path
 
 GRIDS = {  # envs per worker: cheap envs want more of them per worker
     "cheap": {"num_workers": [2, 4], "num_envs_per_worker": [8, 16, 32], "worker_num_splits": [1, 2],

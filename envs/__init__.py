@@ -1,236 +1,38 @@
-"""Environment registry: every env asyncrl can train on is created through `make_env(name, **options)`.
+"""Environments: every env asyncrl can train on is made through `make_env(name, **options)`.
 
-`--env NAME` is looked up in this order:
-1. a name given to `register_env` (the VizDoom scenarios, the synthetic envs, a user's own calls);
-2. a name in an env family (`register_env_family`: atari_<game>, mujoco_<task>);
-3. an installed package's entry point in the `asyncrl.envs` group (name = the env's name, value = its factory);
-4. `remote:HOST:PORT[,HOST:PORT...]`: envs served by `asyncrl env-server` (asyncrl/remote);
-5. `module:name`, which the module decides: its attribute `name` (dotted: `pkg.envs:Maker.build`) is the factory
-   (this engine's import path), else `name` is a gymnasium id that importing the module registered (gymnasium's own
-   `package:EnvId` form, e.g. `ale_py:ALE/Pong-v5`); neither is an error that names both;
-6. a gymnasium id; ids in the `ALE/` namespace (ale-py's games, raw frames) work without importing ale-py first.
-A factory is called as `factory(**options)` and returns a gymnasium.Env, or a PettingZoo ParallelEnv (or AECEnv) for
-a multi-agent env; it may carry a `default_config` dict attribute (Config fields that suit the env, e.g.
-{"reward_scale": 0.1}) and a `make_vector(num_envs, **options)` attribute that returns a gymnasium VectorEnv of such
-envs (--env_backend vector; autoreset same-step or next-step). An env's info["life_lost"] (a VectorEnv's: per env)
-marks a step terminal for learning while the reported episode goes on (Atari's lost lives); its action mask, in a Dict
-observation's "action_mask" entry (or a gymnasium id's info["action_mask"]), keeps the policy to the legal actions
-(gym_adapter.ActionMaskInObservation). Rollout workers step every env as a list of agents (`make_agents`,
-multi_agent.py; a PettingZoo AECEnv whose agents take turns is a turn-based game, TurnBasedAgents).
-
-The runner resolves the env once and ships its entry to the worker processes (`portable_entry`), so an env
-registered in a user's script before `asyncrl.cli.main(...)` reaches spawned workers too.
+`registry.py` holds the names (`register_env`, `register_env_family`), `lookup.py` turns an `--env` name into its
+entry and its env, and each family module registers its envs on import: the VizDoom scenarios (doom.py, multiplayer in
+doom_netgame.py), atari_<game> (atari.py), mujoco_<task> (mujoco.py), the synthetic test envs (synthetic.py) and
+the duel (duel.py). `gym_adapter.py` and `multi_agent.py` turn a gymnasium or PettingZoo env into what the rollout
+workers step.
 """
 
-from __future__ import annotations
+from asyncrl.envs import atari, doom, doom_netgame, duel, mujoco, synthetic  # noqa: F401  (each registers its envs)
+from asyncrl.envs.lookup import (
+    ENTRY_POINT_GROUP,
+    adopt_entry,
+    connect_remote,
+    env_entry,
+    env_families,
+    make_agents,
+    make_env,
+    plugin_envs,
+    portable_entry,
+    registered_envs,
+)
+from asyncrl.envs.registry import (
+    WORKER_INDEX_VAR,
+    EnvEntry,
+    EnvError,
+    EnvUnavailable,
+    env_frameskip,
+    register_ale_ids,
+    register_env,
+    register_env_family,
+)
 
-import difflib
-import importlib
-from dataclasses import dataclass, field
-from importlib.metadata import entry_points
-from typing import Callable
-
-import gymnasium as gym
-
-ENTRY_POINT_GROUP = "asyncrl.envs"
-# a rollout worker sets this environment variable to its index (among every rank's workers under torchrun) before it
-# makes its envs, for an env that wants to know which worker it runs in (e.g. to give workers different levels or
-# costs; see synthetic.py's worker_cost)
-WORKER_INDEX_VAR = "ASYNCRL_WORKER_INDEX"
-
-
-class EnvError(ValueError):
-    """The env cannot be made (unknown name, missing files, unsupported space); the message says why."""
-
-
-class EnvUnavailable(Exception):
-    """The env's host cannot be reached now (a remote env's server is down); it may come back."""
-
-
-@dataclass
-class EnvEntry:
-    make_fn: Callable[..., gym.Env]
-    description: str
-    default_config: dict = field(default_factory=dict)  # Config fields this env wants unless the user says otherwise
-    # make_vector(num_envs, **options) -> gymnasium VectorEnv of num_envs such envs, for --env_backend vector
-    make_vector: Callable[..., gym.vector.VectorEnv] | None = None
-
-
-_REGISTRY: dict[str, EnvEntry] = {}
-# name prefix -> (entry of a name, description, what a member is called: atari_<game>)
-_FAMILIES: dict[str, tuple[Callable[[str], EnvEntry], str, str]] = {}
-_RESOLVED: dict[str, EnvEntry] = {}  # plugins, import paths and gymnasium ids, resolved once
-
-
-def register_env(name: str, make_fn: Callable[..., gym.Env], description: str = "", default_config: dict | None = None,
-                 make_vector: Callable[..., gym.vector.VectorEnv] | None = None):
-    """Make `name` available to `asyncrl train --env name`. `make_fn(**options)` returns a gymnasium.Env;
-    `default_config` holds Config fields (e.g. {"reward_scale": 0.01}) that suit this env; `make_vector(num_envs,
-    **options)`, if given, returns num_envs of them as one gymnasium VectorEnv (for --env_backend vector)."""
-    _REGISTRY[name] = EnvEntry(make_fn, description, dict(default_config or {}), make_vector)
-
-
-def register_env_family(prefix: str, entry_of: Callable[[str], EnvEntry], description: str,
-                        member: str = "name") -> None:
-    """Make every name that starts with `prefix` an env (e.g. atari_<game>): `entry_of(name)` returns its entry, or
-    raises EnvError if there is no such env. `asyncrl envs` lists the family in one line, as prefix<member>."""
-    _FAMILIES[prefix] = (entry_of, description, member)
-
-
-def env_families() -> dict[str, str]:
-    """prefix<member> (atari_<game>) -> description of every env family."""
-    _register_builtin()
-    return {f"{prefix}<{member}>": description for prefix, (_, description, member) in _FAMILIES.items()}
-
-
-def registered_envs() -> dict[str, EnvEntry]:
-    _register_builtin()
-    return dict(_REGISTRY)
-
-
-def plugin_envs() -> dict[str, str]:
-    """Env name -> `module:factory` of every installed package's `asyncrl.envs` entry point (not loaded)."""
-    return {ep.name: ep.value for ep in _plugins()}
-
-
-def _register_builtin():
-    # Imported lazily so `import asyncrl.envs` stays cheap; the modules call register_env on import.
-    from asyncrl.envs import atari, doom, doom_netgame, duel, mujoco, synthetic  # noqa: F401
-
-
-def _plugins():
-    return entry_points(group=ENTRY_POINT_GROUP)
-
-
-def _factory_entry(factory, source: str) -> EnvEntry:
-    if not callable(factory):
-        raise EnvError(f"{source} is a {type(factory).__name__}, not a factory that returns a gymnasium.Env")
-    description = ((factory.__doc__ or "").strip().splitlines() or [source])[0]
-    return EnvEntry(factory, description, dict(getattr(factory, "default_config", None) or {}),
-                    getattr(factory, "make_vector", None))
-
-
-def _import_path_entry(path: str) -> EnvEntry:
-    """`package.module:factory` -> its entry; EnvError with what is wrong (no such module, no such attribute)."""
-    module_name, _, attribute = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise EnvError(f"--env {path}: cannot import {module_name!r} ({e}); is it installed or on "
-                       f"PYTHONPATH?") from None
-    factory = module
-    for part in attribute.split("."):
-        if not hasattr(factory, part):
-            if attribute in gym.envs.registry:  # gymnasium's `package:EnvId`: the import registered the id
-                from asyncrl.envs.gym_adapter import gym_entry
-                return gym_entry(path)
-            raise EnvError(f"--env {path}: module {module_name!r} has no attribute {attribute!r}, and importing it "
-                           f"registered no gymnasium id {attribute!r}")
-        factory = getattr(factory, part)
-    entry = _factory_entry(factory, f"--env {path}")
-    if module_name.split(".")[0] == "pettingzoo":  # PettingZoo's own envs get defaults as gymnasium ids do
-        from asyncrl.envs.multi_agent import pettingzoo_defaults
-        entry.default_config = {**pettingzoo_defaults(path, factory), **entry.default_config}
-    return entry
-
-
-def env_entry(name: str) -> EnvEntry:
-    """The entry for `name` (see the module docstring for the lookup order). Raises EnvError with near matches."""
-    _register_builtin()
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    if name not in _RESOLVED:  # a gymnasium id's entry makes an env to choose its defaults: once per process
-        _RESOLVED[name] = _resolve(name)
-    return _RESOLVED[name]
-
-
-def _resolve(name: str) -> EnvEntry:
-    """The entry of a name that was not registered: a family's, a plugin, an import path or a gymnasium id."""
-    family = next((entry_of for prefix, (entry_of, *_) in _FAMILIES.items() if name.startswith(prefix)), None)
-    if family is not None:
-        return family(name)
-    plugin = next((ep for ep in _plugins() if ep.name == name), None)
-    if plugin is not None:
-        try:
-            return _factory_entry(plugin.load(), f"the {ENTRY_POINT_GROUP} entry point {name} = {plugin.value}")
-        except (ImportError, AttributeError) as e:
-            raise EnvError(f"the {ENTRY_POINT_GROUP} entry point {name} = {plugin.value} cannot be loaded "
-                           f"({e})") from None
-    if name.startswith("remote:"):
-        from asyncrl.remote.client import remote_entry
-        return remote_entry(name)
-    if ":" in name:
-        return _import_path_entry(name)
-    if name.startswith("ALE/"):  # registered by ale-py, which gymnasium 1.x does not import
-        register_ale_ids()
-    if name in gym.envs.registry:
-        from asyncrl.envs.gym_adapter import gym_entry
-        return gym_entry(name)
-    matches = difflib.get_close_matches(name, [*_REGISTRY, *(ep.name for ep in _plugins()), *gym.envs.registry],
-                                        n=5, cutoff=0.6)
-    hint = f"; did you mean: {', '.join(matches)}?" if matches else "; `asyncrl envs` lists the registered envs"
-    raise EnvError(f"unknown env {name!r}{hint} (your own env: --env package.module:factory)")
-
-
-def register_ale_ids() -> None:
-    """Gymnasium ids of ale-py's games (ALE/Pong-v5, ...), which gymnasium 1.x knows only once ale-py registers them."""
-    try:
-        import ale_py
-    except ImportError:
-        raise EnvError('ALE/ ids need ale-py: pip install -e ".[atari]"') from None
-    gym.register_envs(ale_py)
-
-
-def connect_remote(name: str, settings) -> None:
-    """Resolve `remote:...` with these client settings (token, TLS, side channel; asyncrl/remote/client.py)."""
-    from asyncrl.remote.client import remote_entry
-    _RESOLVED[name] = remote_entry(name, settings)
-
-
-def make_env(name: str, **options):
-    """The env of `name` with constructor `options`: the factory's gymnasium.Env, checked, with HWC image
-    observations turned CHW; or its PettingZoo env, or a remote env's agents, as it is."""
-    from asyncrl.envs.gym_adapter import adapt
-    from asyncrl.envs.multi_agent import is_agents, is_multi_agent_env
-
-    env = env_entry(name).make_fn(**options)
-    if is_agents(env) or is_multi_agent_env(env):
-        return env
-    if not isinstance(env, gym.Env):
-        raise EnvError(f"env {name!r}: its factory returned a {type(env).__name__}, not a gymnasium.Env or a "
-                       f"PettingZoo ParallelEnv")
-    return adapt(name, env)
-
-
-def make_agents(name: str, **options):
-    """The env of `name` as a rollout worker steps it: a list of agents (see multi_agent.py)."""
-    from asyncrl.envs.multi_agent import as_agents
-    return as_agents(name, make_env(name, **options))
-
-
-def portable_entry(name: str) -> bytes:
-    """The entry of `name`, pickled for a worker process, by value where need be (cloudpickle): a factory defined
-    in the user's `__main__` script, or registered only in this process, then works in spawned workers too."""
-    import cloudpickle
-    try:
-        return cloudpickle.dumps(env_entry(name))
-    except Exception as e:  # whatever the factory holds that cannot be pickled (a lock, an open file, ...)
-        raise EnvError(f"env {name!r}: its factory cannot be sent to the worker processes ({type(e).__name__}: {e}); "
-                       f"make it a module-level function or class") from None
-
-
-def adopt_entry(name: str, blob: bytes) -> None:
-    """In a worker process: make `name` resolve to the entry the runner resolved (see portable_entry)."""
-    import cloudpickle
-    _REGISTRY[name] = cloudpickle.loads(blob)
-
-
-def env_frameskip(env) -> int:
-    """Env frames per agent step (Sample Factory counts env steps in frames, frameskip included)."""
-    if not isinstance(env, gym.Env):  # a multi-agent env, or the agents of any env (multi_agent.py)
-        return int(getattr(env, "frameskip", 1))
-    try:
-        return int(env.get_wrapper_attr("frameskip"))
-    except AttributeError:  # ALE/ ids repeat actions inside ale-py's env, which says so only in the id's spec
-        skip = env.spec.kwargs.get("frameskip", 1) if env.spec else 1
-        return skip if isinstance(skip, int) else 1  # a (low, high) range repeats a random count: not counted
+__all__ = [
+    "ENTRY_POINT_GROUP", "WORKER_INDEX_VAR", "EnvEntry", "EnvError", "EnvUnavailable", "adopt_entry", "connect_remote",
+    "env_entry", "env_families", "env_frameskip", "make_agents", "make_env", "plugin_envs", "portable_entry",
+    "register_ale_ids", "register_env", "register_env_family", "registered_envs",
+]

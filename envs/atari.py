@@ -29,7 +29,7 @@ import functools
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs import EnvEntry, EnvError, register_env_family
+from asyncrl.envs.registry import EnvEntry, EnvError, register_env_family
 
 PREFIX = "atari_"
 MAX_FRAMES_PER_GAME = 108_000

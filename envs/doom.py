@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs import EnvError, register_env
-from asyncrl.reaper import announce_engines
+from asyncrl.core.reaper import announce_engines
+from asyncrl.envs.registry import EnvError, register_env
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,18 @@ import numpy as np
 import psutil
 from pettingzoo import ParallelEnv
 
-from asyncrl.envs import EnvError, register_env
-from asyncrl.reaper import announce_engines, remove_vizdoom_segments, vizdoom_instance_id
-from asyncrl.envs.doom import (DEATHMATCH_BUTTONS, DEATHMATCH_COMBOS, DEATHMATCH_STATS, DOOM_DEFAULTS, DoomEnv,
-                               Scenario, frag_table, win_of)
+from asyncrl.core.reaper import announce_engines, remove_vizdoom_segments, vizdoom_instance_id
+from asyncrl.envs.doom import (
+    DEATHMATCH_BUTTONS,
+    DEATHMATCH_COMBOS,
+    DEATHMATCH_STATS,
+    DOOM_DEFAULTS,
+    DoomEnv,
+    Scenario,
+    frag_table,
+    win_of,
+)
+from asyncrl.envs.registry import EnvError, register_env
 
 KICK_AFTER_S = 0.002  # see the module docstring
 START_ATTEMPTS = 3

@@ -18,8 +18,8 @@ import gymnasium as gym
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from asyncrl.envs import EnvError, register_env
 from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS
+from asyncrl.envs.registry import EnvError, register_env
 
 MOVES = {1: (0, -1), 2: (0, 1), 3: (-1, 0), 4: (1, 0)}  # facing direction -> (dx, dy)
 SHOOT = 5

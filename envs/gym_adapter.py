@@ -11,6 +11,8 @@ import warnings
 import gymnasium as gym
 import numpy as np
 
+from asyncrl.envs.registry import EnvEntry, EnvError, register_ale_ids
+
 
 class ChannelsFirst(gym.ObservationWrapper):
     """HWC image observations -> CHW (a transposed view made contiguous once per step)."""
@@ -132,7 +134,6 @@ class ImagesAndVector:
     with from_info) into a PackedObservation's: HWC images made CHW, the rest flattened, the mask after it."""
 
     def __init__(self, name: str, space: gym.Space, action_space: gym.Space, from_info: bool = False):
-        from asyncrl.envs import EnvError
         entries = dict(space.spaces) if isinstance(space, gym.spaces.Dict) else {"obs": space}
         self.images = [key for key, entry in entries.items() if is_image_space(entry)]
         self.to_chw = [is_hwc_image(entries[key]) for key in self.images]
@@ -197,7 +198,6 @@ def masked_observation_space(name: str, space: gym.Space, action_space: gym.Spac
     """(the space of the observation's features, the vector space of features and mask) of an env whose mask is in
     its Dict observation, or in its info (from_info). EnvError if the features cannot be one vector or the actions
     take no mask."""
-    from asyncrl.envs import EnvError
     features = space if from_info else split_mask(space.spaces, gym.spaces.Dict)[0]
     mask_size = mask_size_of(name, action_space)
     if not is_flattenable(features):
@@ -211,7 +211,6 @@ def mask_size_of(name: str, action_space: gym.Space) -> int:
     actions take no mask."""
     sizes = categorical_sizes(action_space)
     if sizes is None:
-        from asyncrl.envs import EnvError
         raise EnvError(f"env {name!r}: an action mask needs Discrete, 1-D MultiDiscrete or MultiBinary actions, not "
                        f"{action_space}")
     return sum(sizes)
@@ -231,7 +230,6 @@ def mask_vector(mask, mask_size: int) -> np.ndarray:
         mask = np.concatenate([np.ravel(part) for part in mask])
     mask = np.asarray(mask, np.float32).ravel()
     if mask.size != mask_size:
-        from asyncrl.envs import EnvError
         raise EnvError(f"the env's action mask has {mask.size} entries, and its actions {mask_size} choices")
     return mask
 
@@ -291,7 +289,6 @@ def adapt(name: str, env: gym.Env) -> gym.Env:
 
 
 def check_spaces(name: str, obs: gym.Space, act: gym.Space) -> None:
-    from asyncrl.envs import EnvError
     if not isinstance(obs, gym.spaces.Box):
         raise EnvError(f"env {name!r}: observation space {obs} is not supported yet (Box observations, and discrete "
                        f"or composite ones without images, which gymnasium envs get flattened)")
@@ -316,7 +313,6 @@ def categorical_sizes(space: gym.Space) -> list[int] | None:
 def registered_id(gym_id: str) -> str:
     """The id of `gym_id` (or of gymnasium's `package:EnvId` form), once what registers it is imported (the package;
     ale-py for ALE/ ids), in whichever process makes the env; MuJoCo's warnings are routed (quiet_mujoco) first."""
-    from asyncrl.envs import register_ale_ids
     package, _, env_id = gym_id.rpartition(":")
     if package:
         importlib.import_module(package)
@@ -331,7 +327,6 @@ def quiet_mujoco() -> None:
     """MuJoCo writes its warnings to MUJOCO_LOG.TXT in the working directory: send them to Python's warnings instead,
     less its deprecations of gymnasium's model files (mujoco 4's `settotalmass`: not the user's to act on, and
     gymnasium shows each once per process, so every rollout worker would print it)."""
-    from asyncrl.envs import EnvError
     if importlib.util.find_spec("mujoco") is None:
         raise EnvError('MuJoCo envs need mujoco: pip install -e ".[mujoco]"')
     try:
@@ -348,7 +343,6 @@ def quiet_mujoco() -> None:
 
 
 def make_gym_env(gym_id: str, **options) -> gym.Env:
-    from asyncrl.envs import EnvError
     registered_id(gym_id)
     try:
         env = gym.make(gym_id, **options)
@@ -380,7 +374,6 @@ GYM_ID_DEFAULTS = {"CartPole-v1": {"reward_scale": 0.1}, "CartPole-v0": {"reward
 
 
 def gym_entry(gym_id: str):
-    from asyncrl.envs import EnvEntry
     probe = make_gym_env(gym_id)  # the observation space decides the defaults; gymnasium envs are cheap to make
     if isinstance(probe.action_space, gym.spaces.Box):
         defaults = dict(CONTINUOUS_DEFAULTS)
@@ -400,7 +393,6 @@ def make_gym_vector(gym_id: str, num_envs: int, make_masked=None, **options) -> 
     else gymnasium's SyncVectorEnv of the envs this module adapts (make_masked's, for an env with its action mask in
     its info). ALE/ ids' own is ale-py's preprocessing vector env (84x84 stacks), not the raw game the id makes alone
     (atari_<game> is the family that steps it)."""
-    from asyncrl.envs import EnvError
     env_id = registered_id(gym_id)
     if make_masked or gym.spec(env_id).vector_entry_point is None or env_id.startswith("ALE/"):
         make = make_masked or (lambda **kwargs: make_gym_env(gym_id, **kwargs))

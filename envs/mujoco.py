@@ -15,8 +15,8 @@ import difflib
 
 import gymnasium as gym
 
-from asyncrl.envs import EnvEntry, EnvError, register_env_family
 from asyncrl.envs.gym_adapter import CONTINUOUS_DEFAULTS, make_gym_env, make_gym_vector
+from asyncrl.envs.registry import EnvEntry, EnvError, register_env_family
 
 PREFIX = "mujoco_"
 

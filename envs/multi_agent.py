@@ -17,9 +17,24 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS, ImagesAndVector, categorical_sizes, channels_first, \
-    check_spaces, flat_space, flatten, has_action_mask, has_image, has_images_beside, is_flattenable, is_hwc_image, \
-    masked_observation_space, observe_with_mask, split_mask
+from asyncrl.envs.gym_adapter import (
+    VECTOR_ENV_DEFAULTS,
+    ImagesAndVector,
+    categorical_sizes,
+    channels_first,
+    check_spaces,
+    flat_space,
+    flatten,
+    has_action_mask,
+    has_image,
+    has_images_beside,
+    is_flattenable,
+    is_hwc_image,
+    masked_observation_space,
+    observe_with_mask,
+    split_mask,
+)
+from asyncrl.envs.registry import EnvError, env_frameskip
 
 
 class SingleAgent:
@@ -28,7 +43,6 @@ class SingleAgent:
     num_agents = 1
 
     def __init__(self, env: gym.Env):
-        from asyncrl.envs import env_frameskip
 
         self.env, self.frameskip, self.metadata = env, env_frameskip(env), env.metadata
         self.observation_space, self.action_space = env.observation_space, env.action_space
@@ -53,7 +67,6 @@ class ParallelEnvAgents:
     layout has a row per agent). Every agent must have the same observation and action space."""
 
     def __init__(self, name: str, env):
-        from asyncrl.envs import EnvError
 
         self.name, self.env, self.frameskip = name, env, int(getattr(env, "frameskip", 1))
         self.metadata = getattr(env, "metadata", {})
@@ -92,7 +105,6 @@ class ParallelEnvAgents:
 
     def _first_observations(self, obs: dict, infos: dict) -> tuple[list, list]:
         if set(obs) != set(self.agent_ids):
-            from asyncrl.envs import EnvError
             raise EnvError(f"env {self.name!r}: reset returned observations for agents {sorted(map(str, obs))}, "
                            f"but its possible_agents are {sorted(map(str, self.agent_ids))}: every agent must start "
                            f"every episode (the agent count is fixed per env)")

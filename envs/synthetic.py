@@ -27,8 +27,8 @@ import gymnasium as gym
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from asyncrl.envs import WORKER_INDEX_VAR, EnvError, register_env
 from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS, PackImages, sync_vector
+from asyncrl.envs.registry import WORKER_INDEX_VAR, EnvError, register_env
 
 
 def burn_cpu(microseconds: float) -> None:

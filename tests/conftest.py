@@ -64,5 +64,5 @@ def cartpole_run(tmp_path_factory):
 def pytest_sessionfinish(session, exitstatus):
     """The fork server that tests running roles in this process started: stopped now, not a few seconds after the
     session's end (the suite leaves no process behind)."""
-    from asyncrl.fork_server import stop_fork_server
+    from asyncrl.core.fork_server import stop_fork_server
     stop_fork_server()

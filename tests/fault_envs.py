@@ -54,7 +54,7 @@ class DiesHoldingAQueueLock(gym.Wrapper):
         self.steps += 1
         if self.steps == self.at_step and not os.path.exists(self.once_file):
             open(self.once_file, "w").close()
-            from asyncrl.rollout_worker import RolloutWorker
+            from asyncrl.roles.rollout_worker import RolloutWorker
             worker = next(o for o in gc.get_objects() if isinstance(o, RolloutWorker))
             queue = getattr(worker.queues, self.queue)
             locked_for_good = lock_and_die(queue[0] if isinstance(queue, list) else queue)

@@ -150,8 +150,15 @@ def serial_runner(tmp_path, **overrides):
     it by polling runner.components."""
     import torch
 
-    from asyncrl.config import Config
-    from asyncrl.runner import Runner, decide_auto, model_and_layout, prepare_experiment_dir, probe_env, save_config
+    from asyncrl.cfg.config import Config
+    from asyncrl.roles.runner import (
+        Runner,
+        decide_auto,
+        model_and_layout,
+        prepare_experiment_dir,
+        probe_env,
+        save_config,
+    )
 
     fields = dict(env="CartPole-v1", train_dir=str(tmp_path), experiment="t", serial_mode=True, num_workers=2,
                   num_envs_per_worker=4, worker_num_splits=2, rollout=4, batch_size=32, use_rnn=False,
@@ -171,7 +178,7 @@ def serial_runner(tmp_path, **overrides):
 
 def drain(q) -> list:
     """Everything in faster-fifo queue q, put back in the same order (FIFO order is preserved)."""
-    from asyncrl.queues import take_all
+    from asyncrl.core.queues import take_all
     items = take_all(q)
     if items:
         q.put_many(items)
@@ -180,7 +187,7 @@ def drain(q) -> list:
 
 def slot_owners(runner) -> list[int]:
     """Every slot index wherever it is now: queues, agents filling one, learners holding a partial batch."""
-    from asyncrl.learner import Learner
+    from asyncrl.roles.learner import Learner
     q = runner.queues
     owned = drain(q.free_slots) + [s for fq in q.full_slots for s in drain(fq)]
     owned += runner.buffers.agent_slot.tolist()

@@ -5,15 +5,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-
 from helpers import read_stats, run_cli
 
-from asyncrl.config import Config
-from asyncrl.distributions import MultiCategorical, categorical_kl, legal_logits
+from asyncrl.cfg.config import Config
 from asyncrl.envs import EnvError, make_env
 from asyncrl.envs.gym_adapter import ObservationWithActionMask, adapt
 from asyncrl.envs.multi_agent import as_agents
-from asyncrl.model import build_model
+from asyncrl.model.actor_critic import build_model
+from asyncrl.model.distributions import MultiCategorical, categorical_kl, legal_logits
 from tests.action_envs import LegalMoves  # the module the engine imports for --env tests.action_envs:...
 
 SIZES = [4, 6]  # tests.action_envs:legal_moves' MultiDiscrete choices

@@ -4,10 +4,10 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import read_stats, run_cli, run_cli_error, serial_runner
 
 from asyncrl.envs import EnvError, env_entry, make_env
 from asyncrl.envs.atari import FRAMESKIP, MAX_FRAMES_PER_GAME, make_vector_game
-from helpers import read_stats, run_cli, run_cli_error, serial_runner
 
 
 def play_one_game(env, actions, seed=1):
@@ -123,8 +123,8 @@ def test_the_frame_limit_is_108_000_frames_unless_an_option_says_otherwise(monke
 def test_the_learner_sees_each_life_the_stats_see_the_whole_game_unclipped(tmp_path, monkeypatch, backend, engine):
     """Ms. Pac-Man (10 points a pellet): every step's raw reward and done (terminated or a lost life) land in the
     agent's slot; a finished episode is the whole game with its unclipped score (the learner clips, --reward_clip)."""
-    from asyncrl import timing
-    from asyncrl.rollout_worker import RolloutWorker
+    from asyncrl.core import timing
+    from asyncrl.roles.rollout_worker import RolloutWorker
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
     runner = serial_runner(tmp_path, env="atari_ms_pacman", env_backend=backend, num_workers=1, num_envs_per_worker=2,
                            worker_num_splits=1, rollout=32, batch_size=64, sampler_only=True, reward_clip=1.0,

@@ -8,11 +8,11 @@ import time
 import psutil
 import pytest
 import torch
-
-from asyncrl.bench import MODES, parse_bench_args, report
-from asyncrl.config import ConfigError
-from asyncrl.timing import Timing
 from helpers import run_cli, run_cli_error
+
+from asyncrl.cfg.config import ConfigError
+from asyncrl.commands.bench import MODES, parse_bench_args, report
+from asyncrl.core.timing import Timing
 
 
 def test_bench_flags():
@@ -67,7 +67,7 @@ def test_compute_limit_of_a_synchronous_ppo_run(tmp_path):
     rollout, so the workload keeps the run's workers (one worker's worth, enough for the inference batch, failed the
     batch check: `asyncrl bench --env mujoco_hopper` stopped after its raw mode)."""
     from asyncrl.cli import config_from_args
-    from asyncrl.measure import compute_limit
+    from asyncrl.commands.measure import compute_limit
     cfg = config_from_args(["--env", "Pendulum-v1", "--train_dir", str(tmp_path), "--num_workers", "2",
                             "--num_envs_per_worker", "4", "--rollout", "16"])
     assert cfg.algo == "ppo" and cfg.batch_size == 2 * 4 * 16
@@ -133,9 +133,9 @@ def test_a_killed_raw_worker_takes_its_engines_with_it(clean_machine):
     """raw mode's workers lead a process group with a reaper, as the engine's children do: one killed outright
     (raw_fps kills a worker still closing its envs 10 s after its time, e.g. doom_duel's net games) leaves no
     VizDoom engine and no /dev/shm segment."""
+    from asyncrl.commands.measure import _raw_worker
+    from asyncrl.core.fork_server import mp_context
     from asyncrl.envs import portable_entry
-    from asyncrl.measure import _raw_worker
-    from asyncrl.fork_server import mp_context
 
     results = mp_context.Queue()
     worker = mp_context.Process(target=_raw_worker, daemon=True, args=(
@@ -152,8 +152,8 @@ def test_a_killed_raw_worker_takes_its_engines_with_it(clean_machine):
 def test_raw_mode_reports_a_worker_that_died_without_its_result():
     """A simulator that crashes its raw-mode worker (VizDoom aborting) is an error at once, with the exit code, not a
     wait for a result that never comes."""
-    from asyncrl.fork_server import mp_context
-    from asyncrl.measure import _raw_results
+    from asyncrl.commands.measure import _raw_results
+    from asyncrl.core.fork_server import mp_context
 
     results = mp_context.Queue()
     processes = [mp_context.Process(target=os.abort), mp_context.Process(target=results.put, args=((1, 5.0),))]
@@ -170,8 +170,8 @@ def test_raw_mode_reports_a_worker_that_died_without_its_result():
 def test_cli_and_bench_do_not_import_each_other():
     import subprocess
     import sys
-    code = "import sys, {}; print(sorted(m for m in sys.modules if m in ('asyncrl.cli', 'asyncrl.bench')))"
-    for module, other in (("asyncrl.cli", "asyncrl.bench"), ("asyncrl.bench", "asyncrl.cli")):
+    code = "import sys, {}; print(sorted(m for m in sys.modules if m in ('asyncrl.cli', 'asyncrl.commands.bench')))"
+    for module, other in (("asyncrl.cli", "asyncrl.commands.bench"), ("asyncrl.commands.bench", "asyncrl.cli")):
         r = subprocess.run([sys.executable, "-c", code.format(module)], capture_output=True, text=True)
         assert r.returncode == 0 and module in r.stdout and other not in r.stdout, (module, r.stdout, r.stderr)
 
@@ -181,7 +181,7 @@ def test_train_and_bench_check_their_flags_before_importing_torch():
     validate their config without it."""
     import subprocess
     import sys
-    code = ("import sys; from asyncrl.cli import config_from_args; from asyncrl.bench import parse_bench_args; "
+    code = ("import sys; from asyncrl.cli import config_from_args; from asyncrl.commands.bench import parse_bench_args; "
             "config_from_args(['--env', 'CartPole-v1']).validate(); parse_bench_args(['--env', 'CartPole-v1']); "
             "print('torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -207,7 +207,7 @@ def test_play_and_share_commands_answer_a_bad_flag_or_a_missing_checkpoint_befor
 def test_the_measured_window_starts_after_the_warm_up_and_the_first_samples():
     """A warm-up shorter than the run's start-up: the rows of the wait before the first samples are not measured
     (they made tune's first candidate, the only one paying a cold start, read slow)."""
-    from asyncrl.measure import measured_rows
+    from asyncrl.commands.measure import measured_rows
     rows = [{"policy_id": p, "time_s": t, "env_steps": max(0, t - 5) * 1000} for t in range(12) for p in (0, 1)]
     assert [r["time_s"] for r in measured_rows(rows, warmup=3, seconds=6)] == [6, 7, 8]
     assert [r["time_s"] for r in measured_rows(rows, warmup=7, seconds=2)] == [7, 8]
@@ -215,9 +215,9 @@ def test_the_measured_window_starts_after_the_warm_up_and_the_first_samples():
 
 
 def test_tune_says_which_candidates_it_could_not_measure_and_never_picks_them(monkeypatch):
-    from asyncrl import measure
     from asyncrl.cli import config_from_args
-    from asyncrl.tune import TuneTimes, search, tuning_report
+    from asyncrl.commands import measure
+    from asyncrl.commands.tune import TuneTimes, search, tuning_report
     cfg = config_from_args(["--env", "CartPole-v1", "--num_workers", "2", "--num_envs_per_worker", "8"])
     monkeypatch.setattr(measure, "compute_limit", lambda *a, **k: {
         "sim_ms_per_step": 0.01, "inference_ms_per_step": 0.01, "inference_batch": 8, "learn_ms_per_step": 0.01,

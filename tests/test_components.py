@@ -10,16 +10,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-
 from helpers import REPO, drain, serial_runner, slot_owners
 
-from asyncrl.buffers import num_slots
-from asyncrl.config import Config, ConfigError
-from asyncrl.learner import Learner
-from asyncrl.messages import Episodes, LearnerStats
-from asyncrl.optimizer import Adam
-from asyncrl.rollouts import Batch
-from asyncrl.stats import PolicyStats
+from asyncrl.algo.optimizer import Adam
+from asyncrl.cfg.config import Config, ConfigError
+from asyncrl.core.buffers import num_slots
+from asyncrl.core.messages import Episodes, LearnerStats
+from asyncrl.roles.learner import Learner
+from asyncrl.roles.rollouts import Batch
+from asyncrl.roles.stats import PolicyStats
 
 
 def test_slot_lifecycle_no_slot_lost_or_used_twice(tmp_path):
@@ -181,7 +180,7 @@ def test_kl_stays_finite_where_a_probability_underflows():
     --kl_loss_coeff 0 (0 * inf), so every such update was skipped."""
     from torch.distributions import Categorical
 
-    from asyncrl import losses
+    from asyncrl.algo import losses
 
     logits = torch.tensor([[0.0, -200.0]], requires_grad=True)
     kl = losses.kl_divergence(Categorical(logits=torch.zeros(1, 2)), Categorical(logits=logits))
@@ -192,7 +191,7 @@ def test_kl_stays_finite_where_a_probability_underflows():
 
 def test_clip_fraction_is_the_share_of_learned_samples_outside_the_clip_range():
     """Counted one sample at a time against the range ppo_policy_loss clamps to, [1/(1+c), 1+c]."""
-    from asyncrl import losses
+    from asyncrl.algo import losses
 
     generator = torch.Generator().manual_seed(0)
     ratio = torch.exp(0.2 * torch.randn(16, 8, generator=generator))
@@ -207,7 +206,7 @@ def test_clip_fraction_is_the_share_of_learned_samples_outside_the_clip_range():
 def test_the_policy_loss_is_decoupled_ppos_surrogate_sample_by_sample():
     """-(pi_prox/mu) min(r A, clip(r) A), r = pi/pi_prox (Hilton et al. 2022, sec. 3), averaged over the learned
     samples one at a time; with pi_prox = mu it is PPO's clipped surrogate."""
-    from asyncrl import losses
+    from asyncrl.algo import losses
 
     generator = torch.Generator().manual_seed(0)
     ratio, weights = (torch.exp(0.2 * torch.randn(16, 8, generator=generator)) for _ in range(2))
@@ -231,7 +230,7 @@ def test_sample_minibatches_learn_what_trajectory_minibatches_learn(tmp_path, wi
     """--shuffle_samples: a minibatch as large as the batch gives the loss and gradients of the trajectory cut (the
     epoch's whole-batch pass and the minibatch's own see the same weights); smaller ones hold each learned sample
     once per epoch, with its advantage and target from the pass before the batch's first epoch."""
-    from asyncrl.minibatches import SampleMinibatches, TrajectoryMinibatches
+    from asyncrl.algo.minibatches import SampleMinibatches, TrajectoryMinibatches
 
     runner = serial_runner(tmp_path, with_vtrace=with_vtrace, batch_size=64, num_batches_per_epoch=1)
     learner, S = fill_first_slots(runner)
@@ -349,8 +348,9 @@ def test_a_separate_critic_shares_no_weight_with_the_actor(critic_layers):
     """--actor_critic_share_weights False: the value's gradient reaches only the critic's encoder and the value head,
     the action means' only the actor's encoder and the action head; --critic_mlp_layers sizes the critic alone."""
     import gymnasium as gym
+
     from asyncrl.cli import config_from_args
-    from asyncrl.model import ActorCritic
+    from asyncrl.model.actor_critic import ActorCritic
     cfg = config_from_args(["--env", "Pendulum-v1", "--actor_critic_share_weights", "False", *critic_layers])
     model = ActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (1,)), cfg)
     hidden = [m.out_features for m in model.encoder.critic if isinstance(m, torch.nn.Linear)]
@@ -367,8 +367,9 @@ def test_a_separate_critic_shares_no_weight_with_the_actor(critic_layers):
 
 def test_a_gaussian_policy_starts_at_initial_stddev():
     import gymnasium as gym
+
     from asyncrl.cli import config_from_args
-    from asyncrl.model import ActorCritic
+    from asyncrl.model.actor_critic import ActorCritic
     for stddev in (1.0, 0.25):
         cfg = config_from_args(["--env", "Pendulum-v1", "--initial_stddev", str(stddev)])
         model = ActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (2,)), cfg)
@@ -381,8 +382,9 @@ def test_rpo_learns_from_the_gaussian_with_means_shifted_by_uniform_noise():
     """--rpo_alpha a (RPO, Rahman & Xue 2022, Alg. 1 line 13): the update's distribution is the acting Gaussian with
     each mean moved by noise from U(-a, a), fresh each call, the std kept; at 0 it is the acting distribution."""
     import gymnasium as gym
+
     from asyncrl.cli import config_from_args
-    from asyncrl.model import ActorCritic
+    from asyncrl.model.actor_critic import ActorCritic
     for alpha in (0.0, 0.5):
         cfg = config_from_args(["--env", "Pendulum-v1", "--rpo_alpha", str(alpha)])
         model = ActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (2,)), cfg)
@@ -467,7 +469,7 @@ def test_reward_scaling_divides_by_the_std_of_every_discounted_return_the_policy
 def test_the_conv_encoder_is_the_architecture_named(architecture, last_map, activation):
     """On Atari's 84x84x4 frames: convnet_atari is the Nature DQN encoder (its last conv keeps a 7x7 map, ReLU),
     convnet_simple Sample Factory's default (4x4, ELU); both end in 512 features."""
-    from asyncrl.model import conv_encoder
+    from asyncrl.model.encoders import conv_encoder
     encoder, size = conv_encoder((4, 84, 84), architecture)
     convs = encoder[0]
     assert tuple(convs[:-1](torch.zeros(1, 4, 84, 84)).shape[1:]) == last_map and size == 512
@@ -484,7 +486,7 @@ def test_nonlinearity_sets_the_encoders_activation(obs_shape, nonlinearity, acti
     the conv architecture's own (convnet_simple: ELU)."""
     import gymnasium as gym
 
-    from asyncrl.model import build_model
+    from asyncrl.model.actor_critic import build_model
     space = gym.spaces.Box(0, 255, obs_shape, np.uint8 if len(obs_shape) == 3 else np.float32)
     model = build_model(space, gym.spaces.Discrete(3), Config(env="x", use_rnn=False, nonlinearity=nonlinearity,
                                                                encoder_mlp_layers=[8, 8]))
@@ -513,8 +515,8 @@ def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monk
     """Every env step's reward and done go to the (slot, step) its agent was filling (with --scale_rewards, beside
     the agent's discounted return so far: R_t = gamma R_{t-1} (1 - done_{t-1}) + r_t), and every finished episode's
     return and length are the sums of that env's own steps (recorded by wrapping each env's step)."""
-    from asyncrl import timing
-    from asyncrl.rollout_worker import RolloutWorker
+    from asyncrl.core import timing
+    from asyncrl.roles.rollout_worker import RolloutWorker
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
     runner = serial_runner(tmp_path, env="synthetic_constant", env_options={"step_us": 0, "episode_len": 5},
                            rollout=4, batch_size=16, scale_rewards=scale_rewards)
@@ -558,8 +560,8 @@ def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monk
 
 
 def test_env_that_keeps_failing_is_recreated_and_its_slots_recycled(tmp_path):
-    from asyncrl.env_backends import MAX_CONSECUTIVE_ENV_ERRORS
-    from asyncrl.rollout_worker import RolloutWorker
+    from asyncrl.roles.env_backends import MAX_CONSECUTIVE_ENV_ERRORS
+    from asyncrl.roles.rollout_worker import RolloutWorker
     runner = serial_runner(tmp_path, env="synthetic_constant", env_options={"step_us": 0, "error_prob": 1.0})
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
     first_envs = list(worker.backend.envs)
@@ -585,7 +587,7 @@ def test_one_drain_takes_every_report_a_large_one_behind_small_ones_too(tmp_path
 
 
 def test_core_plan_gives_a_cpu_learner_cores_of_its_own():
-    from asyncrl.processes import plan_cores
+    from asyncrl.core.processes import plan_cores
     titles = ["asyncrl-learner-0", "asyncrl-policy-0", "asyncrl-rollout-0", "asyncrl-rollout-1", "asyncrl-rollout-2"]
     plan = plan_cores(titles, [0, 1], cpu_learning=True)
     assert plan["asyncrl-learner-0"] == [0] and plan["asyncrl-policy-0"] == [0, 1]
@@ -605,9 +607,10 @@ def test_bfloat16_inference_model_acts_like_the_float32_one():
 
     import gymnasium as gym
 
-    from asyncrl.buffers import SharedBuffers, buffer_layout
-    from asyncrl.config import Config
-    from asyncrl.model import build_model, low_precision, num_state_floats
+    from asyncrl.cfg.config import Config
+    from asyncrl.core.buffers import SharedBuffers, buffer_layout
+    from asyncrl.core.weights import num_state_floats
+    from asyncrl.model.actor_critic import build_model, low_precision
 
     torch.manual_seed(0)
     cfg = Config(env="x", encoder="conv", rnn_size=64, normalize_input=True, precision="bfloat16", num_workers=1,
@@ -646,7 +649,7 @@ def test_gumbel_max_sampling_matches_the_categorical_distribution():
     import gymnasium as gym
     from torch.distributions import Categorical
 
-    from asyncrl.model import build_model
+    from asyncrl.model.actor_critic import build_model
 
     torch.manual_seed(0)
     model = build_model(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(4), Config(env="x", use_rnn=False))
@@ -663,7 +666,7 @@ def test_gaussian_sampling_matches_the_diagonal_normal():
     import gymnasium as gym
     from torch.distributions import Independent, Normal
 
-    from asyncrl.model import build_model
+    from asyncrl.model.actor_critic import build_model
 
     torch.manual_seed(0)
     model = build_model(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Box(-1, 1, (2,)), Config(env="x", use_rnn=False))
@@ -685,8 +688,8 @@ def test_multi_discrete_actions_are_independent_categoricals_sampled_with_their_
 
     import gymnasium as gym
 
-    from asyncrl.distributions import MultiCategorical, categorical_kl
-    from asyncrl.model import build_model
+    from asyncrl.model.actor_critic import build_model
+    from asyncrl.model.distributions import MultiCategorical, categorical_kl
 
     sizes = [3, 4]
     torch.manual_seed(0)
@@ -721,7 +724,7 @@ def test_truncated_episode_leaves_its_final_observation_for_the_learner(tmp_path
     """A time limit (synthetic env: truncated after 5 steps): the step is not done, the next row holds the final
     observation as a step without a sample (done, with the episode's recurrent state) and the next episode starts
     after it, in the same slot or the next. --value_bootstrap False writes truncation as termination."""
-    from asyncrl.rollout_worker import RolloutWorker
+    from asyncrl.roles.rollout_worker import RolloutWorker
     runner = serial_runner(tmp_path, env="synthetic_constant", env_options={"step_us": 0, "episode_len": 5},
                            use_rnn=True, rnn_size=8, rollout=8, recurrence=4, batch_size=64,
                            value_bootstrap=value_bootstrap)
@@ -851,12 +854,12 @@ def test_adam_takes_torch_adams_steps_bit_for_bit_and_loads_either_ones_state():
 
 def test_learning_imports_no_torch_dynamo(tmp_path):
     """torch._dynamo takes longer to import than torch (2-3 s of CPU): the fork server does not preload it, so no
-    role may import it (torch.optim's optimizers do: asyncrl/optimizer.py). A learner's updates and checkpoint, in a
+    role may import it (torch.optim's optimizers do: asyncrl/algo/optimizer.py). A learner's updates and checkpoint, in a
     process of their own."""
     script = f"""
 import sys
 from helpers import serial_runner
-from asyncrl.learner import Learner
+from asyncrl.roles.learner import Learner
 runner = serial_runner({str(tmp_path)!r})
 learner = next(c for c in runner.components if isinstance(c, Learner))
 while learner.train_step < 3:
@@ -875,7 +878,7 @@ print(sorted(m for m in sys.modules if m.startswith("torch._dynamo")))
 def test_a_seed_gives_each_role_its_own_stream_and_no_seed_leaves_torchs_own():
     import gymnasium as gym
 
-    from asyncrl.model import build_model, seed_torch
+    from asyncrl.model.actor_critic import build_model, seed_torch
     cfg = Config(env="x", use_rnn=False)
 
     def initial_weights(*seeding):
@@ -894,7 +897,7 @@ def test_a_seed_gives_each_role_its_own_stream_and_no_seed_leaves_torchs_own():
 
 
 def test_evaluations_of_the_same_weights_with_sampled_actions_score_the_same(tmp_path):
-    from asyncrl.evaluator import Evaluator
+    from asyncrl.roles.evaluator import Evaluator
     runner = serial_runner(tmp_path, eval_every_env_steps=1000, eval_episodes=3, eval_deterministic=False)
     evaluator = next(c for c in runner.components if isinstance(c, Evaluator))
     results = []
@@ -911,7 +914,7 @@ def test_milestones_keep_a_checkpoint_for_good_at_most_once_per_interval(tmp_pat
     milestones/ whatever --keep_checkpoints removes; the others go."""
     import os
 
-    from asyncrl.checkpoint import MILESTONES, list_checkpoints, save_checkpoint
+    from asyncrl.core.checkpoint import MILESTONES, list_checkpoints, save_checkpoint
 
     def save(step):
         return save_checkpoint(str(tmp_path), {"train_step": step, "env_steps": 10 * step}, keep=1,

@@ -8,11 +8,10 @@ import time
 
 import pytest
 import torch
+from helpers import read_stats, run_cli_error, start_cli, start_python, wait_for_training
 
-from helpers import read_stats, start_cli, start_python, wait_for_training, run_cli_error
-
-from asyncrl import losses
-from asyncrl.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
+from asyncrl.algo import losses
+from asyncrl.core.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
 
 CARTPOLE = ["train", "--env", "CartPole-v1", "--train_dir", "runs", "--experiment", "dd", "--num_workers", 1,
             "--experiment_summaries_interval", 1, "--seed", 0]
@@ -152,7 +151,7 @@ def test_distributed_bad_input_is_one_line_and_exit_2(tmp_path, flags, needle):
 
 
 def test_ranks_on_one_machine_split_its_cores():
-    from asyncrl.distributed import Rank
+    from asyncrl.distributed.rank import Rank
     assert [Rank(r, 4, r, 2).my_cores([0, 1, 2, 3]) for r in (0, 1)] == [[0, 1], [2, 3]]
     assert [Rank(r, 2, r, 2).my_cores([0, 1, 2]) for r in (0, 1)] == [[0], [1]]
     assert [Rank(r, 3, r, 3).my_cores([0, 1]) for r in (0, 1, 2)] == [[0], [1], [0]]
@@ -183,7 +182,7 @@ def test_advantages_are_normalized_over_every_ranks_minibatch():
 def test_best_collection_time_maximises_steps_per_second(rates, learn_s):
     """VER's estimate against a search over a fine grid of collection times (S(t) / (t + learn time), each rank
     collecting at its rate until its batch is full)."""
-    from asyncrl.distributed import best_collection_time
+    from asyncrl.distributed.preemption import best_collection_time
 
     def steps_per_second(t):
         return sum(min(rate * t, 1.0) for rate in rates) / (t + learn_s)

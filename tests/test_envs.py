@@ -10,13 +10,13 @@ import psutil
 import pytest
 import vizdoom
 from gymnasium.utils.env_checker import check_env
+from helpers import read_stats, run_cli
 
 from asyncrl import envs
+from asyncrl.cfg.config import Config
 from asyncrl.cli import config_from_args
-from asyncrl.config import Config
 from asyncrl.envs import EnvError, make_env, registered_envs
 from asyncrl.envs.doom import SCENARIOS, DoomEnv, Scenario, frag_table, win_of
-from helpers import read_stats, run_cli
 
 GYM_IDS = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCarContinuous-v0", "FrozenLake-v1", "Blackjack-v1"]
 ALL_ENVS = sorted(registered_envs()) + GYM_IDS

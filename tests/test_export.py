@@ -9,10 +9,10 @@ import onnxruntime
 import pytest
 import torch
 
-from asyncrl.config import Config, ConfigError
+from asyncrl.cfg.config import Config, ConfigError
 from asyncrl.envs.gym_adapter import ObservationWithActionMask, PackedObservation
-from asyncrl.model import build_model
-from asyncrl.onnx_graph import export_onnx
+from asyncrl.model.actor_critic import build_model
+from asyncrl.model.onnx_graph import export_onnx
 
 MODELS = {
     "doom conv+gru": (gym.spaces.Box(0, 255, (3, 72, 128), np.uint8), gym.spaces.Discrete(7),
@@ -73,7 +73,7 @@ def test_export_without_torchs_onnx_exporter_is_one_line_naming_the_pip_command(
     """onnxscript missing (torch.onnx.export's exporter): said before any work, not deep inside torch."""
     import importlib.util
 
-    from asyncrl.export import export
+    from asyncrl.commands.export import export
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxscript" else find_spec(name))
     with pytest.raises(ConfigError, match=r"^asyncrl export needs onnxscript: pip install onnx onnxscript onnxruntime"):

@@ -13,7 +13,6 @@ from queue import Empty
 from types import SimpleNamespace
 
 import pytest
-
 from helpers import copy_run, read_stats, run_cli, run_past_a_hanging_env, start_cli, start_python, wait_for_training
 
 DOOM_SMALL = ["--env", "doom_basic", "--num_envs_per_worker", 2, "--rnn_size", 64, "--batch_size", 256]
@@ -168,10 +167,10 @@ def test_the_runner_gives_up_on_a_queue_a_dead_process_locked_only_once_a_child_
     """A live process holds a queue's lock for microseconds, so the runner's calls wait as long as every child lives;
     once one has exited, a call still waiting after its patience is given up on, and the queue with it."""
     from faster_fifo import Queue
-
-    from asyncrl.fork_server import mp_context
-    from asyncrl.queues import GuardedCalls, GuardedQueue
     from fault_envs import die_holding_the_lock
+
+    from asyncrl.core.fork_server import mp_context
+    from asyncrl.core.queues import GuardedCalls, GuardedQueue
     q = Queue(1 << 20)
     q.put("before the lock")
     child = mp_context.Process(target=die_holding_the_lock, args=(q,))
@@ -195,7 +194,7 @@ def test_a_guarded_queue_has_faster_fifos_face():
     the queue itself."""
     from faster_fifo import Queue
 
-    from asyncrl.queues import GuardedCalls, GuardedQueue
+    from asyncrl.core.queues import GuardedCalls, GuardedQueue
     q = GuardedQueue(Queue(1 << 20), GuardedCalls(lambda: False))
     q.put_many([1, 2, 3])
     q.put(4)
@@ -212,7 +211,7 @@ def test_queue_calls_closed_or_dropped_leave_no_thread(closed):
     """A restart replaces the runner's GuardedCalls: the old one's thread ends, not one more per restart. One never
     closed (a runner built in a test) ends its thread once it is freed: the thread does not keep it, or its owner,
     alive."""
-    from asyncrl.queues import GuardedCalls
+    from asyncrl.core.queues import GuardedCalls
     before = threading.active_count()
     for _ in range(5):
         owner = SimpleNamespace(stopping=False)
@@ -269,7 +268,7 @@ def test_dead_learner_stops_the_run_and_keeps_its_checkpoints(tmp_path, clean_ma
     learner[0].kill()
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 1 and "asyncrl-learner-0 exited with code -9" in out, out[-2000:]
-    from asyncrl.checkpoint import load_checkpoint
+    from asyncrl.core.checkpoint import load_checkpoint
     for path in glob.glob(str(ckpt_dir / "*.pth")):
         assert load_checkpoint(path)["train_step"] > 0
 
@@ -293,7 +292,7 @@ def test_run_started_with_sigint_ignored_keeps_it_and_stops_on_sigterm(tmp_path,
 ENGINE_THEN_WAIT = """
 import time, psutil
 from asyncrl import make_env
-from asyncrl.reaper import start_reaper
+from asyncrl.core.reaper import start_reaper
 start_reaper()  # as every child of a run: this process leads its group (its session's), and a reaper watches it
 env = make_env("doom_basic")
 env.reset(seed=0)

@@ -6,13 +6,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-
-from asyncrl.config import Config
-from asyncrl.distributions import ILLEGAL_LOGIT
-from asyncrl.envs import EnvError
-from asyncrl.envs.gym_adapter import PackedObservation, adapt, with_mask_from_info
-from asyncrl.model import build_model, unpack_observation
 from helpers import read_stats, run_cli
+
+from asyncrl.cfg.config import Config
+from asyncrl.envs.gym_adapter import PackedObservation, adapt, with_mask_from_info
+from asyncrl.model.actor_critic import build_model
+from asyncrl.model.distributions import ILLEGAL_LOGIT
+from asyncrl.model.encoders import unpack_observation
 
 
 class Mixed(gym.Env):

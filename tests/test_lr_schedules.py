@@ -2,13 +2,12 @@
 
 import pytest
 import torch
-
 from helpers import serial_runner
 
-from asyncrl.config import Config
-from asyncrl.distributed import SingleProcess
-from asyncrl.learner import Learner
-from asyncrl.lr_schedules import Constant, kl_adapted, lr_schedule
+from asyncrl.algo.lr_schedules import Constant, kl_adapted, lr_schedule
+from asyncrl.cfg.config import Config
+from asyncrl.distributed.collective import SingleProcess
+from asyncrl.roles.learner import Learner
 
 
 @pytest.mark.parametrize("kl, expected", [(0.02, 1e-3 / 1.5), (0.0161, 1e-3 / 1.5), (0.016, 1e-3), (0.008, 1e-3),

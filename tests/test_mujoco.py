@@ -5,12 +5,11 @@ import os
 import re
 
 import imageio
-
 import pytest
+from helpers import read_stats, run_cli, run_cli_error
 
 from asyncrl.cli import config_from_args
 from asyncrl.envs.gym_adapter import CONTINUOUS_DEFAULTS
-from helpers import read_stats, run_cli, run_cli_error
 
 
 @pytest.mark.parametrize("env", ["mujoco_hopper", "HalfCheetah-v5", "Pendulum-v1"])

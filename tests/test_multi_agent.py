@@ -4,12 +4,12 @@ policy mapping, and real multi-process runs (the synthetic multi-agent env and a
 import textwrap
 
 import pytest
-from helpers import drain, read_stats, run_cli, serial_runner, slot_owners, run_cli_error
+from helpers import drain, read_stats, run_cli, run_cli_error, serial_runner, slot_owners
 
-from asyncrl.buffers import NO_PLAYER, num_slots
+from asyncrl.core.buffers import NO_PLAYER, num_slots
 from asyncrl.envs import make_agents
-from asyncrl.learner import Learner
-from asyncrl.rollout_worker import RolloutWorker
+from asyncrl.roles.learner import Learner
+from asyncrl.roles.rollout_worker import RolloutWorker
 
 LEAVING = {"num_agents": 3, "agent_episode_lens": [3, 5, 30], "episode_len": 8, "step_us": 0}
 
@@ -31,8 +31,8 @@ def test_parallel_env_agents_in_order_and_an_agent_that_left_stays_out():
 
 
 def test_pettingzoo_envs_with_vector_observations_get_a_vector_envs_defaults_and_flags_win():
+    from asyncrl.cfg.config import Config
     from asyncrl.cli import config_from_args
-    from asyncrl.config import Config
     from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS
     cfg = config_from_args(["--env", "pettingzoo.classic.tictactoe_v3:env", "--num_epochs", "2"])
     assert (cfg.use_rnn, cfg.encoder_mlp_layers, cfg.num_envs_per_worker, cfg.num_epochs) == (False, [64, 64], 16, 2)
@@ -112,7 +112,7 @@ def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_aske
     an agent acts in is exactly one sample (counted against what the envs stepped), a waiting agent has no policy
     and adds nothing, no slot is lost, episodes have the agents' lengths, and with --pbt_mix_policies_in_one_env
     False the agents of an env always share a policy (with True, mixed pairs occur)."""
-    from asyncrl import timing
+    from asyncrl.core import timing
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
     runner = serial_runner(tmp_path, env="synthetic_multi", env_options=LEAVING, num_policies=2, rollout=4,
                            batch_size=16, pbt_mix_policies_in_one_env=mix)

@@ -1,14 +1,14 @@
-"""Sequence packing (asyncrl/packing.py): part-filled slots share the learner's columns and nothing learned changes."""
+"""Sequence packing (asyncrl/algo/packing.py): part-filled slots share the learner's columns and nothing learned changes."""
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from asyncrl.config import Config
-from asyncrl.minibatches import TrajectoryMinibatches
-from asyncrl.model import build_model
-from asyncrl.packing import place, time_major
+from asyncrl.algo.minibatches import TrajectoryMinibatches
+from asyncrl.algo.packing import place, time_major
+from asyncrl.cfg.config import Config
+from asyncrl.model.actor_critic import build_model
 
 T, OBS, ACTIONS, H = 8, 4, 3, 8
 

@@ -9,13 +9,12 @@ import pytest
 import torch
 from helpers import read_jsonl, read_stats, run_cli_error, run_until, start_cli
 
-from asyncrl.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
-from asyncrl.config import PER_POLICY_HPARAMS, Config
-from asyncrl.model import learner_state_floats, pack_state, unpack_state
-from asyncrl.model import build_model
-from asyncrl.messages import StateExported
-from asyncrl.optimizer import Adam
-from asyncrl.pbt import MUTATED, copy_source, mutate
+from asyncrl.algo.optimizer import Adam, learner_state_floats, pack_state, unpack_state
+from asyncrl.cfg.config import PER_POLICY_HPARAMS, Config
+from asyncrl.core.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
+from asyncrl.core.messages import StateExported
+from asyncrl.model.actor_critic import build_model
+from asyncrl.population.pbt import MUTATED, copy_source, mutate
 
 
 def test_mutation_multiplies_or_divides_within_the_range_and_gamma_only_when_asked():
@@ -144,8 +143,8 @@ def test_bad_pbt_flags_are_one_line_and_exit_2(tmp_path, flags, needle):
 def test_every_policy_gets_a_decision_on_the_populations_clock(tmp_path):
     """Two policies make almost all the env steps (long episodes), two dead ones almost none: each time the mean env
     steps pass another period, all four get a decision, the dead ones included."""
-    from asyncrl.pbt import PopulationBasedTraining
-    from asyncrl.stats import PolicyStats
+    from asyncrl.population.pbt import PopulationBasedTraining
+    from asyncrl.roles.stats import PolicyStats
 
     class Hparams:  # the shared per-policy hyperparameters, as SharedBuffers keeps them
         def __init__(self, cfg):

@@ -13,12 +13,12 @@ import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
+from helpers import read_stats, run_cli, run_cli_error, serial_runner, start_cli
 
 from asyncrl.envs import EnvError
 from asyncrl.remote import RemoteEnv, RemoteSettings, remote_parallel_env, side_channel
 from asyncrl.remote.client import Connection, RemoteEnvError
 from asyncrl.remote.wire import encode, pb
-from helpers import read_stats, run_cli, run_cli_error, serial_runner, start_cli
 
 MARKED = "tests.remote_envs:make_marked"
 
@@ -214,11 +214,12 @@ def test_trains_through_two_env_servers(tmp_path):
 
 
 def _self_signed(tmp_path):
+    import datetime
+    import ipaddress
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
-    import datetime
-    import ipaddress
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "localhost")])
@@ -431,8 +432,8 @@ def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path
     rejoin, and the trajectories the kill interrupted never reach a learner: with one policy a slot is sent only
     when full, so an interrupted one would arrive short, or glued to what came after; every slot sent is one whole
     unbroken trajectory."""
-    from asyncrl import rollout_worker
     from asyncrl.remote import backend
+    from asyncrl.roles import rollout_worker
     monkeypatch.setattr(backend, "RECONNECT_INTERVAL_S", 0.2)
     (killed, address_a), (_, address_b) = start_servers(2, "--env", MARKED, "--num_envs", "4")
     runner = serial_runner(tmp_path, env=f"remote:{address_a},{address_b}", remote_reconnect=True, remote_timeout=3.0)

@@ -6,14 +6,14 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import drain, read_stats, run_cli, serial_runner, run_cli_error
+from helpers import drain, read_stats, run_cli, run_cli_error, serial_runner
 
-from asyncrl.buffers import frozen_player
-from asyncrl.config import Config
-from asyncrl.learner import Learner
-from asyncrl.matchmaking import draw_players
-from asyncrl.messages import Matches, Snapshot
-from asyncrl.rollout_worker import RolloutWorker
+from asyncrl.cfg.config import Config
+from asyncrl.core.buffers import frozen_player
+from asyncrl.core.messages import Matches, Snapshot
+from asyncrl.population.matchmaking import draw_players
+from asyncrl.roles.learner import Learner
+from asyncrl.roles.rollout_worker import RolloutWorker
 
 
 def test_matchmaking_seats_one_learner_against_frozen_versions_and_prefers_close_ratings():
@@ -43,7 +43,7 @@ def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a
     plays on with the newer snapshot); every step a learning policy played is exactly
     one sample (counted against the envs' steps), and none of the frozen versions'; matches are reported with
     frozen players and rated."""
-    from asyncrl import timing
+    from asyncrl.core import timing
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)
     runner = serial_runner(tmp_path, env="grid_duel", rollout=8, batch_size=64, selfplay_snapshot_every_env_steps=300,
                            selfplay_pool_size=3, selfplay_frozen_fraction=1.0, env_options={"max_steps": 12})

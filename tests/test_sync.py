@@ -2,11 +2,10 @@
 
 import pytest
 import torch
+from helpers import drain, read_stats, run_cli, run_cli_error, serial_runner
 
-from helpers import drain, read_stats, run_cli, serial_runner, run_cli_error
-
-from asyncrl.learner import Learner
-from asyncrl.rollout_worker import RolloutWorker
+from asyncrl.roles.learner import Learner
+from asyncrl.roles.rollout_worker import RolloutWorker
 
 SYNTHETIC = {"step_us": 0, "episode_len": 5}  # truncated every 5 steps: final-observation rows that are no samples
 

@@ -7,10 +7,9 @@ import time
 
 import pytest
 import torch
-
 from helpers import copy_run, read_stats, run_cli, run_cli_error, wandb_runs
 
-from asyncrl.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
+from asyncrl.core.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
 
 
 def test_multiprocess_cartpole_learns(cartpole_run):
@@ -76,8 +75,8 @@ def test_restart_behavior_restart_starts_over(cartpole_run, tmp_path):
 def test_a_second_run_of_an_experiment_in_training_is_one_line_and_touches_nothing(tmp_path, behavior):
     """Two runs of one experiment interleaved their checkpoints and stats rows in one folder (found by a user's
     second `asyncrl train` of the same command); the running one holds the folder's lock."""
-    from asyncrl.config import Config
-    from asyncrl.runner import experiment_dir_claimed
+    from asyncrl.cfg.config import Config
+    from asyncrl.roles.runner import experiment_dir_claimed
     with experiment_dir_claimed(Config(env="CartPole-v1", train_dir=str(tmp_path), experiment="busy")):
         (tmp_path / "busy" / "stats.jsonl").write_text("the running run's rows\n")
         r = run_cli_error("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "busy",

@@ -1,16 +1,15 @@
 """Turn-based games (PettingZoo AECEnvs whose agents take turns): an agent's samples are its own moves, and what the
-other agents' turns give it counts for its last move (asyncrl/turns.py)."""
+other agents' turns give it counts for its last move (asyncrl/roles/turns.py)."""
 
 import re
 
 import numpy as np
 import pytest
 import torch
-
 from helpers import read_stats, run_cli, run_cli_error, serial_runner
 
 from asyncrl.envs import make_agents
-from asyncrl.learner import Learner
+from asyncrl.roles.learner import Learner
 from tests.turn_envs import CHOICES, MOVES
 
 TAKE_TURNS = "tests.turn_envs:take_turns"
@@ -134,7 +133,7 @@ def test_what_turn_based_games_do_not_have_yet_is_one_line_and_exit_2(tmp_path, 
 
 
 def test_the_random_player_keeps_to_the_allowed_actions():
-    from asyncrl.match import RandomPlayer
+    from asyncrl.commands.match import RandomPlayer
     env = make_agents(TAKE_TURNS)
     obs, _ = env.reset(seed=0)
     mask = obs[0][-CHOICES:]
@@ -145,9 +144,9 @@ def test_the_random_player_keeps_to_the_allowed_actions():
 def test_evaluation_holds_a_waiting_agents_recurrent_state():
     """play_episode (enjoy, evaluation) with a GRU policy: an agent's recurrent state moves on at its own turns only,
     as in training, where nobody computes a waiting agent's action."""
-    from asyncrl.config import Config
-    from asyncrl.evaluator import play_episode
-    from asyncrl.model import build_model
+    from asyncrl.cfg.config import Config
+    from asyncrl.model.actor_critic import build_model
+    from asyncrl.roles.evaluator import play_episode
 
     env = make_agents(TAKE_TURNS)
     model = build_model(env.observation_space, env.action_space, Config(env="x", use_rnn=True, rnn_size=8))
@@ -171,7 +170,7 @@ def test_evaluation_holds_a_waiting_agents_recurrent_state():
 def test_bench_raw_mode_plays_legal_moves_and_counts_each_turn_once():
     """asyncrl bench's raw mode (random play, the simulation limit) counts env steps as a run does, one per turn (the
     agent that moved), and keeps to the allowed moves."""
-    from asyncrl.measure import RandomPlay
+    from asyncrl.commands.measure import RandomPlay
     play, moves = RandomPlay(TAKE_TURNS, {}, 2, 0), []
     for agents in play.envs:
         game = agents.env

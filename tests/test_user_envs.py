@@ -8,8 +8,7 @@ import sys
 import textwrap
 
 import pytest
-
-from helpers import read_stats, run_cli, run_python, run_cli_error
+from helpers import read_stats, run_cli, run_cli_error, run_python
 
 CORRIDOR = '''
 """A corridor of 6 cells: step left or right, +1 for reaching the right end; 40 steps at most."""

@@ -5,11 +5,11 @@ import os
 
 import numpy as np
 import pytest
-
-from asyncrl.buffers import num_slots
-from asyncrl.config import Config
-from asyncrl.env_backends import PerEnvBackend, VectorBackend
 from helpers import REPO, run_cli_error, run_past_a_hanging_env, serial_runner, slot_owners
+
+from asyncrl.cfg.config import Config
+from asyncrl.core.buffers import num_slots
+from asyncrl.roles.env_backends import PerEnvBackend, VectorBackend
 
 
 @pytest.mark.parametrize("env, steps, options, min_episodes", [
@@ -48,7 +48,7 @@ def test_vector_rows_equal_per_env_rows_for_the_same_seeds_and_actions(env, step
 def test_bench_steps_a_vector_env_that_takes_one_seed_as_the_backend_does():
     """CartPole's own vector env takes one seed for all its envs: the vector backend fell back to it, bench's raw
     mode (`asyncrl bench --env CartPole-v1 --env_backend vector`) did not and stopped on gymnasium's error."""
-    from asyncrl.measure import RandomVectorPlay
+    from asyncrl.commands.measure import RandomVectorPlay
     play = RandomVectorPlay("CartPole-v1", {}, 4, 0, 2)
     assert play.step() == 4
     play.close()
@@ -58,8 +58,8 @@ def test_an_ale_id_counts_its_frames_per_env_and_as_a_vector():
     """ALE/ ids repeat each action 4 times inside ale-py's env (their spec says so, the env has no frameskip
     attribute): env steps count frames, as atari_<game>'s and as Sample Factory's do, in a run and in bench's raw
     mode per env and as vectors."""
+    from asyncrl.commands.measure import RandomPlay, RandomVectorPlay
     from asyncrl.envs import make_agents
-    from asyncrl.measure import RandomPlay, RandomVectorPlay
     plays = [RandomPlay("ALE/Pong-v5", {}, 2, 0), RandomVectorPlay("ALE/Pong-v5", {}, 2, 0, 1),
              RandomVectorPlay("atari_pong", {}, 2, 0, 1)]
     assert make_agents("ALE/Pong-v5").frameskip == make_agents("atari_pong").frameskip == 4
@@ -72,8 +72,8 @@ def test_an_ale_id_counts_its_frames_per_env_and_as_a_vector():
 def test_next_step_autoreset_gives_every_episode_its_steps_and_return(tmp_path, monkeypatch):
     """CartPole's own vector env resets an ended env in its next step (the action is ignored): the agent waits out
     that step, and the episodes the worker reports are exactly the envs' episodes."""
-    from asyncrl import timing
-    from asyncrl.rollout_worker import RolloutWorker
+    from asyncrl.core import timing
+    from asyncrl.roles.rollout_worker import RolloutWorker
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
     runner = serial_runner(tmp_path, env_backend="vector", num_workers=1)
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
@@ -102,7 +102,7 @@ def test_next_step_autoreset_gives_every_episode_its_steps_and_return(tmp_path, 
 
 
 def test_a_vector_env_that_raises_is_made_anew_and_its_slots_recycled(tmp_path):
-    from asyncrl.rollout_worker import RolloutWorker
+    from asyncrl.roles.rollout_worker import RolloutWorker
     runner = serial_runner(tmp_path, env="synthetic_constant", env_backend="vector",
                            env_options={"step_us": 0, "error_prob": 0.05})
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))

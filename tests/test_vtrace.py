@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from asyncrl.losses import gae
-from asyncrl.vtrace import from_importance_weights
+from asyncrl.algo.losses import gae
+from asyncrl.algo.vtrace import from_importance_weights
 
 
 def vtrace_reference(log_rhos, discounts, rewards, values, bootstrap, rho_bar, pg_rho_bar, c_bar):
@@ -205,7 +205,7 @@ def test_gae_bootstraps_truncated_episodes_from_their_final_observation(seed):
 def test_return_normalizer_keeps_the_moments_of_every_target_it_merged():
     """Chan et al.'s merge over batches of masked targets gives the mean and variance of all of them together (the
     prior's 1e-4 count aside); normalize and denormalize are inverses."""
-    from asyncrl.model import ReturnNorm
+    from asyncrl.model.normalizers import ReturnNorm
     rng, norm, seen = np.random.default_rng(0), ReturnNorm(), []
     for scale in (1.0, 30.0, 100.0):  # returns that grow as a policy learns
         targets = torch.tensor(rng.normal(scale, scale / 3, (16, 8)))
@@ -223,9 +223,10 @@ def test_vtrace_and_gae_of_normalized_values_are_the_references_in_return_units(
     """With --normalize_returns the value head's outputs are (V - mean) / std: V-trace and GAE must see them in
     return units (ActorCritic.returns), so their targets are the papers' sums over the denormalized values, and the
     value head then learns those targets normalized with the statistics that include them."""
-    from asyncrl.config import Config
-    from asyncrl.model import build_model
     import gymnasium as gym
+
+    from asyncrl.cfg.config import Config
+    from asyncrl.model.actor_critic import build_model
     model = build_model(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), Config(env="x", use_rnn=False))
     norm = model.returns_normalizer
     norm.mean.fill_(40.0)
@@ -252,9 +253,10 @@ def test_vtrace_and_gae_of_normalized_values_are_the_references_in_return_units(
 def test_merging_return_statistics_preserves_the_value_heads_outputs_in_return_units():
     """PopArt's rescale (van Hasselt et al. 2016, Alg. 1): after the statistics move, the same features give the same
     value in return units, though the head's normalized output changed."""
-    from asyncrl.config import Config
-    from asyncrl.model import build_model
     import gymnasium as gym
+
+    from asyncrl.cfg.config import Config
+    from asyncrl.model.actor_critic import build_model
     torch.manual_seed(0)
     model = build_model(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), Config(env="x", use_rnn=False))
     obs = torch.randn(5, 3)

@@ -11,9 +11,7 @@ import re
 import imageio.v2 as imageio
 import pytest
 import torch
-
-from helpers import REPO, read_stats, run_cli, run_python, start_cli, wandb_runs, run_cli_error
-
+from helpers import REPO, read_stats, run_cli, run_cli_error, run_python, start_cli, wandb_runs
 
 # enjoy's videos of 100-step games: the trained policy plays CartPole's 500 steps, slow to encode
 SHORT_GAMES = ["--env_options", '{"max_episode_steps": 100}']
@@ -78,7 +76,7 @@ def test_plot_writes_a_png_of_one_or_more_runs(cartpole_run, tmp_path):
 def test_plot_of_a_resumed_run_breaks_its_frames_per_second_at_the_resume(tmp_path):
     """Rows as a run and its resume write them (the clock starts again; each launch's first interval holds its
     start-up): one line of wall time, and a frames/s line without the start-up rows, broken at the resume."""
-    from asyncrl.plot import read_run, throughput_line
+    from asyncrl.commands.plot import read_run, throughput_line
     launches = [[(2.0, 2048, 1011.0), (3.0, 8192, 6033.0), (4.0, 14336, 6124.0)],
                 [(3.2, 17408, 947.0), (4.2, 24576, 7151.0), (5.3, 31744, 6940.0)]]
     with open(tmp_path / "stats.jsonl", "w") as f:
@@ -138,8 +136,8 @@ def test_export_then_the_readme_snippet_acts_without_asyncrl(cartpole_run, tmp_p
 def test_pushed_folder_plays_from_disk_and_the_hub_unreachable_is_one_line(cartpole_run, tmp_path):
     """The folder `asyncrl push` uploads is a run: enjoy plays it from disk. Without a token, or with a token and a
     Hub that cannot be reached, push (and enjoy --hf_repository) fail in one line with exit code 2."""
-    from asyncrl.enjoy import config_of_run
-    from asyncrl.hub import hub_folder
+    from asyncrl.commands.hub import hub_folder
+    from asyncrl.commands.saved_run import config_of_run
     train_dir, _ = cartpole_run
     cfg = config_of_run({"train_dir": str(train_dir), "experiment": "cp"})
     folder = hub_folder(cfg, "someone/cp-agent", str(tmp_path / "cp-agent"))
@@ -208,7 +206,7 @@ def test_tune_returns_valid_flags_that_train_uses(tmp_path, clean_machine):
     assert len(result["tried"]) >= 2 and result["best_fps"] > 0
     assert result["best_fps"] == max(entry["fps"] for entry in result["tried"] if entry["flags"] == result["best"])
     assert result["costs"]["sim_ms_per_step"] > 0 and result["costs"]["learn_ms_per_step"] > 0
-    from asyncrl.config import Config
+    from asyncrl.cfg.config import Config
     Config(env="CartPole-v1", **result["best"]).validate()
     assert "fastest: asyncrl train --env CartPole-v1 --num_envs_per_worker" in r.stdout
     # --tune True takes them; a flag given on the command line still wins
@@ -225,7 +223,7 @@ def test_tune_keeps_a_ppo_batch_that_follows_the_workers_and_envs():
     """--algo ppo's batch is every agent's rollout: tune's candidates change envs and workers and the batch follows
     (a candidate with the old batch failed the run's check and stopped the search), and the batch is no knob."""
     from asyncrl.cli import config_from_args
-    from asyncrl.tune import candidate, flags_of, knobs, neighbours
+    from asyncrl.commands.tune import candidate, flags_of, knobs, neighbours
     cfg = config_from_args(["--env", "Pendulum-v1", "--num_workers", "2", "--num_envs_per_worker", "4"])
     assert cfg.algo == "ppo" and "batch_size" not in knobs(cfg) and "batch_size" not in flags_of(cfg)
     for knob, value in (("num_envs_per_worker", 8), ("num_workers", 1)):

@@ -19,7 +19,6 @@ import atexit
 import collections
 import dataclasses
 import itertools
-import json
 import queue
 import threading
 import time
@@ -30,7 +29,8 @@ import grpc
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs import EnvEntry, EnvError, EnvUnavailable
+from asyncrl.cfg.config import Config, ConfigError, default_value
+from asyncrl.envs import EnvError, EnvUnavailable
 from asyncrl.envs.gym_adapter import ObservationWithActionMask, PackedObservation
 from asyncrl.remote.wire import decode, decode_values, encode, encode_values, pb, pb_grpc
 
@@ -418,56 +418,6 @@ def describe(address: str, settings: RemoteSettings) -> pb.DescribeReply:
                        f"with this token/TLS?)") from None
 
 
-class RemoteFactory:
-    """The factory of a `remote:` env. A rollout worker's env groups go to the servers round robin over all workers'
-    groups (plan_for_worker), each group to one server, so that a group's step is one request (doom_basic 2x16
-    sampler through 2 servers: 5.2k -> 5.8k frames/s, against one request per server per group); without a plan
-    (an env made alone), envs go round robin."""
-
-    def __init__(self, addresses: list[str], descriptions: list[pb.DescribeReply], settings: RemoteSettings):
-        self.addresses, self.settings = addresses, settings
-        self.descriptions = [d.SerializeToString() for d in descriptions]  # messages do not pickle
-        self.made, self.envs_per_group = 0, 1
-
-    @staticmethod
-    def env_backend():
-        """How rollout workers step these envs (env_backends.py)."""
-        from asyncrl.remote.backend import RemoteBackend  # (it imports this module)
-        return RemoteBackend
-
-    def plan_for_worker(self, cfg, worker_idx: int) -> None:
-        """Called by rollout worker `worker_idx` before it makes its envs (in its own copy of the factory)."""
-        self.envs_per_group = cfg.envs_per_group
-        self.made = worker_idx * cfg.num_envs_per_worker
-
-    def __call__(self, render_mode: str | None = None, **options) -> RemoteAgents:
-        if options or render_mode not in (None, "rgb_array"):
-            raise EnvError(f"remote envs take their options on the server (asyncrl env-server --env_options), "
-                           f"not {sorted(options) or f'render_mode {render_mode!r}'}")
-        i = (self.made // self.envs_per_group) % len(self.addresses)
-        self.made += 1
-        settings = dataclasses.replace(self.settings, frames=render_mode is not None)
-        return RemoteAgents(self.addresses[i], pb.DescribeReply.FromString(self.descriptions[i]), settings)
-
-
-def remote_entry(name: str, settings: RemoteSettings | None = None) -> EnvEntry:
-    """The registry entry of `remote:HOST:PORT[,...]`: its spaces and defaults from the servers, which must all
-    serve the same env. EnvError if a server cannot be reached or they differ."""
-    settings = settings or RemoteSettings()
-    addresses = parse_addresses(name)
-    descriptions = [describe(a, settings) for a in addresses]
-    first = descriptions[0]
-    for address, d in zip(addresses[1:], descriptions[1:]):
-        if (d.env, d.agent_ids, d.obs_low, d.obs_high, d.num_actions) != \
-                (first.env, first.agent_ids, first.obs_low, first.obs_high, first.num_actions):
-            raise EnvError(f"--env {name}: {address} serves {d.env!r}, {addresses[0]} serves {first.env!r} "
-                           f"(with other spaces or agents): every server of a run must serve the same env")
-    if any(not 0 <= a < len(first.agent_ids) for a in settings.agents):
-        raise EnvError(f"--remote_agents {list(settings.agents)}: the env has agents 0..{len(first.agent_ids) - 1}")
-    return EnvEntry(RemoteFactory(addresses, descriptions, settings),
-                    f"{first.env} served at {', '.join(addresses)}", json.loads(first.default_config_json or "{}"))
-
-
 class RemoteEnv(gym.Env):
     """A remote single-agent env (or one agent of a multi-agent one) as a gymnasium.Env, usable on its own:
     `env = RemoteEnv("127.0.0.1:50051")`."""
@@ -546,12 +496,22 @@ def side_channel(address: str, values: dict | None = None, whole_server: bool = 
     return Connection.to(address, settings or RemoteSettings()).side_channel(values, whole_server)
 
 
+def read_token(token: str | None, token_file: str | None) -> str | None:
+    """The token given inline or in a file's first line; ConfigError if the file cannot be read or is empty."""
+    if token_file:
+        try:
+            with open(token_file) as f:
+                token = f.readline().strip()
+        except OSError as e:
+            raise ConfigError(f"--auth_token_file {token_file}: {e.strerror}") from None
+        if not token:
+            raise ConfigError(f"--auth_token_file {token_file} is empty")
+    return token
+
+
 def settings_from_flags(flags: dict) -> RemoteSettings:
     """The client settings of a run's flags (Config's remote_* fields and env_side_channel; their defaults where
     absent). EnvError if the token or certificate file cannot be read."""
-    from asyncrl.config import Config, ConfigError, default_value
-    from asyncrl.remote.server import read_token
-
     values = {f.name: default_value(f) for f in dataclasses.fields(Config)}
     values.update({k: v for k, v in flags.items() if k in values})
     try:

@@ -15,8 +15,11 @@ from concurrent import futures
 
 import grpc
 
-from asyncrl.config import ConfigError, OneLineErrorParser
+from asyncrl.cfg.config import ConfigError, OneLineErrorParser
+from asyncrl.core.fork_server import mp_context, start_fork_server
+from asyncrl.core.processes import die_with_parent, lead_group_with_reaper, set_process_title
 from asyncrl.envs import EnvError, env_entry
+from asyncrl.remote.client import read_token
 from asyncrl.remote.service import EnvService, TokenCheck, service_handler
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -41,19 +44,6 @@ def server_arguments() -> OneLineErrorParser:
     add("--step_timeout", type=float, default=30.0, help="Seconds a step waits for the other owners' actions.")
     add("--lease_timeout", type=float, default=60.0, help="Seconds after which a silent client's envs are freed.")
     return parser
-
-
-def read_token(token: str | None, token_file: str | None) -> str | None:
-    """The token given inline or in a file's first line; ConfigError if the file cannot be read or is empty."""
-    if token_file:
-        try:
-            with open(token_file) as f:
-                token = f.readline().strip()
-        except OSError as e:
-            raise ConfigError(f"--auth_token_file {token_file}: {e.strerror}") from None
-        if not token:
-            raise ConfigError(f"--auth_token_file {token_file} is empty")
-    return token
 
 
 def _read_file(flag: str, path: str) -> bytes:
@@ -112,7 +102,6 @@ def build_server(args, token: str | None, tls: tuple[bytes, bytes] | None) -> tu
 def serve(args, token: str | None, tls: tuple[bytes, bytes] | None, parent_pid: int) -> None:
     """The server process: it and what its envs start (VizDoom engines) form a process group that a reaper kills
     once the process is gone, however it went; it dies with the `asyncrl env-server` process that started it."""
-    from asyncrl.processes import die_with_parent, lead_group_with_reaper, set_process_title
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent forwards Ctrl-C as SIGTERM
     if not die_with_parent(parent_pid):
         return
@@ -138,7 +127,6 @@ def serve(args, token: str | None, tls: tuple[bytes, bytes] | None, parent_pid: 
 def cmd_env_server(argv: list[str]) -> int:
     """Check the flags (exit 2 on bad ones, before anything starts), then run the server in a child process until
     Ctrl-C or SIGTERM."""
-    from asyncrl.fork_server import mp_context, start_fork_server
     args = server_arguments().parse_args(argv)
     try:
         env_entry(args.env)

@@ -13,11 +13,11 @@ import argparse
 import numpy as np
 import torch
 
-from asyncrl import losses
-from asyncrl.checkpoint import load_checkpoint
-from asyncrl.enjoy import checkpoint_to_load, config_of_run
+from asyncrl.algo import losses
+from asyncrl.commands.saved_run import checkpoint_to_load, config_of_run
+from asyncrl.core.checkpoint import load_checkpoint
 from asyncrl.envs import make_env
-from asyncrl.model import build_model
+from asyncrl.model.actor_critic import build_model
 
 
 def visited_states(model, env, steps: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -28,10 +28,10 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/_run.py
 from _run import STUDY_RESULTS, machine, write_result  # noqa: E402
 
-from asyncrl.bench import BenchArgs, parse_bench_args, run_bench
-from asyncrl.measure import model_workloads, process_tree_cpu_seconds, seconds_per_call, simulation_workload
-from asyncrl.fork_server import mp_context
-from asyncrl.processes import keep_freed_memory_for_reuse, plan_cores
+from asyncrl.commands.bench import BenchArgs, parse_bench_args, run_bench
+from asyncrl.commands.measure import model_workloads, process_tree_cpu_seconds, seconds_per_call, simulation_workload
+from asyncrl.core.fork_server import mp_context
+from asyncrl.core.processes import keep_freed_memory_for_reuse, plan_cores
 
 DEFAULT_FLAGS = ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8"]
 

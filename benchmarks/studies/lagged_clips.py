@@ -21,10 +21,10 @@ import os
 
 import torch
 
-from asyncrl import losses
-from asyncrl.enjoy import config_of_run
+from asyncrl.algo import losses
+from asyncrl.commands.saved_run import config_of_run
 from asyncrl.envs import make_agents
-from asyncrl.model import build_model, low_precision
+from asyncrl.model.actor_critic import build_model, low_precision
 
 
 def outputs(model, batch) -> tuple[torch.Tensor, torch.Tensor]:

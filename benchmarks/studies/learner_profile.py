@@ -12,9 +12,9 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from asyncrl.bench import parse_bench_args
-from asyncrl.measure import model_workloads
-from asyncrl.runner import resolve_device
+from asyncrl.commands.bench import parse_bench_args
+from asyncrl.commands.measure import model_workloads
+from asyncrl.roles.runner import resolve_device
 
 
 def sync(device: torch.device) -> None:

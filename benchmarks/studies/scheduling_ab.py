@@ -24,6 +24,7 @@ import tempfile
 import time
 
 import psutil
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/_run.py
 from _run import REPO, STUDY_RESULTS, machine, write_result  # noqa: E402
 
@@ -43,7 +44,7 @@ class SamplerProcesses:
         for proc in self.runner.children(recursive=True):
             try:
                 cmdline = " ".join(proc.cmdline())
-                if "learner" in cmdline or "asyncrl.reaper" in cmdline:
+                if "learner" in cmdline or "asyncrl.core.reaper" in cmdline:
                     continue
                 self.planned_cores.setdefault(proc.pid, proc.cpu_affinity())
                 found.append(proc)

@@ -24,8 +24,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/_run.py
 from _run import REPO  # noqa: E402
-from asyncrl.config import ConfigError  # noqa: E402
-from asyncrl.plot import read_run  # noqa: E402
+
+from asyncrl.cfg.config import ConfigError  # noqa: E402
+from asyncrl.commands.plot import read_run  # noqa: E402
 
 
 def parse_jobs(path: str) -> list[tuple[str, list[str]]]:

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from asyncrl.checkpoint import list_checkpoints, load_weights  # noqa: E402
-from asyncrl.enjoy import config_of_run  # noqa: E402
+from asyncrl.commands.saved_run import config_of_run  # noqa: E402
+from asyncrl.core.checkpoint import list_checkpoints, load_weights  # noqa: E402
 from asyncrl.envs import make_agents  # noqa: E402
-from asyncrl.model import build_model  # noqa: E402
+from asyncrl.model.actor_critic import build_model  # noqa: E402
 
 ENV = "pettingzoo.classic.tictactoe_v3:env"
 LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]

@@ -1,0 +1,1 @@
+"""The run's configuration: one typed Config, its flags, its checks."""

@@ -1,0 +1,1 @@
+"""The command-line tools beside train: enjoy, match, bench, tune, plot, export, push."""

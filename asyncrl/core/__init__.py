@@ -1,0 +1,1 @@
+"""The plumbing every role shares: messages, queues, shared memory, processes, checkpoints."""

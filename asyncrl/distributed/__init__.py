@@ -1,0 +1,1 @@
+"""Several ranks that train one policy (DD-PPO) over torch.distributed."""

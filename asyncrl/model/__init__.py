@@ -1,0 +1,1 @@
+"""The actor-critic: normalizers, encoders, recurrent core, heads, action distributions."""

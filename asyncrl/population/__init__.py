@@ -1,0 +1,1 @@
+"""Several policies: matchmaking, skill ratings, population-based training."""

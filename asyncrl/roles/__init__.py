@@ -1,0 +1,1 @@
+"""The processes of a run (runner, rollout workers, policy workers, learners, evaluator) and the seams they plug into."""

@@ -1,0 +1,81 @@
+"""The env registry that every env family fills on import: names, families of names, and the errors of making an env.
+
+A factory is called as `factory(**options)` and returns a gymnasium.Env, or a PettingZoo ParallelEnv (or AECEnv) for
+a multi-agent env; it may carry a `default_config` dict attribute (Config fields that suit the env, e.g.
+{"reward_scale": 0.1}) and a `make_vector(num_envs, **options)` attribute that returns a gymnasium VectorEnv of such
+envs (--env_backend vector; autoreset same-step or next-step). An env's info["life_lost"] (a VectorEnv's: per env)
+marks a step terminal for learning while the reported episode goes on (Atari's lost lives); its action mask, in a Dict
+observation's "action_mask" entry (or a gymnasium id's info["action_mask"]), keeps the policy to the legal actions
+(gym_adapter.ActionMaskInObservation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import gymnasium as gym
+
+# a rollout worker sets this environment variable to its index (among every rank's workers under torchrun) before it
+# makes its envs, for an env that wants to know which worker it runs in (e.g. to give workers different levels or
+# costs; see synthetic.py's worker_cost)
+WORKER_INDEX_VAR = "ASYNCRL_WORKER_INDEX"
+
+
+class EnvError(ValueError):
+    """The env cannot be made (unknown name, missing files, unsupported space); the message says why."""
+
+
+class EnvUnavailable(Exception):
+    """The env's host cannot be reached now (a remote env's server is down); it may come back."""
+
+
+@dataclass
+class EnvEntry:
+    make_fn: Callable[..., gym.Env]
+    description: str
+    default_config: dict = field(default_factory=dict)  # Config fields this env wants unless the user says otherwise
+    # make_vector(num_envs, **options) -> gymnasium VectorEnv of num_envs such envs, for --env_backend vector
+    make_vector: Callable[..., gym.vector.VectorEnv] | None = None
+
+
+REGISTRY: dict[str, EnvEntry] = {}
+
+
+# name prefix -> (entry of a name, description, what a member is called: atari_<game>)
+FAMILIES: dict[str, tuple[Callable[[str], EnvEntry], str, str]] = {}
+
+
+def register_env(name: str, make_fn: Callable[..., gym.Env], description: str = "", default_config: dict | None = None,
+                 make_vector: Callable[..., gym.vector.VectorEnv] | None = None):
+    """Make `name` available to `asyncrl train --env name`. `make_fn(**options)` returns a gymnasium.Env;
+    `default_config` holds Config fields (e.g. {"reward_scale": 0.01}) that suit this env; `make_vector(num_envs,
+    **options)`, if given, returns num_envs of them as one gymnasium VectorEnv (for --env_backend vector)."""
+    REGISTRY[name] = EnvEntry(make_fn, description, dict(default_config or {}), make_vector)
+
+
+def register_env_family(prefix: str, entry_of: Callable[[str], EnvEntry], description: str,
+                        member: str = "name") -> None:
+    """Make every name that starts with `prefix` an env (e.g. atari_<game>): `entry_of(name)` returns its entry, or
+    raises EnvError if there is no such env. `asyncrl envs` lists the family in one line, as prefix<member>."""
+    FAMILIES[prefix] = (entry_of, description, member)
+
+
+def register_ale_ids() -> None:
+    """Gymnasium ids of ale-py's games (ALE/Pong-v5, ...), which gymnasium 1.x knows only once ale-py registers them."""
+    try:
+        import ale_py
+    except ImportError:
+        raise EnvError('ALE/ ids need ale-py: pip install -e ".[atari]"') from None
+    gym.register_envs(ale_py)
+
+
+def env_frameskip(env) -> int:
+    """Env frames per agent step (Sample Factory counts env steps in frames, frameskip included)."""
+    if not isinstance(env, gym.Env):  # a multi-agent env, or the agents of any env (multi_agent.py)
+        return int(getattr(env, "frameskip", 1))
+    try:
+        return int(env.get_wrapper_attr("frameskip"))
+    except AttributeError:  # ALE/ ids repeat actions inside ale-py's env, which says so only in the id's spec
+        skip = env.spec.kwargs.get("frameskip", 1) if env.spec else 1
+        return skip if isinstance(skip, int) else 1  # a (low, high) range repeats a random count: not counted

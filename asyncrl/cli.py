@@ -70,6 +70,7 @@ def config_from_args(argv: list[str]) -> Config:
         raise ConfigError("--env is required (e.g. --env CartPole-v1; `asyncrl envs` lists the registered ones)")
     if env_name.startswith("remote:"):  # the servers are asked for the env's spaces and defaults, with our credentials
         from asyncrl.remote.client import settings_from_flags
+
         connect_remote(env_name, settings_from_flags({**(saved or {}), **given}))
     env_defaults = with_tuned_flags(given, env_entry(env_name).default_config)
     return build_config(given, env_defaults, saved, this_rank().world_size)
@@ -82,13 +83,19 @@ def cmd_train(argv: list[str]) -> int:
     cfg = config_from_args(argv)
     cfg.validate()  # before torch's import (seconds): a bad flag, value or env is answered in a fraction of one
     from asyncrl.roles.runner import train
+
     return train(cfg)
 
 
 def cmd_envs(argv: list[str]) -> int:
     entries = {name: entry.description for name, entry in registered_envs().items()}
-    entries.update({name: f"plugin ({ENTRY_POINT_GROUP} entry point): {value}" for name, value in plugin_envs().items()
-                    if name not in entries})
+    entries.update(
+        {
+            name: f"plugin ({ENTRY_POINT_GROUP} entry point): {value}"
+            for name, value in plugin_envs().items()
+            if name not in entries
+        }
+    )
     entries.update(env_families())
     width = max(len(name) for name in entries)
     for name, description in sorted(entries.items()):
@@ -103,36 +110,43 @@ def cmd_bench(argv: list[str]) -> int:
     if not wants_help(argv):
         start_fork_server()
     from asyncrl.commands.bench import cmd_bench as bench
+
     return bench(argv)
 
 
 def cmd_plot(argv: list[str]) -> int:
     from asyncrl.commands.plot import cmd_plot as plot
+
     return plot(argv)
 
 
 def cmd_enjoy(argv: list[str]) -> int:
     from asyncrl.commands.enjoy import enjoy
+
     return enjoy(argv)
 
 
 def cmd_match(argv: list[str]) -> int:
     from asyncrl.commands.match import match
+
     return match(argv)
 
 
 def cmd_export(argv: list[str]) -> int:
     from asyncrl.commands.export import export
+
     return export(argv)
 
 
 def cmd_push(argv: list[str]) -> int:
     from asyncrl.commands.hub import push
+
     return push(argv)
 
 
 def cmd_env_server(argv: list[str]) -> int:
     from asyncrl.remote.server import cmd_env_server as serve
+
     return serve(argv)
 
 
@@ -140,11 +154,22 @@ def cmd_tune(argv: list[str]) -> int:
     if not wants_help(argv):
         start_fork_server()  # ready by the first candidate's run, which would otherwise wait seconds for its imports
     from asyncrl.commands.tune import cmd_tune as tune
+
     return tune(argv)
 
 
-COMMANDS = {"train": cmd_train, "enjoy": cmd_enjoy, "match": cmd_match, "export": cmd_export, "push": cmd_push,
-            "bench": cmd_bench, "tune": cmd_tune, "envs": cmd_envs, "plot": cmd_plot, "env-server": cmd_env_server}
+COMMANDS = {
+    "train": cmd_train,
+    "enjoy": cmd_enjoy,
+    "match": cmd_match,
+    "export": cmd_export,
+    "push": cmd_push,
+    "bench": cmd_bench,
+    "tune": cmd_tune,
+    "envs": cmd_envs,
+    "plot": cmd_plot,
+    "env-server": cmd_env_server,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,8 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in COMMANDS:
         names = ", ".join(COMMANDS)
         if argv and argv[0] in ("-h", "--help"):
-            print(f"usage: asyncrl {{{names}}} [flags]; `asyncrl COMMAND --help` lists a command's flags "
-                  f"(`asyncrl train --help`: every training flag)")
+            print(
+                f"usage: asyncrl {{{names}}} [flags]; `asyncrl COMMAND --help` lists a command's flags "
+                f"(`asyncrl train --help`: every training flag)"
+            )
             return 0
         print(f"asyncrl: error: expected a command ({names}), got {argv[0] if argv else 'nothing'}", file=sys.stderr)
         return 2

@@ -13,7 +13,7 @@ import time
 import psutil
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(REPO, "benchmarks", "results")                    # the instruments' results
+RESULTS = os.path.join(REPO, "benchmarks", "results")  # the instruments' results
 STUDY_RESULTS = os.path.join(REPO, "benchmarks", "studies", "results")  # one-off investigations' results
 # what CleanRL's scripts print per finished episode: (global step, return)
 CLEANRL_EPISODE = re.compile(r"global_step=(\d+), episodic_return=\[?([-\d.e+]+)")
@@ -22,11 +22,14 @@ CLEANRL_EPISODE = re.compile(r"global_step=(\d+), episodic_return=\[?([-\d.e+]+)
 def machine() -> str:
     try:
         import torch
+
         gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     except ImportError:
         gpu = "unknown GPU"
-    return f"{psutil.cpu_count()} cores ({platform.processor() or platform.machine()}), " \
-           f"{psutil.virtual_memory().total / 2**30:.0f} GiB, {gpu}"
+    return (
+        f"{psutil.cpu_count()} cores ({platform.processor() or platform.machine()}), "
+        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, {gpu}"
+    )
 
 
 def _file_id(path: str) -> tuple[int | None, int]:
@@ -93,8 +96,13 @@ def asyncrl_bench(flags: list[str], train_dir: str, repo: str = REPO) -> tuple[d
     """Run `asyncrl bench FLAGS` with its runs under train_dir (the asyncrl of the checkout `repo`); returns its
     --out JSON and what it printed."""
     out = os.path.join(train_dir, "result.json")
-    printed = subprocess.run([sys.executable, "-m", "asyncrl", "bench", *flags, "--train_dir", train_dir, "--out", out],
-                             cwd=repo, check=True, capture_output=True, text=True).stdout
+    printed = subprocess.run(
+        [sys.executable, "-m", "asyncrl", "bench", *flags, "--train_dir", train_dir, "--out", out],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     with open(out) as f:
         return json.load(f), printed
 
@@ -106,6 +114,7 @@ def peer_venv(path: str, peer: str, imports: str, packages: list[str]) -> str:
     if os.path.exists(python) and subprocess.run([python, "-c", f"import {imports}"]).returncode == 0:
         return python
     import torch
+
     print(f"creating {peer}'s virtualenv in {path} (once)", flush=True)
     subprocess.run([sys.executable, "-m", "venv", path], check=True)
     pip = [python, "-m", "pip", "install", "-q"]

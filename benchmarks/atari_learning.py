@@ -37,8 +37,10 @@ def published_curves() -> dict:
     """CleanRL's published curves per game: rows of {"frames", "mean", "low", "high"}."""
     with open(PUBLISHED) as f:
         games = json.load(f)["games"]
-    return {game: [{"frames": r["steps"] * FRAMESKIP, **{k: r[k] for k in ("mean", "low", "high")}} for r in rows]
-            for game, rows in games.items()}
+    return {
+        game: [{"frames": r["steps"] * FRAMESKIP, **{k: r[k] for k in ("mean", "low", "high")}} for r in rows]
+        for game, rows in games.items()
+    }
 
 
 def published_at(curve: list[dict], frames: int) -> dict:
@@ -53,19 +55,41 @@ def seed_flag(seed: int | None) -> list[str]:
 
 def asyncrl_run(game: str, seconds: float, train_dir: str, seed: int | None) -> list[dict]:
     experiment = f"asyncrl_{game}"
-    rows = train_and_watch(["--env", f"atari_{game}", "--train_for_seconds", str(seconds), "--train_dir", train_dir,
-                            "--experiment", experiment, "--restart_behavior", "restart", *seed_flag(seed)],
-                           os.path.join(train_dir, experiment), timeout_s=seconds + 300)
-    return [{"wall_s": r["wall_s"], "frames": r["env_steps"], "score": r["episode_reward_mean"]}
-            for r in rows if r["episode_reward_mean"] is not None]
+    rows = train_and_watch(
+        [
+            "--env",
+            f"atari_{game}",
+            "--train_for_seconds",
+            str(seconds),
+            "--train_dir",
+            train_dir,
+            "--experiment",
+            experiment,
+            "--restart_behavior",
+            "restart",
+            *seed_flag(seed),
+        ],
+        os.path.join(train_dir, experiment),
+        timeout_s=seconds + 300,
+    )
+    return [
+        {"wall_s": r["wall_s"], "frames": r["env_steps"], "score": r["episode_reward_mean"]}
+        for r in rows
+        if r["episode_reward_mean"] is not None
+    ]
 
 
 def cleanrl_run(python: str, script: str, game: str, seconds: float, work_dir: str, seed: int | None) -> list[dict]:
     """CleanRL's script from launch until `seconds` have passed (it has no time limit: stopped then); one row per game
     it finished: the mean score of the last 100 games so far."""
     launch = time.monotonic()
-    proc = subprocess.Popen([python, script, "--env-id", CLEANRL_IDS[game], "--no-cuda", *seed_flag(seed)],
-                            cwd=work_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [python, script, "--env-id", CLEANRL_IDS[game], "--no-cuda", *seed_flag(seed)],
+        cwd=work_dir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     stopper = threading.Timer(seconds, proc.terminate)
     stopper.start()
     rows, games = [], []
@@ -73,8 +97,13 @@ def cleanrl_run(python: str, script: str, game: str, seconds: float, work_dir: s
         if m := CLEANRL_EPISODE.search(line):
             games.append(float(m.group(2)))
             last = games[-100:]
-            rows.append({"wall_s": round(time.monotonic() - launch, 2), "frames": int(m.group(1)) * FRAMESKIP,
-                         "score": sum(last) / len(last)})
+            rows.append(
+                {
+                    "wall_s": round(time.monotonic() - launch, 2),
+                    "frames": int(m.group(1)) * FRAMESKIP,
+                    "score": sum(last) / len(last),
+                }
+            )
     proc.wait()
     stopper.cancel()
     if not rows:
@@ -90,8 +119,10 @@ def at_frames(rows: list[dict], frames: int):
 
 def plot(results: dict, published: dict, path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(len(results), 2, figsize=(12, 4 * len(results)), squeeze=False)
     for (left, right), (game, sides) in zip(axes, results.items()):
         for side, color in (("asyncrl", "tab:blue"), ("cleanrl", "tab:orange")):
@@ -115,8 +146,13 @@ def plot(results: dict, published: dict, path: str) -> None:
 
 def summary(rows_a: list[dict], rows_c: list[dict]) -> dict:
     a, c = rows_a[-1], rows_c[-1]
-    return {"asyncrl_score": a["score"], "asyncrl_frames": a["frames"], "cleanrl_score": c["score"],
-            "cleanrl_frames": c["frames"], "asyncrl_score_at_cleanrl_frames": at_frames(rows_a, c["frames"])}
+    return {
+        "asyncrl_score": a["score"],
+        "asyncrl_frames": a["frames"],
+        "cleanrl_score": c["score"],
+        "cleanrl_frames": c["frames"],
+        "asyncrl_score_at_cleanrl_frames": at_frames(rows_a, c["frames"]),
+    }
 
 
 def result_name(args) -> str:
@@ -124,23 +160,31 @@ def result_name(args) -> str:
 
 
 def markdown(results: dict, published: dict, args) -> str:
-    lines = [f"# Atari learning: asyncrl vs CleanRL's ppo_atari_envpool.py, {args.seconds / 60:g} minutes each", "",
-             f"Machine: {args.machine}", "",
-             f"Command: `python benchmarks/atari_learning.py --cleanrl_script PATH/cleanrl/ppo_atari_envpool.py "
-             f"--games {' '.join(args.games)} --seconds {args.seconds:g}{' '.join(['', *seed_flag(args.seed)])}`", "",
-             "Scores: mean unclipped game score of the last 100 games. Frames: emulator frames (4 per agent step). "
-             "Published: CleanRL's published curve at asyncrl's last frames, mean (spread over seeds), read off "
-             "openrlbenchmark's figure (`cleanrl_published_atari_curves.json`).", "",
-             "| game | asyncrl score | asyncrl frames | CleanRL score | CleanRL frames | asyncrl at CleanRL's frames | "
-             "CleanRL published at asyncrl's frames |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"# Atari learning: asyncrl vs CleanRL's ppo_atari_envpool.py, {args.seconds / 60:g} minutes each",
+        "",
+        f"Machine: {args.machine}",
+        "",
+        f"Command: `python benchmarks/atari_learning.py --cleanrl_script PATH/cleanrl/ppo_atari_envpool.py "
+        f"--games {' '.join(args.games)} --seconds {args.seconds:g}{' '.join(['', *seed_flag(args.seed)])}`",
+        "",
+        "Scores: mean unclipped game score of the last 100 games. Frames: emulator frames (4 per agent step). "
+        "Published: CleanRL's published curve at asyncrl's last frames, mean (spread over seeds), read off "
+        "openrlbenchmark's figure (`cleanrl_published_atari_curves.json`).",
+        "",
+        "| game | asyncrl score | asyncrl frames | CleanRL score | CleanRL frames | asyncrl at CleanRL's frames | "
+        "CleanRL published at asyncrl's frames |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for game, r in results.items():
         s = r["summary"]
         at = s["asyncrl_score_at_cleanrl_frames"]
         p = published_at(published[game], s["asyncrl_frames"])
-        lines.append(f"| {game} | {s['asyncrl_score']:.1f} | {s['asyncrl_frames']:,} | {s['cleanrl_score']:.1f} | "
-                     f"{s['cleanrl_frames']:,} | {'-' if at is None else f'{at:.1f}'} | "
-                     f"{p['mean']:.1f} ({p['low']:.1f} to {p['high']:.1f}) |")
+        lines.append(
+            f"| {game} | {s['asyncrl_score']:.1f} | {s['asyncrl_frames']:,} | {s['cleanrl_score']:.1f} | "
+            f"{s['cleanrl_frames']:,} | {'-' if at is None else f'{at:.1f}'} | "
+            f"{p['mean']:.1f} ({p['low']:.1f} to {p['high']:.1f}) |"
+        )
     lines += ["", f"![score vs wall time and frames]({result_name(args)}.png)", ""]
     return "\n".join(lines)
 
@@ -148,9 +192,15 @@ def markdown(results: dict, published: dict, args) -> str:
 def report(results: dict, args) -> None:
     published = published_curves()
     plot(results, published, os.path.join(RESULTS, f"{result_name(args)}.png"))
-    write_result(result_name(args), {"machine": args.machine, "args": {k: v for k, v in vars(args).items()
-                                                                       if k not in ("machine", "from_json")},
-                                     "results": results}, markdown(results, published, args))
+    write_result(
+        result_name(args),
+        {
+            "machine": args.machine,
+            "args": {k: v for k, v in vars(args).items() if k not in ("machine", "from_json")},
+            "results": results,
+        },
+        markdown(results, published, args),
+    )
 
 
 def main():
@@ -158,11 +208,13 @@ def main():
     parser.add_argument("--cleanrl_script", help="cleanrl/ppo_atari_envpool.py, from a clone of CleanRL")
     parser.add_argument("--games", nargs="+", default=list(CLEANRL_IDS), choices=list(CLEANRL_IDS))
     parser.add_argument("--seconds", type=float, default=1800.0, help="wall time per run, from launch")
-    parser.add_argument("--seed", type=int, help="both sides' seed (default: each side's own: asyncrl a random one, "
-                                                   "CleanRL 1)")
+    parser.add_argument(
+        "--seed", type=int, help="both sides' seed (default: each side's own: asyncrl a random one, CleanRL 1)"
+    )
     parser.add_argument("--cleanrl_venv", default=os.path.expanduser("~/.cache/asyncrl/cleanrl_atari_venv"))
-    parser.add_argument("--from_json", help="a saved result (results/atari_learning_*.json): write its md and png "
-                                            "again, with no runs")
+    parser.add_argument(
+        "--from_json", help="a saved result (results/atari_learning_*.json): write its md and png again, with no runs"
+    )
     args = parser.parse_args()
     if args.from_json:
         with open(args.from_json) as f:

@@ -18,16 +18,57 @@ import tempfile
 from _run import asyncrl_bench, machine, write_result
 
 SUITE = {
-    "doom_basic, SF's model, 2x8": ["--env", "doom_basic", "--mode", "all", "--num_workers", "2",
-                                    "--num_envs_per_worker", "8"],
-    "doom_basic, SF's model, 2x8, 1 split": ["--env", "doom_basic", "--mode", "train", "--num_workers", "2",
-                                            "--num_envs_per_worker", "8", "--worker_num_splits", "1"],
-    "doom_basic, SF's model, 2x16": ["--env", "doom_basic", "--mode", "sampler,train", "--num_workers", "2",
-                                     "--num_envs_per_worker", "16"],
+    "doom_basic, SF's model, 2x8": [
+        "--env",
+        "doom_basic",
+        "--mode",
+        "all",
+        "--num_workers",
+        "2",
+        "--num_envs_per_worker",
+        "8",
+    ],
+    "doom_basic, SF's model, 2x8, 1 split": [
+        "--env",
+        "doom_basic",
+        "--mode",
+        "train",
+        "--num_workers",
+        "2",
+        "--num_envs_per_worker",
+        "8",
+        "--worker_num_splits",
+        "1",
+    ],
+    "doom_basic, SF's model, 2x16": [
+        "--env",
+        "doom_basic",
+        "--mode",
+        "sampler,train",
+        "--num_workers",
+        "2",
+        "--num_envs_per_worker",
+        "16",
+    ],
     "doom_basic, SF's model, --tune True": ["--env", "doom_basic", "--mode", "sampler,train", "--tune", "True"],
-    "doom_basic, small model, 2x16": ["--env", "doom_basic", "--mode", "raw,sampler", "--num_workers", "2",
-                                      "--num_envs_per_worker", "16", "--encoder", "mlp", "--encoder_mlp_layers", "[8]",
-                                      "--use_rnn", "False", "--normalize_input", "False"],
+    "doom_basic, small model, 2x16": [
+        "--env",
+        "doom_basic",
+        "--mode",
+        "raw,sampler",
+        "--num_workers",
+        "2",
+        "--num_envs_per_worker",
+        "16",
+        "--encoder",
+        "mlp",
+        "--encoder_mlp_layers",
+        "[8]",
+        "--use_rnn",
+        "False",
+        "--normalize_input",
+        "False",
+    ],
     "CartPole-v1, defaults": ["--env", "CartPole-v1", "--mode", "all"],
 }
 
@@ -46,17 +87,35 @@ def main():
         for name, flags in SUITE.items():
             flags = [*flags, "--seconds", f"{args.seconds:g}", "--warmup_seconds", f"{args.warmup_seconds:g}"]
             results[name], printed = asyncrl_bench(flags, tmp)
-            summary = printed[printed.index("asyncrl bench: " + results[name]["env"]):]
+            summary = printed[printed.index("asyncrl bench: " + results[name]["env"]) :]
             print(summary, flush=True)
-            lines += [f"## {name}", "", "`asyncrl bench " + " ".join(flags) + "`", "", "```", summary.strip(), "```", ""]
-    header = ["# `asyncrl bench` results", "", f"Machine: {machine()}", "",
-              f"Command: `python benchmarks/bench_suite.py --seconds {args.seconds:g} --warmup_seconds {args.warmup_seconds:g}`",
-              "", "| configuration | raw | sampler | train | sampler/raw | train/raw | train efficiency | sampler efficiency |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            lines += [
+                f"## {name}",
+                "",
+                "`asyncrl bench " + " ".join(flags) + "`",
+                "",
+                "```",
+                summary.strip(),
+                "```",
+                "",
+            ]
+    header = [
+        "# `asyncrl bench` results",
+        "",
+        f"Machine: {machine()}",
+        "",
+        "Command: `python benchmarks/bench_suite.py "
+        f"--seconds {args.seconds:g} --warmup_seconds {args.warmup_seconds:g}`",
+        "",
+        "| configuration | raw | sampler | train | sampler/raw | train/raw | train efficiency | sampler efficiency |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for name, r in results.items():
-        header.append(f"| {name} | {fmt(r.get('raw_fps'))} | {fmt(r.get('sampler_fps'))} | {fmt(r.get('train_fps'))} | "
-                      f"{fmt(r.get('sampler_over_raw'), '.3f')} | {fmt(r.get('train_over_raw'), '.3f')} | "
-                      f"{fmt(r.get('efficiency'), '.3f')} | {fmt(r.get('sampler_efficiency'), '.3f')} |")
+        header.append(
+            f"| {name} | {fmt(r.get('raw_fps'))} | {fmt(r.get('sampler_fps'))} | {fmt(r.get('train_fps'))} | "
+            f"{fmt(r.get('sampler_over_raw'), '.3f')} | {fmt(r.get('train_over_raw'), '.3f')} | "
+            f"{fmt(r.get('efficiency'), '.3f')} | {fmt(r.get('sampler_efficiency'), '.3f')} |"
+        )
     write_result("asyncrl_bench", {"machine": machine(), "results": results}, "\n".join(header + [""] + lines))
 
 

@@ -37,8 +37,13 @@ def speed_pairs(pairs: int, seconds: float, warmup: float) -> list[dict]:
         for _ in range(pairs):
             duel, _ = asyncrl_bench([*DUEL, *timing], tmp)
             single, _ = asyncrl_bench([*SINGLE, *timing], tmp)
-            results.append({"duel_fps": duel["train_fps"], "deathmatch_bots_fps": single["train_fps"],
-                            "ratio": duel["train_fps"] / single["train_fps"]})
+            results.append(
+                {
+                    "duel_fps": duel["train_fps"],
+                    "deathmatch_bots_fps": single["train_fps"],
+                    "ratio": duel["train_fps"] / single["train_fps"],
+                }
+            )
             print(results[-1], flush=True)
     return results
 
@@ -49,12 +54,16 @@ def left_behind(shm_before: set[str]) -> dict:
     for p in psutil.process_iter(["name", "cmdline"]):
         engines += p.info["name"] == "vizdoom"
         children += ((p.info["cmdline"] or [""])[0]).startswith("asyncrl-")
-    return {"vizdoom_engines": engines, "asyncrl_processes": children,
-            "shm_entries": sorted(set(os.listdir("/dev/shm")) - shm_before)}
+    return {
+        "vizdoom_engines": engines,
+        "asyncrl_processes": children,
+        "shm_entries": sorted(set(os.listdir("/dev/shm")) - shm_before),
+    }
 
 
 def stats_rows(experiment_dir: str) -> list[dict]:
     import json
+
     path = os.path.join(experiment_dir, "stats.jsonl")
     if not os.path.exists(path):
         return []
@@ -77,11 +86,27 @@ def five_minute_run(minutes: float) -> dict:
     shm_before = set(os.listdir("/dev/shm"))
     with tempfile.TemporaryDirectory() as tmp:
         experiment_dir = os.path.join(tmp, "duel")
-        command = [sys.executable, "-m", "asyncrl", "train", *DUEL, "--train_dir", tmp, "--experiment", "duel",
-                   "--train_for_seconds", "100000"]
+        command = [
+            sys.executable,
+            "-m",
+            "asyncrl",
+            "train",
+            *DUEL,
+            "--train_dir",
+            tmp,
+            "--experiment",
+            "duel",
+            "--train_for_seconds",
+            "100000",
+        ]
         # a session of its own, so that only the signals sent here reach it; SIGINT at its default, as in a terminal
-        run = subprocess.Popen(command, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        run = subprocess.Popen(
+            command,
+            cwd=REPO,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         time.sleep(60 * minutes)
         ctrl_c = stop_and_look(run, signal.SIGINT, shm_before)
         rows = stats_rows(experiment_dir)
@@ -94,37 +119,65 @@ def five_minute_run(minutes: float) -> dict:
         sigkill = stop_and_look(resumed, signal.SIGKILL, shm_before)
     fps = [r["fps"] for r in rows if r["time_s"] > 30]
     last = rows[-1]
-    return {"minutes": minutes, "env_steps": last["env_steps"], "fps_median": statistics.median(fps),
-            "fps_min": min(fps), "reports": len(fps), "env_errors": last["env_errors"],
-            "worker_restarts": last["worker_restarts"],
-            "episode_stats": {k: last[k] for k in last if k.startswith("episode_") and k.endswith("_mean")},
-            "after_ctrl_c": ctrl_c, "resumed_to_env_steps": resumed_steps, "after_sigkill": sigkill}
+    return {
+        "minutes": minutes,
+        "env_steps": last["env_steps"],
+        "fps_median": statistics.median(fps),
+        "fps_min": min(fps),
+        "reports": len(fps),
+        "env_errors": last["env_errors"],
+        "worker_restarts": last["worker_restarts"],
+        "episode_stats": {k: last[k] for k in last if k.startswith("episode_") and k.endswith("_mean")},
+        "after_ctrl_c": ctrl_c,
+        "resumed_to_env_steps": resumed_steps,
+        "after_sigkill": sigkill,
+    }
 
 
 def report(pairs: list[dict], run: dict, command: str) -> str:
     ratios = [p["ratio"] for p in pairs]
-    lines = ["# doom_duel: speed against single-agent VizDoom, and a 5-minute run stopped twice", "",
-             f"Machine: {machine()}", "", f"Command: `{command}`", "",
-             f"Speed: `asyncrl bench --mode train` on `{' '.join(DUEL)}` (8 net games, 16 engines) and on "
-             f"`{' '.join(SINGLE)}` (16 engines), back to back.", "",
-             "| pair | doom_duel frames/s | doom_deathmatch_bots frames/s | duel / deathmatch_bots |",
-             "| --- | --- | --- | --- |"]
-    lines += [f"| {i} | {p['duel_fps']:,.0f} | {p['deathmatch_bots_fps']:,.0f} | {p['ratio']:.3f} |"
-              for i, p in enumerate(pairs)]
-    lines += ["", f"Frames/s per game process, doom_duel / doom_deathmatch_bots: median {statistics.median(ratios):.3f} "
-              f"(range {min(ratios):.3f}-{max(ratios):.3f}).", "",
-              f"A {run['minutes']:g}-minute doom_duel training run (2 x 4): {run['env_steps']:,} env steps, frames/s per "
-              f"report median {run['fps_median']:,.0f}, lowest {run['fps_min']:,.0f} ({run['reports']} reports after "
-              f"the first 30 s); env errors {run['env_errors']}, worker restarts {run['worker_restarts']}.",
-              "", f"Episode stats at the end: {run['episode_stats']}", "",
-              "| stop | exit code | VizDoom engines left | asyncrl processes left | new /dev/shm entries |",
-              "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "# doom_duel: speed against single-agent VizDoom, and a 5-minute run stopped twice",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Speed: `asyncrl bench --mode train` on `{' '.join(DUEL)}` (8 net games, 16 engines) and on "
+        f"`{' '.join(SINGLE)}` (16 engines), back to back.",
+        "",
+        "| pair | doom_duel frames/s | doom_deathmatch_bots frames/s | duel / deathmatch_bots |",
+        "| --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| {i} | {p['duel_fps']:,.0f} | {p['deathmatch_bots_fps']:,.0f} | {p['ratio']:.3f} |"
+        for i, p in enumerate(pairs)
+    ]
+    lines += [
+        "",
+        f"Frames/s per game process, doom_duel / doom_deathmatch_bots: median {statistics.median(ratios):.3f} "
+        f"(range {min(ratios):.3f}-{max(ratios):.3f}).",
+        "",
+        f"A {run['minutes']:g}-minute doom_duel training run (2 x 4): {run['env_steps']:,} env steps, frames/s per "
+        f"report median {run['fps_median']:,.0f}, lowest {run['fps_min']:,.0f} ({run['reports']} reports after "
+        f"the first 30 s); env errors {run['env_errors']}, worker restarts {run['worker_restarts']}.",
+        "",
+        f"Episode stats at the end: {run['episode_stats']}",
+        "",
+        "| stop | exit code | VizDoom engines left | asyncrl processes left | new /dev/shm entries |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for name, key in (("Ctrl-C after the run", "after_ctrl_c"), ("SIGKILL of the resumed run", "after_sigkill")):
         s = run[key]
-        lines.append(f"| {name} | {s['exit_code']} | {s['vizdoom_engines']} | {s['asyncrl_processes']} | "
-                     f"{len(s['shm_entries'])} |")
-    lines += ["", f"Checkpoints after Ctrl-C: {run['after_ctrl_c']['checkpoints']}; the resumed run went on to "
-              f"{run['resumed_to_env_steps']:,} env steps before the SIGKILL."]
+        lines.append(
+            f"| {name} | {s['exit_code']} | {s['vizdoom_engines']} | {s['asyncrl_processes']} | "
+            f"{len(s['shm_entries'])} |"
+        )
+    lines += [
+        "",
+        f"Checkpoints after Ctrl-C: {run['after_ctrl_c']['checkpoints']}; the resumed run went on to "
+        f"{run['resumed_to_env_steps']:,} env steps before the SIGKILL.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -135,12 +188,15 @@ def main():
     parser.add_argument("--warmup_seconds", type=float, default=20)
     parser.add_argument("--run_minutes", type=float, default=5)
     args = parser.parse_args()
-    command = (f"python benchmarks/doom_duel.py --pairs {args.pairs} --seconds {args.seconds:g} "
-               f"--warmup_seconds {args.warmup_seconds:g} --run_minutes {args.run_minutes:g}")
+    command = (
+        f"python benchmarks/doom_duel.py --pairs {args.pairs} --seconds {args.seconds:g} "
+        f"--warmup_seconds {args.warmup_seconds:g} --run_minutes {args.run_minutes:g}"
+    )
     pairs = speed_pairs(args.pairs, args.seconds, args.warmup_seconds)
     run = five_minute_run(args.run_minutes)
-    write_result("doom_duel", {"machine": machine(), "command": command, "pairs": pairs, "run": run},
-                 report(pairs, run, command))
+    write_result(
+        "doom_duel", {"machine": machine(), "command": command, "pairs": pairs, "run": run}, report(pairs, run, command)
+    )
 
 
 if __name__ == "__main__":

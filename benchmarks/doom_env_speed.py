@@ -21,6 +21,7 @@ FRAMESKIP = 4
 
 def raw_fps(cfg_file: str, seconds: float) -> float:
     import vizdoom as vzd
+
     game = vzd.DoomGame()
     game.load_config(os.path.join(vzd.scenarios_path, cfg_file))
     game.set_window_visible(False)
@@ -47,6 +48,7 @@ def raw_fps(cfg_file: str, seconds: float) -> float:
 
 def our_fps(name: str, seconds: float) -> float:
     from asyncrl.envs import make_env
+
     env = make_env(name)
     env.reset(seed=0)
     rng = np.random.default_rng(0)
@@ -68,24 +70,40 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     from asyncrl.envs.doom import SCENARIOS as TABLE
+
     results = {}
     for name in SCENARIOS:
         raw, ours = [], []
         for _ in range(args.rounds):
             raw.append(raw_fps(TABLE[name].cfg, args.seconds))
             ours.append(our_fps(name, args.seconds))
-        results[name] = {"raw_fps": float(np.mean(raw)), "ours_fps": float(np.mean(ours)),
-                         "ratio": float(np.mean(ours) / np.mean(raw))}
-        print(f"{name}: raw {np.mean(raw):,.0f} frames/s, ours {np.mean(ours):,.0f} frames/s, "
-              f"ours/raw {results[name]['ratio']:.3f}", flush=True)
-    lines = ["# VizDoom env speed: asyncrl's env vs raw vizdoom (one process, random actions, frameskip 4, 256x144)", "",
-             f"Machine: {machine()}", "",
-             f"Command: `python benchmarks/doom_env_speed.py --seconds {args.seconds:g} --rounds {args.rounds}`", "",
-             "| scenario | raw frames/s | asyncrl env frames/s | ours / raw |", "| --- | --- | --- | --- |"]
+        results[name] = {
+            "raw_fps": float(np.mean(raw)),
+            "ours_fps": float(np.mean(ours)),
+            "ratio": float(np.mean(ours) / np.mean(raw)),
+        }
+        print(
+            f"{name}: raw {np.mean(raw):,.0f} frames/s, ours {np.mean(ours):,.0f} frames/s, "
+            f"ours/raw {results[name]['ratio']:.3f}",
+            flush=True,
+        )
+    lines = [
+        "# VizDoom env speed: asyncrl's env vs raw vizdoom (one process, random actions, frameskip 4, 256x144)",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `python benchmarks/doom_env_speed.py --seconds {args.seconds:g} --rounds {args.rounds}`",
+        "",
+        "| scenario | raw frames/s | asyncrl env frames/s | ours / raw |",
+        "| --- | --- | --- | --- |",
+    ]
     for name, r in results.items():
         lines.append(f"| {name} | {r['raw_fps']:,.0f} | {r['ours_fps']:,.0f} | {r['ratio']:.3f} |")
-    write_result("doom_env_speed", {"machine": machine(), "seconds": args.seconds, "rounds": args.rounds,
-                                    "scenarios": results}, "\n".join(lines) + "\n")
+    write_result(
+        "doom_env_speed",
+        {"machine": machine(), "seconds": args.seconds, "rounds": args.rounds, "scenarios": results},
+        "\n".join(lines) + "\n",
+    )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,11 @@ import tempfile
 
 from _run import machine, train_and_watch, write_result
 
-RUNS = {"defaults": [], "normalize_returns False": ["--normalize_returns", "False"],
-        "value_bootstrap False": ["--value_bootstrap", "False"]}
+RUNS = {
+    "defaults": [],
+    "normalize_returns False": ["--normalize_returns", "False"],
+    "value_bootstrap False": ["--value_bootstrap", "False"],
+}
 
 
 def value_at(rows: list[dict], seconds: float, episode_len: int) -> tuple[float, float]:
@@ -40,26 +43,60 @@ def main():
     results = {}
     for name, flags in RUNS.items():
         experiment = name.replace(" ", "_")
-        rows = train_and_watch(["--env", "synthetic_constant", "--env_options", options, "--gamma", str(args.gamma),
-                                "--num_workers", "2", "--num_envs_per_worker", "4", "--seed", "1",
-                                "--train_for_seconds", str(args.seconds), "--experiment_summaries_interval", "1",
-                                "--train_dir", train_dir, "--experiment", experiment, *flags],
-                               os.path.join(train_dir, experiment), timeout_s=args.seconds + 300)
-        results[name] = {f"{fraction:g}": value_at(rows, fraction * args.seconds, args.episode_len)
-                         for fraction in (0.25, 0.5, 1.0)}
+        rows = train_and_watch(
+            [
+                "--env",
+                "synthetic_constant",
+                "--env_options",
+                options,
+                "--gamma",
+                str(args.gamma),
+                "--num_workers",
+                "2",
+                "--num_envs_per_worker",
+                "4",
+                "--seed",
+                "1",
+                "--train_for_seconds",
+                str(args.seconds),
+                "--experiment_summaries_interval",
+                "1",
+                "--train_dir",
+                train_dir,
+                "--experiment",
+                experiment,
+                *flags,
+            ],
+            os.path.join(train_dir, experiment),
+            timeout_s=args.seconds + 300,
+        )
+        results[name] = {
+            f"{fraction:g}": value_at(rows, fraction * args.seconds, args.episode_len) for fraction in (0.25, 0.5, 1.0)
+        }
         print(name, results[name], flush=True)
     shutil.rmtree(train_dir, ignore_errors=True)
-    command = f"python benchmarks/endless_task.py --seconds {args.seconds:g} --gamma {args.gamma} " \
-              f"--episode_len {args.episode_len}"
-    lines = ["# The value of an endless task cut by a time limit", "", f"Machine: {machine()}", "",
-             f"Command: `{command}`", "", f"True value with bootstrapping: {1 / (1 - args.gamma):.1f} r; without, "
-             f"the time-limited return averaged over an episode.", "",
-             "| run | " + " | ".join(f"value (per r) at {f * args.seconds:.0f} s" for f in (0.25, 0.5, 1.0)) + " |",
-             "| --- | --- | --- | --- |"]
+    command = (
+        f"python benchmarks/endless_task.py --seconds {args.seconds:g} --gamma {args.gamma} "
+        f"--episode_len {args.episode_len}"
+    )
+    lines = [
+        "# The value of an endless task cut by a time limit",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"True value with bootstrapping: {1 / (1 - args.gamma):.1f} r; without, "
+        f"the time-limited return averaged over an episode.",
+        "",
+        "| run | " + " | ".join(f"value (per r) at {f * args.seconds:.0f} s" for f in (0.25, 0.5, 1.0)) + " |",
+        "| --- | --- | --- | --- |",
+    ]
     for name, at in results.items():
         lines.append(f"| {name} | " + " | ".join(f"{v:.1f} ({per_r:.1f})" for v, per_r in at.values()) + " |")
-    write_result("endless_task", {"machine": machine(), "command": command, "results": results},
-                 "\n".join(lines) + "\n")
+    write_result(
+        "endless_task", {"machine": machine(), "command": command, "results": results}, "\n".join(lines) + "\n"
+    )
 
 
 if __name__ == "__main__":

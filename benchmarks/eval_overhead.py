@@ -28,22 +28,39 @@ def main():
     evaluation = ["--eval_every_env_steps", str(args.eval_every_env_steps), "--eval_episodes", "10"]
     pairs = []
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.pairs):
+        for _ in range(args.pairs):
             off, _ = asyncrl_bench([*FLAGS, *timing], tmp)
             on, _ = asyncrl_bench([*FLAGS, *timing, *evaluation], tmp)
-            pairs.append({"off_fps": off["train_fps"], "on_fps": on["train_fps"], "ratio": on["train_fps"] / off["train_fps"],
-                          "evaluator_cores": on["train_cores_used"].get("eval", 0.0)})
+            pairs.append(
+                {
+                    "off_fps": off["train_fps"],
+                    "on_fps": on["train_fps"],
+                    "ratio": on["train_fps"] / off["train_fps"],
+                    "evaluator_cores": on["train_cores_used"].get("eval", 0.0),
+                }
+            )
             print(pairs[-1], flush=True)
     ratios = [p["ratio"] for p in pairs]
-    command = (f"python benchmarks/eval_overhead.py --pairs {args.pairs} --seconds {args.seconds:g} "
-               f"--warmup_seconds {args.warmup_seconds:g} --eval_every_env_steps {args.eval_every_env_steps}")
-    lines = ["# Evaluation during training: its cost to training speed", "", f"Machine: {machine()}", "",
-             f"Command: `{command}`", "", f"`asyncrl bench {' '.join(FLAGS + timing)}`, then the same with "
-             f"`{' '.join(evaluation)}`.", "",
-             "| pair | frames/s, evaluation off | frames/s, evaluation on | on / off | evaluator's CPU (cores) |",
-             "| --- | --- | --- | --- | --- |"]
+    command = (
+        f"python benchmarks/eval_overhead.py --pairs {args.pairs} --seconds {args.seconds:g} "
+        f"--warmup_seconds {args.warmup_seconds:g} --eval_every_env_steps {args.eval_every_env_steps}"
+    )
+    lines = [
+        "# Evaluation during training: its cost to training speed",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"`asyncrl bench {' '.join(FLAGS + timing)}`, then the same with `{' '.join(evaluation)}`.",
+        "",
+        "| pair | frames/s, evaluation off | frames/s, evaluation on | on / off | evaluator's CPU (cores) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for i, p in enumerate(pairs):
-        lines.append(f"| {i} | {p['off_fps']:,.0f} | {p['on_fps']:,.0f} | {p['ratio']:.3f} | {p['evaluator_cores']:.3f} |")
+        lines.append(
+            f"| {i} | {p['off_fps']:,.0f} | {p['on_fps']:,.0f} | {p['ratio']:.3f} | {p['evaluator_cores']:.3f} |"
+        )
     lines += ["", f"Median on / off: {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f})."]
     write_result("eval_overhead", {"machine": machine(), "command": command, "pairs": pairs}, "\n".join(lines) + "\n")
 

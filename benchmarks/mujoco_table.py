@@ -35,23 +35,42 @@ CLEANRL_PINS = ["gymnasium==0.29.1", "mujoco==2.3.3", "imageio", "tyro", "tensor
 def asyncrl_run(task: str, seed: int, env_steps: int, train_dir: str) -> dict:
     experiment = f"{task}_{seed}"
     start = time.monotonic()
-    rows = train_and_watch(["--env", f"mujoco_{task}", "--train_for_env_steps", str(env_steps), "--seed", str(seed),
-                            "--train_dir", train_dir, "--experiment", experiment],
-                           os.path.join(train_dir, experiment), timeout_s=3600)
+    rows = train_and_watch(
+        [
+            "--env",
+            f"mujoco_{task}",
+            "--train_for_env_steps",
+            str(env_steps),
+            "--seed",
+            str(seed),
+            "--train_dir",
+            train_dir,
+            "--experiment",
+            experiment,
+        ],
+        os.path.join(train_dir, experiment),
+        timeout_s=3600,
+    )
     scored = [r for r in rows if r["episode_reward_mean"] is not None]
-    return {"score": scored[-1]["episode_reward_mean"], "wall_s": time.monotonic() - start,
-            "curve": [(r["env_steps"], r["episode_reward_mean"]) for r in scored]}
+    return {
+        "score": scored[-1]["episode_reward_mean"],
+        "wall_s": time.monotonic() - start,
+        "curve": [(r["env_steps"], r["episode_reward_mean"]) for r in scored],
+    }
 
 
 def cleanrl_run(python: str, script: str, task: str, seed: int, env_steps: int, work_dir: str) -> dict:
     """CleanRL's script as its README runs it, for env_steps; episodic returns read from what it prints."""
     start = time.monotonic()
-    printed = subprocess.run([python, script, "--env-id", f"{GYM_IDS[task]}-v4", "--seed", str(seed),
-                              "--total-timesteps", str(env_steps)], cwd=work_dir, check=True, capture_output=True,
-                             text=True).stdout
+    printed = subprocess.run(
+        [python, script, "--env-id", f"{GYM_IDS[task]}-v4", "--seed", str(seed), "--total-timesteps", str(env_steps)],
+        cwd=work_dir,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     wall_s = time.monotonic() - start
-    episodes = [(int(step), float(ret)) for step, ret in
-                CLEANRL_EPISODE.findall(printed)]
+    episodes = [(int(step), float(ret)) for step, ret in CLEANRL_EPISODE.findall(printed)]
     last = [ret for _, ret in episodes[-100:]]
     return {"score": sum(last) / len(last), "wall_s": wall_s, "env_steps": env_steps, "curve": episodes}
 
@@ -63,8 +82,10 @@ def mean_std(values: list[float]) -> tuple[float, float]:
 
 def plot(results: dict, path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     tasks = list(results)
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False)
     for ax, task in zip(axes[0], tasks):
@@ -77,24 +98,37 @@ def plot(results: dict, path: str) -> None:
         ax.set_title(GYM_IDS[task])
         ax.set_xlabel("env steps")
     axes[0][0].set_ylabel("episode return")
-    fig.suptitle("blue: asyncrl, one line per seed; orange: CleanRL run here; dashed: CleanRL's published mean at 1M "
-                 "steps", fontsize=9)
+    fig.suptitle(
+        "blue: asyncrl, one line per seed; orange: CleanRL run here; dashed: CleanRL's published mean at 1M steps",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 
 
 def markdown(results: dict, args) -> str:
-    command = f"python benchmarks/mujoco_table.py --tasks {args.tasks} --seeds {args.seeds} " \
-        f"--env_steps {args.env_steps}"
+    command = (
+        f"python benchmarks/mujoco_table.py --tasks {args.tasks} --seeds {args.seeds} --env_steps {args.env_steps}"
+    )
     if args.cleanrl_script:
-        command += f" --cleanrl_script ... --cleanrl_tasks {args.cleanrl_tasks} " \
-            f"--cleanrl_env_steps {args.cleanrl_env_steps}"
+        command += (
+            f" --cleanrl_script ... --cleanrl_tasks {args.cleanrl_tasks} --cleanrl_env_steps {args.cleanrl_env_steps}"
+        )
     if args.out != "mujoco_table":
         command += f" --out {args.out}"
-    lines = ["# MuJoCo at 1M env steps: asyncrl's defaults beside CleanRL", "", f"Machine: {machine()}", "",
-             f"Command: `{command}`", "", f"![curves]({args.out}.png)", "",
-             "| task | asyncrl return (mean ± std over seeds) | seeds | CleanRL published | asyncrl wall time per run "
-             "| CleanRL wall time here (its return) | asyncrl / CleanRL time |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "# MuJoCo at 1M env steps: asyncrl's defaults beside CleanRL",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"![curves]({args.out}.png)",
+        "",
+        "| task | asyncrl return (mean ± std over seeds) | seeds | CleanRL published | asyncrl wall time per run "
+        "| CleanRL wall time here (its return) | asyncrl / CleanRL time |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for task, result in results.items():
         score, spread = mean_std([r["score"] for r in result["asyncrl"]])
         wall = sum(r["wall_s"] for r in result["asyncrl"]) / len(result["asyncrl"])
@@ -105,12 +139,17 @@ def markdown(results: dict, args) -> str:
         if cleanrl:
             ran = cleanrl[0]
             per_run_s = ran["wall_s"] * args.env_steps / ran["env_steps"]
-            scaled = "" if ran["env_steps"] == args.env_steps else f", scaled from {ran['wall_s']:.0f} s for " \
-                f"{ran['env_steps']:,} steps"
+            scaled = (
+                ""
+                if ran["env_steps"] == args.env_steps
+                else f", scaled from {ran['wall_s']:.0f} s for {ran['env_steps']:,} steps"
+            )
             here = f"{per_run_s:,.0f} s{scaled} (return {ran['score']:,.0f} at {ran['env_steps']:,} steps)"
             ratio = f"{wall / per_run_s:.3f}"
-        lines.append(f"| {GYM_IDS[task]}-v5 | {score:,.0f} ± {spread:,.0f} | {seeds} | {published} | {wall:.0f} s "
-                     f"| {here} | {ratio} |")
+        lines.append(
+            f"| {GYM_IDS[task]}-v5 | {score:,.0f} ± {spread:,.0f} | {seeds} | {published} | {wall:.0f} s "
+            f"| {here} | {ratio} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -127,16 +166,21 @@ def main():
     args = parser.parse_args()
     args.cleanrl_env_steps = args.cleanrl_env_steps or args.env_steps
     train_dir = tempfile.mkdtemp(prefix="asyncrl_mujoco_")
-    python = peer_venv(args.cleanrl_venv, "CleanRL", "gymnasium, mujoco, tyro, imageio", CLEANRL_PINS) \
-        if args.cleanrl_script else None
+    python = (
+        peer_venv(args.cleanrl_venv, "CleanRL", "gymnasium, mujoco, tyro, imageio", CLEANRL_PINS)
+        if args.cleanrl_script
+        else None
+    )
     results = {}
     for task in args.tasks.split(","):
-        results[task] = {"asyncrl": [asyncrl_run(task, int(seed), args.env_steps, train_dir)
-                                     for seed in args.seeds.split(",")]}
+        results[task] = {
+            "asyncrl": [asyncrl_run(task, int(seed), args.env_steps, train_dir) for seed in args.seeds.split(",")]
+        }
         print(task, [round(r["score"]) for r in results[task]["asyncrl"]], flush=True)
         if python and task in args.cleanrl_tasks.split(","):
-            results[task]["cleanrl"] = [cleanrl_run(python, os.path.abspath(args.cleanrl_script), task, 1,
-                                                    args.cleanrl_env_steps, train_dir)]
+            results[task]["cleanrl"] = [
+                cleanrl_run(python, os.path.abspath(args.cleanrl_script), task, 1, args.cleanrl_env_steps, train_dir)
+            ]
             print(task, "cleanrl", round(results[task]["cleanrl"][0]["score"]), flush=True)
     shutil.rmtree(train_dir, ignore_errors=True)
     plot(results, os.path.join(RESULTS, f"{args.out}.png"))

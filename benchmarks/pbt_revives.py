@@ -34,10 +34,30 @@ def curves(rows: list[dict]) -> dict[int, list[tuple[int, float]]]:
 
 def run(pbt: bool, args, train_dir: str) -> dict:
     name = f"pbt_{pbt}"
-    flags = ["--env", "CartPole-v1", "--num_policies", str(POLICIES), "--policy_overrides", json.dumps(DEAD),
-             "--with_pbt", str(pbt), "--pbt_start_mutation", str(args.period), "--pbt_period_env_steps",
-             str(args.period), "--seed", "1", "--train_dir", train_dir, "--experiment", name,
-             "--train_for_seconds", str(args.seconds), "--experiment_summaries_interval", "5"]
+    flags = [
+        "--env",
+        "CartPole-v1",
+        "--num_policies",
+        str(POLICIES),
+        "--policy_overrides",
+        json.dumps(DEAD),
+        "--with_pbt",
+        str(pbt),
+        "--pbt_start_mutation",
+        str(args.period),
+        "--pbt_period_env_steps",
+        str(args.period),
+        "--seed",
+        "1",
+        "--train_dir",
+        train_dir,
+        "--experiment",
+        name,
+        "--train_for_seconds",
+        str(args.seconds),
+        "--experiment_summaries_interval",
+        "5",
+    ]
     rows = train_and_watch(flags, os.path.join(train_dir, name), timeout_s=args.seconds + 120)
     per_policy = curves(rows)
     within = {p: [point for point in c if point[0] <= args.env_steps] or c[:1] for p, c in per_policy.items()}
@@ -50,9 +70,14 @@ def run(pbt: bool, args, train_dir: str) -> dict:
     if pbt:
         with open(os.path.join(train_dir, name, "pbt.jsonl")) as f:
             decisions = [json.loads(line) for line in f]
-    return {"pbt": pbt, "curves": per_policy, "final": {p: c[-1][1] for p, c in within.items()},
-            "total_env_steps": max(c[-1][0] for c in within.values()), "all_at_400": all_at_400,
-            "copies": sum(d["copied_from"] is not None for d in decisions) if pbt else 0}
+    return {
+        "pbt": pbt,
+        "curves": per_policy,
+        "final": {p: c[-1][1] for p, c in within.items()},
+        "total_env_steps": max(c[-1][0] for c in within.values()),
+        "all_at_400": all_at_400,
+        "copies": sum(d["copied_from"] is not None for d in decisions) if pbt else 0,
+    }
 
 
 def main():
@@ -67,8 +92,10 @@ def main():
     shutil.rmtree(train_dir, ignore_errors=True)
 
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), sharey=True, squeeze=False)
     axes = axes[0]
     for ax, result in zip(axes, results):
@@ -86,19 +113,36 @@ def main():
 
     revived = all(r >= 400 for r in results[0]["final"].values())
     stayed_dead = None if args.pbt_only else all(results[1]["final"][p] < 100 for p in (2, 3))
-    command = f"python benchmarks/pbt_revives.py --env_steps {args.env_steps} --period {args.period} " \
-              f"--seconds {args.seconds}" + (" --pbt_only" if args.pbt_only else "")
-    lines = ["# PBT revives dead policies (CartPole-v1, 4 policies, policies 2 and 3 start with learning rate 1e-7)",
-             "", f"Machine: {machine()}", "", f"Command: `{command}`", "", f"![curves]({name}.png)", "",
-             "| --with_pbt | at env steps (all policies) | copies | every policy >= 400 from | policy 0 | policy 1 "
-             "| policy 2 | policy 3 |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    command = (
+        f"python benchmarks/pbt_revives.py --env_steps {args.env_steps} --period {args.period} "
+        f"--seconds {args.seconds}" + (" --pbt_only" if args.pbt_only else "")
+    )
+    lines = [
+        "# PBT revives dead policies (CartPole-v1, 4 policies, policies 2 and 3 start with learning rate 1e-7)",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"![curves]({name}.png)",
+        "",
+        "| --with_pbt | at env steps (all policies) | copies | every policy >= 400 from | policy 0 | policy 1 "
+        "| policy 2 | policy 3 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in results:
         first = f"{r['all_at_400']:,}" if r["all_at_400"] else "-"
-        lines.append(f"| {r['pbt']} | {r['total_env_steps']:,} | {r['copies']} | {first} | "
-                     + " | ".join(f"{r['final'][p]:.0f}" for p in range(POLICIES)) + " |")
+        lines.append(
+            f"| {r['pbt']} | {r['total_env_steps']:,} | {r['copies']} | {first} | "
+            + " | ".join(f"{r['final'][p]:.0f}" for p in range(POLICIES))
+            + " |"
+        )
     lines += ["", f"With PBT every policy >= 400: {revived}. Without PBT policies 2 and 3 < 100: {stayed_dead}.", ""]
-    write_result(name, {"machine": machine(), "command": command, "results": results,
-                                 "revived": revived, "stayed_dead": stayed_dead}, "\n".join(lines))
+    write_result(
+        name,
+        {"machine": machine(), "command": command, "results": results, "revived": revived, "stayed_dead": stayed_dead},
+        "\n".join(lines),
+    )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,12 @@ from _run import REPO, RESULTS, machine, train_and_watch, write_result
 def serve(env: str, num_envs: int, log_dir: str) -> tuple[subprocess.Popen, str]:
     """An env server on a free loopback port, and its address once it serves."""
     log = open(os.path.join(log_dir, f"server_{time.monotonic_ns()}.log"), "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "asyncrl", "env-server", "--env", env, "--num_envs", str(num_envs),
-                             "--port", "0"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "asyncrl", "env-server", "--env", env, "--num_envs", str(num_envs), "--port", "0"],
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     for _ in range(600):
         found = re.search(r"on ([\d.]+:\d+)", open(log.name).read())
         if found:
@@ -38,8 +42,21 @@ def serve(env: str, num_envs: int, log_dir: str) -> tuple[subprocess.Popen, str]
 
 
 def train(env_flag: str, name: str, train_dir: str, flags: list[str], timeout_s: float) -> list[dict]:
-    return train_and_watch(["--env", env_flag, "--train_dir", train_dir, "--experiment", name,
-                            "--experiment_summaries_interval", "2", *flags], os.path.join(train_dir, name), timeout_s)
+    return train_and_watch(
+        [
+            "--env",
+            env_flag,
+            "--train_dir",
+            train_dir,
+            "--experiment",
+            name,
+            "--experiment_summaries_interval",
+            "2",
+            *flags,
+        ],
+        os.path.join(train_dir, name),
+        timeout_s,
+    )
 
 
 def with_servers(env: str, count: int, envs_each: int, train_dir: str, run):
@@ -74,25 +91,48 @@ def steady_fps(rows: list[dict], settle_s: float = 5.0) -> float:
 
 
 def throughput(pairs: int, seconds: float, train_dir: str) -> list[dict]:
-    flags = ["--sampler_only", "True", "--num_workers", "2", "--num_envs_per_worker", "16", "--worker_num_splits", "2",
-             "--train_for_seconds", str(seconds)]
+    flags = [
+        "--sampler_only",
+        "True",
+        "--num_workers",
+        "2",
+        "--num_envs_per_worker",
+        "16",
+        "--worker_num_splits",
+        "2",
+        "--train_for_seconds",
+        str(seconds),
+    ]
     results = []
     for pair in range(pairs):
         local = train("doom_basic", f"fps_local_{pair}", train_dir, flags, seconds + 300)
-        remote = with_servers("doom_basic", 2, 16, train_dir, lambda e: train(
-            e, f"fps_remote_{pair}", train_dir, flags, seconds + 300))
+        remote = with_servers(
+            "doom_basic",
+            2,
+            16,
+            train_dir,
+            lambda e, pair=pair: train(e, f"fps_remote_{pair}", train_dir, flags, seconds + 300),
+        )
         local_fps, remote_fps = steady_fps(local), steady_fps(remote)
-        results.append({"local_fps": local_fps, "remote_fps": remote_fps, "ratio": remote_fps / local_fps,
-                        "local_first_samples_s": first_samples_s(local),
-                        "remote_first_samples_s": first_samples_s(remote)})
+        results.append(
+            {
+                "local_fps": local_fps,
+                "remote_fps": remote_fps,
+                "ratio": remote_fps / local_fps,
+                "local_first_samples_s": first_samples_s(local),
+                "remote_first_samples_s": first_samples_s(remote),
+            }
+        )
         print(results[-1], flush=True)
     return results
 
 
 def plot(curves: dict, path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4.2))
     for ax, (env, runs) in zip(axes, curves.items()):
         for where, rows in runs.items():
@@ -119,34 +159,67 @@ def main():
     args = parser.parse_args()
     train_dir = tempfile.mkdtemp(prefix="asyncrl_remote_")
     pairs = throughput(args.pairs, args.seconds, train_dir)
-    curves = {"CartPole-v1": learning("CartPole-v1", args.cartpole_steps, train_dir),
-              "doom_basic": learning("doom_basic", args.doom_steps, train_dir)}
+    curves = {
+        "CartPole-v1": learning("CartPole-v1", args.cartpole_steps, train_dir),
+        "doom_basic": learning("doom_basic", args.doom_steps, train_dir),
+    }
     shutil.rmtree(train_dir, ignore_errors=True)
     plot(curves, os.path.join(RESULTS, "remote_envs.png"))
-    command = (f"python benchmarks/remote_envs.py --pairs {args.pairs} --seconds {args.seconds:g} "
-               f"--cartpole_steps {args.cartpole_steps} --doom_steps {args.doom_steps}")
+    command = (
+        f"python benchmarks/remote_envs.py --pairs {args.pairs} --seconds {args.seconds:g} "
+        f"--cartpole_steps {args.cartpole_steps} --doom_steps {args.doom_steps}"
+    )
     median = statistics.median(p["ratio"] for p in pairs)
-    lines = ["# Remote envs (asyncrl env-server on loopback) vs local envs", "", f"Machine: {machine()}", "",
-             f"Command: `{command}`", "", "## Throughput: doom_basic, sampler only, 2 workers x 16 envs", "",
-             "Local: 2 rollout workers step the 32 envs. Remote: 2 env servers with 16 envs each; the 2 rollout "
-             "workers relay (each env group on one server: one request per group step).", "",
-             "Frames/s from 5 s after a run's first samples to its end; start-up (the seconds to the first samples) is "
-             "shown apart.", "",
-             "| pair | local frames/s | remote frames/s | remote / local | first samples after: local | remote |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {i} | {p['local_fps']:,.0f} | {p['remote_fps']:,.0f} | {p['ratio']:.2f} | "
-              f"{p['local_first_samples_s']:.0f} s | {p['remote_first_samples_s']:.0f} s |"
-              for i, p in enumerate(pairs)]
-    lines += ["", f"Median ratio: **{median:.2f}**", "", "## Learning at equal env steps (seed 1, default flags)", "",
-              "![curves](remote_envs.png)", "", "| env | env steps | local: mean return, last 3 rows | remote |",
-              "| --- | --- | --- | --- |"]
+    lines = [
+        "# Remote envs (asyncrl env-server on loopback) vs local envs",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `{command}`",
+        "",
+        "## Throughput: doom_basic, sampler only, 2 workers x 16 envs",
+        "",
+        "Local: 2 rollout workers step the 32 envs. Remote: 2 env servers with 16 envs each; the 2 rollout "
+        "workers relay (each env group on one server: one request per group step).",
+        "",
+        "Frames/s from 5 s after a run's first samples to its end; start-up (the seconds to the first samples) is "
+        "shown apart.",
+        "",
+        "| pair | local frames/s | remote frames/s | remote / local | first samples after: local | remote |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| {i} | {p['local_fps']:,.0f} | {p['remote_fps']:,.0f} | {p['ratio']:.2f} | "
+        f"{p['local_first_samples_s']:.0f} s | {p['remote_first_samples_s']:.0f} s |"
+        for i, p in enumerate(pairs)
+    ]
+    lines += [
+        "",
+        f"Median ratio: **{median:.2f}**",
+        "",
+        "## Learning at equal env steps (seed 1, default flags)",
+        "",
+        "![curves](remote_envs.png)",
+        "",
+        "| env | env steps | local: mean return, last 3 rows | remote |",
+        "| --- | --- | --- | --- |",
+    ]
     for env, runs in curves.items():
-        lines.append(f"| {env} | {runs['local'][-1]['env_steps']:,} | {final_mean(runs['local']):.1f} | "
-                     f"{final_mean(runs['remote']):.1f} |")
-    summary = {env: {where: {"env_steps": rows[-1]["env_steps"], "final_mean": final_mean(rows)}
-                     for where, rows in runs.items()} for env, runs in curves.items()}
-    write_result("remote_envs", {"machine": machine(), "command": command, "throughput": pairs,
-                                 "median_ratio": median, "learning": summary}, "\n".join(lines) + "\n")
+        lines.append(
+            f"| {env} | {runs['local'][-1]['env_steps']:,} | {final_mean(runs['local']):.1f} | "
+            f"{final_mean(runs['remote']):.1f} |"
+        )
+    summary = {
+        env: {
+            where: {"env_steps": rows[-1]["env_steps"], "final_mean": final_mean(rows)} for where, rows in runs.items()
+        }
+        for env, runs in curves.items()
+    }
+    write_result(
+        "remote_envs",
+        {"machine": machine(), "command": command, "throughput": pairs, "median_ratio": median, "learning": summary},
+        "\n".join(lines) + "\n",
+    )
 
 
 if __name__ == "__main__":

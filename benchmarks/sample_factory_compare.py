@@ -31,15 +31,34 @@ SF_VERSION = "2.1.1"
 # doom_basic: Sample Factory's default VizDoom model (convnet_simple + 512 GRU) on both sides.
 # CartPole-v1: asyncrl's CartPole defaults (MLP 64x64, no RNN, 4 epochs x 4 minibatches), given to both.
 COMMON = {
-    "doom_basic": {"num_workers": 2, "num_envs_per_worker": 8, "worker_num_splits": 2, "rollout": 32,
-                   "batch_size": 1024},
-    "CartPole-v1": {"num_workers": 2, "num_envs_per_worker": 16, "worker_num_splits": 2, "rollout": 32,
-                    "batch_size": 1024, "use_rnn": False, "num_epochs": 4, "num_batches_per_epoch": 4,
-                    "learning_rate": 0.001, "reward_scale": 0.1},
+    "doom_basic": {
+        "num_workers": 2,
+        "num_envs_per_worker": 8,
+        "worker_num_splits": 2,
+        "rollout": 32,
+        "batch_size": 1024,
+    },
+    "CartPole-v1": {
+        "num_workers": 2,
+        "num_envs_per_worker": 16,
+        "worker_num_splits": 2,
+        "rollout": 32,
+        "batch_size": 1024,
+        "use_rnn": False,
+        "num_epochs": 4,
+        "num_batches_per_epoch": 4,
+        "learning_rate": 0.001,
+        "reward_scale": 0.1,
+    },
     # Atari: asyncrl's atari defaults (Sample Factory's Atari example settings) at 2 workers x 8 envs; 1024 samples
     # per update in 4 minibatches (Sample Factory's --batch_size is the minibatch: 256, in SF_EXTRA)
-    "atari_breakout": {"num_workers": 2, "num_envs_per_worker": 8, "worker_num_splits": 2, "rollout": 128,
-                       "num_batches_per_epoch": 4},
+    "atari_breakout": {
+        "num_workers": 2,
+        "num_envs_per_worker": 8,
+        "worker_num_splits": 2,
+        "rollout": 128,
+        "num_batches_per_epoch": 4,
+    },
 }
 SF_EXTRA = {
     "doom_basic": ["-m", "sf_examples.vizdoom.train_vizdoom"],
@@ -47,26 +66,41 @@ SF_EXTRA = {
     # its example trains synchronously by default; asyncrl is asynchronous: SF's asynchronous mode is the like one
     "atari_breakout": ["-m", "sf_examples.atari.train_atari", "--async_rl", "True", "--batch_size", "256"],
 }
-ATARI_NOTE = ("atari_breakout: both sides with the settings of Sample Factory's Atari example (Nature conv net, "
-              "no RNN, GAE, 4 epochs, clipped rewards, linear rate decay), its `--async_rl True` mode, and 1024 "
-              "samples per update in 4 minibatches (asyncrl's default --batch_size 1024; Sample Factory's --batch_size "
-              "is the minibatch: 256). Sample Factory's logged episode reward (0.2-0.5 here) is below a random "
-              "policy's whole-game Breakout score (about 1.2, as asyncrl reports it), as if counted per life: frames/s "
-              "is the comparison here.")
+ATARI_NOTE = (
+    "atari_breakout: both sides with the settings of Sample Factory's Atari example (Nature conv net, "
+    "no RNN, GAE, 4 epochs, clipped rewards, linear rate decay), its `--async_rl True` mode, and 1024 "
+    "samples per update in 4 minibatches (asyncrl's default --batch_size 1024; Sample Factory's --batch_size "
+    "is the minibatch: 256). Sample Factory's logged episode reward (0.2-0.5 here) is below a random "
+    "policy's whole-game Breakout score (about 1.2, as asyncrl reports it), as if counted per life: frames/s "
+    "is the comparison here."
+)
 # Sample Factory's doom wrapper scales rewards by 0.01
 SF_REWARD_UNIT = {"doom_basic": 100.0, "CartPole-v1": 1.0, "atari_breakout": 1.0}
 TARGET_REWARD = {"doom_basic": 70.0, "CartPole-v1": 475.0, "atari_breakout": 10.0}
-SECONDS = {"doom_basic": 300.0, "CartPole-v1": 120.0, "atari_breakout": 240.0}  # per run, unless --seconds says otherwise
+SECONDS = {
+    "doom_basic": 300.0,
+    "CartPole-v1": 120.0,
+    "atari_breakout": 240.0,
+}  # per run, unless --seconds says otherwise
 
 
 def ensure_sf_venv(path: str) -> str:
     import vizdoom
-    python = peer_venv(path, "Sample Factory", "sample_factory, vizdoom, ale_py",
-                       [f"sample-factory=={SF_VERSION}", f"vizdoom=={vizdoom.__version__}", "ale-py==0.9.1"])
+
+    python = peer_venv(
+        path,
+        "Sample Factory",
+        "sample_factory, vizdoom, ale_py",
+        [f"sample-factory=={SF_VERSION}", f"vizdoom=={vizdoom.__version__}", "ale-py==0.9.1"],
+    )
     # ale-py 0.9 ships its ROMs (the 0.8 that SF's [atari] extra pins downloads them) but registers its gymnasium ids
     # only when imported: a .pth line imports it in every process of the venv, SF's spawned workers included
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     with open(os.path.join(site, "register_ale_ids.pth"), "w") as f:
         f.write("import ale_py\n")
     return python
@@ -74,13 +108,22 @@ def ensure_sf_venv(path: str) -> str:
 
 def sf_run(python: str, env: str, seconds: float, train_dir: str, device: str) -> list[dict]:
     """Run Sample Factory; returns rows {wall_s, env_steps, reward} parsed from its log as lines appear."""
-    args = [python, *SF_EXTRA[env], f"--env={env}", f"--experiment=sf_{env}", f"--train_dir={train_dir}",
-            f"--device={device}", f"--train_for_seconds={int(seconds)}", "--save_every_sec=1000000"]
+    args = [
+        python,
+        *SF_EXTRA[env],
+        f"--env={env}",
+        f"--experiment=sf_{env}",
+        f"--train_dir={train_dir}",
+        f"--device={device}",
+        f"--train_for_seconds={int(seconds)}",
+        "--save_every_sec=1000000",
+    ]
     args += [f"--{k}={v}" for k, v in COMMON[env].items()]
     launch = time.monotonic()
     # its own session: its children (and their VizDoom engines) outlive a killed parent, so we stop the group
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=train_dir,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=train_dir, start_new_session=True
+    )
     stop_group = lambda: os.killpg(proc.pid, signal.SIGKILL)  # noqa: E731
     rows, log = [], []
     frames = None
@@ -106,8 +149,22 @@ def sf_run(python: str, env: str, seconds: float, train_dir: str, device: str) -
 
 
 def asyncrl_run(env: str, seconds: float, train_dir: str, device: str) -> list[dict]:
-    args = ["--env", env, "--experiment", f"asyncrl_{env}", "--train_dir", train_dir, "--device", device,
-            "--train_for_seconds", str(seconds), "--experiment_summaries_interval", "5", "--restart_behavior", "restart"]
+    args = [
+        "--env",
+        env,
+        "--experiment",
+        f"asyncrl_{env}",
+        "--train_dir",
+        train_dir,
+        "--device",
+        device,
+        "--train_for_seconds",
+        str(seconds),
+        "--experiment_summaries_interval",
+        "5",
+        "--restart_behavior",
+        "restart",
+    ]
     for k, v in COMMON[env].items():
         args += [f"--{k}", str(v)]
     rows = train_and_watch(args, os.path.join(train_dir, f"asyncrl_{env}"), timeout_s=seconds + 180)
@@ -128,8 +185,10 @@ def time_to(rows: list[dict], target: float):
 
 def plot(results: dict, path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
     for ax, (env, r) in zip(axes[0], results.items()):
         for side, color in (("asyncrl", "tab:blue"), ("sample_factory", "tab:orange")):
@@ -171,40 +230,64 @@ def main():
             fps = [window_fps(rows, args.warmup_seconds) for rows in rounds]
             reach = [time_to(rows, TARGET_REWARD[env]) for rows in rounds]
             final = [next((r["reward"] for r in reversed(rows) if r["reward"] is not None), None) for rows in rounds]
-            results[env][side] = {"fps": float(np.median(fps)), "fps_runs": fps, "time_to_target_s": reach,
-                                  "final_reward": final, "rounds": rounds}
+            results[env][side] = {
+                "fps": float(np.median(fps)),
+                "fps_runs": fps,
+                "time_to_target_s": reach,
+                "final_reward": final,
+                "rounds": rounds,
+            }
         a, s = results[env]["asyncrl"], results[env]["sample_factory"]
         results[env]["fps_ratio"] = a["fps"] / s["fps"]
-        print(f"{env}: asyncrl {a['fps']:,.0f} frames/s, Sample Factory {s['fps']:,.0f} frames/s, "
-              f"ratio {results[env]['fps_ratio']:.2f}; time to {TARGET_REWARD[env]:g}: {a['time_to_target_s']} vs "
-              f"{s['time_to_target_s']} s", flush=True)
+        print(
+            f"{env}: asyncrl {a['fps']:,.0f} frames/s, Sample Factory {s['fps']:,.0f} frames/s, "
+            f"ratio {results[env]['fps_ratio']:.2f}; time to {TARGET_REWARD[env]:g}: {a['time_to_target_s']} vs "
+            f"{s['time_to_target_s']} s",
+            flush=True,
+        )
     shutil.rmtree(train_dir, ignore_errors=True)
     plot(results, os.path.join(RESULTS, f"{args.out}.png"))
-    write_result(args.out, {"machine": machine(), "args": vars(args), "common": COMMON,
-                                            "results": results}, markdown(results, args))
+    write_result(
+        args.out,
+        {"machine": machine(), "args": vars(args), "common": COMMON, "results": results},
+        markdown(results, args),
+    )
 
 
 def markdown(results: dict, args) -> str:
     seconds = f" --seconds {args.seconds:g}" if args.seconds else ""
-    cmd = (f"python benchmarks/sample_factory_compare.py --envs {' '.join(args.envs)}{seconds} "
-           f"--warmup_seconds {args.warmup_seconds:g} --rounds {args.rounds} --device {args.device}"
-           + (f" --out {args.out}" if args.out != "sample_factory_compare" else ""))
-    lines = [f"# asyncrl vs Sample Factory {SF_VERSION}", "", f"Seconds per run: {args.seconds or SECONDS}", "",
-             f"Machine: {machine()}", "", f"Command: `{cmd}`", "",
-             "Frames/s: frames counted after the first "
-             f"{args.warmup_seconds:g} s since launch (median over rounds). Time to target: seconds from launch until "
-             "the mean return of the last 100 episodes first reaches it (- = not within the run).", "",
-             "| env | settings (both sides) | asyncrl frames/s | SF frames/s | ratio | asyncrl time to target "
-             "| SF time to target | time ratio |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    cmd = (
+        f"python benchmarks/sample_factory_compare.py --envs {' '.join(args.envs)}{seconds} "
+        f"--warmup_seconds {args.warmup_seconds:g} --rounds {args.rounds} --device {args.device}"
+        + (f" --out {args.out}" if args.out != "sample_factory_compare" else "")
+    )
+    lines = [
+        f"# asyncrl vs Sample Factory {SF_VERSION}",
+        "",
+        f"Seconds per run: {args.seconds or SECONDS}",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `{cmd}`",
+        "",
+        "Frames/s: frames counted after the first "
+        f"{args.warmup_seconds:g} s since launch (median over rounds). Time to target: seconds from launch until "
+        "the mean return of the last 100 episodes first reaches it (- = not within the run).",
+        "",
+        "| env | settings (both sides) | asyncrl frames/s | SF frames/s | ratio | asyncrl time to target "
+        "| SF time to target | time ratio |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for env, r in results.items():
         a, s = r["asyncrl"], r["sample_factory"]
         ta = [t for t in a["time_to_target_s"] if t is not None]
         ts = [t for t in s["time_to_target_s"] if t is not None]
         ratio = f"{np.median(ta) / np.median(ts):.2f}" if ta and ts else "-"
         settings = ", ".join(f"{k} {v}" for k, v in COMMON[env].items())
-        lines.append(f"| {env} (target {TARGET_REWARD[env]:g}) | {settings} | {a['fps']:,.0f} | {s['fps']:,.0f} | "
-                     f"{r['fps_ratio']:.2f} | {a['time_to_target_s']} | {s['time_to_target_s']} | {ratio} |")
+        lines.append(
+            f"| {env} (target {TARGET_REWARD[env]:g}) | {settings} | {a['fps']:,.0f} | {s['fps']:,.0f} | "
+            f"{r['fps_ratio']:.2f} | {a['time_to_target_s']} | {s['time_to_target_s']} | {ratio} |"
+        )
     if "atari_breakout" in results:
         lines += ["", ATARI_NOTE]
     lines += ["", f"![reward vs wall time]({args.out}.png)", ""]

@@ -18,10 +18,24 @@ import tempfile
 from _run import env_steps_per_second, machine, train_and_watch, write_result
 
 WARMUP_S = 10
-VER_ON_IMAGES = ["--algo", "ver", "--env", "synthetic_heterogeneous", "--env_options",
-                 '{"step_us": 500, "episode_len": 64, "worker_cost": [3, 1], "obs_shape": [3, 72, 128]}',
-                 "--num_workers", "2", "--num_envs_per_worker", "8", "--rollout", "32", "--batch_size", "512",
-                 "--experiment_summaries_interval", "2"]
+VER_ON_IMAGES = [
+    "--algo",
+    "ver",
+    "--env",
+    "synthetic_heterogeneous",
+    "--env_options",
+    '{"step_us": 500, "episode_len": 64, "worker_cost": [3, 1], "obs_shape": [3, 72, 128]}',
+    "--num_workers",
+    "2",
+    "--num_envs_per_worker",
+    "8",
+    "--rollout",
+    "32",
+    "--batch_size",
+    "512",
+    "--experiment_summaries_interval",
+    "2",
+]
 
 
 def after_warmup(rows: list[dict]) -> list[dict]:
@@ -33,27 +47,57 @@ def run_pairs(train_dir: str, pairs: int, seconds: float) -> list[dict]:
     for pair in range(pairs):
         for pack in ("False", "True"):
             name = f"pack_{pack}_{pair}"
-            rows = train_and_watch([*VER_ON_IMAGES, "--pack_sequences", pack, "--train_dir", train_dir, "--experiment",
-                                    name, "--train_for_seconds", str(seconds), "--seed", str(pair)],
-                                   os.path.join(train_dir, name), timeout_s=seconds + 120)
-            runs.append({"pack": pack == "True", "pair": pair, "samples_per_s": env_steps_per_second(rows, WARMUP_S),
-                         "padded_fraction": statistics.mean(r["padded_fraction"] for r in after_warmup(rows))})
+            rows = train_and_watch(
+                [
+                    *VER_ON_IMAGES,
+                    "--pack_sequences",
+                    pack,
+                    "--train_dir",
+                    train_dir,
+                    "--experiment",
+                    name,
+                    "--train_for_seconds",
+                    str(seconds),
+                    "--seed",
+                    str(pair),
+                ],
+                os.path.join(train_dir, name),
+                timeout_s=seconds + 120,
+            )
+            runs.append(
+                {
+                    "pack": pack == "True",
+                    "pair": pair,
+                    "samples_per_s": env_steps_per_second(rows, WARMUP_S),
+                    "padded_fraction": statistics.mean(r["padded_fraction"] for r in after_warmup(rows)),
+                }
+            )
             print(runs[-1], flush=True)
     return runs
 
 
 def report(command: str, runs: list[dict]) -> str:
-    lines = ["# VER's sequence packing", "", f"Machine: {machine()}", "", f"`{command}`", "",
-             "ver on synthetic_heterogeneous with 3x72x128 images (conv + GRU), worker 0's envs 3x slower, "
-             "2 workers x 8 envs, 512 samples per update:", "",
-             "| pair | samples/s: unpacked | packed | packed / unpacked | rows without a sample: unpacked | packed |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "# VER's sequence packing",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"`{command}`",
+        "",
+        "ver on synthetic_heterogeneous with 3x72x128 images (conv + GRU), worker 0's envs 3x slower, "
+        "2 workers x 8 envs, 512 samples per update:",
+        "",
+        "| pair | samples/s: unpacked | packed | packed / unpacked | rows without a sample: unpacked | packed |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     ratios = []
     for pair in sorted({r["pair"] for r in runs}):
         off, on = (next(r for r in runs if r["pair"] == pair and r["pack"] == p) for p in (False, True))
         ratios.append(on["samples_per_s"] / off["samples_per_s"])
-        lines.append(f"| {pair} | {off['samples_per_s']:,.0f} | {on['samples_per_s']:,.0f} | {ratios[-1]:.2f} | "
-                     f"{off['padded_fraction']:.0%} | {on['padded_fraction']:.0%} |")
+        lines.append(
+            f"| {pair} | {off['samples_per_s']:,.0f} | {on['samples_per_s']:,.0f} | {ratios[-1]:.2f} | "
+            f"{off['padded_fraction']:.0%} | {on['padded_fraction']:.0%} |"
+        )
     lines += ["", f"Median packed / unpacked samples/s: **{statistics.median(ratios):.2f}**"]
     return "\n".join(lines) + "\n"
 

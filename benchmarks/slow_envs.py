@@ -1,5 +1,5 @@
-"""Envs that are slower in some rollout workers than in others, for the DD-PPO benchmark (`--env benchmarks.slow_envs:cartpole`,
-run from the repository's root).
+"""Envs that are slower in some rollout workers than in others, for the DD-PPO benchmark
+(`--env benchmarks.slow_envs:cartpole`, run from the repository's root).
 
 The extra time is slept, as a simulator on hardware of its own would make a rank wait, so that on this 2-core
 machine the slow rank does not take the fast rank's cores (a busy loop would, and the ranks' speeds would even out).

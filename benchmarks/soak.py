@@ -57,9 +57,24 @@ def main():
             saved = json.load(f)
         return report(saved["samples"], saved["fps"], args)
     train_dir = tempfile.mkdtemp(prefix="asyncrl_soak_")
-    proc = subprocess.Popen([sys.executable, "-m", "asyncrl", "train", "--env", "doom_basic", "--train_dir", train_dir,
-                             "--experiment", "soak", "--train_for_seconds", str(args.minutes * 60)], cwd=REPO,
-                            stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "asyncrl",
+            "train",
+            "--env",
+            "doom_basic",
+            "--train_dir",
+            train_dir,
+            "--experiment",
+            "soak",
+            "--train_for_seconds",
+            str(args.minutes * 60),
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+    )
     main_process, start, samples = psutil.Process(proc.pid), time.monotonic(), []
     while proc.poll() is None:
         try:
@@ -90,23 +105,38 @@ def report(samples, fps, args):
     shared_end = {n: median(warm[-window:], "shared_mib", n) for n in names}
     growth = {n: (end[n] - shared_end[n]) / (start[n] - shared_start[n]) - 1 for n in names}
     plot(samples, fps, os.path.join(RESULTS, "soak.png"))
-    lines = ["# Soak: doom_basic", "", f"Machine: {machine()}", "",
-             f"Command: `python benchmarks/soak.py --minutes {args.minutes:g} --warmup_minutes {args.warmup_minutes:g}`", "",
-             "![soak](soak.png)", "", f"Medians over windows of {window} samples (10 s apart).", "",
-             "| process | RSS after warm-up (MiB) | RSS before the end (MiB) | of which shared, after warm-up -> "
-             "before the end | private memory growth |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "# Soak: doom_basic",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `python benchmarks/soak.py --minutes {args.minutes:g} --warmup_minutes {args.warmup_minutes:g}`",
+        "",
+        "![soak](soak.png)",
+        "",
+        f"Medians over windows of {window} samples (10 s apart).",
+        "",
+        "| process | RSS after warm-up (MiB) | RSS before the end (MiB) | of which shared, after warm-up -> "
+        "before the end | private memory growth |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for n in names:
-        lines.append(f"| {n} | {start[n]:.0f} | {end[n]:.0f} | {shared_start[n]:.1f} -> {shared_end[n]:.1f} | "
-                     f"{growth[n]:+.1%} |")
+        lines.append(
+            f"| {n} | {start[n]:.0f} | {end[n]:.0f} | {shared_start[n]:.1f} -> {shared_end[n]:.1f} | {growth[n]:+.1%} |"
+        )
     verdict = all(g < 0.05 for g in growth.values())
     lines += ["", f"Private memory growth < 5% for every process: {'yes' if verdict else 'NO'}"]
-    write_result("soak", {"machine": machine(), "samples": samples, "fps": fps, "growth": growth}, "\n".join(lines) + "\n")
+    write_result(
+        "soak", {"machine": machine(), "samples": samples, "fps": fps, "growth": growth}, "\n".join(lines) + "\n"
+    )
 
 
 def plot(samples, fps, path):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (ax_rss, ax_fps) = plt.subplots(1, 2, figsize=(12, 4))
     for name in sorted({n for s in samples for n in s["rss_mib"]}):
         ax_rss.plot([s["t_s"] / 60 for s in samples], [s["rss_mib"].get(name) for s in samples], label=name)

@@ -28,10 +28,18 @@ from asyncrl.commands.tune import results_path
 from asyncrl.envs import env_entry
 
 GRIDS = {  # envs per worker: cheap envs want more of them per worker
-    "cheap": {"num_workers": [2, 4], "num_envs_per_worker": [8, 16, 32], "worker_num_splits": [1, 2],
-              "policy_workers_per_policy": [1, 2]},
-    "costly": {"num_workers": [2, 4], "num_envs_per_worker": [4, 8, 16], "worker_num_splits": [1, 2],
-               "policy_workers_per_policy": [1, 2]},
+    "cheap": {
+        "num_workers": [2, 4],
+        "num_envs_per_worker": [8, 16, 32],
+        "worker_num_splits": [1, 2],
+        "policy_workers_per_policy": [1, 2],
+    },
+    "costly": {
+        "num_workers": [2, 4],
+        "num_envs_per_worker": [4, 8, 16],
+        "worker_num_splits": [1, 2],
+        "policy_workers_per_policy": [1, 2],
+    },
 }
 
 
@@ -48,13 +56,30 @@ def main():
     parser.add_argument("--warmup_seconds", type=float, default=8)
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="asyncrl_tune_vs_grid_")
-    subprocess.run([sys.executable, "-m", "asyncrl", "tune", "--env", args.env, "--budget_seconds",
-                    str(args.budget_seconds), "--seconds", str(args.seconds), "--warmup_seconds",
-                    str(args.warmup_seconds)], cwd=REPO, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asyncrl",
+            "tune",
+            "--env",
+            args.env,
+            "--budget_seconds",
+            str(args.budget_seconds),
+            "--seconds",
+            str(args.seconds),
+            "--warmup_seconds",
+            str(args.warmup_seconds),
+        ],
+        cwd=REPO,
+        check=True,
+    )
     with open(results_path(args.env)) as f:
         tuned = json.load(f)
-    cfg = build_config({"env": args.env, "train_dir": os.path.join(tmp, "grid"), "experiment": "point",
-                        "restart_behavior": "restart"}, env_entry(args.env).default_config)
+    cfg = build_config(
+        {"env": args.env, "train_dir": os.path.join(tmp, "grid"), "experiment": "point", "restart_behavior": "restart"},
+        env_entry(args.env).default_config,
+    )
     grid = GRIDS["cheap" if tuned["costs"]["sim_ms_per_step"] < 0.05 else "costly"]
     points = []
     for values in itertools.product(*grid.values()):
@@ -73,22 +98,59 @@ def main():
         pairs.append({"tune_fps": tune_fps, "grid_best_fps": grid_fps, "ratio": tune_fps / grid_fps})
         print(pairs[-1], flush=True)
     ratio = statistics.median(p["ratio"] for p in pairs)
-    command = (f"python benchmarks/tune_vs_grid.py --env {args.env} --budget_seconds {args.budget_seconds:g} "
-               f"--pairs {args.pairs} --seconds {args.seconds:g} --warmup_seconds {args.warmup_seconds:g}")
-    flag_text = (lambda flags: " ".join(f"--{k} {v}" for k, v in flags.items()))
-    lines = [f"# `asyncrl tune` vs a grid search: {args.env}", "", f"Machine: {machine()}", "", f"Command: `{command}`",
-             "", f"Tune ({len(tuned['tried'])} candidates in {args.budget_seconds:g} s) picked `{flag_text(tuned['best'])}` "
-             f"({tuned['best_fps']:,.0f} frames/s while tuning).",
-             f"The grid's best of {len(points)} points: `{flag_text(best['flags'])}` ({best['fps']:,.0f} frames/s).", "",
-             "Re-measured side by side:", "", "| pair | tune's pick | grid's best | ratio |", "| --- | --- | --- | --- |"]
-    lines += [f"| {i} | {p['tune_fps']:,.0f} | {p['grid_best_fps']:,.0f} | {p['ratio']:.3f} |" for i, p in enumerate(pairs)]
-    lines += ["", f"Median ratio tune / grid best: **{ratio:.3f}** (done when >= 0.9).", "", "## Grid", "",
-              "| frames/s | flags |", "| --- | --- |"]
+    command = (
+        f"python benchmarks/tune_vs_grid.py --env {args.env} --budget_seconds {args.budget_seconds:g} "
+        f"--pairs {args.pairs} --seconds {args.seconds:g} --warmup_seconds {args.warmup_seconds:g}"
+    )
+
+    def flag_text(flags):
+        return " ".join(f"--{k} {v}" for k, v in flags.items())
+
+    lines = [
+        f"# `asyncrl tune` vs a grid search: {args.env}",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Tune ({len(tuned['tried'])} candidates in {args.budget_seconds:g} s) picked `{flag_text(tuned['best'])}` "
+        f"({tuned['best_fps']:,.0f} frames/s while tuning).",
+        f"The grid's best of {len(points)} points: `{flag_text(best['flags'])}` ({best['fps']:,.0f} frames/s).",
+        "",
+        "Re-measured side by side:",
+        "",
+        "| pair | tune's pick | grid's best | ratio |",
+        "| --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| {i} | {p['tune_fps']:,.0f} | {p['grid_best_fps']:,.0f} | {p['ratio']:.3f} |" for i, p in enumerate(pairs)
+    ]
+    lines += [
+        "",
+        f"Median ratio tune / grid best: **{ratio:.3f}** (done when >= 0.9).",
+        "",
+        "## Grid",
+        "",
+        "| frames/s | flags |",
+        "| --- | --- |",
+    ]
     lines += [f"| {p['fps']:,.0f} | `{flag_text(p['flags'])}` |" for p in sorted(points, key=lambda p: -p["fps"])]
     lines += ["", "## Tune's candidates", "", "| frames/s | flags |", "| --- | --- |"]
-    lines += [f"| {e['fps']:,.0f} | `{flag_text(e['flags'])}` |" for e in sorted(tuned["tried"], key=lambda e: -e["fps"])]
-    write_result(f"tune_vs_grid_{args.env}", {"machine": machine(), "command": command, "tune": tuned, "grid": points,
-                                              "pairs": pairs, "median_ratio": ratio}, "\n".join(lines) + "\n")
+    lines += [
+        f"| {e['fps']:,.0f} | `{flag_text(e['flags'])}` |" for e in sorted(tuned["tried"], key=lambda e: -e["fps"])
+    ]
+    write_result(
+        f"tune_vs_grid_{args.env}",
+        {
+            "machine": machine(),
+            "command": command,
+            "tune": tuned,
+            "grid": points,
+            "pairs": pairs,
+            "median_ratio": ratio,
+        },
+        "\n".join(lines) + "\n",
+    )
 
 
 if __name__ == "__main__":

@@ -16,8 +16,10 @@ from _run import RESULTS, machine, train_and_watch, write_result
 
 def plot(rows, path, env):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     rows = [r for r in rows if r["episode_reward_mean"] is not None]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     axes[0].plot([r["env_steps"] for r in rows], [r["episode_reward_mean"] for r in rows])
@@ -38,18 +40,43 @@ def main():
     parser.add_argument("--seconds", type=float, default=600)
     args, extra = parser.parse_known_args()
     train_dir = tempfile.mkdtemp(prefix="asyncrl_doom_")
-    rows = train_and_watch(["--env", args.env, "--train_dir", train_dir, "--experiment", "run", "--num_workers", "2",
-                            "--num_envs_per_worker", "8", "--train_for_seconds", str(args.seconds),
-                            "--experiment_summaries_interval", "5", *extra],
-                           os.path.join(train_dir, "run"), timeout_s=args.seconds + 180)
+    rows = train_and_watch(
+        [
+            "--env",
+            args.env,
+            "--train_dir",
+            train_dir,
+            "--experiment",
+            "run",
+            "--num_workers",
+            "2",
+            "--num_envs_per_worker",
+            "8",
+            "--train_for_seconds",
+            str(args.seconds),
+            "--experiment_summaries_interval",
+            "5",
+            *extra,
+        ],
+        os.path.join(train_dir, "run"),
+        timeout_s=args.seconds + 180,
+    )
     shutil.rmtree(train_dir, ignore_errors=True)
     plot(rows, os.path.join(RESULTS, f"{args.env}_learning.png"), args.env)
     scored = [r for r in rows if r["episode_reward_mean"] is not None]
-    lines = [f"# {args.env} learning curve", "", f"Machine: {machine()}", "",
-             f"Command: `python benchmarks/vizdoom_learning_curve.py --env {args.env} --seconds {args.seconds:g} "
-             f"{' '.join(extra)}`",
-             "", f"![curve]({args.env}_learning.png)", "",
-             "| s since launch | env steps | mean return | fps |", "| --- | --- | --- | --- |"]
+    lines = [
+        f"# {args.env} learning curve",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `python benchmarks/vizdoom_learning_curve.py --env {args.env} --seconds {args.seconds:g} "
+        f"{' '.join(extra)}`",
+        "",
+        f"![curve]({args.env}_learning.png)",
+        "",
+        "| s since launch | env steps | mean return | fps |",
+        "| --- | --- | --- | --- |",
+    ]
     for r in scored[:: max(1, len(scored) // 15)] + scored[-1:]:
         lines.append(f"| {r['wall_s']:.0f} | {r['env_steps']:,} | {r['episode_reward_mean']:.1f} | {r['fps']:,.0f} |")
     write_result(f"{args.env}_learning", {"machine": machine(), "env": args.env, "rows": rows}, "\n".join(lines) + "\n")

@@ -32,7 +32,22 @@ from asyncrl.envs.registry import (
 )
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "WORKER_INDEX_VAR", "EnvEntry", "EnvError", "EnvUnavailable", "adopt_entry", "connect_remote",
-    "env_entry", "env_families", "env_frameskip", "make_agents", "make_env", "plugin_envs", "portable_entry",
-    "register_ale_ids", "register_env", "register_env_family", "registered_envs",
+    "ENTRY_POINT_GROUP",
+    "WORKER_INDEX_VAR",
+    "EnvEntry",
+    "EnvError",
+    "EnvUnavailable",
+    "adopt_entry",
+    "connect_remote",
+    "env_entry",
+    "env_families",
+    "env_frameskip",
+    "make_agents",
+    "make_env",
+    "plugin_envs",
+    "portable_entry",
+    "register_ale_ids",
+    "register_env",
+    "register_env_family",
+    "registered_envs",
 ]

@@ -34,22 +34,50 @@ from asyncrl.envs.registry import EnvEntry, EnvError, register_env_family
 PREFIX = "atari_"
 MAX_FRAMES_PER_GAME = 108_000
 PRESETS = {
-    "baselines": {"repeat_action_probability": 0.0, "full_action_space": False, "noop_max": 30, "use_fire_reset": True,
-                  "life_loss": True},
-    "machado": {"repeat_action_probability": 0.25, "full_action_space": True, "noop_max": 0, "use_fire_reset": False,
-                "life_loss": False},
+    "baselines": {
+        "repeat_action_probability": 0.0,
+        "full_action_space": False,
+        "noop_max": 30,
+        "use_fire_reset": True,
+        "life_loss": True,
+    },
+    "machado": {
+        "repeat_action_probability": 0.25,
+        "full_action_space": True,
+        "noop_max": 0,
+        "use_fire_reset": False,
+        "life_loss": False,
+    },
 }
 FRAMESKIP = 4
 # Sample Factory's Atari settings (sf_examples/atari, chosen there to match CleanRL's PPO): the Nature conv encoder,
 # no RNN, 128-step rollouts, 4 epochs of 4 minibatches, GAE targets, clipped rewards, a linearly decaying rate; and
 # CleanRL's raw value targets: clipped rewards keep returns small, and on Breakout return normalization learned half
 # as much per frame (3.5 against 6.2 at 0.68M frames, where CleanRL's script had 6.1).
-ATARI_DEFAULTS = {"encoder": "conv", "encoder_conv_architecture": "convnet_atari", "normalize_returns": False,
-                  "use_rnn": False, "rollout": 128, "batch_size": 1024, "num_batches_per_epoch": 4, "num_epochs": 4,
-                  "with_vtrace": False, "gae_lambda": 0.95, "gamma": 0.99, "ppo_clip_ratio": 0.1,
-                  "value_loss_coeff": 0.5, "exploration_loss_coeff": 0.01, "max_grad_norm": 0.5,
-                  "learning_rate": 2.5e-4, "lr_schedule": "linear_decay", "adam_eps": 1e-5, "reward_clip": 1.0,
-                  "train_for_env_steps": 10_000_000, "num_envs_per_worker": 8, "env_backend": "vector"}
+ATARI_DEFAULTS = {
+    "encoder": "conv",
+    "encoder_conv_architecture": "convnet_atari",
+    "normalize_returns": False,
+    "use_rnn": False,
+    "rollout": 128,
+    "batch_size": 1024,
+    "num_batches_per_epoch": 4,
+    "num_epochs": 4,
+    "with_vtrace": False,
+    "gae_lambda": 0.95,
+    "gamma": 0.99,
+    "ppo_clip_ratio": 0.1,
+    "value_loss_coeff": 0.5,
+    "exploration_loss_coeff": 0.01,
+    "max_grad_norm": 0.5,
+    "learning_rate": 2.5e-4,
+    "lr_schedule": "linear_decay",
+    "adam_eps": 1e-5,
+    "reward_clip": 1.0,
+    "train_for_env_steps": 10_000_000,
+    "num_envs_per_worker": 8,
+    "env_backend": "vector",
+}
 
 
 def games() -> list[str]:
@@ -70,9 +98,15 @@ AGENT_VIEW = {"img_height": 84, "img_width": 84, "grayscale": True, "stack_num":
 SCREEN_VIEW = {"img_height": 210, "img_width": 160, "grayscale": False, "stack_num": 1}  # the game's own screen
 
 
-def make_vector_game(game: str, num_envs: int, preset: str = "baselines", num_threads: int = 1,
-                     max_frames: int = MAX_FRAMES_PER_GAME, view: dict = AGENT_VIEW,
-                     engine: str = "ale") -> gym.vector.VectorEnv:
+def make_vector_game(
+    game: str,
+    num_envs: int,
+    preset: str = "baselines",
+    num_threads: int = 1,
+    max_frames: int = MAX_FRAMES_PER_GAME,
+    view: dict = AGENT_VIEW,
+    engine: str = "ale",
+) -> gym.vector.VectorEnv:
     """`num_envs` copies of one game with the preset's preprocessing, reset as their episodes end (same step: the
     final observation is in info["final_obs"]), with info["life_lost"] per env; a game is cut (truncated) after
     max_frames frames. `view` sets the observations only: for the same seeds and actions, the games are the same."""
@@ -80,10 +114,21 @@ def make_vector_game(game: str, num_envs: int, preset: str = "baselines", num_th
         env = EnvPoolGames(game, num_envs, num_threads, max_frames, preset)
     elif engine == "ale":
         from ale_py.vector_env import AtariVectorEnv
-        env = AtariVectorEnv(game, num_envs, num_threads=num_threads, frameskip=FRAMESKIP, maxpool=True, **view,
-                             reward_clipping=False, episodic_life=False,
-                             life_loss_info=False, max_num_frames_per_episode=max_frames,
-                             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **emulator_settings(preset))
+
+        env = AtariVectorEnv(
+            game,
+            num_envs,
+            num_threads=num_threads,
+            frameskip=FRAMESKIP,
+            maxpool=True,
+            **view,
+            reward_clipping=False,
+            episodic_life=False,
+            life_loss_info=False,
+            max_num_frames_per_episode=max_frames,
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+            **emulator_settings(preset),
+        )
     else:
         raise EnvError(f"unknown Atari engine {engine!r}: choose ale or envpool")
     settings = _preset(preset)
@@ -121,10 +166,22 @@ def make_envpool(game: str, num_envs: int, num_threads: int, max_frames: int, pr
         raise EnvError(f"EnvPool has no Atari game {game!r}; use the engine ale")
     settings = emulator_settings(preset)
     settings["noop_max"] = max(1, settings["noop_max"])  # 1 is no no-op either; EnvPool 1.2 crashes on 0
-    return envpool.make_gymnasium(task, num_envs=num_envs, batch_size=num_envs, num_threads=num_threads,
-                                  env_seed=seeds, frame_skip=FRAMESKIP, img_height=84, img_width=84, gray_scale=True,
-                                  stack_num=4, max_episode_steps=max_frames // FRAMESKIP, episodic_life=False,
-                                  reward_clip=False, **settings)
+    return envpool.make_gymnasium(
+        task,
+        num_envs=num_envs,
+        batch_size=num_envs,
+        num_threads=num_threads,
+        env_seed=seeds,
+        frame_skip=FRAMESKIP,
+        img_height=84,
+        img_width=84,
+        gray_scale=True,
+        stack_num=4,
+        max_episode_steps=max_frames // FRAMESKIP,
+        episodic_life=False,
+        reward_clip=False,
+        **settings,
+    )
 
 
 class EnvPoolGames(gym.vector.VectorEnv):
@@ -212,12 +269,21 @@ class AtariGame(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 60}  # the console's frames a second: videos in real time
 
-    def __init__(self, game: str, preset: str = "baselines", render_mode: str | None = None,
-                 max_frames: int = MAX_FRAMES_PER_GAME, engine: str = "ale"):
+    def __init__(
+        self,
+        game: str,
+        preset: str = "baselines",
+        render_mode: str | None = None,
+        max_frames: int = MAX_FRAMES_PER_GAME,
+        engine: str = "ale",
+    ):
         self.name = PREFIX + game
         self.game = make_vector_game(game, 1, preset, max_frames=max_frames, engine=engine)
-        self.screen = make_vector_game(game, 1, preset, max_frames=max_frames, view=SCREEN_VIEW) \
-            if render_mode == "rgb_array" and engine == "ale" else None
+        self.screen = (
+            make_vector_game(game, 1, preset, max_frames=max_frames, view=SCREEN_VIEW)
+            if render_mode == "rgb_array" and engine == "ale"
+            else None
+        )
         self.observation_space = self.game.single_observation_space
         self.action_space = self.game.single_action_space
         self.frameskip, self.render_mode = FRAMESKIP, render_mode
@@ -254,8 +320,10 @@ class AtariGame(gym.Env):
     def _step_screen(self, actions: np.ndarray, game_info: dict) -> None:
         screen, _, terminated, truncated, info = self.screen.step(actions)
         if any(info[k][0] != game_info[k][0] for k in ("episode_frame_number", "lives")):
-            raise EnvError(f"{self.name}: the screen's twin of the game left lockstep (frame "
-                           f"{info['episode_frame_number'][0]} vs {game_info['episode_frame_number'][0]})")
+            raise EnvError(
+                f"{self.name}: the screen's twin of the game left lockstep (frame "
+                f"{info['episode_frame_number'][0]} vs {game_info['episode_frame_number'][0]})"
+            )
         self.last_screen = screen[0, -1]
         if terminated[0] or truncated[0]:
             self.next_screen, self.last_screen = self.last_screen, info["final_obs"][0][-1]
@@ -275,20 +343,32 @@ class AtariGame(gym.Env):
 
 def atari_entry(name: str) -> EnvEntry:
     """The entry of `atari_<game>`; EnvError naming near matches for an unknown game."""
-    game = name[len(PREFIX):]
+    game = name[len(PREFIX) :]
     known = games()
     if game not in known:
         near = difflib.get_close_matches(game, known, n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(PREFIX + g for g in near)}?" if near else "; see `asyncrl envs`"
         raise EnvError(f"unknown Atari game {game!r}{hint}")
 
-    def make(preset: str = "baselines", num_threads: int = 1, max_frames: int = MAX_FRAMES_PER_GAME,
-             render_mode: str | None = None, engine: str = "ale", **options) -> AtariGame:
+    def make(
+        preset: str = "baselines",
+        num_threads: int = 1,
+        max_frames: int = MAX_FRAMES_PER_GAME,
+        render_mode: str | None = None,
+        engine: str = "ale",
+        **options,
+    ) -> AtariGame:
         _check_options(name, options)
         return AtariGame(game, preset, render_mode, max_frames, engine)  # a vector env of one: one thread
 
-    def make_vector(num_envs: int, preset: str = "baselines", num_threads: int = 1,
-                    max_frames: int = MAX_FRAMES_PER_GAME, engine: str = "ale", **options):
+    def make_vector(
+        num_envs: int,
+        preset: str = "baselines",
+        num_threads: int = 1,
+        max_frames: int = MAX_FRAMES_PER_GAME,
+        engine: str = "ale",
+        **options,
+    ):
         _check_options(name, options)
         return make_vector_game(game, num_envs, preset, num_threads, max_frames, engine=engine)
 
@@ -297,10 +377,16 @@ def atari_entry(name: str) -> EnvEntry:
 
 def _check_options(name: str, options: dict) -> None:
     if options:
-        raise EnvError(f"env {name!r} takes the options preset ({' or '.join(PRESETS)}), max_frames (per game), "
-                       f"num_threads (vector envs) and engine (ale or envpool), not {sorted(options)}")
+        raise EnvError(
+            f"env {name!r} takes the options preset ({' or '.join(PRESETS)}), max_frames (per game), "
+            f"num_threads (vector envs) and engine (ale or envpool), not {sorted(options)}"
+        )
 
 
-register_env_family(PREFIX, atari_entry, "Atari 2600 (ALE): atari_pong, atari_breakout, ... every game in "
-                    "ale_py.roms.get_all_rom_ids(); --env_options preset: baselines|machado, engine: ale|envpool",
-                    member="game")
+register_env_family(
+    PREFIX,
+    atari_entry,
+    "Atari 2600 (ALE): atari_pong, atari_breakout, ... every game in "
+    "ale_py.roms.get_all_rom_ids(); --env_options preset: baselines|machado, engine: ale|envpool",
+    member="game",
+)

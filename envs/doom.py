@@ -25,15 +25,15 @@ from asyncrl.envs.registry import EnvError, register_env
 
 @dataclass(frozen=True)
 class Scenario:
-    cfg: str                        # config file in vizdoom.scenarios_path
+    cfg: str  # config file in vizdoom.scenarios_path
     description: str
-    reward_scale: float = 1.0       # applied by the learner; reported returns stay the env's own
-    combos: tuple = ()              # extra actions: buttons pressed together, e.g. ("MOVE_FORWARD", "TURN_LEFT")
-    stats: tuple = ()               # game variables reported at episode end
-    buttons: tuple = ()             # replaces the cfg's buttons (multiplayer cfgs have analog ones)
-    bots: int = 0                   # built-in bots in a single-player deathmatch (net games add their own)
-    objective: str | None = None    # the episode stat that is the true_objective (PBT, ratings): "win", "frags"
-    config: tuple = ()              # (field, value) pairs: this scenario's own config defaults, over DOOM_DEFAULTS
+    reward_scale: float = 1.0  # applied by the learner; reported returns stay the env's own
+    combos: tuple = ()  # extra actions: buttons pressed together, e.g. ("MOVE_FORWARD", "TURN_LEFT")
+    stats: tuple = ()  # game variables reported at episode end
+    buttons: tuple = ()  # replaces the cfg's buttons (multiplayer cfgs have analog ones)
+    bots: int = 0  # built-in bots in a single-player deathmatch (net games add their own)
+    objective: str | None = None  # the episode stat that is the true_objective (PBT, ratings): "win", "frags"
+    config: tuple = ()  # (field, value) pairs: this scenario's own config defaults, over DOOM_DEFAULTS
 
 
 FORWARD_TURNS = (("MOVE_FORWARD", "TURN_LEFT"), ("MOVE_FORWARD", "TURN_RIGHT"))
@@ -45,41 +45,82 @@ SCENARIOS = {
     "doom_basic": Scenario("basic.cfg", "shoot the monster in front of you", 0.01, stats=("kills", "ammo")),
     # half the batch (twice the updates per sample) and Sample Factory's Doom entropy weight: +0.68 ± 0.23 at 600k
     # env steps over 20 seeds paired, on two machines (benchmarks/studies/results/defend_the_center_seeds.md)
-    "doom_defend_the_center": Scenario("defend_the_center.cfg", "turn and shoot monsters approaching from all sides",
-                                       stats=("kills", "health", "ammo"),
-                                       config=(("batch_size", 512), ("exploration_loss_coeff", 0.001))),
-    "doom_defend_the_line": Scenario("defend_the_line.cfg", "shoot monsters approaching along a line",
-                                     stats=("kills", "health", "ammo")),
-    "doom_health_gathering": Scenario("health_gathering.cfg", "collect medkits on an acid floor to survive", 0.01,
-                                      FORWARD_TURNS, ("health",)),
-    "doom_health_gathering_supreme": Scenario("health_gathering_supreme.cfg", "health gathering in a maze with poison",
-                                              0.01, FORWARD_TURNS, ("health",)),
+    "doom_defend_the_center": Scenario(
+        "defend_the_center.cfg",
+        "turn and shoot monsters approaching from all sides",
+        stats=("kills", "health", "ammo"),
+        config=(("batch_size", 512), ("exploration_loss_coeff", 0.001)),
+    ),
+    "doom_defend_the_line": Scenario(
+        "defend_the_line.cfg", "shoot monsters approaching along a line", stats=("kills", "health", "ammo")
+    ),
+    "doom_health_gathering": Scenario(
+        "health_gathering.cfg", "collect medkits on an acid floor to survive", 0.01, FORWARD_TURNS, ("health",)
+    ),
+    "doom_health_gathering_supreme": Scenario(
+        "health_gathering_supreme.cfg", "health gathering in a maze with poison", 0.01, FORWARD_TURNS, ("health",)
+    ),
     "doom_my_way_home": Scenario("my_way_home.cfg", "find the vest in a maze (sparse reward)", 1.0, FORWARD_TURNS),
-    "doom_deadly_corridor": Scenario("deadly_corridor.cfg", "reach the vest through a corridor of shooting monsters",
-                                     0.01, FORWARD_TURNS + (("MOVE_FORWARD", "ATTACK"),), ("kills", "health")),
+    "doom_deadly_corridor": Scenario(
+        "deadly_corridor.cfg",
+        "reach the vest through a corridor of shooting monsters",
+        0.01,
+        FORWARD_TURNS + (("MOVE_FORWARD", "ATTACK"),),
+        ("kills", "health"),
+    ),
     "doom_take_cover": Scenario("take_cover.cfg", "dodge fireballs to survive", 0.01, stats=("health",)),
     "doom_predict_position": Scenario("predict_position.cfg", "shoot a rocket at a moving target"),
-    "doom_deathmatch_bots": Scenario("multi.cfg", "deathmatch against 7 built-in bots (+1 frag, -1 death)", 1.0,
-                                     DEATHMATCH_COMBOS, DEATHMATCH_STATS + ("health",), DEATHMATCH_BUTTONS, bots=7,
-                                     objective="frags"),
-    "doom_duel_bots": Scenario("multi_duel.cfg", "duel against a built-in bot (+1 frag, -1 death)", 1.0,
-                               DEATHMATCH_COMBOS, DEATHMATCH_STATS, DEATHMATCH_BUTTONS, bots=1, objective="win"),
+    "doom_deathmatch_bots": Scenario(
+        "multi.cfg",
+        "deathmatch against 7 built-in bots (+1 frag, -1 death)",
+        1.0,
+        DEATHMATCH_COMBOS,
+        DEATHMATCH_STATS + ("health",),
+        DEATHMATCH_BUTTONS,
+        bots=7,
+        objective="frags",
+    ),
+    "doom_duel_bots": Scenario(
+        "multi_duel.cfg",
+        "duel against a built-in bot (+1 frag, -1 death)",
+        1.0,
+        DEATHMATCH_COMBOS,
+        DEATHMATCH_STATS,
+        DEATHMATCH_BUTTONS,
+        bots=1,
+        objective="win",
+    ),
 }
 
 # Sample Factory's VizDoom model (convnet_simple + 512-unit GRU) with per-pixel input normalization, as it
 # uses; a learning rate of 5e-4 (theirs is 1e-4) makes doom_basic rise within ~60 updates here.
-DOOM_DEFAULTS = {"encoder": "conv", "use_rnn": True, "rnn_size": 512, "num_envs_per_worker": 8,
-                 "normalize_input": True, "learning_rate": 5e-4}
+DOOM_DEFAULTS = {
+    "encoder": "conv",
+    "use_rnn": True,
+    "rnn_size": 512,
+    "num_envs_per_worker": 8,
+    "normalize_input": True,
+    "learning_rate": 5e-4,
+}
 
-_STAT_VARIABLES = {"kills": "KILLCOUNT", "health": "HEALTH", "ammo": "AMMO2", "frags": "FRAGCOUNT",
-                   "deaths": "DEATHCOUNT", "damage": "DAMAGECOUNT"}
+_STAT_VARIABLES = {
+    "kills": "KILLCOUNT",
+    "health": "HEALTH",
+    "ammo": "AMMO2",
+    "frags": "FRAGCOUNT",
+    "deaths": "DEATHCOUNT",
+    "damage": "DAMAGECOUNT",
+}
 MEASUREMENTS = ("HEALTH", "ARMOR", "SELECTED_WEAPON", "SELECTED_WEAPON_AMMO")  # --env_options '{"measurements": true}'
-_DEATHMATCH_ARGS = ("-host 1 -deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 "
-                    "+sv_spawnfarthest 1 +sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1")
+_DEATHMATCH_ARGS = (
+    "-host 1 -deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 "
+    "+sv_spawnfarthest 1 +sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1"
+)
 
 
 def scenario_file(name: str) -> str:
     import vizdoom as vzd
+
     path = os.path.join(vzd.scenarios_path, name)
     if not os.path.isfile(path):
         raise EnvError(f"VizDoom scenario file missing: {path} (reinstall the vizdoom package)")
@@ -90,9 +131,11 @@ def frag_table(game) -> np.ndarray:
     """Every player's frags this episode, bots included, by player number (PLAYER1_FRAGCOUNT, ... up to the game's
     PLAYER_COUNT)."""
     import vizdoom as vzd
+
     count = int(game.get_game_variable(vzd.GameVariable.PLAYER_COUNT))
-    return np.array([game.get_game_variable(getattr(vzd.GameVariable, f"PLAYER{i}_FRAGCOUNT"))
-                     for i in range(1, count + 1)])
+    return np.array(
+        [game.get_game_variable(getattr(vzd.GameVariable, f"PLAYER{i}_FRAGCOUNT")) for i in range(1, count + 1)]
+    )
 
 
 def win_of(frags: np.ndarray, me: int) -> float:
@@ -116,8 +159,15 @@ class DoomEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 35}
 
-    def __init__(self, scenario: Scenario, frameskip: int = 4, episode_timeout: int | None = None,
-                 restart_every_episodes: int = 1000, render_mode: str | None = None, measurements: bool = False):
+    def __init__(
+        self,
+        scenario: Scenario,
+        frameskip: int = 4,
+        episode_timeout: int | None = None,
+        restart_every_episodes: int = 1000,
+        render_mode: str | None = None,
+        measurements: bool = False,
+    ):
         import vizdoom as vzd
 
         if render_mode not in (None, "rgb_array"):
@@ -152,8 +202,16 @@ class DoomEnv(gym.Env):
         self._last_obs = np.zeros(screen.shape, np.uint8)
         self._measured = self._measure(game) if measurements else []
         self._last_measurements = np.zeros(len(self._measured), np.float32)
-        self.observation_space = gym.spaces.Dict({"screen": screen, "measurements": gym.spaces.Box(
-            -np.inf, np.inf, self._last_measurements.shape, np.float32)}) if measurements else screen
+        self.observation_space = (
+            gym.spaces.Dict(
+                {
+                    "screen": screen,
+                    "measurements": gym.spaces.Box(-np.inf, np.inf, self._last_measurements.shape, np.float32),
+                }
+            )
+            if measurements
+            else screen
+        )
         self._last_screen = np.zeros((144, 256, 3), np.uint8)  # HWC, the full rendered frame (render_mode only)
         self._initialized = False
 
@@ -162,6 +220,7 @@ class DoomEnv(gym.Env):
         """The game variables measurements=True shows beside the screen (Sample Factory's doom measurements): the
         player's health, armor, weapon and its ammo, then those the scenario's cfg makes available."""
         import vizdoom as vzd
+
         names = dict.fromkeys([*MEASUREMENTS, *(v.name for v in game.get_available_game_variables())])
         measured = [getattr(vzd.GameVariable, name) for name in names]
         game.set_available_game_variables(measured)
@@ -191,12 +250,12 @@ class DoomEnv(gym.Env):
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         if seed is not None:
-            self.game.set_seed(int(seed) % (2 ** 31))
+            self.game.set_seed(int(seed) % (2**31))
             if self.scenario.bots and self._initialized:
                 self.close()  # bots draw from the engine's start-up seed: restart the engine to reseed them
         if self._initialized and self._episodes_since_init >= self.restart_every_episodes:
             self.close()
-            self.game.set_seed(int(self.np_random.integers(2 ** 31)))  # reproducible, and not a replay of the start
+            self.game.set_seed(int(self.np_random.integers(2**31)))  # reproducible, and not a replay of the start
         if not self._initialized:
             self.game.init()
             announce_engines()  # its reaper then removes its /dev/shm segments whatever happens to us
@@ -225,6 +284,7 @@ class DoomEnv(gym.Env):
 
     def _episode_stats(self) -> dict:
         import vizdoom as vzd
+
         stats = {name: float(self.game.get_game_variable(v)) for name, v in self._stat_variables.items()}
         if self.scenario.bots:
             me = int(self.game.get_game_variable(vzd.GameVariable.PLAYER_NUMBER))
@@ -241,9 +301,12 @@ class DoomEnv(gym.Env):
 
 def _register():
     for name, scenario in SCENARIOS.items():
-        register_env(name, lambda scenario=scenario, **options: DoomEnv(scenario, **options),
-                     f"VizDoom: {scenario.description}",
-                     {**DOOM_DEFAULTS, "reward_scale": scenario.reward_scale, **dict(scenario.config)})
+        register_env(
+            name,
+            lambda scenario=scenario, **options: DoomEnv(scenario, **options),
+            f"VizDoom: {scenario.description}",
+            {**DOOM_DEFAULTS, "reward_scale": scenario.reward_scale, **dict(scenario.config)},
+        )
 
 
 _register()

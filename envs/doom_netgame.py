@@ -51,12 +51,26 @@ from asyncrl.envs.registry import EnvError, register_env
 KICK_AFTER_S = 0.002  # see the module docstring
 START_ATTEMPTS = 3
 START_TIMEOUT_S = 20.0  # the engines give up connecting after 10 s (+viz_connect_timeout)
-NET_ARGS = ("-deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 +sv_spawnfarthest 1 "
-            "+sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1")
-DUEL = Scenario("multi_duel.cfg", "two learning players duel (self-play over loopback UDP)", combos=DEATHMATCH_COMBOS,
-                stats=DEATHMATCH_STATS, buttons=DEATHMATCH_BUTTONS, objective="win")
-DEATHMATCH = Scenario("multi.cfg", "learning players and built-in bots in a deathmatch (self-play over loopback UDP)",
-                      combos=DEATHMATCH_COMBOS, stats=DEATHMATCH_STATS, buttons=DEATHMATCH_BUTTONS, objective="win")
+NET_ARGS = (
+    "-deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 +sv_spawnfarthest 1 "
+    "+sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1"
+)
+DUEL = Scenario(
+    "multi_duel.cfg",
+    "two learning players duel (self-play over loopback UDP)",
+    combos=DEATHMATCH_COMBOS,
+    stats=DEATHMATCH_STATS,
+    buttons=DEATHMATCH_BUTTONS,
+    objective="win",
+)
+DEATHMATCH = Scenario(
+    "multi.cfg",
+    "learning players and built-in bots in a deathmatch (self-play over loopback UDP)",
+    combos=DEATHMATCH_COMBOS,
+    stats=DEATHMATCH_STATS,
+    buttons=DEATHMATCH_BUTTONS,
+    objective="win",
+)
 MAP_STARTS = {DUEL: 2, DEATHMATCH: 8}  # players the map has starts for, bots included (a third duel player crashed)
 
 
@@ -192,14 +206,25 @@ class DoomNetGame(ParallelEnv):
 
     metadata = {"name": "doom_net_game", "render_modes": []}
 
-    def __init__(self, scenario: Scenario = DUEL, players: int = 2, bots: int = 0, frameskip: int = 4,
-                 timelimit_minutes: float = 2.0, step_timeout: float = 10.0):
+    def __init__(
+        self,
+        scenario: Scenario = DUEL,
+        players: int = 2,
+        bots: int = 0,
+        frameskip: int = 4,
+        timelimit_minutes: float = 2.0,
+        step_timeout: float = 10.0,
+    ):
         if players < 2 or bots < 0 or frameskip < 1 or timelimit_minutes <= 0 or step_timeout <= 0:
-            raise EnvError(f"doom net game: players {players} must be >= 2, bots {bots} >= 0, frameskip {frameskip} "
-                           f">= 1, timelimit_minutes and step_timeout positive")
+            raise EnvError(
+                f"doom net game: players {players} must be >= 2, bots {bots} >= 0, frameskip {frameskip} "
+                f">= 1, timelimit_minutes and step_timeout positive"
+            )
         if players + bots > MAP_STARTS[scenario]:
-            raise EnvError(f"doom net game: {players} players and {bots} bots, but {scenario.cfg}'s map has starts "
-                           f"for {MAP_STARTS[scenario]}")
+            raise EnvError(
+                f"doom net game: {players} players and {bots} bots, but {scenario.cfg}'s map has starts "
+                f"for {MAP_STARTS[scenario]}"
+            )
         self.scenario, self.num_players, self.bots, self.frameskip = scenario, players, bots, frameskip
         self.timelimit_minutes, self.step_timeout = timelimit_minutes, step_timeout
         self.possible_agents = [f"player_{i}" for i in range(players)]
@@ -225,10 +250,12 @@ class DoomNetGame(ParallelEnv):
                 env.game.set_frag_reward(1.0)
                 env.game.set_death_penalty(1.0)
                 if seed is not None:
-                    env.game.set_seed(int(seed) % (2 ** 31))  # one game: every engine draws the same numbers
+                    env.game.set_seed(int(seed) % (2**31))  # one game: every engine draws the same numbers
                 if i == 0:
-                    env.game.add_game_args(f"-host {self.num_players} -port {port} -netmode 0 {NET_ARGS} "
-                                           f"+timelimit {self.timelimit_minutes} +viz_connect_timeout 10")
+                    env.game.add_game_args(
+                        f"-host {self.num_players} -port {port} -netmode 0 {NET_ARGS} "
+                        f"+timelimit {self.timelimit_minutes} +viz_connect_timeout 10"
+                    )
                 else:
                     env.game.add_game_args(f"-join 127.0.0.1:{port} +viz_connect_timeout 10")
             self.port = port
@@ -272,6 +299,7 @@ class DoomNetGame(ParallelEnv):
                 fn()
             except Exception as e:
                 errors.append(e)
+
         threads = [threading.Thread(target=call, args=(fn,), daemon=True) for fn in calls]
         for t in threads:
             t.start()
@@ -291,9 +319,11 @@ class DoomNetGame(ParallelEnv):
         """Every player starts a new episode at once (`restart`; a game just started has one). With bots, the host
         then adds them and the episode starts once more: bots added to a running net game cut its next episode
         short, and one was lost across a restart."""
+
         def all_players():
             new_episodes = [partial(p.new_episode, self.step_timeout) for p in self.players]
             return self._in_threads(new_episodes, self.step_timeout)
+
         errors = all_players() if restart else []
         if self.bots and not errors:
             host = self.players[0].game
@@ -324,11 +354,15 @@ class DoomNetGame(ParallelEnv):
         for agent, player in zip(self.possible_agents, self.players):
             player.send(table[int(actions[agent])])
         if not all(player.wait_step(self.step_timeout) for player in self.players):
-            error = next((p.error for p in self.players if p.error is not None), None) or \
-                f"a player stalled: tics {[p.tics for p in self.players]}, the step ends at {self.players[0].target}"
+            error = (
+                next((p.error for p in self.players if p.error is not None), None)
+                or f"a player stalled: tics {[p.tics for p in self.players]}, the step ends at {self.players[0].target}"
+            )
             self._stop()
-            raise EnvError(f"doom net game: a step did not end in {self.step_timeout:g} s "
-                           f"({error}); the next reset starts a new game")
+            raise EnvError(
+                f"doom net game: a step did not end in {self.step_timeout:g} s "
+                f"({error}); the next reset starts a new game"
+            )
         over = any(p.finished for p in self.players)
         obs = {a: p.obs for a, p in zip(self.possible_agents, self.players)}
         rewards = {a: p.step_reward for a, p in zip(self.possible_agents, self.players)}
@@ -347,8 +381,15 @@ class DoomNetGame(ParallelEnv):
         self._stop()
 
 
-register_env("doom_duel", lambda **options: DoomNetGame(DUEL, **options), f"VizDoom: {DUEL.description}",
-             {**DOOM_DEFAULTS, "num_envs_per_worker": 4})
-register_env("doom_deathmatch_full", lambda **options: DoomNetGame(DEATHMATCH, **{"players": 4, "bots": 4, **options}),
-             f"VizDoom: {DEATHMATCH.description}; 4 players and 4 bots by default, as Sample Factory's",
-             {**DOOM_DEFAULTS, "num_envs_per_worker": 2})
+register_env(
+    "doom_duel",
+    lambda **options: DoomNetGame(DUEL, **options),
+    f"VizDoom: {DUEL.description}",
+    {**DOOM_DEFAULTS, "num_envs_per_worker": 4},
+)
+register_env(
+    "doom_deathmatch_full",
+    lambda **options: DoomNetGame(DEATHMATCH, **{"players": 4, "bots": 4, **options}),
+    f"VizDoom: {DEATHMATCH.description}; 4 players and 4 bots by default, as Sample Factory's",
+    {**DOOM_DEFAULTS, "num_envs_per_worker": 2},
+)

@@ -75,8 +75,9 @@ class GridDuel(ParallelEnv):
         rewards = {x: (2 * wins[x] - 1) if over else 0.0 for x in self.agents}
         truncated = not over and self.t >= self.max_steps
         ended = over or truncated
-        infos = {x: {"episode_stats": {"win": wins[x], "true_objective": wins[x]}} if ended else {}
-                 for x in self.agents}
+        infos = {
+            x: {"episode_stats": {"win": wins[x], "true_objective": wins[x]}} if ended else {} for x in self.agents
+        }
         obs = {x: self._observe(x) for x in self.agents}
         terminations = {x: over for x in self.agents}
         truncations = {x: truncated for x in self.agents}
@@ -118,11 +119,20 @@ class GridDuel(ParallelEnv):
 
     def _observe(self, agent: str) -> np.ndarray:
         other, scale = self._other(agent), self.size - 1
-        return np.concatenate([self.pos[agent] / scale, (self.pos[other] - self.pos[agent]) / scale,
-                               np.eye(4)[self.facing[agent] - 1], np.eye(4)[self.facing[other] - 1],
-                               [1 - self.t / self.max_steps]]).astype(np.float32)
+        return np.concatenate(
+            [
+                self.pos[agent] / scale,
+                (self.pos[other] - self.pos[agent]) / scale,
+                np.eye(4)[self.facing[agent] - 1],
+                np.eye(4)[self.facing[other] - 1],
+                [1 - self.t / self.max_steps],
+            ]
+        ).astype(np.float32)
 
 
-register_env("grid_duel", lambda **options: GridDuel(**options),
-             "two-player grid shooting duel (PettingZoo) for self-play; scripted opponent for evaluation",
-             {**VECTOR_ENV_DEFAULTS, "selfplay_snapshot_every_env_steps": 50_000, "gamma": 0.98})
+register_env(
+    "grid_duel",
+    lambda **options: GridDuel(**options),
+    "two-player grid shooting duel (PettingZoo) for self-play; scripted opponent for evaluation",
+    {**VECTOR_ENV_DEFAULTS, "selfplay_snapshot_every_env_steps": 50_000, "gamma": 0.98},
+)

@@ -50,8 +50,10 @@ class ObservationWithActionMask(gym.spaces.Box):
     graph carry it as they carry observations."""
 
     def __init__(self, features: gym.spaces.Box, mask_size: int):
-        low, high = (np.concatenate([bound.ravel(), np.full(mask_size, value)]).astype(np.float32)
-                     for bound, value in ((features.low, 0), (features.high, 1)))
+        low, high = (
+            np.concatenate([bound.ravel(), np.full(mask_size, value)]).astype(np.float32)
+            for bound, value in ((features.low, 0), (features.high, 1))
+        )
         super().__init__(low, high, dtype=np.float32)
         self.mask_size = mask_size
 
@@ -79,8 +81,9 @@ class ActionMaskInObservation(ObservedWithInfo, gym.utils.RecordConstructorArgs)
         gym.utils.RecordConstructorArgs.__init__(self, name=name, from_info=from_info)
         gym.Wrapper.__init__(self, env)
         self.from_info = from_info
-        self.features, self.observation_space = masked_observation_space(name, env.observation_space,
-                                                                         env.action_space, from_info)
+        self.features, self.observation_space = masked_observation_space(
+            name, env.observation_space, env.action_space, from_info
+        )
 
     def _observe(self, obs, info: dict) -> np.ndarray:
         mask_size = self.observation_space.mask_size
@@ -110,17 +113,19 @@ class PackedObservation(gym.spaces.Box):
     def pack(self, images: list[np.ndarray], vector: np.ndarray) -> np.ndarray:
         packed = np.zeros(self.shape, np.uint8)
         for offset, image in zip(self.image_offsets, images):
-            packed[offset:offset + image.size] = image.ravel()
-        packed[self.vector_offset:].view(np.float32)[:] = vector
+            packed[offset : offset + image.size] = image.ravel()
+        packed[self.vector_offset :].view(np.float32)[:] = vector
         return packed
 
     def unpack(self, packed: np.ndarray) -> dict[str, np.ndarray]:
         """Views of the parts of one observation or a batch [..., bytes]: each image [..., C, H, W] by its key, and
         the float32 "vector" [..., vector_size] (as the ONNX graph of `asyncrl export` takes them)."""
         lead = packed.shape[:-1]
-        parts = {key: packed[..., offset:offset + int(np.prod(shape))].reshape(*lead, *shape)
-                 for (key, shape), offset in zip(self.image_shapes.items(), self.image_offsets)}
-        parts["vector"] = np.ascontiguousarray(packed[..., self.vector_offset:]).view(np.float32)
+        parts = {
+            key: packed[..., offset : offset + int(np.prod(shape))].reshape(*lead, *shape)
+            for (key, shape), offset in zip(self.image_shapes.items(), self.image_offsets)
+        }
+        parts["vector"] = np.ascontiguousarray(packed[..., self.vector_offset :]).view(np.float32)
         return parts
 
     def sample(self, *args, **kwargs) -> np.ndarray:
@@ -137,21 +142,25 @@ class ImagesAndVector:
         entries = dict(space.spaces) if isinstance(space, gym.spaces.Dict) else {"obs": space}
         self.images = [key for key, entry in entries.items() if is_image_space(entry)]
         self.to_chw = [is_hwc_image(entries[key]) for key in self.images]
-        self.rest = gym.spaces.Dict({key: entry for key, entry in entries.items()
-                                     if key not in self.images and key != ACTION_MASK})
+        self.rest = gym.spaces.Dict(
+            {key: entry for key, entry in entries.items() if key not in self.images and key != ACTION_MASK}
+        )
         if not is_flattenable(self.rest):
             raise EnvError(f"env {name!r}: the observation entries {self.rest} beside its images cannot be one vector")
         mask_size = mask_size_of(name, action_space) if from_info or ACTION_MASK in entries else 0
         self.from_info, self.dict_obs = from_info, isinstance(space, gym.spaces.Dict)
-        shapes = {key: channels_first(entries[key]).shape if chw else entries[key].shape
-                  for key, chw in zip(self.images, self.to_chw)}
+        shapes = {
+            key: channels_first(entries[key]).shape if chw else entries[key].shape
+            for key, chw in zip(self.images, self.to_chw)
+        }
         rest_size = gym.spaces.flatdim(self.rest) if self.rest.spaces else 0
         self.space = PackedObservation(shapes, rest_size + mask_size, mask_size)
 
     def observe(self, obs, info: dict | None = None) -> np.ndarray:
         entries = obs if self.dict_obs else {"obs": obs}
-        images = [np.transpose(entries[key], (2, 0, 1)) if chw else entries[key]
-                  for key, chw in zip(self.images, self.to_chw)]
+        images = [
+            np.transpose(entries[key], (2, 0, 1)) if chw else entries[key] for key, chw in zip(self.images, self.to_chw)
+        ]
         rest = {key: entries[key] for key in self.rest.spaces}
         vector = flatten(self.rest, rest) if rest else np.zeros(0, np.float32)
         if self.space.mask_size:
@@ -193,16 +202,19 @@ def split_mask(parts: dict, as_dict=dict) -> tuple:
     return (next(iter(rest.values())) if len(rest) == 1 else as_dict(rest)), parts[ACTION_MASK]
 
 
-def masked_observation_space(name: str, space: gym.Space, action_space: gym.Space,
-                             from_info: bool = False) -> tuple[gym.Space, ObservationWithActionMask]:
+def masked_observation_space(
+    name: str, space: gym.Space, action_space: gym.Space, from_info: bool = False
+) -> tuple[gym.Space, ObservationWithActionMask]:
     """(the space of the observation's features, the vector space of features and mask) of an env whose mask is in
     its Dict observation, or in its info (from_info). EnvError if the features cannot be one vector or the actions
     take no mask."""
     features = space if from_info else split_mask(space.spaces, gym.spaces.Dict)[0]
     mask_size = mask_size_of(name, action_space)
     if not is_flattenable(features):
-        raise EnvError(f"env {name!r}: an action mask beside the observation {features} is not supported yet (a "
-                       f"vector observation, or discrete and composite ones without images)")
+        raise EnvError(
+            f"env {name!r}: an action mask beside the observation {features} is not supported yet (a "
+            f"vector observation, or discrete and composite ones without images)"
+        )
     return features, ObservationWithActionMask(flat_space(features), mask_size)
 
 
@@ -211,8 +223,9 @@ def mask_size_of(name: str, action_space: gym.Space) -> int:
     actions take no mask."""
     sizes = categorical_sizes(action_space)
     if sizes is None:
-        raise EnvError(f"env {name!r}: an action mask needs Discrete, 1-D MultiDiscrete or MultiBinary actions, not "
-                       f"{action_space}")
+        raise EnvError(
+            f"env {name!r}: an action mask needs Discrete, 1-D MultiDiscrete or MultiBinary actions, not {action_space}"
+        )
     return sum(sizes)
 
 
@@ -290,11 +303,15 @@ def adapt(name: str, env: gym.Env) -> gym.Env:
 
 def check_spaces(name: str, obs: gym.Space, act: gym.Space) -> None:
     if not isinstance(obs, gym.spaces.Box):
-        raise EnvError(f"env {name!r}: observation space {obs} is not supported yet (Box observations, and discrete "
-                       f"or composite ones without images, which gymnasium envs get flattened)")
+        raise EnvError(
+            f"env {name!r}: observation space {obs} is not supported yet (Box observations, and discrete "
+            f"or composite ones without images, which gymnasium envs get flattened)"
+        )
     if not (categorical_sizes(act) or isinstance(act, gym.spaces.Box) and len(act.shape) == 1):
-        raise EnvError(f"env {name!r}: action space {act} is not supported yet (Discrete, 1-D MultiDiscrete or "
-                       f"MultiBinary, or 1-D Box)")
+        raise EnvError(
+            f"env {name!r}: action space {act} is not supported yet (Discrete, 1-D MultiDiscrete or "
+            f"MultiBinary, or 1-D Box)"
+        )
 
 
 def categorical_sizes(space: gym.Space) -> list[int] | None:
@@ -332,8 +349,10 @@ def quiet_mujoco() -> None:
     try:
         import mujoco
     except Exception as e:  # noqa: BLE001 - mujoco loads the OpenGL library MUJOCO_GL names as it is imported
-        raise EnvError(f"mujoco fails to import with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r} ({type(e).__name__}: "
-                       f"{e}): unset MUJOCO_GL, or install that library (egl: libegl1, osmesa: libosmesa6)") from None
+        raise EnvError(
+            f"mujoco fails to import with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r} ({type(e).__name__}: "
+            f"{e}): unset MUJOCO_GL, or install that library (egl: libegl1, osmesa: libosmesa6)"
+        ) from None
 
     def forward(message: str) -> None:
         if "deprecated" not in message:
@@ -348,15 +367,23 @@ def make_gym_env(gym_id: str, **options) -> gym.Env:
         env = gym.make(gym_id, **options)
     except TypeError as e:  # an option the env's constructor does not take
         raise EnvError(f"env {gym_id!r} does not take the options {sorted(options)}: {e}") from None
-    except gym.error.DependencyNotInstalled as e:  # e.g. Box2D for LunarLander: gymnasium's message says what to install
+    except (
+        gym.error.DependencyNotInstalled
+    ) as e:  # e.g. Box2D for LunarLander: gymnasium's message says what to install
         raise EnvError(f"env {gym_id!r}: {e}") from None
     return env
 
 
 # Vector-observation gymnasium envs (classic control, Box2D, MuJoCo): a small MLP, no RNN, many cheap envs
 # per worker, and several PPO epochs per batch, since samples are cheap but learning from them is not.
-VECTOR_ENV_DEFAULTS = {"use_rnn": False, "encoder_mlp_layers": [64, 64], "num_envs_per_worker": 16,
-                       "learning_rate": 1e-3, "num_epochs": 4, "num_batches_per_epoch": 4}
+VECTOR_ENV_DEFAULTS = {
+    "use_rnn": False,
+    "encoder_mlp_layers": [64, 64],
+    "num_envs_per_worker": 16,
+    "learning_rate": 1e-3,
+    "num_epochs": 4,
+    "num_batches_per_epoch": 4,
+}
 # Continuous control (any env with Box actions: MuJoCo, Box2D, classic control): Sample Factory's MuJoCo settings,
 # synchronous PPO (its async_rl False) with a Gaussian policy and a learned log-std on a small tanh MLP, observations
 # and returns normalized, GAE (without its --kl_loss_coeff 0.1: on Hopper it moved nothing past the seeds). The
@@ -364,11 +391,26 @@ VECTOR_ENV_DEFAULTS = {"use_rnn": False, "encoder_mlp_layers": [64, 64], "num_en
 # keeps the std from collapsing before Hopper hops: every MuJoCo task in README's table learned more (each change
 # measured in hopper_settings.md). Synchronous PPO's batch is every env's rollout (config.algo_defaults):
 # 2 workers x 16 envs x 64 steps = 2048.
-CONTINUOUS_DEFAULTS = {**VECTOR_ENV_DEFAULTS, "algo": "ppo", "initial_stddev": 0.5, "rollout": 64, "num_epochs": 4,
-                       "num_batches_per_epoch": 4, "with_vtrace": False, "gae_lambda": 0.95, "gamma": 0.99,
-                       "ppo_clip_ratio": 0.2, "value_loss_coeff": 1.3, "exploration_loss_coeff": 0.003,
-                       "max_grad_norm": 3.5, "learning_rate": 0.00295, "lr_schedule": "linear_decay",
-                       "normalize_input": True, "normalize_returns": True, "value_bootstrap": True}
+CONTINUOUS_DEFAULTS = {
+    **VECTOR_ENV_DEFAULTS,
+    "algo": "ppo",
+    "initial_stddev": 0.5,
+    "rollout": 64,
+    "num_epochs": 4,
+    "num_batches_per_epoch": 4,
+    "with_vtrace": False,
+    "gae_lambda": 0.95,
+    "gamma": 0.99,
+    "ppo_clip_ratio": 0.2,
+    "value_loss_coeff": 1.3,
+    "exploration_loss_coeff": 0.003,
+    "max_grad_norm": 3.5,
+    "learning_rate": 0.00295,
+    "lr_schedule": "linear_decay",
+    "normalize_input": True,
+    "normalize_returns": True,
+    "value_bootstrap": True,
+}
 # Per-id additions: returns in the hundreds want scaled rewards for the value head to keep up.
 GYM_ID_DEFAULTS = {"CartPole-v1": {"reward_scale": 0.1}, "CartPole-v0": {"reward_scale": 0.1}}
 
@@ -382,10 +424,15 @@ def gym_entry(gym_id: str):
     defaults.update(GYM_ID_DEFAULTS.get(gym_id, {}))
     mask_in_info = ACTION_MASK in probe.reset(seed=0)[1]  # gymnasium's Taxi gives its action mask in the info
     probe.close()
-    make_masked = (lambda **options: with_mask_from_info(make_gym_env(gym_id, **options), gym_id)) \
-        if mask_in_info else None
-    return EnvEntry(make_masked or (lambda **options: make_gym_env(gym_id, **options)), f"gymnasium {gym_id}",
-                    defaults, lambda num_envs, **options: make_gym_vector(gym_id, num_envs, make_masked, **options))
+    make_masked = (
+        (lambda **options: with_mask_from_info(make_gym_env(gym_id, **options), gym_id)) if mask_in_info else None
+    )
+    return EnvEntry(
+        make_masked or (lambda **options: make_gym_env(gym_id, **options)),
+        f"gymnasium {gym_id}",
+        defaults,
+        lambda num_envs, **options: make_gym_vector(gym_id, num_envs, make_masked, **options),
+    )
 
 
 def make_gym_vector(gym_id: str, num_envs: int, make_masked=None, **options) -> gym.vector.VectorEnv:

@@ -10,7 +10,8 @@
    `package:EnvId` form, e.g. `ale_py:ALE/Pong-v5`); neither is an error that names both;
 6. a gymnasium id; ids in the `ALE/` namespace (ale-py's games, raw frames) work without importing ale-py first.
 
-Rollout workers step every env as a list of agents (`make_agents`, multi_agent.py; a PettingZoo AECEnv whose agents take turns is a turn-based game, TurnBasedAgents).
+Rollout workers step every env as a list of agents (`make_agents`, multi_agent.py; a PettingZoo AECEnv whose agents
+take turns is a turn-based game, TurnBasedAgents).
 
 The runner resolves the env once and ships its entry to the worker processes (`portable_entry`), so an env
 registered in a user's script before `asyncrl.cli.main(...)` reaches spawned workers too.
@@ -65,8 +66,12 @@ def _factory_entry(factory, source: str) -> EnvEntry:
     if not callable(factory):
         raise EnvError(f"{source} is a {type(factory).__name__}, not a factory that returns a gymnasium.Env")
     description = ((factory.__doc__ or "").strip().splitlines() or [source])[0]
-    return EnvEntry(factory, description, dict(getattr(factory, "default_config", None) or {}),
-                    getattr(factory, "make_vector", None))
+    return EnvEntry(
+        factory,
+        description,
+        dict(getattr(factory, "default_config", None) or {}),
+        getattr(factory, "make_vector", None),
+    )
 
 
 def _import_path_entry(path: str) -> EnvEntry:
@@ -75,15 +80,18 @@ def _import_path_entry(path: str) -> EnvEntry:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise EnvError(f"--env {path}: cannot import {module_name!r} ({e}); is it installed or on "
-                       f"PYTHONPATH?") from None
+        raise EnvError(
+            f"--env {path}: cannot import {module_name!r} ({e}); is it installed or on PYTHONPATH?"
+        ) from None
     factory = module
     for part in attribute.split("."):
         if not hasattr(factory, part):
             if attribute in gym.envs.registry:  # gymnasium's `package:EnvId`: the import registered the id
                 return gym_entry(path)
-            raise EnvError(f"--env {path}: module {module_name!r} has no attribute {attribute!r}, and importing it "
-                           f"registered no gymnasium id {attribute!r}")
+            raise EnvError(
+                f"--env {path}: module {module_name!r} has no attribute {attribute!r}, and importing it "
+                f"registered no gymnasium id {attribute!r}"
+            )
         factory = getattr(factory, part)
     entry = _factory_entry(factory, f"--env {path}")
     if module_name.split(".")[0] == "pettingzoo":  # PettingZoo's own envs get defaults as gymnasium ids do
@@ -110,8 +118,9 @@ def _resolve(name: str) -> EnvEntry:
         try:
             return _factory_entry(plugin.load(), f"the {ENTRY_POINT_GROUP} entry point {name} = {plugin.value}")
         except (ImportError, AttributeError) as e:
-            raise EnvError(f"the {ENTRY_POINT_GROUP} entry point {name} = {plugin.value} cannot be loaded "
-                           f"({e})") from None
+            raise EnvError(
+                f"the {ENTRY_POINT_GROUP} entry point {name} = {plugin.value} cannot be loaded ({e})"
+            ) from None
     if name.startswith("remote:"):
         return _remote_entry()(name)
     if ":" in name:
@@ -120,8 +129,9 @@ def _resolve(name: str) -> EnvEntry:
         register_ale_ids()
     if name in gym.envs.registry:
         return gym_entry(name)
-    matches = difflib.get_close_matches(name, [*REGISTRY, *(ep.name for ep in _plugins()), *gym.envs.registry],
-                                        n=5, cutoff=0.6)
+    matches = difflib.get_close_matches(
+        name, [*REGISTRY, *(ep.name for ep in _plugins()), *gym.envs.registry], n=5, cutoff=0.6
+    )
     hint = f"; did you mean: {', '.join(matches)}?" if matches else "; `asyncrl envs` lists the registered envs"
     raise EnvError(f"unknown env {name!r}{hint} (your own env: --env package.module:factory)")
 
@@ -139,8 +149,10 @@ def make_env(name: str, **options):
     if is_agents(env) or is_multi_agent_env(env):
         return env
     if not isinstance(env, gym.Env):
-        raise EnvError(f"env {name!r}: its factory returned a {type(env).__name__}, not a gymnasium.Env or a "
-                       f"PettingZoo ParallelEnv")
+        raise EnvError(
+            f"env {name!r}: its factory returned a {type(env).__name__}, not a gymnasium.Env or a "
+            f"PettingZoo ParallelEnv"
+        )
     return adapt(name, env)
 
 
@@ -153,14 +165,18 @@ def portable_entry(name: str) -> bytes:
     """The entry of `name`, pickled for a worker process, by value where need be (cloudpickle): a factory defined
     in the user's `__main__` script, or registered only in this process, then works in spawned workers too."""
     import cloudpickle
+
     try:
         return cloudpickle.dumps(env_entry(name))
     except Exception as e:  # whatever the factory holds that cannot be pickled (a lock, an open file, ...)
-        raise EnvError(f"env {name!r}: its factory cannot be sent to the worker processes ({type(e).__name__}: {e}); "
-                       f"make it a module-level function or class") from None
+        raise EnvError(
+            f"env {name!r}: its factory cannot be sent to the worker processes ({type(e).__name__}: {e}); "
+            f"make it a module-level function or class"
+        ) from None
 
 
 def adopt_entry(name: str, blob: bytes) -> None:
     """In a worker process: make `name` resolve to the entry the runner resolved (see portable_entry)."""
     import cloudpickle
+
     REGISTRY[name] = cloudpickle.loads(blob)

@@ -23,8 +23,11 @@ PREFIX = "mujoco_"
 
 def tasks() -> dict[str, str]:
     """mujoco_<task> name -> gymnasium id, for every v5 MuJoCo task gymnasium registers."""
-    return {PREFIX + env_id[:-3].lower(): env_id for env_id, spec in gym.envs.registry.items()
-            if env_id.endswith("-v5") and "mujoco" in str(spec.entry_point)}
+    return {
+        PREFIX + env_id[:-3].lower(): env_id
+        for env_id, spec in gym.envs.registry.items()
+        if env_id.endswith("-v5") and "mujoco" in str(spec.entry_point)
+    }
 
 
 def mujoco_entry(name: str) -> EnvEntry:
@@ -36,9 +39,18 @@ def mujoco_entry(name: str) -> EnvEntry:
         raise EnvError(f"unknown MuJoCo task {name!r}{hint}")
     gym_id = known[name]
 
-    return EnvEntry(lambda **options: make_gym_env(gym_id, **options), f"MuJoCo {gym_id} (gymnasium)",
-                    dict(CONTINUOUS_DEFAULTS), lambda num_envs, **options: make_gym_vector(gym_id, num_envs, **options))
+    return EnvEntry(
+        lambda **options: make_gym_env(gym_id, **options),
+        f"MuJoCo {gym_id} (gymnasium)",
+        dict(CONTINUOUS_DEFAULTS),
+        lambda num_envs, **options: make_gym_vector(gym_id, num_envs, **options),
+    )
 
 
-register_env_family(PREFIX, mujoco_entry, "MuJoCo (gymnasium v5): mujoco_halfcheetah, mujoco_hopper, mujoco_walker2d, "
-                    "mujoco_ant, mujoco_humanoid, ... every v5 task in lower case", member="task")
+register_env_family(
+    PREFIX,
+    mujoco_entry,
+    "MuJoCo (gymnasium v5): mujoco_halfcheetah, mujoco_hopper, mujoco_walker2d, "
+    "mujoco_ant, mujoco_humanoid, ... every v5 task in lower case",
+    member="task",
+)

@@ -77,8 +77,10 @@ class ParallelEnvAgents:
         obs_space, act_space = env.observation_space(self.agent_ids[0]), env.action_space(self.agent_ids[0])
         for agent in self.agent_ids[1:]:
             if env.observation_space(agent) != obs_space or env.action_space(agent) != act_space:
-                raise EnvError(f"env {name!r}: agent {agent!r} has other spaces than agent {self.agent_ids[0]!r}; "
-                               f"every agent of an env must share its observation and action space")
+                raise EnvError(
+                    f"env {name!r}: agent {agent!r} has other spaces than agent {self.agent_ids[0]!r}; "
+                    f"every agent of an env must share its observation and action space"
+                )
         # discrete and composite observations as one vector each, as gymnasium envs' (gym_adapter.FlatObservation);
         # a Dict observation's action mask after the rest (PettingZoo classic's; gym_adapter.ActionMaskInObservation)
         self.unflat_space = self.features = self.packer = None
@@ -105,16 +107,22 @@ class ParallelEnvAgents:
 
     def _first_observations(self, obs: dict, infos: dict) -> tuple[list, list]:
         if set(obs) != set(self.agent_ids):
-            raise EnvError(f"env {self.name!r}: reset returned observations for agents {sorted(map(str, obs))}, "
-                           f"but its possible_agents are {sorted(map(str, self.agent_ids))}: every agent must start "
-                           f"every episode (the agent count is fixed per env)")
+            raise EnvError(
+                f"env {self.name!r}: reset returned observations for agents {sorted(map(str, obs))}, "
+                f"but its possible_agents are {sorted(map(str, self.agent_ids))}: every agent must start "
+                f"every episode (the agent count is fixed per env)"
+            )
         return self._observations(obs), [infos.get(a, {}) for a in self.agent_ids]
 
     def _listed(self, live: set, obs: dict, rewards: dict, terminated: dict, truncated: dict, infos: dict) -> tuple:
         """A step's dicts as lists in agent order; an agent that was out before the step (not in `live`) stays out."""
-        return (self._observations(obs), [rewards.get(a, 0.0) for a in self.agent_ids],
-                [terminated.get(a, a not in live) for a in self.agent_ids],
-                [truncated.get(a, False) for a in self.agent_ids], [infos.get(a, {}) for a in self.agent_ids])
+        return (
+            self._observations(obs),
+            [rewards.get(a, 0.0) for a in self.agent_ids],
+            [terminated.get(a, a not in live) for a in self.agent_ids],
+            [truncated.get(a, False) for a in self.agent_ids],
+            [infos.get(a, {}) for a in self.agent_ids],
+        )
 
     def _observations(self, obs: dict) -> list:
         if self.packer:
@@ -150,8 +158,13 @@ class TurnBasedAgents(ParallelEnvAgents):
     def step(self, actions: list):
         env, live = self.env, set(self.env.agents)
         env.step(actions[self.agent_ids.index(env.agent_selection)])
-        results = (self._observe_live(), dict(env.rewards), dict(env.terminations), dict(env.truncations),
-                   dict(env.infos))
+        results = (
+            self._observe_live(),
+            dict(env.rewards),
+            dict(env.terminations),
+            dict(env.truncations),
+            dict(env.infos),
+        )
         while env.agents and (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
             env.step(None)
         return self._listed(live, *results)
@@ -170,6 +183,7 @@ def is_multi_agent_env(env) -> bool:
     if isinstance(env, gym.Env):
         return False
     from pettingzoo import AECEnv, ParallelEnv
+
     return isinstance(env, (ParallelEnv, AECEnv))
 
 
@@ -185,10 +199,12 @@ def as_agents(name: str, env):
     if isinstance(env, gym.Env):
         return SingleAgent(env)
     from pettingzoo import AECEnv
+
     if isinstance(env, AECEnv):
         if not env.metadata.get("is_parallelizable", False):  # its agents take turns
             return TurnBasedAgents(name, env)
         from pettingzoo.utils.conversions import aec_to_parallel
+
         env = aec_to_parallel(env)
     return ParallelEnvAgents(name, env)
 
@@ -227,8 +243,10 @@ def random_action(env, obs: np.ndarray):
     if not mask_size:
         return env.action_space.sample()
     rng, mask = env.action_space.np_random, obs[-mask_size:]
-    choices = [rng.choice(np.flatnonzero(m) if m.any() else np.arange(len(m)))
-               for m in np.split(mask, np.cumsum(categorical_sizes(env.action_space))[:-1])]
+    choices = [
+        rng.choice(np.flatnonzero(m) if m.any() else np.arange(len(m)))
+        for m in np.split(mask, np.cumsum(categorical_sizes(env.action_space))[:-1])
+    ]
     return int(choices[0]) if isinstance(env.action_space, gym.spaces.Discrete) else np.array(choices)
 
 

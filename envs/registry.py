@@ -11,8 +11,8 @@ observation's "action_mask" entry (or a gymnasium id's info["action_mask"]), kee
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import gymnasium as gym
 
@@ -46,16 +46,22 @@ REGISTRY: dict[str, EnvEntry] = {}
 FAMILIES: dict[str, tuple[Callable[[str], EnvEntry], str, str]] = {}
 
 
-def register_env(name: str, make_fn: Callable[..., gym.Env], description: str = "", default_config: dict | None = None,
-                 make_vector: Callable[..., gym.vector.VectorEnv] | None = None):
+def register_env(
+    name: str,
+    make_fn: Callable[..., gym.Env],
+    description: str = "",
+    default_config: dict | None = None,
+    make_vector: Callable[..., gym.vector.VectorEnv] | None = None,
+):
     """Make `name` available to `asyncrl train --env name`. `make_fn(**options)` returns a gymnasium.Env;
     `default_config` holds Config fields (e.g. {"reward_scale": 0.01}) that suit this env; `make_vector(num_envs,
     **options)`, if given, returns num_envs of them as one gymnasium VectorEnv (for --env_backend vector)."""
     REGISTRY[name] = EnvEntry(make_fn, description, dict(default_config or {}), make_vector)
 
 
-def register_env_family(prefix: str, entry_of: Callable[[str], EnvEntry], description: str,
-                        member: str = "name") -> None:
+def register_env_family(
+    prefix: str, entry_of: Callable[[str], EnvEntry], description: str, member: str = "name"
+) -> None:
     """Make every name that starts with `prefix` an env (e.g. atari_<game>): `entry_of(name)` returns its entry, or
     raises EnvError if there is no such env. `asyncrl envs` lists the family in one line, as prefix<member>."""
     FAMILIES[prefix] = (entry_of, description, member)

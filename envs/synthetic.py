@@ -40,13 +40,24 @@ def burn_cpu(microseconds: float) -> None:
 class SyntheticEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, step_us: float = 100.0, obs_shape=(16,), num_actions: int = 4, episode_len: int = 20,
-                 env_spread: float = 0.0, step_tail: float = 0.0, error_prob: float = 0.0,
-                 hang_once_file: str | None = None, worker_cost: list | None = None):
+    def __init__(
+        self,
+        step_us: float = 100.0,
+        obs_shape=(16,),
+        num_actions: int = 4,
+        episode_len: int = 20,
+        env_spread: float = 0.0,
+        step_tail: float = 0.0,
+        error_prob: float = 0.0,
+        hang_once_file: str | None = None,
+        worker_cost: list | None = None,
+    ):
         obs_shape = tuple(obs_shape)
         if len(obs_shape) not in (1, 3) or step_us < 0 or num_actions < 2 or episode_len < 1:
-            raise EnvError(f"synthetic env: bad options (obs_shape {obs_shape} must be (n,) or (C, H, W); "
-                           f"step_us >= 0, num_actions >= 2, episode_len >= 1)")
+            raise EnvError(
+                f"synthetic env: bad options (obs_shape {obs_shape} must be (n,) or (C, H, W); "
+                f"step_us >= 0, num_actions >= 2, episode_len >= 1)"
+            )
         self.step_us, self.num_actions, self.episode_len = step_us, num_actions, episode_len
         self.env_spread, self.step_tail, self.error_prob = env_spread, step_tail, error_prob
         self.hang_once_file = hang_once_file
@@ -72,7 +83,7 @@ class SyntheticEnv(gym.Env):
             self._obs[self._target] = 1.0
         else:
             width = self._obs.shape[2] // self.num_actions
-            self._obs[:, :, self._target * width:(self._target + 1) * width] = 255
+            self._obs[:, :, self._target * width : (self._target + 1) * width] = 255
         return self._obs.copy()
 
     def reset(self, *, seed=None, options=None):
@@ -94,7 +105,7 @@ class SyntheticEnv(gym.Env):
         self._steps_total += 1
         if self.hang_once_file and self._steps_total == 50 and not os.path.exists(self.hang_once_file):
             open(self.hang_once_file, "w").close()  # the first env to get here hangs, once per file
-            time.sleep(10 ** 6)
+            time.sleep(10**6)
         reward = float(int(action) == self._target)
         self._t += 1
         self._target = int(self._rng.integers(self.num_actions))
@@ -113,8 +124,10 @@ class ImageAndVectorEnv(gym.Env):
 
     def __init__(self, num_actions: int = 4, image_size: int = 36, episode_len: int = 20, action_mask: bool = False):
         self.num_actions, self.episode_len, self.masked = num_actions, episode_len, action_mask
-        spaces = {"image": gym.spaces.Box(0, 255, (image_size, image_size, 3), dtype=np.uint8),
-                  "shift": gym.spaces.Box(0.0, 1.0, (num_actions,), dtype=np.float32)}
+        spaces = {
+            "image": gym.spaces.Box(0, 255, (image_size, image_size, 3), dtype=np.uint8),
+            "shift": gym.spaces.Box(0.0, 1.0, (num_actions,), dtype=np.float32),
+        }
         if action_mask:
             spaces["action_mask"] = gym.spaces.MultiBinary(num_actions)
         self.observation_space = gym.spaces.Dict(spaces)
@@ -127,7 +140,7 @@ class ImageAndVectorEnv(gym.Env):
         self._target = (self._band + self._shift) % self.num_actions
         image = np.zeros(self.observation_space["image"].shape, np.uint8)
         width = image.shape[1] // self.num_actions
-        image[:, self._band * width:(self._band + 1) * width] = 255
+        image[:, self._band * width : (self._band + 1) * width] = 255
         obs = {"image": image, "shift": np.eye(self.num_actions, dtype=np.float32)[self._shift]}
         if self.masked:
             self._legal = np.zeros(self.num_actions, np.int8)
@@ -157,12 +170,12 @@ class SyntheticMultiAgentEnv(ParallelEnv):
 
     metadata = {"name": "synthetic_multi", "render_modes": []}
 
-    def __init__(self, num_agents: int = 2, agent_episode_lens: list | None = None, episode_len: int = 20,
-                 **options):
+    def __init__(self, num_agents: int = 2, agent_episode_lens: list | None = None, episode_len: int = 20, **options):
         lens = list(agent_episode_lens or [episode_len] * num_agents)
         if num_agents < 1 or len(lens) != num_agents or min(lens) < 1:
-            raise EnvError(f"synthetic_multi: agent_episode_lens {lens} must hold num_agents={num_agents} positive "
-                           f"lengths")
+            raise EnvError(
+                f"synthetic_multi: agent_episode_lens {lens} must hold num_agents={num_agents} positive lengths"
+            )
         self.possible_agents = [f"agent_{i}" for i in range(num_agents)]
         # each agent's own env never ends by itself: this env decides who leaves when
         self.sims = {a: SyntheticEnv(episode_len=10**9, **options) for a in self.possible_agents}
@@ -193,16 +206,30 @@ class SyntheticMultiAgentEnv(ParallelEnv):
 
 SYNTHETIC_DEFAULTS = dict(VECTOR_ENV_DEFAULTS)
 
-register_env("synthetic_constant", lambda **options: SyntheticEnv(**options),
-             "synthetic: every step burns step_us of CPU (option via --env_options '{\"step_us\": 100}')",
-             SYNTHETIC_DEFAULTS, lambda num_envs, **options: sync_vector(lambda: SyntheticEnv(**options), num_envs))
-register_env("synthetic_heterogeneous",
-             lambda **options: SyntheticEnv(**{"env_spread": 0.5, "step_tail": 1.5, **options}),
-             "synthetic: step cost differs across envs (log-normal) and per step (Pareto tail)", SYNTHETIC_DEFAULTS)
-register_env("synthetic_multi", lambda **options: SyntheticMultiAgentEnv(**options),
-             "synthetic: several agents in one env (PettingZoo), who may leave an episode early", SYNTHETIC_DEFAULTS)
-register_env("synthetic_image_and_vector", lambda **options: ImageAndVectorEnv(**options),
-             "synthetic: a Dict of an image and a vector, both needed to find the rewarded action (option "
-             "action_mask: true adds an action mask)", SYNTHETIC_DEFAULTS,
-             lambda num_envs, **options: sync_vector(lambda: PackImages(ImageAndVectorEnv(**options), "synthetic"),
-                                                     num_envs))
+register_env(
+    "synthetic_constant",
+    lambda **options: SyntheticEnv(**options),
+    "synthetic: every step burns step_us of CPU (option via --env_options '{\"step_us\": 100}')",
+    SYNTHETIC_DEFAULTS,
+    lambda num_envs, **options: sync_vector(lambda: SyntheticEnv(**options), num_envs),
+)
+register_env(
+    "synthetic_heterogeneous",
+    lambda **options: SyntheticEnv(**{"env_spread": 0.5, "step_tail": 1.5, **options}),
+    "synthetic: step cost differs across envs (log-normal) and per step (Pareto tail)",
+    SYNTHETIC_DEFAULTS,
+)
+register_env(
+    "synthetic_multi",
+    lambda **options: SyntheticMultiAgentEnv(**options),
+    "synthetic: several agents in one env (PettingZoo), who may leave an episode early",
+    SYNTHETIC_DEFAULTS,
+)
+register_env(
+    "synthetic_image_and_vector",
+    lambda **options: ImageAndVectorEnv(**options),
+    "synthetic: a Dict of an image and a vector, both needed to find the rewarded action (option "
+    "action_mask: true adds an action mask)",
+    SYNTHETIC_DEFAULTS,
+    lambda num_envs, **options: sync_vector(lambda: PackImages(ImageAndVectorEnv(**options), "synthetic"), num_envs),
+)

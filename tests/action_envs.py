@@ -12,8 +12,9 @@ class MatchTargets(gym.Env):
 
     def __init__(self, action_space: gym.Space):
         self.action_space = action_space
-        self.sizes = [2] * action_space.n if isinstance(action_space, gym.spaces.MultiBinary) else \
-            action_space.nvec.tolist()
+        self.sizes = (
+            [2] * action_space.n if isinstance(action_space, gym.spaces.MultiBinary) else action_space.nvec.tolist()
+        )
         self.observation_space = gym.spaces.Box(0, 1, (sum(self.sizes),), np.float32)
 
     def _observe(self):
@@ -51,17 +52,17 @@ class LegalMoves(gym.Env):
 
     def __init__(self, action_space: gym.Space, mask_in_info: bool = False):
         self.action_space, self.mask_in_info = action_space, mask_in_info
-        self.sizes = [int(action_space.n)] if isinstance(action_space, gym.spaces.Discrete) else \
-            action_space.nvec.tolist()
+        self.sizes = (
+            [int(action_space.n)] if isinstance(action_space, gym.spaces.Discrete) else action_space.nvec.tolist()
+        )
         targets = gym.spaces.Box(0, 1, (sum(self.sizes),), np.float32)
         mask = gym.spaces.Box(0, 1, (sum(self.sizes),), np.int8)
-        self.observation_space = targets if mask_in_info else gym.spaces.Dict({"targets": targets,
-                                                                                "action_mask": mask})
+        self.observation_space = targets if mask_in_info else gym.spaces.Dict({"targets": targets, "action_mask": mask})
 
     def _observe(self):
         self.masks, self.targets = [], []
         for n in self.sizes:
-            allowed = self.np_random.permutation(n)[:max(1, n // 2)]
+            allowed = self.np_random.permutation(n)[: max(1, n // 2)]
             self.masks.append(np.isin(np.arange(n), allowed).astype(np.int8))
             self.targets.append(int(allowed[0]))
         shown = np.concatenate([np.eye(n, dtype=np.float32)[t] for n, t in zip(self.sizes, self.targets)])

@@ -53,10 +53,35 @@ def cartpole_run(tmp_path_factory):
     wandb offline too: the trained run that tests of learning, resuming, checkpoints, enjoy, export and sharing read.
     (train_dir, stdout); a test that changes the run works on a copy (copy_run)."""
     train_dir = tmp_path_factory.mktemp("runs")
-    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", train_dir, "--experiment", "cp", "--seed", 0,
-                "--num_workers", 2, "--num_envs_per_worker", 4, "--policy_workers_per_policy", 1,
-                "--eval_every_env_steps", 10_000, "--eval_episodes", 3, "--eval_deterministic", "True",
-                "--train_for_env_steps", 40_000, "--experiment_summaries_interval", 1, "--with_wandb", "True")
+    r = run_cli(
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--train_dir",
+        train_dir,
+        "--experiment",
+        "cp",
+        "--seed",
+        0,
+        "--num_workers",
+        2,
+        "--num_envs_per_worker",
+        4,
+        "--policy_workers_per_policy",
+        1,
+        "--eval_every_env_steps",
+        10_000,
+        "--eval_episodes",
+        3,
+        "--eval_deterministic",
+        "True",
+        "--train_for_env_steps",
+        40_000,
+        "--experiment_summaries_interval",
+        1,
+        "--with_wandb",
+        "True",
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return train_dir, r.stdout
 
@@ -65,4 +90,5 @@ def pytest_sessionfinish(session, exitstatus):
     """The fork server that tests running roles in this process started: stopped now, not a few seconds after the
     session's end (the suite leaves no process behind)."""
     from asyncrl.core.fork_server import stop_fork_server
+
     stop_fork_server()

@@ -37,6 +37,7 @@ def lock_and_die(queue):
     def call():
         libc.pthread_mutex_lock(mutex)
         os.kill(os.getpid(), signal.SIGKILL)
+
     return call
 
 
@@ -55,6 +56,7 @@ class DiesHoldingAQueueLock(gym.Wrapper):
         if self.steps == self.at_step and not os.path.exists(self.once_file):
             open(self.once_file, "w").close()
             from asyncrl.roles.rollout_worker import RolloutWorker
+
             worker = next(o for o in gc.get_objects() if isinstance(o, RolloutWorker))
             queue = getattr(worker.queues, self.queue)
             locked_for_good = lock_and_die(queue[0] if isinstance(queue, list) else queue)

@@ -26,8 +26,13 @@ def _as_a_terminal_starts_it() -> None:
 def start_python(*args, **popen_kwargs) -> subprocess.Popen:
     """`python ARGS` in a session of its own (its group is killed at the test's end); output merged into stdout
     unless popen_kwargs say otherwise."""
-    popen_kwargs = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "cwd": REPO,
-                    "preexec_fn": _as_a_terminal_starts_it, **popen_kwargs}
+    popen_kwargs = {
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.STDOUT,
+        "cwd": REPO,
+        "preexec_fn": _as_a_terminal_starts_it,
+        **popen_kwargs,
+    }
     proc = subprocess.Popen([sys.executable, *map(str, args)], text=True, start_new_session=True, **popen_kwargs)
     _started.append(proc)
     return proc
@@ -100,6 +105,7 @@ def run_until(proc, condition, what: str, timeout=180) -> str:
     does (it saves its checkpoints), check that it exited 0, and return its output. A test waits for what it needs,
     not for a time."""
     import time
+
     deadline = time.time() + timeout
     while not condition():
         assert proc.poll() is None, proc.stdout.read()[-3000:]
@@ -116,8 +122,22 @@ def run_past_a_hanging_env(tmp_path, *flags) -> tuple[str, list[dict]]:
     """A synthetic_constant run whose first env hangs once (at its 50th step), with --env_step_timeout 3: it goes on
     until its worker was replaced and the run trained 5k more env steps after that, then Ctrl-C. (output, stats)"""
     options = '{"step_us": 10, "hang_once_file": "%s"}' % (tmp_path / "hung")
-    proc = start_cli("train", "--env", "synthetic_constant", "--train_dir", tmp_path, "--experiment", "hang",
-                     "--env_options", options, "--env_step_timeout", 3, "--experiment_summaries_interval", 1, *flags)
+    proc = start_cli(
+        "train",
+        "--env",
+        "synthetic_constant",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "hang",
+        "--env_options",
+        options,
+        "--env_step_timeout",
+        3,
+        "--experiment_summaries_interval",
+        1,
+        *flags,
+    )
 
     def trained_on_after_the_restart() -> bool:
         path = tmp_path / "hang" / "stats.jsonl"
@@ -133,6 +153,7 @@ def run_past_a_hanging_env(tmp_path, *flags) -> tuple[str, list[dict]]:
 def wait_for_training(experiment_dir, proc, min_train_step=1, timeout=120) -> dict:
     """Block until stats.jsonl shows a learner at `min_train_step`; returns that row."""
     import time
+
     deadline = time.time() + timeout
     while time.time() < deadline:
         assert proc.poll() is None, proc.stdout.read()
@@ -160,9 +181,21 @@ def serial_runner(tmp_path, **overrides):
         save_config,
     )
 
-    fields = dict(env="CartPole-v1", train_dir=str(tmp_path), experiment="t", serial_mode=True, num_workers=2,
-                  num_envs_per_worker=4, worker_num_splits=2, rollout=4, batch_size=32, use_rnn=False,
-                  encoder_mlp_layers=[16], seed=1, device="cpu")
+    fields = dict(
+        env="CartPole-v1",
+        train_dir=str(tmp_path),
+        experiment="t",
+        serial_mode=True,
+        num_workers=2,
+        num_envs_per_worker=4,
+        worker_num_splits=2,
+        rollout=4,
+        batch_size=32,
+        use_rnn=False,
+        encoder_mlp_layers=[16],
+        seed=1,
+        device="cpu",
+    )
     fields.update(overrides)
     cfg = Config(**fields)
     cfg.validate()
@@ -179,6 +212,7 @@ def serial_runner(tmp_path, **overrides):
 def drain(q) -> list:
     """Everything in faster-fifo queue q, put back in the same order (FIFO order is preserved)."""
     from asyncrl.core.queues import take_all
+
     items = take_all(q)
     if items:
         q.put_many(items)
@@ -188,6 +222,7 @@ def drain(q) -> list:
 def slot_owners(runner) -> list[int]:
     """Every slot index wherever it is now: queues, agents filling one, learners holding a partial batch."""
     from asyncrl.roles.learner import Learner
+
     q = runner.queues
     owned = drain(q.free_slots) + [s for fq in q.full_slots for s in drain(fq)]
     owned += runner.buffers.agent_slot.tolist()
@@ -211,8 +246,8 @@ def wandb_runs(wandb_dir) -> dict[str, list]:
             if block - pos % block < 7:  # a block's tail too short for a header is padding
                 pos += block - pos % block
                 continue
-            _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-            pending, pos = pending + data[pos + 7:pos + 7 + length], pos + 7 + length
+            _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+            pending, pos = pending + data[pos + 7 : pos + 7 + length], pos + 7 + length
             if kind in (1, 4):  # a full record, or a record's last fragment
                 records.append(wandb_internal_pb2.Record.FromString(pending))
                 pending = b""
@@ -242,17 +277,25 @@ for line in sys.stdin:
 _cli_server: list[subprocess.Popen] = []
 
 
-def run_cli_error(*args, env: dict | None = None, path: list | None = None, cwd=REPO, timeout: float = 60) \
-        -> subprocess.CompletedProcess:
+def run_cli_error(
+    *args, env: dict | None = None, path: list | None = None, cwd=REPO, timeout: float = 60
+) -> subprocess.CompletedProcess:
     """`asyncrl ARGS` as run_cli runs it, for a call that must stop on a user error before any process starts: it
     runs in one long-lived process of the session (asyncrl and torch imported once, not once per call), with `env`
     variables set, `path` on sys.path and `cwd` the working folder for that call alone."""
     if not _cli_server or _cli_server[0].poll() is not None:
-        _cli_server[:] = [subprocess.Popen([sys.executable, "-c", _CLI_SERVER], stdin=subprocess.PIPE,
-                                           stdout=subprocess.PIPE, text=True, cwd=REPO)]
+        _cli_server[:] = [
+            subprocess.Popen(
+                [sys.executable, "-c", _CLI_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO
+            )
+        ]
     server = _cli_server[0]
-    server.stdin.write(json.dumps({"argv": [str(a) for a in args], "env": env or {}, "cwd": str(cwd),
-                                   "path": [str(p) for p in path or []]}) + "\n")
+    server.stdin.write(
+        json.dumps(
+            {"argv": [str(a) for a in args], "env": env or {}, "cwd": str(cwd), "path": [str(p) for p in path or []]}
+        )
+        + "\n"
+    )
     server.stdin.flush()
     if not select.select([server.stdout], [], [], timeout)[0]:  # accepted, and training: not a user error
         server.kill()

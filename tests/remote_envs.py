@@ -40,7 +40,6 @@ class MarkedEnv(gym.Env):
         life_lost = bool(self.life_every) and self.t % self.life_every == 0
         return self._obs(), reward, False, False, {"life_lost": True} if life_lost else {}
 
-
     def render(self):
         frame = np.zeros((32, 48, 3), np.uint8)
         frame[..., 0], frame[..., 1] = self.episode, self.t

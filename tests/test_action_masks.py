@@ -40,8 +40,10 @@ def random_masks(n: int, sizes: list[int], generator: torch.Generator) -> torch.
 
 def reference_log_probs(logits: torch.Tensor, mask: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
     """Each dimension's log-probabilities, softmax over its allowed choices only (-inf at the others)."""
-    return [torch.where(m > 0.5, part.masked_fill(m < 0.5, -torch.inf).log_softmax(-1), -torch.inf)
-            for part, m in zip(logits.split(sizes, -1), mask.split(sizes, -1))]
+    return [
+        torch.where(m > 0.5, part.masked_fill(m < 0.5, -torch.inf).log_softmax(-1), -torch.inf)
+        for part, m in zip(logits.split(sizes, -1), mask.split(sizes, -1))
+    ]
 
 
 @pytest.mark.parametrize("sizes", [[5], SIZES])
@@ -57,8 +59,10 @@ def test_a_masked_policy_is_the_softmax_over_the_allowed_actions_alone(sizes):
     dist = model.distribution(params)
     actions, logp = model.sample_actions(params.repeat(320, 1))
     actions = actions.view(320, 64, -1) if len(sizes) > 1 else actions.view(320, 64, 1)
-    chosen = [torch.gather(part.expand(320, 64, -1), -1, actions[..., d:d + 1]).squeeze(-1)
-              for d, part in enumerate(expected)]
+    chosen = [
+        torch.gather(part.expand(320, 64, -1), -1, actions[..., d : d + 1]).squeeze(-1)
+        for d, part in enumerate(expected)
+    ]
     assert all(torch.isfinite(c).all() for c in chosen), "a forbidden action was drawn"
     torch.testing.assert_close(logp.view(320, 64), sum(chosen))
     first = actions[0].squeeze(-1) if len(sizes) == 1 else actions[0]
@@ -71,7 +75,7 @@ def test_a_masked_policy_is_the_softmax_over_the_allowed_actions_alone(sizes):
     assert torch.isfinite(categorical_kl(dist, other)).all()
     greedy = model.greedy_actions(params).view(64, -1)
     for d, part in enumerate(mask.split(sizes, -1)):
-        assert part.gather(-1, greedy[:, d:d + 1]).eq(1).all()
+        assert part.gather(-1, greedy[:, d : d + 1]).eq(1).all()
     logits = torch.randn(64, sum(sizes), requires_grad=True)  # the head's outputs before the mask
     policy = model.distribution(legal_logits(logits, mask))
     (policy.log_prob(greedy.squeeze(-1) if len(sizes) == 1 else greedy) + policy.entropy()).sum().backward()
@@ -83,8 +87,9 @@ def test_a_mask_that_forbids_every_action_draws_uniformly():
     obs = torch.cat([torch.zeros(20_000, 3), torch.zeros(20_000, 4)], -1)
     params, _, _ = model.forward_step(obs, torch.zeros(20_000, 0))
     actions, logp = model.sample_actions(params)
-    torch.testing.assert_close(torch.bincount(actions, minlength=4).float() / 20_000, torch.full((4,), 0.25),
-                               atol=0.015, rtol=0)
+    torch.testing.assert_close(
+        torch.bincount(actions, minlength=4).float() / 20_000, torch.full((4,), 0.25), atol=0.015, rtol=0
+    )
     torch.testing.assert_close(logp, torch.full_like(logp, -np.log(4)))
 
 
@@ -118,8 +123,9 @@ def test_a_mask_the_env_cannot_use_is_one_line():
     with pytest.raises(EnvError, match="an action mask needs Discrete"):
         adapt("box", box_actions)
     images = LegalMoves(gym.spaces.Discrete(3))
-    images.observation_space = gym.spaces.Dict({"pixels": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8),
-                                                "action_mask": gym.spaces.Box(0, 1, (3,), np.int8)})
+    images.observation_space = gym.spaces.Dict(
+        {"pixels": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8), "action_mask": gym.spaces.Box(0, 1, (3,), np.int8)}
+    )
     images.action_space = gym.spaces.Box(-1, 1, (3,))
     with pytest.raises(EnvError, match="an action mask needs Discrete"):  # beside images too
         adapt("images", images)
@@ -160,16 +166,41 @@ def test_a_pettingzoo_env_s_agents_get_their_masks_after_their_observations():
         assert np.array_equal(o[4:], game.masks[0]) and o[:4].sum() == 1
 
 
-@pytest.mark.parametrize("env, random_return, env_steps", [("legal_moves", 16 * (1 / 2 + 1 / 3) / 2, 60000),
-                                                           ("LegalMovesInInfo-v0", 16 / 3, 30000)])
+@pytest.mark.parametrize(
+    "env, random_return, env_steps",
+    [("legal_moves", 16 * (1 / 2 + 1 / 3) / 2, 60000), ("LegalMovesInInfo-v0", 16 / 3, 30000)],
+)
 def test_training_never_takes_a_forbidden_action_and_learns(tmp_path, env, random_return, env_steps):
     """Real processes on an env where a random action is illegal half the time (it ends the episode, and counts):
     no episode of the run has one, from its first steps on, and the policy learns the targets among the allowed
     actions (random play among them: random_return of 16)."""
-    r = run_cli("train", "--env", f"tests.action_envs:{env}", "--train_dir", tmp_path, "--experiment", "m",
-                "--train_for_env_steps", env_steps, "--seed", 1, "--use_rnn", "False", "--encoder_mlp_layers", 64, 64,
-                "--num_epochs", 4, "--num_batches_per_epoch", 4, "--learning_rate", 0.001, "--num_envs_per_worker", 16,
-                timeout=180)
+    r = run_cli(
+        "train",
+        "--env",
+        f"tests.action_envs:{env}",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "m",
+        "--train_for_env_steps",
+        env_steps,
+        "--seed",
+        1,
+        "--use_rnn",
+        "False",
+        "--encoder_mlp_layers",
+        64,
+        64,
+        "--num_epochs",
+        4,
+        "--num_batches_per_epoch",
+        4,
+        "--learning_rate",
+        0.001,
+        "--num_envs_per_worker",
+        16,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [row for row in read_stats(tmp_path / "m") if row.get("episode_reward_mean") is not None]
     assert rows and all(row["episode_illegal_mean"] == 0 for row in rows)

@@ -58,7 +58,8 @@ def test_envpools_no_op_starts_vary_the_first_frame_of_a_game_only_with_baseline
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_game_is_cut_at_the_frame_limit_as_a_truncation(engine):
-    """Breakout under machado (no FIRE reset) waits for FIRE: never pressing it stalls the game until the frame limit."""
+    """Breakout under machado (no FIRE reset) waits for FIRE: never pressing it stalls the game until the frame
+    limit."""
     env = make_env("atari_breakout", preset="machado", max_frames=8_000, engine=engine)
     rewards, lives_lost, terminated, truncated = play_one_game(env, lambda t: 0)
     assert truncated and not terminated and sum(lives_lost) == 0
@@ -107,11 +108,13 @@ def test_the_frame_limit_is_108_000_frames_unless_an_option_says_otherwise(monke
     """The limit ALE is given, per env and per vector env (a stalled game played out to 108,000 frames takes 20 s
     of CPU; the limit's effect is the test above)."""
     from ale_py import vector_env
+
     limits, real = [], vector_env.AtariVectorEnv
 
     def recording(*args, **kwargs):
         limits.append(kwargs["max_num_frames_per_episode"])
         return real(*args, **kwargs)
+
     monkeypatch.setattr(vector_env, "AtariVectorEnv", recording)
     make_env("atari_breakout").close()
     env_entry("atari_breakout").make_vector(2).close()
@@ -125,10 +128,21 @@ def test_the_learner_sees_each_life_the_stats_see_the_whole_game_unclipped(tmp_p
     agent's slot; a finished episode is the whole game with its unclipped score (the learner clips, --reward_clip)."""
     from asyncrl.core import timing
     from asyncrl.roles.rollout_worker import RolloutWorker
+
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
-    runner = serial_runner(tmp_path, env="atari_ms_pacman", env_backend=backend, num_workers=1, num_envs_per_worker=2,
-                           worker_num_splits=1, rollout=32, batch_size=64, sampler_only=True, reward_clip=1.0,
-                           env_options={"engine": engine})
+    runner = serial_runner(
+        tmp_path,
+        env="atari_ms_pacman",
+        env_backend=backend,
+        num_workers=1,
+        num_envs_per_worker=2,
+        worker_num_splits=1,
+        rollout=32,
+        batch_size=64,
+        sampler_only=True,
+        reward_clip=1.0,
+        env_options={"engine": engine},
+    )
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
     b, recorded, games = runner.buffers, [], {0: [0.0, 0], 1: [0.0, 0]}
     step = worker.backend.step
@@ -144,6 +158,7 @@ def test_the_learner_sees_each_life_the_stats_see_the_whole_game_unclipped(tmp_p
                 played.append(tuple(games[a]))
                 games[a] = [0.0, 0]
         return result
+
     played: list = []
     worker.backend.step = recording_step
     lives_lost = 0
@@ -161,12 +176,15 @@ def test_the_learner_sees_each_life_the_stats_see_the_whole_game_unclipped(tmp_p
     runner._stop_children()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--env", "atari_pongg"], "unknown Atari game 'pongg'; did you mean atari_pong?"),
-    (["--env", "atari_pong", "--env_options", '{"preset": "deepmind"}'], "unknown Atari preset 'deepmind'"),
-    (["--env", "atari_pong", "--env_options", '{"sticky": 1}'], "takes the options preset (baselines or machado)"),
-    (["--env", "atari_pong", "--env_options", '{"engine": "stella"}'], "unknown Atari engine 'stella'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--env", "atari_pongg"], "unknown Atari game 'pongg'; did you mean atari_pong?"),
+        (["--env", "atari_pong", "--env_options", '{"preset": "deepmind"}'], "unknown Atari preset 'deepmind'"),
+        (["--env", "atari_pong", "--env_options", '{"sticky": 1}'], "takes the options preset (baselines or machado)"),
+        (["--env", "atari_pong", "--env_options", '{"engine": "stella"}'], "unknown Atari engine 'stella'"),
+    ],
+)
 def test_bad_atari_input_is_one_line_and_exit_2(argv, message):
     r = run_cli_error("train", *argv)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and message in r.stderr, r.stderr
@@ -182,8 +200,21 @@ def test_atari_pong_trains_with_normalized_returns_and_its_values_stay_within_th
     """The family's defaults (conv net, GAE, clipped rewards) with return normalization on sparse-reward Pong: a
     clipped return is within 1 / (1 - gamma) = 100 of zero, and so must every value estimate be. (Return statistics
     merged per minibatch diverged here within the first batch: values of -1e15, then a non-finite loss.)"""
-    r = run_cli("train", "--env", "atari_pong", "--train_dir", tmp_path, "--experiment", "pong", "--normalize_returns",
-                "True", "--train_for_env_steps", 4096, "--experiment_summaries_interval", 1)
+    r = run_cli(
+        "train",
+        "--env",
+        "atari_pong",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "pong",
+        "--normalize_returns",
+        "True",
+        "--train_for_env_steps",
+        4096,
+        "--experiment_summaries_interval",
+        1,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     rows = [row for row in read_stats(tmp_path / "pong") if row.get("value") is not None]
     assert rows and rows[-1]["train_step"] >= 1 and rows[-1]["nan_updates"] == 0, rows[-1:]  # one batch: 4,096 frames

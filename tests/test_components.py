@@ -26,7 +26,9 @@ def test_slot_lifecycle_no_slot_lost_or_used_twice(tmp_path):
     learners = [c for c in runner.components if isinstance(c, Learner)]
     total_slots = num_slots(runner.cfg)
     rounds = 0
-    while sum(l.train_step for l in learners) * runner.cfg.batch_size // runner.cfg.rollout < 1_000:  # ~23 uses a slot
+    while (
+        sum(learner.train_step for learner in learners) * runner.cfg.batch_size // runner.cfg.rollout < 1_000
+    ):  # ~23 uses a slot
         for c in runner.components:
             c.poll(0.0)
         rounds += 1
@@ -79,7 +81,7 @@ def test_learner_rnn_matches_acting_step_by_step(tmp_path, bptt):
         torch.testing.assert_close(v_step, values[t])
     sum(p.square().sum() + v.sum() for p, v in steps).backward()
     for name_param, expected in zip(model.named_parameters(), grads):
-        torch.testing.assert_close(name_param[1].grad, expected, msg=lambda m: f"{name_param[0]}: {m}")
+        torch.testing.assert_close(name_param[1].grad, expected, msg=lambda m, name=name_param[0]: f"{name}: {m}")
     runner._stop_children()
 
 
@@ -139,12 +141,14 @@ def reference_kl(behavior: torch.Tensor, current: torch.Tensor, sizes: list[int]
             kl = kl + (log_mu.exp() * (log_mu - log_pi)).sum(-1)
         return kl
     (m_mu, log_s_mu), (m_pi, log_s_pi) = behavior.chunk(2, -1), current.chunk(2, -1)
-    return (log_s_pi - log_s_mu + ((2 * log_s_mu).exp() + (m_mu - m_pi) ** 2) / (2 * (2 * log_s_pi).exp())
-            - 0.5).sum(-1)
+    return (log_s_pi - log_s_mu + ((2 * log_s_mu).exp() + (m_mu - m_pi) ** 2) / (2 * (2 * log_s_pi).exp()) - 0.5).sum(
+        -1
+    )
 
 
-@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1", "tests.action_envs:multi_discrete",
-                                 "tests.action_envs:legal_moves"])
+@pytest.mark.parametrize(
+    "env", ["CartPole-v1", "Pendulum-v1", "tests.action_envs:multi_discrete", "tests.action_envs:legal_moves"]
+)
 def test_kl_penalty_is_the_kl_from_the_distribution_that_acted(tmp_path, env):
     """The policy worker stores the acting distribution whole (its log-prob of every action it took is the one
     stored), and --kl_loss_coeff c adds c * mean KL(mu || pi) over the learned samples (PPO, Schulman et al. 2017,
@@ -165,8 +169,9 @@ def test_kl_penalty_is_the_kl_from_the_distribution_that_acted(tmp_path, env):
     learner.cfg.kl_loss_coeff = 0.5
     with_kl = learner._loss(mb)[0]
     with torch.no_grad():
-        params = model.distribution_params(model.forward_sequence(mb["obs"], mb["rnn_states"], mb["state_starts"],
-                                                                  mb["dones"])[0][:-1])
+        params = model.distribution_params(
+            model.forward_sequence(mb["obs"], mb["rnn_states"], mb["state_starts"], mb["dones"])[0][:-1]
+        )
     expected = reference_kl(mb["behavior_params"], params, model.action_sizes)[mb["mask"]].mean()
     assert expected > 0.01
     torch.testing.assert_close(stats["kl_divergence"], expected.item(), rtol=1e-4, atol=1e-6)
@@ -215,9 +220,16 @@ def test_the_policy_loss_is_decoupled_ppos_surrogate_sample_by_sample():
     c = 0.1
 
     def reference(weights):
-        terms = [-w * min(r * a, min(max(r, 1 / (1 + c)), 1 + c) * a) for r, w, a, m in
-                 zip(ratio.flatten().tolist(), weights.flatten().tolist(), advantages.flatten().tolist(),
-                     mask.flatten().tolist()) if m]
+        terms = [
+            -w * min(r * a, min(max(r, 1 / (1 + c)), 1 + c) * a)
+            for r, w, a, m in zip(
+                ratio.flatten().tolist(),
+                weights.flatten().tolist(),
+                advantages.flatten().tolist(),
+                mask.flatten().tolist(),
+            )
+            if m
+        ]
         return sum(terms) / len(terms)
 
     assert losses.ppo_policy_loss(ratio, weights, advantages, c, mask).item() == pytest.approx(reference(weights))
@@ -258,8 +270,9 @@ def test_sample_minibatches_learn_what_trajectory_minibatches_learn(tmp_path, wi
         whole = TrajectoryMinibatches(runner.cfg, learner.model, None).forward(batch, 0.99)
     parts = list(cut.epoch(batch, 0.99))
     assert len(parts) == 4 and all(len(mb["obs"]) == int(batch["mask"].sum()) // 4 for mb in parts)
-    torch.testing.assert_close(torch.cat([mb["advantages"] for mb in parts]).sort()[0],
-                               whole.advantages[batch["mask"]].sort()[0])
+    torch.testing.assert_close(
+        torch.cat([mb["advantages"] for mb in parts]).sort()[0], whole.advantages[batch["mask"]].sort()[0]
+    )
     with torch.no_grad():  # an update between epochs: the later epochs keep the first one's advantages
         learner.model.value_head.bias.add_(1.0)
     later = torch.cat([mb["advantages"] for mb in cut.epoch(batch, 0.99)])
@@ -271,14 +284,16 @@ def test_sample_minibatches_learn_what_trajectory_minibatches_learn(tmp_path, wi
 def test_the_value_clip_is_taken_around_the_values_before_the_samples_first_update(tmp_path, shuffle_samples):
     """PPO's V_old is the estimate of the weights before a sample's first update in the batch (under APPO the acting
     version is older, and its estimates held Pong's values back), kept for the batch's later epochs."""
-    runner = serial_runner(tmp_path, batch_size=64, num_epochs=2, num_batches_per_epoch=2,
-                           shuffle_samples=shuffle_samples)
+    runner = serial_runner(
+        tmp_path, batch_size=64, num_epochs=2, num_batches_per_epoch=2, shuffle_samples=shuffle_samples
+    )
     learner, S = fill_first_slots(runner)
     batch = learner.gather(Batch(torch.arange(S)))
     batch["mask"] = batch["valid"]
     with torch.no_grad():
-        _, values = learner.model.forward_sequence(batch["obs"], batch["rnn_states"], batch["state_starts"],
-                                                   batch["dones"])
+        _, values = learner.model.forward_sequence(
+            batch["obs"], batch["rnn_states"], batch["state_starts"], batch["dones"]
+        )
     for mb in learner.minibatches.epoch(batch, 0.99):  # the first epoch's forward passes, no update between them
         learner._loss(mb)
     torch.testing.assert_close(batch["proximal_values"], values[:-1])
@@ -294,24 +309,28 @@ def test_the_value_clip_is_taken_around_the_values_before_the_samples_first_upda
 
 @pytest.mark.parametrize("shuffle_samples", [False, True])
 @pytest.mark.parametrize("decoupled_ppo", [False, True])
-def test_decoupled_ppo_clips_around_the_policy_before_the_samples_first_update(tmp_path, shuffle_samples,
-                                                                              decoupled_ppo):
+def test_decoupled_ppo_clips_around_the_policy_before_the_samples_first_update(
+    tmp_path, shuffle_samples, decoupled_ppo
+):
     """Samples acted by an older policy (as under APPO's lag): PPO's clip around the acting policy cuts some of them
     before any update; --decoupled_ppo's proximal policy is the learner's own, so its first step clips none."""
-    runner = serial_runner(tmp_path, batch_size=64, num_epochs=2, shuffle_samples=shuffle_samples,
-                           decoupled_ppo=decoupled_ppo)
+    runner = serial_runner(
+        tmp_path, batch_size=64, num_epochs=2, shuffle_samples=shuffle_samples, decoupled_ppo=decoupled_ppo
+    )
     learner, S = fill_first_slots(runner)
     b = runner.buffers
     noise = torch.randn(b.traj_action_params[:S].shape, generator=torch.Generator().manual_seed(0))
     b.traj_action_params[:S] += noise * 0.5  # as if acted by other weights
     b.traj_action_logp[:S] = learner.model.distribution_from_params(b.traj_action_params[:S]).log_prob(
-        b.traj_actions[:S])
+        b.traj_actions[:S]
+    )
     batch = learner.gather(Batch(torch.arange(S)))
     batch["mask"] = batch["valid"]
     stats = [learner._loss(mb)[1] for mb in learner.minibatches.epoch(batch, 0.99)][0]
     with torch.no_grad():
-        params, _ = learner.model.forward_sequence(batch["obs"], batch["rnn_states"], batch["state_starts"],
-                                                   batch["dones"])
+        params, _ = learner.model.forward_sequence(
+            batch["obs"], batch["rnn_states"], batch["state_starts"], batch["dones"]
+        )
     acting = learner.model.distribution(params[:-1]).log_prob(batch["actions"]) - batch["behavior_logp"]
     expected = acting if decoupled_ppo else torch.zeros_like(acting)
     torch.testing.assert_close(batch["proximal_log_ratio"], torch.where(batch["valid"], expected, 0.0))
@@ -319,15 +338,19 @@ def test_decoupled_ppo_clips_around_the_policy_before_the_samples_first_update(t
     runner._stop_children()
 
 
-@pytest.mark.parametrize("overrides", [
-    dict(use_rnn=True, rnn_type="lstm", rnn_size=8),
-    dict(use_rnn=True, rnn_size=8, rollout=8, recurrence=4, batch_size=64),
-    dict(with_vtrace=False, normalize_input=True),
-    dict(env="Pendulum-v1", num_batches_per_epoch=2, num_epochs=2),  # Box actions: diagonal Gaussian head
-    dict(use_rnn=False, actor_critic_share_weights=False, critic_mlp_layers=[32, 16]),
-    dict(env="Pendulum-v1", shuffle_samples=True, num_batches_per_epoch=4, num_epochs=2),
-    dict(env="Pendulum-v1", rpo_alpha=0.5),
-], ids=["lstm", "truncated_bptt", "gae_normalized_input", "box_actions", "separate_critic", "shuffled_samples", "rpo"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(use_rnn=True, rnn_type="lstm", rnn_size=8),
+        dict(use_rnn=True, rnn_size=8, rollout=8, recurrence=4, batch_size=64),
+        dict(with_vtrace=False, normalize_input=True),
+        dict(env="Pendulum-v1", num_batches_per_epoch=2, num_epochs=2),  # Box actions: diagonal Gaussian head
+        dict(use_rnn=False, actor_critic_share_weights=False, critic_mlp_layers=[32, 16]),
+        dict(env="Pendulum-v1", shuffle_samples=True, num_batches_per_epoch=4, num_epochs=2),
+        dict(env="Pendulum-v1", rpo_alpha=0.5),
+    ],
+    ids=["lstm", "truncated_bptt", "gae_normalized_input", "box_actions", "separate_critic", "shuffled_samples", "rpo"],
+)
 def test_model_and_loss_variants_train(tmp_path, overrides):
     runner = serial_runner(tmp_path, **overrides)
     learner = next(c for c in runner.components if isinstance(c, Learner))
@@ -351,6 +374,7 @@ def test_a_separate_critic_shares_no_weight_with_the_actor(critic_layers):
 
     from asyncrl.cli import config_from_args
     from asyncrl.model.actor_critic import ActorCritic
+
     cfg = config_from_args(["--env", "Pendulum-v1", "--actor_critic_share_weights", "False", *critic_layers])
     model = ActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (1,)), cfg)
     hidden = [m.out_features for m in model.encoder.critic if isinstance(m, torch.nn.Linear)]
@@ -370,12 +394,12 @@ def test_a_gaussian_policy_starts_at_initial_stddev():
 
     from asyncrl.cli import config_from_args
     from asyncrl.model.actor_critic import ActorCritic
+
     for stddev in (1.0, 0.25):
         cfg = config_from_args(["--env", "Pendulum-v1", "--initial_stddev", str(stddev)])
         model = ActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (2,)), cfg)
         params = model.forward_step(torch.randn(5, 3), torch.zeros(5, 0))[0]
-        torch.testing.assert_close(model.distribution(params).base_dist.stddev,
-                                   torch.full((5, 2), stddev))
+        torch.testing.assert_close(model.distribution(params).base_dist.stddev, torch.full((5, 2), stddev))
 
 
 def test_rpo_learns_from_the_gaussian_with_means_shifted_by_uniform_noise():
@@ -385,6 +409,7 @@ def test_rpo_learns_from_the_gaussian_with_means_shifted_by_uniform_noise():
 
     from asyncrl.cli import config_from_args
     from asyncrl.model.actor_critic import ActorCritic
+
     for alpha in (0.0, 0.5):
         cfg = config_from_args(["--env", "Pendulum-v1", "--rpo_alpha", str(alpha)])
         model = ActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (2,)), cfg)
@@ -396,25 +421,43 @@ def test_rpo_learns_from_the_gaussian_with_means_shifted_by_uniform_noise():
             assert torch.equal(shift, torch.zeros_like(shift))
             continue
         assert shift.abs().max() <= alpha and shift.abs().max() > 0.99 * alpha
-        assert abs(shift.mean()) < 0.02 and abs(shift.var() - alpha ** 2 / 3) < 0.005  # U(-a, a): mean 0, var a^2/3
+        assert abs(shift.mean()) < 0.02 and abs(shift.var() - alpha**2 / 3) < 0.005  # U(-a, a): mean 0, var a^2/3
         assert not torch.equal(shift, model.distribution_to_learn(params).base_dist.mean - acting.mean)
 
 
 def test_a_list_flag_takes_json_or_words_as_sample_factory():
     from asyncrl.cli import config_from_args
+
     def parsed(*flags):
         return config_from_args(["--env", "Pendulum-v1", *flags])
+
     assert parsed("--encoder_mlp_layers", "256", "256").encoder_mlp_layers == [256, 256]
     assert parsed("--encoder_mlp_layers", "[256, 256]").encoder_mlp_layers == [256, 256]
     assert parsed("--wandb_tags", "doom", "baseline").wandb_tags == ["doom", "baseline"]
 
 
-@pytest.mark.parametrize("name,bad,good", [
-    ("learning_rate", 0.0, 1e-9), ("reward_clip", 0.0, 1.0), ("ppo_clip_ratio", 0.0, 0.2), ("adam_eps", 0.0, 1e-8),
-    ("vtrace_rho", 0.0, 1.0), ("vtrace_c", 0.0, 1.0), ("vtrace_pg_rho", 0.0, 1.0), ("reward_scale", 0.0, 0.01),
-    ("max_grad_norm", -1.0, 0.0), ("ppo_clip_value", -0.1, 0.0), ("value_loss_coeff", -0.5, 0.0),
-    ("exploration_loss_coeff", -0.01, 0.0), ("kl_loss_coeff", -0.1, 0.0), ("gamma", 1.01, 1.0),
-    ("gae_lambda", -0.1, 0.0), ("adam_beta1", 1.0, 0.0), ("adam_beta2", 1.0, 0.99)])
+@pytest.mark.parametrize(
+    "name,bad,good",
+    [
+        ("learning_rate", 0.0, 1e-9),
+        ("reward_clip", 0.0, 1.0),
+        ("ppo_clip_ratio", 0.0, 0.2),
+        ("adam_eps", 0.0, 1e-8),
+        ("vtrace_rho", 0.0, 1.0),
+        ("vtrace_c", 0.0, 1.0),
+        ("vtrace_pg_rho", 0.0, 1.0),
+        ("reward_scale", 0.0, 0.01),
+        ("max_grad_norm", -1.0, 0.0),
+        ("ppo_clip_value", -0.1, 0.0),
+        ("value_loss_coeff", -0.5, 0.0),
+        ("exploration_loss_coeff", -0.01, 0.0),
+        ("kl_loss_coeff", -0.1, 0.0),
+        ("gamma", 1.01, 1.0),
+        ("gae_lambda", -0.1, 0.0),
+        ("adam_beta1", 1.0, 0.0),
+        ("adam_beta2", 1.0, 0.99),
+    ],
+)
 def test_learning_hyperparameters_out_of_range_are_refused_before_the_run(name, bad, good):
     """A value that would learn nothing (a clip of 0), diverge, or stop torch's Adam in the learner after the start
     (a beta of 1) is refused by validate; the edge of the range is accepted."""
@@ -425,6 +468,7 @@ def test_learning_hyperparameters_out_of_range_are_refused_before_the_run(name, 
 
 def test_an_integer_flag_takes_step_counts_as_researchers_write_them():
     from asyncrl.cli import config_from_args
+
     cfg = config_from_args(["--env", "CartPole-v1", "--train_for_env_steps", "1e6", "--seed", "1_000"])
     assert cfg.train_for_env_steps == 1_000_000 and isinstance(cfg.train_for_env_steps, int) and cfg.seed == 1000
     for bad in ("1.5", "2.5e0", "inf", "many"):
@@ -436,9 +480,11 @@ def test_a_path_flag_expands_the_home_folder_the_shell_leaves_after_an_equals_si
     """`--train_dir=~/runs` reaches the program as '~/runs' (the shell expands ~ only at a word's start): it made
     a folder named '~' in the working folder."""
     from asyncrl.cli import config_from_args
+
     monkeypatch.setenv("HOME", str(tmp_path))
     cfg = config_from_args(["--env", "CartPole-v1", "--train_dir=~/runs", "--remote_tls_ca_cert=~/ca.pem"])
     assert cfg.train_dir == str(tmp_path / "runs") and cfg.remote_tls_ca_cert == str(tmp_path / "ca.pem")
+
 
 def test_reward_scaling_divides_by_the_std_of_every_discounted_return_the_policy_has_seen(tmp_path):
     """--scale_rewards' learner side against the definition: after each batch the policy's moments are those of every
@@ -458,38 +504,53 @@ def test_reward_scaling_divides_by_the_std_of_every_discounted_return_the_policy
         seen += returns[valid].tolist()
         count = len(seen) + prior
         mean = sum(seen) / count
-        var = (prior * (1 + mean ** 2) + sum((r - mean) ** 2 for r in seen)) / count
+        var = (prior * (1 + mean**2) + sum((r - mean) ** 2 for r in seen)) / count
         assert learner.model.reward_std.var.item() == pytest.approx(var, rel=1e-5)
         torch.testing.assert_close(batch["rewards"], rewards.T / np.sqrt(var + 1e-8), rtol=1e-5, atol=0)
     runner._stop_children()
 
 
-@pytest.mark.parametrize("architecture, last_map, activation", [("convnet_simple", (128, 4, 4), torch.nn.ELU),
-                                                                  ("convnet_atari", (64, 7, 7), torch.nn.ReLU)])
+@pytest.mark.parametrize(
+    "architecture, last_map, activation",
+    [("convnet_simple", (128, 4, 4), torch.nn.ELU), ("convnet_atari", (64, 7, 7), torch.nn.ReLU)],
+)
 def test_the_conv_encoder_is_the_architecture_named(architecture, last_map, activation):
     """On Atari's 84x84x4 frames: convnet_atari is the Nature DQN encoder (its last conv keeps a 7x7 map, ReLU),
     convnet_simple Sample Factory's default (4x4, ELU); both end in 512 features."""
     from asyncrl.model.encoders import conv_encoder
+
     encoder, size = conv_encoder((4, 84, 84), architecture)
     convs = encoder[0]
     assert tuple(convs[:-1](torch.zeros(1, 4, 84, 84)).shape[1:]) == last_map and size == 512
-    assert {type(m) for m in encoder.modules() if not isinstance(m, (torch.nn.Sequential, torch.nn.Conv2d,
-                                                                     torch.nn.Linear, torch.nn.Flatten))} == {activation}
+    assert {
+        type(m)
+        for m in encoder.modules()
+        if not isinstance(m, (torch.nn.Sequential, torch.nn.Conv2d, torch.nn.Linear, torch.nn.Flatten))
+    } == {activation}
 
 
-@pytest.mark.parametrize("obs_shape, nonlinearity, activation", [((4,), "auto", torch.nn.Tanh),
-                                                                 ((4,), "relu", torch.nn.ReLU),
-                                                                 ((3, 36, 64), "auto", torch.nn.ELU),
-                                                                 ((3, 36, 64), "tanh", torch.nn.Tanh)])
+@pytest.mark.parametrize(
+    "obs_shape, nonlinearity, activation",
+    [
+        ((4,), "auto", torch.nn.Tanh),
+        ((4,), "relu", torch.nn.ReLU),
+        ((3, 36, 64), "auto", torch.nn.ELU),
+        ((3, 36, 64), "tanh", torch.nn.Tanh),
+    ],
+)
 def test_nonlinearity_sets_the_encoders_activation(obs_shape, nonlinearity, activation):
     """--nonlinearity (Sample Factory's flag) replaces every activation of the encoder; auto keeps an MLP's tanh and
     the conv architecture's own (convnet_simple: ELU)."""
     import gymnasium as gym
 
     from asyncrl.model.actor_critic import build_model
+
     space = gym.spaces.Box(0, 255, obs_shape, np.uint8 if len(obs_shape) == 3 else np.float32)
-    model = build_model(space, gym.spaces.Discrete(3), Config(env="x", use_rnn=False, nonlinearity=nonlinearity,
-                                                               encoder_mlp_layers=[8, 8]))
+    model = build_model(
+        space,
+        gym.spaces.Discrete(3),
+        Config(env="x", use_rnn=False, nonlinearity=nonlinearity, encoder_mlp_layers=[8, 8]),
+    )
     kinds = {type(m) for m in model.encoder.modules()} & {torch.nn.ELU, torch.nn.ReLU, torch.nn.Tanh}
     assert kinds == {activation}
 
@@ -517,9 +578,16 @@ def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monk
     return and length are the sums of that env's own steps (recorded by wrapping each env's step)."""
     from asyncrl.core import timing
     from asyncrl.roles.rollout_worker import RolloutWorker
+
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
-    runner = serial_runner(tmp_path, env="synthetic_constant", env_options={"step_us": 0, "episode_len": 5},
-                           rollout=4, batch_size=16, scale_rewards=scale_rewards)
+    runner = serial_runner(
+        tmp_path,
+        env="synthetic_constant",
+        env_options={"step_us": 0, "episode_len": 5},
+        rollout=4,
+        batch_size=16,
+        scale_rewards=scale_rewards,
+    )
     workers = [c for c in runner.components if isinstance(c, RolloutWorker)]
     b, gamma, expected, episodes = runner.buffers, runner.cfg.gamma, {}, {}
     for w in workers:
@@ -539,6 +607,7 @@ def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monk
                     episodes.setdefault(w.worker_idx, []).append((running["return"], running["length"]))
                     running.update({"return": 0.0, "length": 0, "discounted": 0.0})
                 return obs, reward, terminated, truncated, info
+
             env.step = recording_step
     checked = 0
     for _ in range(300):
@@ -562,6 +631,7 @@ def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monk
 def test_env_that_keeps_failing_is_recreated_and_its_slots_recycled(tmp_path):
     from asyncrl.roles.env_backends import MAX_CONSECUTIVE_ENV_ERRORS
     from asyncrl.roles.rollout_worker import RolloutWorker
+
     runner = serial_runner(tmp_path, env="synthetic_constant", env_options={"step_us": 0, "error_prob": 1.0})
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
     first_envs = list(worker.backend.envs)
@@ -588,6 +658,7 @@ def test_one_drain_takes_every_report_a_large_one_behind_small_ones_too(tmp_path
 
 def test_core_plan_gives_a_cpu_learner_cores_of_its_own():
     from asyncrl.core.processes import plan_cores
+
     titles = ["asyncrl-learner-0", "asyncrl-policy-0", "asyncrl-rollout-0", "asyncrl-rollout-1", "asyncrl-rollout-2"]
     plan = plan_cores(titles, [0, 1], cpu_learning=True)
     assert plan["asyncrl-learner-0"] == [0] and plan["asyncrl-policy-0"] == [0, 1]
@@ -596,7 +667,11 @@ def test_core_plan_gives_a_cpu_learner_cores_of_its_own():
     assert plan["asyncrl-learner-0"] == list(range(8)) and plan["asyncrl-policy-0"] == list(range(8, 16))
     assert [plan[f"asyncrl-rollout-{w}"] for w in range(3)] == [[8], [9], [10]]
     plan = plan_cores(titles, [0, 1, 2, 3], cpu_learning=False)  # a GPU learns: workers spread over every core
-    assert plan["asyncrl-learner-0"] == [0, 1, 2, 3] and [plan[f"asyncrl-rollout-{w}"] for w in range(3)] == [[0], [1], [2]]
+    assert plan["asyncrl-learner-0"] == [0, 1, 2, 3] and [plan[f"asyncrl-rollout-{w}"] for w in range(3)] == [
+        [0],
+        [1],
+        [2],
+    ]
     assert plan_cores(titles, [5], cpu_learning=True) == {t: [5] for t in titles}
 
 
@@ -613,13 +688,27 @@ def test_bfloat16_inference_model_acts_like_the_float32_one():
     from asyncrl.model.actor_critic import build_model, low_precision
 
     torch.manual_seed(0)
-    cfg = Config(env="x", encoder="conv", rnn_size=64, normalize_input=True, precision="bfloat16", num_workers=1,
-                 agents_per_env=1)
+    cfg = Config(
+        env="x",
+        encoder="conv",
+        rnn_size=64,
+        normalize_input=True,
+        precision="bfloat16",
+        num_workers=1,
+        agents_per_env=1,
+    )
     obs_space, action_space = gym.spaces.Box(0, 255, (3, 72, 128), "uint8"), gym.spaces.Discrete(5)
     learner_model = build_model(obs_space, action_space, cfg)
     assert low_precision(cfg, torch.device("cpu"), learner_model) == torch.bfloat16
-    layout = buffer_layout(cfg, obs_space, action_space, learner_model.rnn_state_size,
-                           learner_model.distribution_params_size, num_state_floats(learner_model), 0)
+    layout = buffer_layout(
+        cfg,
+        obs_space,
+        action_space,
+        learner_model.rnn_state_size,
+        learner_model.distribution_params_size,
+        num_state_floats(learner_model),
+        0,
+    )
     buffers = SharedBuffers.allocate(layout)
     buffers.publish_weights(0, learner_model, version=3)
     actor = build_model(obs_space, action_space, cfg).store_weights_as(torch.bfloat16)
@@ -628,13 +717,18 @@ def test_bfloat16_inference_model_acts_like_the_float32_one():
     with torch.no_grad():
         expected = learner_model.forward_step(obs, state)
         got = actor.forward_step(obs, state)
+
     def relative_error(got, expected):  # of the whole tensor: single elements near zero say little
         return float((got - expected).norm() / expected.norm())
 
     for e, g in zip(expected, got):
         assert g.dtype == torch.float32 and relative_error(g, e) < 0.03  # measured 0.7-1.3% over 8 seeds
-    sequence = (obs.view(3, 2, 3, 72, 128), state.view(3, 2, 64)[:2], torch.tensor([[True, True], [False, False]]),
-                torch.zeros(2, 2, dtype=torch.bool))
+    sequence = (
+        obs.view(3, 2, 3, 72, 128),
+        state.view(3, 2, 64)[:2],
+        torch.tensor([[True, True], [False, False]]),
+        torch.zeros(2, 2, dtype=torch.bool),
+    )
     params, values = copy.deepcopy(learner_model).forward_sequence(*sequence, torch.bfloat16)
     (params.logsumexp(-1).mean() + values.mean()).backward()
     assert params.dtype == torch.float32 and torch.isfinite(params).all()
@@ -725,9 +819,18 @@ def test_truncated_episode_leaves_its_final_observation_for_the_learner(tmp_path
     observation as a step without a sample (done, with the episode's recurrent state) and the next episode starts
     after it, in the same slot or the next. --value_bootstrap False writes truncation as termination."""
     from asyncrl.roles.rollout_worker import RolloutWorker
-    runner = serial_runner(tmp_path, env="synthetic_constant", env_options={"step_us": 0, "episode_len": 5},
-                           use_rnn=True, rnn_size=8, rollout=8, recurrence=4, batch_size=64,
-                           value_bootstrap=value_bootstrap)
+
+    runner = serial_runner(
+        tmp_path,
+        env="synthetic_constant",
+        env_options={"step_us": 0, "episode_len": 5},
+        use_rnn=True,
+        rnn_size=8,
+        rollout=8,
+        recurrence=4,
+        batch_size=64,
+        value_bootstrap=value_bootstrap,
+    )
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
     b, truncations = runner.buffers, []
     for env_idx, env in enumerate(e.env for e in worker.backend.envs):  # the gymnasium env of each (single) agent
@@ -746,6 +849,7 @@ def test_truncated_episode_leaves_its_final_observation_for_the_learner(tmp_path
             if truncations and "first_obs" not in truncations[-1]:
                 truncations[-1]["first_obs"] = obs.copy()
             return obs, info
+
         env.step, env.reset = recording_step, recording_reset
     T, checked = runner.cfg.rollout, 0
     for _ in range(40):
@@ -757,14 +861,16 @@ def test_truncated_episode_leaves_its_final_observation_for_the_learner(tmp_path
                 slot, t = tr["slot"], tr["t"]
                 checked += 1
                 assert b.traj_valid[slot, t] and bool(b.traj_dones[slot, t]) != value_bootstrap
-                next_rows = b.traj_obs[slot, t + 1:].numpy()
+                next_rows = b.traj_obs[slot, t + 1 :].numpy()
                 if not value_bootstrap:  # a death: the next episode starts in the next row (or in the next slot)
                     if t + 1 < T:
                         np.testing.assert_array_equal(next_rows[0], tr["first_obs"])
                     continue
                 np.testing.assert_array_equal(next_rows[0], tr["final_obs"])
                 if t + 1 < T:  # the final row is a step of its own: no sample, done, the episode's state
-                    assert not b.traj_valid[slot, t + 1] and b.traj_dones[slot, t + 1] and b.traj_rewards[slot, t + 1] == 0
+                    assert (
+                        not b.traj_valid[slot, t + 1] and b.traj_dones[slot, t + 1] and b.traj_rewards[slot, t + 1] == 0
+                    )
                     torch.testing.assert_close(b.traj_rnn_states[slot, t + 1], tr["state"])
                 if t + 2 < T:
                     np.testing.assert_array_equal(next_rows[1], tr["first_obs"])
@@ -780,8 +886,17 @@ def test_return_statistics_hold_still_through_a_batch_and_take_its_targets_after
     the return statistics change only between batches, so the normalized targets hold still while the head learns
     them (merged per minibatch, they fed back into themselves: test_atari's Pong run diverged), and they settle near
     the returns of these rewards."""
-    runner = serial_runner(tmp_path, rollout=32, batch_size=512, num_epochs=4, num_batches_per_epoch=4,
-                           with_vtrace=False, gae_lambda=0.95, gamma=0.99, learning_rate=2.5e-4)
+    runner = serial_runner(
+        tmp_path,
+        rollout=32,
+        batch_size=512,
+        num_epochs=4,
+        num_batches_per_epoch=4,
+        with_vtrace=False,
+        gae_lambda=0.95,
+        gamma=0.99,
+        learning_rate=2.5e-4,
+    )
     learner = next(c for c in runner.components if isinstance(c, Learner))
     norm, b, rng = learner.model.returns_normalizer, runner.buffers, np.random.default_rng(0)
     slots = torch.arange(runner.cfg.batch_size // runner.cfg.rollout)
@@ -828,8 +943,10 @@ def test_adam_takes_torch_adams_steps_bit_for_bit_and_loads_either_ones_state():
     models = [torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))]
     models.append(copy.deepcopy(models[0]))
     hyperparameters = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-6)
-    optimizers = [Adam(models[0].parameters(), **hyperparameters),
-                  torch.optim.Adam(models[1].parameters(), **hyperparameters)]
+    optimizers = [
+        Adam(models[0].parameters(), **hyperparameters),
+        torch.optim.Adam(models[1].parameters(), **hyperparameters),
+    ]
 
     def steps(first: int, last: int) -> None:
         for k in range(first, last):
@@ -845,8 +962,10 @@ def test_adam_takes_torch_adams_steps_bit_for_bit_and_loads_either_ones_state():
     steps(0, 8)
     assert float(optimizers[0].state[models[0][0].weight]["step"]) == 5  # steps 1 and 4 left the first layer alone
     saved = [optimizer.state_dict() for optimizer in optimizers]
-    optimizers = [Adam(models[0].parameters(), **hyperparameters),
-                  torch.optim.Adam(models[1].parameters(), **hyperparameters)]
+    optimizers = [
+        Adam(models[0].parameters(), **hyperparameters),
+        torch.optim.Adam(models[1].parameters(), **hyperparameters),
+    ]
     optimizers[0].load_state_dict(saved[1])
     optimizers[1].load_state_dict(saved[0])
     steps(8, 12)
@@ -854,8 +973,8 @@ def test_adam_takes_torch_adams_steps_bit_for_bit_and_loads_either_ones_state():
 
 def test_learning_imports_no_torch_dynamo(tmp_path):
     """torch._dynamo takes longer to import than torch (2-3 s of CPU): the fork server does not preload it, so no
-    role may import it (torch.optim's optimizers do: asyncrl/algo/optimizer.py). A learner's updates and checkpoint, in a
-    process of their own."""
+    role may import it (torch.optim's optimizers do: asyncrl/algo/optimizer.py). A learner's updates and checkpoint, in
+    a process of their own."""
     script = f"""
 import sys
 from helpers import serial_runner
@@ -869,8 +988,9 @@ learner.save()
 runner._stop_children()
 print(sorted(m for m in sys.modules if m.startswith("torch._dynamo")))
 """
-    r = subprocess.run([sys.executable, "-c", script], cwd=os.path.join(REPO, "tests"), capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", script], cwd=os.path.join(REPO, "tests"), capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout[-2000:]
 
@@ -879,12 +999,14 @@ def test_a_seed_gives_each_role_its_own_stream_and_no_seed_leaves_torchs_own():
     import gymnasium as gym
 
     from asyncrl.model.actor_critic import build_model, seed_torch
+
     cfg = Config(env="x", use_rnn=False)
 
     def initial_weights(*seeding):
         seed_torch(*seeding)
-        return torch.cat([p.flatten() for p in build_model(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2),
-                                                             cfg).parameters()])
+        return torch.cat(
+            [p.flatten() for p in build_model(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), cfg).parameters()]
+        )
 
     assert torch.equal(initial_weights(1, "learner", 0), initial_weights(1, "learner", 0))
     for other in [(2, "learner", 0), (1, "learner", 1), (1, "policy_worker", 0, 0)]:
@@ -898,6 +1020,7 @@ def test_a_seed_gives_each_role_its_own_stream_and_no_seed_leaves_torchs_own():
 
 def test_evaluations_of_the_same_weights_with_sampled_actions_score_the_same(tmp_path):
     from asyncrl.roles.evaluator import Evaluator
+
     runner = serial_runner(tmp_path, eval_every_env_steps=1000, eval_episodes=3, eval_deterministic=False)
     evaluator = next(c for c in runner.components if isinstance(c, Evaluator))
     results = []
@@ -917,8 +1040,9 @@ def test_milestones_keep_a_checkpoint_for_good_at_most_once_per_interval(tmp_pat
     from asyncrl.core.checkpoint import MILESTONES, list_checkpoints, save_checkpoint
 
     def save(step):
-        return save_checkpoint(str(tmp_path), {"train_step": step, "env_steps": 10 * step}, keep=1,
-                               milestones_every_sec=100)
+        return save_checkpoint(
+            str(tmp_path), {"train_step": step, "env_steps": 10 * step}, keep=1, milestones_every_sec=100
+        )
 
     first = save(1)
     save(2)  # the first milestone is new: none now
@@ -927,6 +1051,8 @@ def test_milestones_keep_a_checkpoint_for_good_at_most_once_per_interval(tmp_pat
     os.utime(milestones / os.path.basename(first), (old, old))
     third = save(3)
     assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == [os.path.basename(third)]
-    assert [os.path.basename(p) for p in list_checkpoints(str(milestones))] == [os.path.basename(first),
-                                                                                 os.path.basename(third)]
+    assert [os.path.basename(p) for p in list_checkpoints(str(milestones))] == [
+        os.path.basename(first),
+        os.path.basename(third),
+    ]
     assert torch.load(milestones / os.path.basename(first))["train_step"] == 1

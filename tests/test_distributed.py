@@ -13,8 +13,21 @@ from helpers import read_stats, run_cli_error, start_cli, start_python, wait_for
 from asyncrl.algo import losses
 from asyncrl.core.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
 
-CARTPOLE = ["train", "--env", "CartPole-v1", "--train_dir", "runs", "--experiment", "dd", "--num_workers", 1,
-            "--experiment_summaries_interval", 1, "--seed", 0]
+CARTPOLE = [
+    "train",
+    "--env",
+    "CartPole-v1",
+    "--train_dir",
+    "runs",
+    "--experiment",
+    "dd",
+    "--num_workers",
+    1,
+    "--experiment_summaries_interval",
+    1,
+    "--seed",
+    0,
+]
 DIGEST = re.compile(r"\(rank (\d) of 2\): train step (\d+), env steps ([\d,]+) \(all ranks\), weights (\w+)")
 
 
@@ -26,8 +39,15 @@ def free_port() -> int:
 
 def rank_env(rank: int, port: int) -> dict:
     """The variables torchrun gives rank `rank` of 2 on this machine."""
-    return {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    return {
+        **os.environ,
+        "RANK": str(rank),
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
 
 
 def start_ranks(tmp_path, *flags, port=None):
@@ -95,10 +115,27 @@ def test_a_straggling_rank_is_preempted_and_the_ranks_stay_bit_identical(tmp_pat
     batch (preempted_steps in rank 0's stats), and the ranks end with the same train step, env steps and weights,
     bit for bit; only rank 0 writes files. Rank 0's stats count both ranks' episodes (each env reports its worker's
     global index: rank 1's worker is 1). (The ranks' weights without preemption: the Ctrl-C and killed-rank tests.)"""
-    procs = start_ranks(tmp_path, "--algo", algo, "--preemption_rule", rule, "--env", "synthetic_constant",
-                        "--env_options", '{"step_us": 100, "worker_cost": [20, 1]}', "--preemption_threshold", 0.5,
-                        "--rollout", 16,
-                        "--batch_size", 512, "--num_batches_per_epoch", 2, "--train_for_env_steps", 6_000)
+    procs = start_ranks(
+        tmp_path,
+        "--algo",
+        algo,
+        "--preemption_rule",
+        rule,
+        "--env",
+        "synthetic_constant",
+        "--env_options",
+        '{"step_us": 100, "worker_cost": [20, 1]}',
+        "--preemption_threshold",
+        0.5,
+        "--rollout",
+        16,
+        "--batch_size",
+        512,
+        "--num_batches_per_epoch",
+        2,
+        "--train_for_env_steps",
+        6_000,
+    )
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     exp = tmp_path / "rank0" / "runs" / "dd"
@@ -121,9 +158,28 @@ def test_two_torchrun_launches_on_loopback_train_together(tmp_path, clean_machin
     port, procs = free_port(), []
     for node in (0, 1):
         (tmp_path / f"node{node}").mkdir()
-        procs.append(start_python("-m", "torch.distributed.run", "--nnodes", 2, "--nproc_per_node", 1, "--rdzv_backend",
-                                      "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "t", "-m", "asyncrl",
-                                      *CARTPOLE, "--train_for_env_steps", 8_000, cwd=tmp_path / f"node{node}"))
+        procs.append(
+            start_python(
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                2,
+                "--nproc_per_node",
+                1,
+                "--rdzv_backend",
+                "c10d",
+                "--rdzv_endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv_id",
+                "t",
+                "-m",
+                "asyncrl",
+                *CARTPOLE,
+                "--train_for_env_steps",
+                8_000,
+                cwd=tmp_path / f"node{node}",
+            )
+        )
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     found = digests(outputs)
@@ -133,14 +189,21 @@ def test_two_torchrun_launches_on_loopback_train_together(tmp_path, clean_machin
     assert read_stats(tmp_path / f"node{written[0]}" / "runs" / "dd")[-1]["env_steps"] >= 8_000
 
 
-@pytest.mark.parametrize("flags, needle", [
-    (["--batch_size", 99, "--rollout", 33, "--num_batches_per_epoch", 3],
-     "must be divisible by the number of ranks (2)"),
-    (["--num_policies", 2], "--num_policies > 1 (train one policy per launch) cannot run under torchrun"),
-    (["--device", "cuda"], "torch sees no CUDA GPU"),
-    (["--algo", "ppo", "--batch_size", 2048],
-     "--batch_size must be 1024 (workers x envs per worker x agents per env x rollout x ranks)"),
-])
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (
+            ["--batch_size", 99, "--rollout", 33, "--num_batches_per_epoch", 3],
+            "must be divisible by the number of ranks (2)",
+        ),
+        (["--num_policies", 2], "--num_policies > 1 (train one policy per launch) cannot run under torchrun"),
+        (["--device", "cuda"], "torch sees no CUDA GPU"),
+        (
+            ["--algo", "ppo", "--batch_size", 2048],
+            "--batch_size must be 1024 (workers x envs per worker x agents per env x rollout x ranks)",
+        ),
+    ],
+)
 def test_distributed_bad_input_is_one_line_and_exit_2(tmp_path, flags, needle):
     if "cuda" in flags and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
@@ -152,6 +215,7 @@ def test_distributed_bad_input_is_one_line_and_exit_2(tmp_path, flags, needle):
 
 def test_ranks_on_one_machine_split_its_cores():
     from asyncrl.distributed.rank import Rank
+
     assert [Rank(r, 4, r, 2).my_cores([0, 1, 2, 3]) for r in (0, 1)] == [[0, 1], [2, 3]]
     assert [Rank(r, 2, r, 2).my_cores([0, 1, 2]) for r in (0, 1)] == [[0], [1]]
     assert [Rank(r, 3, r, 3).my_cores([0, 1]) for r in (0, 1, 2)] == [[0], [1], [0]]
@@ -172,13 +236,16 @@ def test_advantages_are_normalized_over_every_ranks_minibatch():
             return sums + torch.stack([torch.where(m, a, zero).sum(), m.sum().float()])
         mean = (seen[0][0] + torch.where(m, a, zero).sum()) / (seen[0][1] + m.sum())
         return sums + torch.where(m, (a - mean) ** 2, zero).sum()  # then the squared deviations from the mean
+
     together = losses.normalize(halves[0][0], halves[0][1], sum_over_two_ranks)
     whole = losses.normalize(advantages, mask)
     torch.testing.assert_close(together[halves[0][1]], whole[:, :3][halves[0][1]], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("rates, learn_s", [([3.0, 1.0], 0.05), ([3.0, 1.0], 5.0), ([20.0, 1.0, 1.1], 0.01),
-                                            ([1.0], 0.1), ([5.0, 4.0, 0.2, 0.1], 0.3)])
+@pytest.mark.parametrize(
+    "rates, learn_s",
+    [([3.0, 1.0], 0.05), ([3.0, 1.0], 5.0), ([20.0, 1.0, 1.1], 0.01), ([1.0], 0.1), ([5.0, 4.0, 0.2, 0.1], 0.3)],
+)
 def test_best_collection_time_maximises_steps_per_second(rates, learn_s):
     """VER's estimate against a search over a fine grid of collection times (S(t) / (t + learn time), each rank
     collecting at its rate until its batch is full)."""
@@ -186,6 +253,7 @@ def test_best_collection_time_maximises_steps_per_second(rates, learn_s):
 
     def steps_per_second(t):
         return sum(min(rate * t, 1.0) for rate in rates) / (t + learn_s)
+
     grid = [i / 10_000 * 2 / min(rates) for i in range(1, 10_001)]
     best = best_collection_time(rates, learn_s)
     assert steps_per_second(best) >= max(map(steps_per_second, grid)) - 1e-9

@@ -28,6 +28,7 @@ def test_env_steps_headless_and_passes_check_env(name):
     try:
         if not isinstance(env, gym.Env):  # a multi-agent env: PettingZoo's own API test
             from pettingzoo.test import parallel_api_test
+
             parallel_api_test(env, num_cycles=30)
             return
         check_env(env, skip_render_check=True)
@@ -96,6 +97,7 @@ def test_vizdoom_measurements_come_beside_the_screen():
 
 def test_every_second_pixel_equals_strided_slicing():
     from asyncrl.envs.doom import every_second_pixel
+
     screen = np.random.default_rng(0).integers(0, 256, (3, 144, 256), dtype=np.uint8)
     for frame in (screen, screen[:, :, :255], np.asfortranarray(screen)):  # fast path, odd width, not C-contiguous
         half = every_second_pixel(frame)
@@ -104,6 +106,7 @@ def test_every_second_pixel_equals_strided_slicing():
 
 def test_gym_image_observations_become_chw():
     from asyncrl.envs.gym_adapter import ChannelsFirst
+
     base = gym.make("CartPole-v1", render_mode="rgb_array")
     env = ChannelsFirst(gym.wrappers.AddRenderObservation(base, render_only=True))
     obs, _ = env.reset(seed=0)
@@ -126,10 +129,13 @@ def test_discrete_and_tuple_observations_become_one_hot_vectors():
 
 def test_an_image_beside_an_entry_that_cannot_be_a_vector_is_refused_with_one_line():
     class Mixed(gym.Env):
-        observation_space = gym.spaces.Dict({"screen": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8),
-                                             "mission": gym.spaces.Text(20)})
+        observation_space = gym.spaces.Dict(
+            {"screen": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8), "mission": gym.spaces.Text(20)}
+        )
         action_space = gym.spaces.Discrete(2)
+
     from asyncrl.envs.gym_adapter import adapt
+
     with pytest.raises(EnvError, match="the observation entries .* beside its images cannot be one vector"):
         adapt("mixed", Mixed())
 
@@ -137,8 +143,22 @@ def test_an_image_beside_an_entry_that_cannot_be_a_vector_is_refused_with_one_li
 def test_frozen_lake_learns_through_its_one_hot_observations(tmp_path):
     """A gymnasium toy-text env (Discrete observations) trains in real processes: the deterministic FrozenLake's
     only reward is the goal, which random play reaches in ~1.5% of its episodes."""
-    r = run_cli("train", "--env", "FrozenLake-v1", "--env_options", '{"is_slippery": false}', "--train_dir", tmp_path,
-                "--experiment", "fl", "--train_for_env_steps", 150000, "--seed", 1, timeout=180)
+    r = run_cli(
+        "train",
+        "--env",
+        "FrozenLake-v1",
+        "--env_options",
+        '{"is_slippery": false}',
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "fl",
+        "--train_for_env_steps",
+        150000,
+        "--seed",
+        1,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert read_stats(tmp_path / "fl")[-1]["episode_reward_mean"] > 0.5
 
@@ -147,10 +167,33 @@ def test_frozen_lake_learns_through_its_one_hot_observations(tmp_path):
 def test_multi_discrete_and_multi_binary_actions_learn_every_dimension(tmp_path, env, random_return):
     """Real processes on an env that rewards the share of action dimensions hitting their shown targets (16 steps
     an episode: 16 at best): each dimension is its own categorical, and every one must learn."""
-    r = run_cli("train", "--env", f"tests.action_envs:{env}", "--train_dir", tmp_path, "--experiment", env,
-                "--train_for_env_steps", 80000, "--seed", 1, "--use_rnn", "False", "--encoder_mlp_layers", 64, 64,
-                "--num_epochs", 4, "--num_batches_per_epoch", 4, "--learning_rate", 0.001, "--num_envs_per_worker", 16,
-                timeout=180)
+    r = run_cli(
+        "train",
+        "--env",
+        f"tests.action_envs:{env}",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        env,
+        "--train_for_env_steps",
+        80000,
+        "--seed",
+        1,
+        "--use_rnn",
+        "False",
+        "--encoder_mlp_layers",
+        64,
+        64,
+        "--num_epochs",
+        4,
+        "--num_batches_per_epoch",
+        4,
+        "--learning_rate",
+        0.001,
+        "--num_envs_per_worker",
+        16,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert read_stats(tmp_path / env)[-1]["episode_reward_mean"] > random_return + 3
 
@@ -172,8 +215,9 @@ def test_unknown_env_suggests_near_matches():
 
 
 def test_register_env_plugs_in_a_users_env():
-    envs.register_env("my_cartpole", lambda **options: gym.make("CartPole-v1", **options), "a user's env",
-                      {"reward_scale": 0.5})
+    envs.register_env(
+        "my_cartpole", lambda **options: gym.make("CartPole-v1", **options), "a user's env", {"reward_scale": 0.5}
+    )
     env = make_env("my_cartpole", max_episode_steps=7)
     assert env.spec.max_episode_steps == 7
     assert envs.env_entry("my_cartpole").default_config == {"reward_scale": 0.5}
@@ -214,10 +258,28 @@ def test_doom_duel_games_on_busy_cores_do_not_stall(clean_machine):
     advance_action(1) when it catches up with tics its peers sent; counted by calls, the players' counts drifted
     apart and each waited for the other (each game stalled every ~10 s). A stall raises after step_timeout, and
     raw mode then ends with exit code 1."""
-    r = run_cli("bench", "--env", "doom_duel", "--env_options", '{"step_timeout": 3.0, "timelimit_minutes": 0.25}',
-                "--mode", "raw", "--num_workers", 8, "--num_envs_per_worker", 1, "--worker_num_splits", 1, "--seconds", 12,
-                "--warmup_seconds", 3)
-    assert r.returncode == 0 and "asyncrl bench: raw" in r.stdout, r.stdout[-2000:] + r.stderr[-8000:]  # stacks if stuck
+    r = run_cli(
+        "bench",
+        "--env",
+        "doom_duel",
+        "--env_options",
+        '{"step_timeout": 3.0, "timelimit_minutes": 0.25}',
+        "--mode",
+        "raw",
+        "--num_workers",
+        8,
+        "--num_envs_per_worker",
+        1,
+        "--worker_num_splits",
+        1,
+        "--seconds",
+        12,
+        "--warmup_seconds",
+        3,
+    )
+    assert r.returncode == 0 and "asyncrl bench: raw" in r.stdout, (
+        r.stdout[-2000:] + r.stderr[-8000:]
+    )  # stacks if stuck
 
 
 def test_doom_duel_episode_ending_on_a_tic_run_ahead_ends_the_next_step():
@@ -227,7 +289,7 @@ def test_doom_duel_episode_ending_on_a_tic_run_ahead_ends_the_next_step():
     env = make_env("doom_duel", timelimit_minutes=0.2, step_timeout=3.0)
     try:
         env.reset(seed=1)
-        for steps in range(1, 200):
+        for steps in range(1, 200):  # noqa: B007 (read after the loop)
             time.sleep(0.02)  # the players run ahead meanwhile
             _, _, _, truncated, _ = env.step({"player_0": 0, "player_1": 0})
             if all(truncated.values()):
@@ -247,6 +309,7 @@ def test_a_net_game_with_a_call_stuck_inside_is_not_closed():
 
         def close(self):
             self.closed = True
+
     net, release = DoomNetGame(), threading.Event()
     errors = net._in_threads([partial(release.wait, 30)], timeout=0.1)  # no engine to kill: it stays inside
     game = Game()
@@ -270,7 +333,7 @@ def test_doom_duel_bots_plays_one_bot_and_reports_the_duel():
     env = make_env("doom_duel_bots", episode_timeout=400)
     try:
         env.reset(seed=3)
-        for steps in range(1, 200):
+        for steps in range(1, 200):  # noqa: B007 (read after the loop)
             _, _, terminated, truncated, info = env.step(env.action_space.sample())
             if terminated or truncated:
                 break
@@ -287,6 +350,7 @@ def test_a_deathmatch_step_that_ends_the_episode_does_not_respawn_the_dead_playe
     ~3% of doom_duel_bots' episodes ran on past their time limit (the test above caught it once in a fresh-clone
     run)."""
     from asyncrl.envs.doom import SCENARIOS, DoomEnv
+
     env = DoomEnv(SCENARIOS["doom_duel_bots"])  # no engine starts before a reset
     respawns = []
 
@@ -310,7 +374,7 @@ def test_doom_deathmatch_full_keeps_its_bots_and_its_time_limit_every_episode():
     try:
         env.reset(seed=4)
         for _ in range(3):
-            for steps in range(1, 200):
+            for steps in range(1, 200):  # noqa: B007 (read after the loop)
                 _, _, _, truncated, infos = env.step({a: env.action_space(a).sample() for a in env.possible_agents})
                 if all(truncated.values()):
                     break

@@ -15,20 +15,38 @@ from asyncrl.model.actor_critic import build_model
 from asyncrl.model.onnx_graph import export_onnx
 
 MODELS = {
-    "doom conv+gru": (gym.spaces.Box(0, 255, (3, 72, 128), np.uint8), gym.spaces.Discrete(7),
-                      dict(encoder="conv", use_rnn=True, rnn_size=64, normalize_input=True)),
-    "mlp": (gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(2),
-            dict(use_rnn=False, encoder_mlp_layers=[64, 64], normalize_input=True)),
-    "mlp gaussian lstm": (gym.spaces.Box(-5, 5, (11,), np.float32), gym.spaces.Box(-1, 1, (3,), np.float32),
-                          dict(use_rnn=True, rnn_type="lstm", rnn_size=32, encoder_mlp_layers=[64])),
+    "doom conv+gru": (
+        gym.spaces.Box(0, 255, (3, 72, 128), np.uint8),
+        gym.spaces.Discrete(7),
+        dict(encoder="conv", use_rnn=True, rnn_size=64, normalize_input=True),
+    ),
+    "mlp": (
+        gym.spaces.Box(-5, 5, (4,), np.float32),
+        gym.spaces.Discrete(2),
+        dict(use_rnn=False, encoder_mlp_layers=[64, 64], normalize_input=True),
+    ),
+    "mlp gaussian lstm": (
+        gym.spaces.Box(-5, 5, (11,), np.float32),
+        gym.spaces.Box(-1, 1, (3,), np.float32),
+        dict(use_rnn=True, rnn_type="lstm", rnn_size=32, encoder_mlp_layers=[64]),
+    ),
     # random masks (sampled entries below 0.5 forbid): the graph's logits are masked as forward_step's
-    "mlp action mask": (ObservationWithActionMask(gym.spaces.Box(-5, 5, (4,), np.float32), 7),
-                        gym.spaces.MultiDiscrete([3, 4]), dict(use_rnn=False, encoder_mlp_layers=[32])),
+    "mlp action mask": (
+        ObservationWithActionMask(gym.spaces.Box(-5, 5, (4,), np.float32), 7),
+        gym.spaces.MultiDiscrete([3, 4]),
+        dict(use_rnn=False, encoder_mlp_layers=[32]),
+    ),
     # images beside a vector and a mask: the graph takes each part (ONNX cannot read floats from bytes)
-    "packed images, vector and mask, gru": (PackedObservation({"camera": (3, 36, 40), "depth": (1, 36, 36)}, 5 + 3, 3),
-                                            gym.spaces.Discrete(3), dict(use_rnn=True, rnn_size=32)),
-    "packed, every pixel normalized": (PackedObservation({"camera": (3, 36, 40)}, 4), gym.spaces.Discrete(2),
-                                       dict(use_rnn=False, normalize_input=True)),
+    "packed images, vector and mask, gru": (
+        PackedObservation({"camera": (3, 36, 40), "depth": (1, 36, 36)}, 5 + 3, 3),
+        gym.spaces.Discrete(3),
+        dict(use_rnn=True, rnn_size=32),
+    ),
+    "packed, every pixel normalized": (
+        PackedObservation({"camera": (3, 36, 40)}, 4),
+        gym.spaces.Discrete(2),
+        dict(use_rnn=False, normalize_input=True),
+    ),
 }
 
 
@@ -74,6 +92,7 @@ def test_export_without_torchs_onnx_exporter_is_one_line_naming_the_pip_command(
     import importlib.util
 
     from asyncrl.commands.export import export
+
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxscript" else find_spec(name))
     with pytest.raises(ConfigError, match=r"^asyncrl export needs onnxscript: pip install onnx onnxscript onnxruntime"):

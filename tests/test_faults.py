@@ -19,9 +19,21 @@ DOOM_SMALL = ["--env", "doom_basic", "--num_envs_per_worker", 2, "--rnn_size", 6
 
 
 def test_env_raising_on_1_percent_of_steps_does_not_stop_the_run(tmp_path, clean_machine):
-    r = run_cli("train", "--env", "synthetic_constant", "--train_dir", tmp_path, "--experiment", "err",
-                "--env_options", '{"step_us": 10, "error_prob": 0.01}', "--train_for_env_steps", 20_000,
-                "--experiment_summaries_interval", 1)
+    r = run_cli(
+        "train",
+        "--env",
+        "synthetic_constant",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "err",
+        "--env_options",
+        '{"step_us": 10, "error_prob": 0.01}',
+        "--train_for_env_steps",
+        20_000,
+        "--experiment_summaries_interval",
+        1,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = read_stats(tmp_path / "err")
     assert rows[-1]["env_steps"] >= 20_000 and rows[-1]["env_errors"] > 0
@@ -30,12 +42,15 @@ def test_env_raising_on_1_percent_of_steps_does_not_stop_the_run(tmp_path, clean
     assert 0 < r.stderr.count("raised; its unfinished trajectory") <= 2 * 16, "each env's traceback is logged once"
 
 
-@pytest.mark.parametrize("env_args,resume", [(["--env", "CartPole-v1"], False), (DOOM_SMALL, True)],
-                         ids=["cartpole-sigint", "doom-sigint"])
+@pytest.mark.parametrize(
+    "env_args,resume", [(["--env", "CartPole-v1"], False), (DOOM_SMALL, True)], ids=["cartpole-sigint", "doom-sigint"]
+)
 def test_stop_signal_saves_a_checkpoint_and_leaves_nothing(tmp_path, clean_machine, env_args, resume):
     """(test_train's resume test resumes a CartPole run: here the doom run resumes from the checkpoint Ctrl-C saved;
     SIGTERM's stop: test_run_started_with_sigint_ignored_keeps_it_and_stops_on_sigterm)"""
-    proc = start_cli("train", *env_args, "--train_dir", tmp_path, "--experiment", "int", "--experiment_summaries_interval", 1)
+    proc = start_cli(
+        "train", *env_args, "--train_dir", tmp_path, "--experiment", "int", "--experiment_summaries_interval", 1
+    )
     row = wait_for_training(tmp_path / "int", proc)
     sent = time.time()
     proc.send_signal(signal.SIGINT)
@@ -48,7 +63,9 @@ def test_stop_signal_saves_a_checkpoint_and_leaves_nothing(tmp_path, clean_machi
     if not resume:
         return
     # resuming continues the counters from the checkpoint
-    r = run_cli("train", "--train_dir", tmp_path, "--experiment", "int", "--train_for_env_steps", final["env_steps"] + 5_000)
+    r = run_cli(
+        "train", "--train_dir", tmp_path, "--experiment", "int", "--train_for_env_steps", final["env_steps"] + 5_000
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     resumed = read_stats(tmp_path / "int")
     assert resumed[-1]["env_steps"] >= final["env_steps"] + 5_000
@@ -58,8 +75,21 @@ def test_second_ctrl_c_forces_the_stop(tmp_path, clean_machine):
     """A worker stuck in an env makes the clean stop wait for it (a SIGTERM meanwhile does not cut it short); a second
     Ctrl-C ends the run at once, and the children (the stuck one included) still go with it."""
     options = '{"step_us": 10, "hang_once_file": "%s"}' % (tmp_path / "hung")
-    proc = start_cli("train", "--env", "synthetic_constant", "--env_options", options, "--env_step_timeout", 600,
-                     "--train_dir", tmp_path, "--experiment", "force", "--experiment_summaries_interval", 1)
+    proc = start_cli(
+        "train",
+        "--env",
+        "synthetic_constant",
+        "--env_options",
+        options,
+        "--env_step_timeout",
+        600,
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "force",
+        "--experiment_summaries_interval",
+        1,
+    )
     wait_for_training(tmp_path / "force", proc)
     while not (tmp_path / "hung").exists():
         time.sleep(0.1)
@@ -85,10 +115,19 @@ def test_ctrl_c_before_the_run_starts_is_one_line_and_leaves_nothing(tmp_path, c
         "def make_env(marker, **options):\n"
         "    pathlib.Path(marker).touch()\n"
         "    time.sleep(60)\n"
-        "    return gym.make('CartPole-v1')\n")
+        "    return gym.make('CartPole-v1')\n"
+    )
     marker = tmp_path / "probing"
-    proc = start_cli("train", "--env", "slow_probe:make_env", "--env_options", json.dumps({"marker": str(marker)}),
-                     "--train_dir", tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    proc = start_cli(
+        "train",
+        "--env",
+        "slow_probe:make_env",
+        "--env_options",
+        json.dumps({"marker": str(marker)}),
+        "--train_dir",
+        tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
     deadline = time.time() + 60
     while not marker.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -97,6 +136,7 @@ def test_ctrl_c_before_the_run_starts_is_one_line_and_leaves_nothing(tmp_path, c
     out, _ = proc.communicate(timeout=15)
     assert proc.returncode == 130 and out.strip().splitlines() == ["asyncrl: interrupted"], out[-3000:]
     # clean_machine: nothing of the run is left
+
 
 def test_sigkill_of_the_main_process_leaves_no_child_or_engine(tmp_path, clean_machine):
     proc = start_cli("train", *DOOM_SMALL, "--train_dir", tmp_path, "--experiment", "kill")
@@ -126,17 +166,30 @@ def test_incompatible_checkpoint_names_the_tensor_and_shapes_and_keeps_the_saved
     assert (tmp_path / "inc" / "config.json").read_text() == saved
 
 
-
 def test_a_run_refused_by_wandb_keeps_the_saved_config(cartpole_run, tmp_path):
     """wandb starting after config.json was written made the refused flag stick: every later plain resume tried
     wandb again. No API key, online: refused, one line, and the saved config as it was."""
     saved = (copy_run(cartpole_run, tmp_path, "wb") / "wb" / "config.json").read_text()
-    no_login = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}, "WANDB_MODE": "online",
-                "HOME": str(tmp_path), "WANDB_CONFIG_DIR": str(tmp_path / "wandb_config")}
-    r = run_cli("train", "--train_dir", tmp_path, "--experiment", "wb", "--with_wandb", "True", env=no_login,
-                stdin=subprocess.DEVNULL)
+    no_login = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")},
+        "WANDB_MODE": "online",
+        "HOME": str(tmp_path),
+        "WANDB_CONFIG_DIR": str(tmp_path / "wandb_config"),
+    }
+    r = run_cli(
+        "train",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "wb",
+        "--with_wandb",
+        "True",
+        env=no_login,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 2 and "wandb could not start" in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
     assert (tmp_path / "wb" / "config.json").read_text() == saved
+
 
 def test_unwritable_train_dir_is_one_line_exit_2(tmp_path):
     blocker = tmp_path / "a_file"
@@ -148,8 +201,20 @@ def test_unwritable_train_dir_is_one_line_exit_2(tmp_path):
 @pytest.mark.parametrize("role", ["asyncrl-rollout-1", "asyncrl-policy-0"])
 def test_sigkilled_worker_is_replaced_and_the_run_finishes(tmp_path, clean_machine, role):
     import psutil
-    proc = start_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "rk",
-                     "--train_for_env_steps", 40_000, "--experiment_summaries_interval", 1)
+
+    proc = start_cli(
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "rk",
+        "--train_for_env_steps",
+        40_000,
+        "--experiment_summaries_interval",
+        1,
+    )
     wait_for_training(tmp_path / "rk", proc, min_train_step=5)
     victims = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == role]
     assert len(victims) == 1
@@ -171,6 +236,7 @@ def test_the_runner_gives_up_on_a_queue_a_dead_process_locked_only_once_a_child_
 
     from asyncrl.core.fork_server import mp_context
     from asyncrl.core.queues import GuardedCalls, GuardedQueue
+
     q = Queue(1 << 20)
     q.put("before the lock")
     child = mp_context.Process(target=die_holding_the_lock, args=(q,))
@@ -195,6 +261,7 @@ def test_a_guarded_queue_has_faster_fifos_face():
     from faster_fifo import Queue
 
     from asyncrl.core.queues import GuardedCalls, GuardedQueue
+
     q = GuardedQueue(Queue(1 << 20), GuardedCalls(lambda: False))
     q.put_many([1, 2, 3])
     q.put(4)
@@ -212,6 +279,7 @@ def test_queue_calls_closed_or_dropped_leave_no_thread(closed):
     closed (a runner built in a test) ends its thread once it is freed: the thread does not keep it, or its owner,
     alive."""
     from asyncrl.core.queues import GuardedCalls
+
     before = threading.active_count()
     for _ in range(5):
         owner = SimpleNamespace(stopping=False)
@@ -235,11 +303,25 @@ def test_a_worker_that_dies_holding_a_queue_lock_is_replaced_and_the_run_finishe
     by itself (saving its checkpoint) and the run finishes."""
     from faster_fifo import Queue
     from fault_envs import queue_mutex_offset
+
     queue_mutex_offset(Queue(1 << 20))  # the layout the env relies on, or a clear error here
     options = json.dumps({"once_file": str(tmp_path / "died"), "queue": queue})
-    r = run_cli("train", "--env", "tests.fault_envs:dies_holding_a_queue_lock", "--env_options", options,
-                "--train_dir", tmp_path, "--experiment", "lock", "--train_for_env_steps", 16_000,
-                "--experiment_summaries_interval", 1, timeout=60)
+    r = run_cli(
+        "train",
+        "--env",
+        "tests.fault_envs:dies_holding_a_queue_lock",
+        "--env_options",
+        options,
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "lock",
+        "--train_for_env_steps",
+        16_000,
+        "--experiment_summaries_interval",
+        1,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert (tmp_path / "died").exists() and "died (exit code -9)" in r.stdout, r.stdout[-3000:]
     assert "asyncrl-learner-0 did not stop" not in r.stdout, r.stdout[-3000:]
@@ -256,8 +338,20 @@ def test_hanging_env_is_treated_as_its_worker_dying(tmp_path, clean_machine):
 
 def test_dead_learner_stops_the_run_and_keeps_its_checkpoints(tmp_path, clean_machine):
     import psutil
-    proc = start_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "dl", "--save_every_sec", 1,
-                     "--experiment_summaries_interval", 1)
+
+    proc = start_cli(
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "dl",
+        "--save_every_sec",
+        1,
+        "--experiment_summaries_interval",
+        1,
+    )
     wait_for_training(tmp_path / "dl", proc, min_train_step=20)
     ckpt_dir = tmp_path / "dl" / "checkpoint_p0"
     deadline = time.time() + 30  # 20 updates can take less than --save_every_sec
@@ -269,6 +363,7 @@ def test_dead_learner_stops_the_run_and_keeps_its_checkpoints(tmp_path, clean_ma
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 1 and "asyncrl-learner-0 exited with code -9" in out, out[-2000:]
     from asyncrl.core.checkpoint import load_checkpoint
+
     for path in glob.glob(str(ckpt_dir / "*.pth")):
         assert load_checkpoint(path)["train_step"] > 0
 
@@ -276,8 +371,18 @@ def test_dead_learner_stops_the_run_and_keeps_its_checkpoints(tmp_path, clean_ma
 def test_run_started_with_sigint_ignored_keeps_it_and_stops_on_sigterm(tmp_path, clean_machine):
     """A background job (`nohup asyncrl train ... &`) starts with SIGINT ignored: the run leaves that alone, and
     SIGTERM still stops it with a checkpoint."""
-    proc = start_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "bg",
-                     "--experiment_summaries_interval", 1, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    proc = start_cli(
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "bg",
+        "--experiment_summaries_interval",
+        1,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     wait_for_training(tmp_path / "bg", proc)
     proc.send_signal(signal.SIGINT)
     time.sleep(2.0)

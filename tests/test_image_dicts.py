@@ -18,10 +18,15 @@ from asyncrl.model.encoders import unpack_observation
 class Mixed(gym.Env):
     """An HWC camera, a CHW depth map, a Discrete and a Box entry and an action mask, all random."""
 
-    observation_space = gym.spaces.Dict({
-        "camera": gym.spaces.Box(0, 255, (40, 44, 3), np.uint8), "depth": gym.spaces.Box(0, 255, (1, 37, 36), np.uint8),
-        "health": gym.spaces.Discrete(5), "position": gym.spaces.Box(-10, 10, (3,), np.float32),
-        "action_mask": gym.spaces.MultiBinary(4)})
+    observation_space = gym.spaces.Dict(
+        {
+            "camera": gym.spaces.Box(0, 255, (40, 44, 3), np.uint8),
+            "depth": gym.spaces.Box(0, 255, (1, 37, 36), np.uint8),
+            "health": gym.spaces.Discrete(5),
+            "position": gym.spaces.Box(-10, 10, (3,), np.float32),
+            "action_mask": gym.spaces.MultiBinary(4),
+        }
+    )
     action_space = gym.spaces.Discrete(4)
 
     def reset(self, *, seed=None, options=None):
@@ -74,6 +79,7 @@ def test_the_model_reads_both_parts_masks_the_logits_and_learns_through_both():
         packed = space.pack([one["camera"], one["depth"]], one["vector"])
         with torch.no_grad():
             return model.forward_step(torch.as_tensor(packed[None]), torch.zeros(1, model.rnn_state_size))[0]
+
     original = logits_with()
     assert not torch.allclose(logits_with("camera", lambda camera: 255 - camera), original)
     other_health = lambda vector: np.concatenate([np.roll(vector[:5], 1), vector[5:]])  # noqa: E731
@@ -90,7 +96,7 @@ def test_normalize_input_true_normalizes_a_packed_observation_s_pixels_too(norma
     pixels = 3 * 40 * 44 + 37 * 36 if normalize_input else 0
     assert model.normalizer.mean.shape == (pixels + space.vector_size,)
     model.normalizer.mean.fill_(100.0)
-    model.normalizer.var.fill_(50.0 ** 2)
+    model.normalizer.var.fill_(50.0**2)
     batch = torch.as_tensor(np.stack([env.reset(seed=seed)[0] for seed in range(2)]))
     (camera, depth), vector = unpack_observation(space, batch)
     images, normalized = model.packed_input([camera, depth], vector)
@@ -123,8 +129,9 @@ def test_pettingzoo_agents_with_images_beside_a_vector_are_packed_and_get_an_ima
 
     class TwoCameras(ParallelEnv):
         possible_agents = ["a", "b"]
-        space = gym.spaces.Dict({"view": gym.spaces.Box(0, 255, (36, 36, 1), np.uint8),
-                                 "me": gym.spaces.Box(0, 1, (2,), np.float32)})
+        space = gym.spaces.Dict(
+            {"view": gym.spaces.Box(0, 255, (36, 36, 1), np.uint8), "me": gym.spaces.Box(0, 1, (2,), np.float32)}
+        )
 
         def observation_space(self, agent):
             return self.space
@@ -134,8 +141,10 @@ def test_pettingzoo_agents_with_images_beside_a_vector_are_packed_and_get_an_ima
 
         def reset(self, seed=None, options=None):
             self.agents = list(self.possible_agents)
-            return {a: {"view": np.full((36, 36, 1), i, np.uint8), "me": np.eye(2, dtype=np.float32)[i]}
-                    for i, a in enumerate(self.agents)}, {}
+            return {
+                a: {"view": np.full((36, 36, 1), i, np.uint8), "me": np.eye(2, dtype=np.float32)[i]}
+                for i, a in enumerate(self.agents)
+            }, {}
 
     agents = ParallelEnvAgents("cameras", TwoCameras())
     observations, _ = agents.reset(seed=0)
@@ -152,9 +161,23 @@ def test_a_policy_of_images_beside_a_vector_and_a_mask_learns_in_real_processes(
     sees only one part; 15 needs both, through shared memory, the policy workers and the learner. A critic of its
     own (measured: every run at 16 of 20 by 20k steps, 19.6 by 50k; the shared encoder, whose value gradient pulls at
     the actor's features, was still at 10 after 100k steps in three of four runs)."""
-    r = run_cli("train", "--env", "synthetic_image_and_vector", "--env_options", '{"action_mask": true}',
-                "--actor_critic_share_weights", "False", "--train_for_env_steps", 30_000, "--train_dir", tmp_path,
-                "--experiment", "iv", "--experiment_summaries_interval", 2)
+    r = run_cli(
+        "train",
+        "--env",
+        "synthetic_image_and_vector",
+        "--env_options",
+        '{"action_mask": true}',
+        "--actor_critic_share_weights",
+        "False",
+        "--train_for_env_steps",
+        30_000,
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "iv",
+        "--experiment_summaries_interval",
+        2,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     last = read_stats(tmp_path / "iv")[-1]
     assert last["episode_reward_mean"] >= 15 and last["episode_illegal_mean"] == 0, last

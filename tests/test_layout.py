@@ -66,8 +66,10 @@ def layer(module: str) -> str:
 
 
 MODULES = modules()
-EDGES = {module: [(name, lazy) for name, lazy in imports(path, MODULES) if name != module]
-         for module, path in MODULES.items()}
+EDGES = {
+    module: [(name, lazy) for name, lazy in imports(path, MODULES) if name != module]
+    for module, path in MODULES.items()
+}
 
 
 def test_every_module_is_in_a_layer_and_the_top_stays_small():
@@ -78,13 +80,19 @@ def test_every_module_is_in_a_layer_and_the_top_stays_small():
 
 
 def test_imports_only_go_down():
-    upward = [f"{m} -> {name}" for m, edges in EDGES.items() for name, _ in edges
-              if LAYERS.index(layer(name)) > LAYERS.index(layer(m))]
+    upward = [
+        f"{m} -> {name}"
+        for m, edges in EDGES.items()
+        for name, _ in edges
+        if LAYERS.index(layer(name)) > LAYERS.index(layer(m))
+    ]
     assert not upward, "imports of a higher layer:\n" + "\n".join(upward)
 
 
 def test_function_local_imports_only_where_listed():
-    unlisted = sorted({f"{m} -> {name}" for m, edges in EDGES.items() for name, lazy in edges if lazy and m not in LAZY})
+    unlisted = sorted(
+        {f"{m} -> {name}" for m, edges in EDGES.items() for name, lazy in edges if lazy and m not in LAZY}
+    )
     assert not unlisted, "function-local imports of the package's own code (import it at the top):\n" + "\n".join(
         unlisted
     )
@@ -107,6 +115,17 @@ def test_the_import_graph_has_no_cycle():
     for module in sorted(MODULES):
         if module not in state:
             visit(module)
+
+
+def test_architecture_names_every_module():
+    with open(os.path.join(ROOT, "ARCHITECTURE.md")) as f:
+        text = f.read()
+    unnamed = [
+        m
+        for m, path in MODULES.items()
+        if not path.endswith("__init__.py") and f"`{os.path.basename(path)}`" not in text
+    ]
+    assert not unnamed, f"ARCHITECTURE.md does not name {unnamed}"
 
 
 def test_nothing_binds_modules_by_hand():

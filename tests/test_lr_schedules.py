@@ -10,8 +10,18 @@ from asyncrl.distributed.collective import SingleProcess
 from asyncrl.roles.learner import Learner
 
 
-@pytest.mark.parametrize("kl, expected", [(0.02, 1e-3 / 1.5), (0.0161, 1e-3 / 1.5), (0.016, 1e-3), (0.008, 1e-3),
-                                          (0.004, 1e-3), (0.0039, 1.5e-3), (0.0, 1.5e-3)])
+@pytest.mark.parametrize(
+    "kl, expected",
+    [
+        (0.02, 1e-3 / 1.5),
+        (0.0161, 1e-3 / 1.5),
+        (0.016, 1e-3),
+        (0.008, 1e-3),
+        (0.004, 1e-3),
+        (0.0039, 1.5e-3),
+        (0.0, 1.5e-3),
+    ],
+)
 def test_kl_adapted_divides_above_twice_the_threshold_and_multiplies_below_half(kl, expected):
     assert kl_adapted(1e-3, kl, 0.008, 1e-6, 1e-2) == pytest.approx(expected)
 
@@ -76,8 +86,13 @@ def test_the_adapted_rate_carries_over_batches_and_a_new_learning_rate_from_pbt_
 def test_a_learner_adapts_its_rate_and_a_resumed_one_goes_on_from_the_saved_rate(tmp_path):
     """A serial-mode run on CartPole: the learner's steps take the adapted rates (its stats' lr), its checkpoint
     keeps the rate, and a learner started on the same experiment begins from it rather than from --learning_rate."""
-    overrides = dict(lr_schedule="kl_adaptive_epoch", learning_rate=1e-3, lr_schedule_kl_threshold=1e-9,
-                     num_epochs=2, num_batches_per_epoch=2)
+    overrides = dict(
+        lr_schedule="kl_adaptive_epoch",
+        learning_rate=1e-3,
+        lr_schedule_kl_threshold=1e-9,
+        num_epochs=2,
+        num_batches_per_epoch=2,
+    )
     runner = serial_runner(tmp_path, **overrides)
     learner = next(c for c in runner.components if isinstance(c, Learner))
     rates = set()

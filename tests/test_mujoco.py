@@ -26,8 +26,20 @@ def test_a_mujoco_run_learns_from_a_gaussian_policy_and_leaves_the_folder_as_it_
     output; then enjoy writes its video on a machine without a screen."""
     work = tmp_path / "work"
     work.mkdir()
-    r = run_cli("train", "--env", "mujoco_hopper", "--train_dir", tmp_path / "runs", "--experiment", "hop",
-                "--train_for_env_steps", 12_000, "--experiment_summaries_interval", 1, cwd=work)
+    r = run_cli(
+        "train",
+        "--env",
+        "mujoco_hopper",
+        "--train_dir",
+        tmp_path / "runs",
+        "--experiment",
+        "hop",
+        "--train_for_env_steps",
+        12_000,
+        "--experiment_summaries_interval",
+        1,
+        cwd=work,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert os.listdir(work) == [] and "deprecated" not in r.stderr
     rows = [row for row in read_stats(tmp_path / "runs" / "hop") if row["episode_reward_mean"] is not None]
@@ -38,9 +50,21 @@ def test_a_mujoco_run_learns_from_a_gaussian_policy_and_leaves_the_folder_as_it_
     # its video, on a machine without a screen (MuJoCo's default, glfw, needs one); small frames and a short episode:
     # software OpenGL takes ~0.1 s a 480x480 frame
     headless = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL")}
-    r = run_cli("enjoy", "--train_dir", tmp_path / "runs", "--experiment", "hop", "--max_num_episodes", 1,
-                "--save_video", "True", "--env_options", '{"max_episode_steps": 20, "width": 96, "height": 96}',
-                cwd=work, env=headless)
+    r = run_cli(
+        "enjoy",
+        "--train_dir",
+        tmp_path / "runs",
+        "--experiment",
+        "hop",
+        "--max_num_episodes",
+        1,
+        "--save_video",
+        "True",
+        "--env_options",
+        '{"max_episode_steps": 20, "width": 96, "height": 96}',
+        cwd=work,
+        env=headless,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     reader = imageio.get_reader(tmp_path / "runs" / "hop" / "replay.mp4")
     frames, first = reader.count_frames(), reader.get_data(0)

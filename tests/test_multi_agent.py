@@ -34,10 +34,12 @@ def test_pettingzoo_envs_with_vector_observations_get_a_vector_envs_defaults_and
     from asyncrl.cfg.config import Config
     from asyncrl.cli import config_from_args
     from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS
+
     cfg = config_from_args(["--env", "pettingzoo.classic.tictactoe_v3:env", "--num_epochs", "2"])
     assert (cfg.use_rnn, cfg.encoder_mlp_layers, cfg.num_envs_per_worker, cfg.num_epochs) == (False, [64, 64], 16, 2)
-    assert {k: getattr(cfg, k) for k in VECTOR_ENV_DEFAULTS if k != "num_epochs"} == \
-        {k: v for k, v in VECTOR_ENV_DEFAULTS.items() if k != "num_epochs"}
+    assert {k: getattr(cfg, k) for k in VECTOR_ENV_DEFAULTS if k != "num_epochs"} == {
+        k: v for k, v in VECTOR_ENV_DEFAULTS.items() if k != "num_epochs"
+    }
     images = config_from_args(["--env", "pettingzoo.butterfly.cooperative_pong_v6:parallel_env"])  # image observations
     assert (images.use_rnn, images.num_envs_per_worker) == (Config.use_rnn, Config.num_envs_per_worker)
 
@@ -54,7 +56,8 @@ def test_a_pettingzoo_envs_discrete_observations_become_one_hot_vectors():
 
 def _write_bad_envs(folder) -> None:
     """A ParallelEnv whose agents disagree on spaces, and one whose reset leaves an agent out."""
-    (folder / "bad_parallel_envs.py").write_text(textwrap.dedent('''
+    (folder / "bad_parallel_envs.py").write_text(
+        textwrap.dedent("""
         import gymnasium as gym
         import numpy as np
         from pettingzoo import ParallelEnv
@@ -81,14 +84,18 @@ def _write_bad_envs(folder) -> None:
 
         def reset_misses_an_agent(**options):
             return Env(reset_agents=("a",))
-    '''))
+    """)
+    )
 
 
-@pytest.mark.parametrize("flags,needle", [
-    (["--env", "synthetic_multi", "--agents_per_env", "3"], "--agents_per_env 3, but env 'synthetic_multi' has 2"),
-    (["--env", "bad_parallel_envs:other_spaces"], "agent 'b' has other spaces than agent 'a'"),
-    (["--env", "bad_parallel_envs:reset_misses_an_agent"], "every agent must start every episode"),
-])
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--env", "synthetic_multi", "--agents_per_env", "3"], "--agents_per_env 3, but env 'synthetic_multi' has 2"),
+        (["--env", "bad_parallel_envs:other_spaces"], "agent 'b' has other spaces than agent 'a'"),
+        (["--env", "bad_parallel_envs:reset_misses_an_agent"], "every agent must start every episode"),
+    ],
+)
 def test_bad_multi_agent_env_is_one_line_and_exit_2(tmp_path, flags, needle):
     _write_bad_envs(tmp_path)
     r = run_cli_error("train", *flags, "--train_dir", tmp_path, path=[tmp_path])
@@ -103,6 +110,7 @@ def _count_live_agent_steps(worker: RolloutWorker, counter: list) -> None:
         def counting_step(actions, step=inner.step, inner=inner):
             counter[0] += len(inner.agents)
             return step(actions)
+
         inner.step = counting_step
 
 
@@ -113,9 +121,17 @@ def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_aske
     and adds nothing, no slot is lost, episodes have the agents' lengths, and with --pbt_mix_policies_in_one_env
     False the agents of an env always share a policy (with True, mixed pairs occur)."""
     from asyncrl.core import timing
+
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
-    runner = serial_runner(tmp_path, env="synthetic_multi", env_options=LEAVING, num_policies=2, rollout=4,
-                           batch_size=16, pbt_mix_policies_in_one_env=mix)
+    runner = serial_runner(
+        tmp_path,
+        env="synthetic_multi",
+        env_options=LEAVING,
+        num_policies=2,
+        rollout=4,
+        batch_size=16,
+        pbt_mix_policies_in_one_env=mix,
+    )
     workers = [c for c in runner.components if isinstance(c, RolloutWorker)]
     learners = [c for c in runner.components if isinstance(c, Learner)]
     stepped = [0]
@@ -138,6 +154,7 @@ def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_aske
 
     def valid_rows(slots, upto=None):
         return sum(int(b.traj_valid[s, :upto].sum()) for s in slots)
+
     in_flight = valid_rows([s for q in runner.queues.full_slots for s in drain(q)])
     in_flight += valid_rows([s for learner in learners for s in learner.source.pending_slots])
     in_flight += sum(valid_rows([s], upto=t) for s, t in zip(b.agent_slot.tolist(), b.agent_step.tolist()))
@@ -150,10 +167,30 @@ def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_aske
 def test_multi_agent_runs_train_two_policies_and_a_pettingzoo_env(tmp_path):
     """Real processes: the synthetic multi-agent env with agents leaving early and two policies mixed in envs learns
     (random play scores a quarter of the steps); a PettingZoo butterfly env, imported by path, trains."""
-    r = run_cli("train", "--env", "synthetic_multi", "--env_options", '{"num_agents": 3, "agent_episode_lens": [5, 9, 30], '
-                '"episode_len": 12, "step_us": 20}', "--num_policies", 2, "--train_dir", tmp_path, "--experiment", "ma",
-                "--train_for_env_steps", 16_000, "--num_workers", 2, "--num_envs_per_worker", 4, "--seed", 1,
-                "--experiment_summaries_interval", 2, timeout=240)
+    r = run_cli(
+        "train",
+        "--env",
+        "synthetic_multi",
+        "--env_options",
+        '{"num_agents": 3, "agent_episode_lens": [5, 9, 30], "episode_len": 12, "step_us": 20}',
+        "--num_policies",
+        2,
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "ma",
+        "--train_for_env_steps",
+        16_000,
+        "--num_workers",
+        2,
+        "--num_envs_per_worker",
+        4,
+        "--seed",
+        1,
+        "--experiment_summaries_interval",
+        2,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     rows = read_stats(tmp_path / "ma")
     optimum = (5 + 9 + 12) / 3
@@ -161,10 +198,30 @@ def test_multi_agent_runs_train_two_policies_and_a_pettingzoo_env(tmp_path):
         last = [row for row in rows if row["policy_id"] == p][-1]
         assert last["episode_reward_mean"] > 0.6 * optimum, last
 
-    r = run_cli("train", "--env", "pettingzoo.butterfly.knights_archers_zombies_v11:parallel_env", "--env_options",
-                '{"max_cycles": 100}', "--train_dir", tmp_path, "--experiment", "kaz", "--train_for_env_steps", 4000,
-                "--num_workers", 2, "--num_envs_per_worker", 2, "--rnn_size", 64, "--batch_size", 256, "--seed", 1,
-                timeout=240)
+    r = run_cli(
+        "train",
+        "--env",
+        "pettingzoo.butterfly.knights_archers_zombies_v11:parallel_env",
+        "--env_options",
+        '{"max_cycles": 100}',
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "kaz",
+        "--train_for_env_steps",
+        4000,
+        "--num_workers",
+        2,
+        "--num_envs_per_worker",
+        2,
+        "--rnn_size",
+        64,
+        "--batch_size",
+        256,
+        "--seed",
+        1,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     last = read_stats(tmp_path / "kaz")[-1]
     assert last["episodes"] > 0 and 0 < last["episode_len_mean"] <= 100 and last["env_steps"] >= 4000, last

@@ -1,4 +1,5 @@
-"""Sequence packing (asyncrl/algo/packing.py): part-filled slots share the learner's columns and nothing learned changes."""
+"""Sequence packing (asyncrl/algo/packing.py): part-filled slots share the learner's columns and nothing learned
+changes."""
 
 import gymnasium as gym
 import numpy as np
@@ -19,7 +20,7 @@ def test_placed_segments_fit_their_columns_without_overlap():
     used = np.zeros((columns, T + 1), dtype=int)
     for (column, at), n in zip(placed, lengths):
         assert at + n + 1 <= T + 1  # the segment's steps and its bootstrap row
-        used[column, at:at + n + 1] += 1
+        used[column, at : at + n + 1] += 1
     assert used.max() == 1
     assert columns <= np.ceil((lengths + 1).sum() / (T + 1)) * 1.25  # best-fit decreasing: near the bound
     assert place(np.array([3, 4, 4]), T)[1] == 2  # 4 + 5 rows share a column of 9; the other stands alone
@@ -40,10 +41,16 @@ def slots_of_every_kind(model) -> dict[str, torch.Tensor]:
     valid[2, 5:] = True
     valid[3, [0, 1, 3]], dones[3, 1], dones[3, 2], dones[3, 4:] = True, False, True, True  # row 2: the final row
     valid[5, 2:5] = True
-    slots = {"obs": torch.randn(B, T + 1, OBS, generator=gen), "valid": valid, "dones": dones,
-             "actions": torch.randint(0, ACTIONS, (B, T), generator=gen),
-             "behavior_logp": -torch.rand(B, T, generator=gen) - 0.5, "rewards": torch.randn(B, T, generator=gen),
-             "policy_version": torch.where(valid, 0, -1), "sample": torch.arange(B * T).view(B, T)}
+    slots = {
+        "obs": torch.randn(B, T + 1, OBS, generator=gen),
+        "valid": valid,
+        "dones": dones,
+        "actions": torch.randint(0, ACTIONS, (B, T), generator=gen),
+        "behavior_logp": -torch.rand(B, T, generator=gen) - 0.5,
+        "rewards": torch.randn(B, T, generator=gen),
+        "policy_version": torch.where(valid, 0, -1),
+        "sample": torch.arange(B * T).view(B, T),
+    }
     states = torch.zeros(B, T, model.rnn_state_size)
     state = torch.randn(B, model.rnn_state_size, generator=gen)
     with torch.no_grad():
@@ -60,8 +67,9 @@ def slots_of_every_kind(model) -> dict[str, torch.Tensor]:
 def test_packed_columns_learn_what_a_column_per_slot_learns(with_vtrace, bptt, rnn_type):
     """The same samples, each once, in half the columns, with the same log-ratios, values, advantages and targets:
     each segment bootstraps from its own next observation, and its recurrent state starts where the actor's was."""
-    cfg = Config(env="x", use_rnn=True, rnn_type=rnn_type, rnn_size=H, rollout=T, recurrence=bptt,
-                 with_vtrace=with_vtrace)
+    cfg = Config(
+        env="x", use_rnn=True, rnn_type=rnn_type, rnn_size=H, rollout=T, recurrence=bptt, with_vtrace=with_vtrace
+    )
     model = build_model(gym.spaces.Box(-1, 1, (OBS,)), gym.spaces.Discrete(ACTIONS), cfg)
     slots = slots_of_every_kind(model)
     learned = {}
@@ -70,13 +78,15 @@ def test_packed_columns_learn_what_a_column_per_slot_learns(with_vtrace, bptt, r
         with torch.no_grad():
             now = TrajectoryMinibatches(cfg, model, None).forward(mb, gamma=0.9)
         order = mb["sample"][mb["valid"]].argsort()
-        learned[pack] = {"columns": mb["valid"].shape[1], "sample": mb["sample"][mb["valid"]][order],
-                         **{k: getattr(now, k)[mb["valid"]][order] for k in ("log_ratio", "values", "advantages",
-                                                                             "targets")}}
+        learned[pack] = {
+            "columns": mb["valid"].shape[1],
+            "sample": mb["sample"][mb["valid"]][order],
+            **{k: getattr(now, k)[mb["valid"]][order] for k in ("log_ratio", "values", "advantages", "targets")},
+        }
     assert learned[False]["columns"] == 6 and learned[True]["columns"] == 3
     assert learned[True]["sample"].tolist() == slots["sample"][slots["valid"]].tolist()
     for name in ("log_ratio", "values", "advantages", "targets"):
-        torch.testing.assert_close(learned[True][name], learned[False][name], msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(learned[True][name], learned[False][name], msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_full_slots_keep_a_column_each_and_their_bptt_chunk_starts():

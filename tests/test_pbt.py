@@ -27,8 +27,9 @@ def test_mutation_multiplies_or_divides_within_the_range_and_gamma_only_when_ask
             assert 1.1 <= factor <= 1.5 or 1 / 1.5 <= factor <= 1 / 1.1, (name, factor)
         assert out["gamma"] == start["gamma"]
     gamma_cfg = Config(env="x", pbt_mutation_rate=1.0, pbt_optimize_gamma=True)
-    horizons = {round((1 - mutate(start, gamma_cfg, random.Random(s))["gamma"]) / (1 - start["gamma"]), 6)
-                for s in range(20)}
+    horizons = {
+        round((1 - mutate(start, gamma_cfg, random.Random(s))["gamma"]) / (1 - start["gamma"]), 6) for s in range(20)
+    }
     assert all(1.1 <= h <= 1.5 or 1 / 1.5 <= h <= 1 / 1.1 for h in horizons) and len(horizons) > 1
     assert mutate(start, Config(env="x", pbt_mutation_rate=0.0), random.Random(0)) == start
 
@@ -57,6 +58,7 @@ def test_packed_state_carries_weights_and_adam_moments():
         params, values, _ = model.forward_step(x, torch.zeros(16, model.rnn_state_size))
         (params.pow(2).mean() + values.pow(2).mean()).backward()
         optimizer.step()
+
     for _ in range(3):
         step(models[0], optimizers[0])
     flat = torch.zeros(learner_state_floats(models[0]))
@@ -72,10 +74,32 @@ def test_pbt_run_copies_and_mutates_in_memory_logs_and_resumes_its_hyperparamete
     """CartPole, 3 policies, policy 2 starts with a learning rate that cannot learn: PBT copies weights into bottom
     policies and mutates; pbt.jsonl holds every decision; the stats report each policy's hyperparameters; a resumed
     run starts from the hyperparameters its checkpoints saved (not the command line's)."""
-    flags = ["--env", "CartPole-v1", "--num_policies", 3, "--with_pbt", "True", "--pbt_period_env_steps", 4000,
-             "--pbt_start_mutation", 4000, "--pbt_mutation_rate", 0.5, "--policy_overrides",
-             '{"2": {"learning_rate": 1e-7}}', "--train_dir", tmp_path, "--experiment", "pbt", "--seed", 1,
-             "--experiment_summaries_interval", 2, "--num_envs_per_worker", 8]
+    flags = [
+        "--env",
+        "CartPole-v1",
+        "--num_policies",
+        3,
+        "--with_pbt",
+        "True",
+        "--pbt_period_env_steps",
+        4000,
+        "--pbt_start_mutation",
+        4000,
+        "--pbt_mutation_rate",
+        0.5,
+        "--policy_overrides",
+        '{"2": {"learning_rate": 1e-7}}',
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "pbt",
+        "--seed",
+        1,
+        "--experiment_summaries_interval",
+        2,
+        "--num_envs_per_worker",
+        8,
+    ]
     log = tmp_path / "pbt" / "pbt.jsonl"
 
     def decisions() -> list[dict]:
@@ -88,13 +112,17 @@ def test_pbt_run_copies_and_mutates_in_memory_logs_and_resumes_its_hyperparamete
     run_until(start_cli("train", *flags), enough_decisions, "six PBT decisions, one of them a copy")
     assert {d["policy"] for d in decisions()} == {0, 1, 2}
     for d in decisions():
-        assert len(d["objectives"]) == 3 and set(d["hparams_before"]) == set(d["hparams_after"]) == set(PER_POLICY_HPARAMS)
+        assert len(d["objectives"]) == 3 and set(d["hparams_before"]) == set(d["hparams_after"]) == set(
+            PER_POLICY_HPARAMS
+        )
     first = next(d for d in decisions() if d["policy"] == 2)
     assert first["hparams_before"]["learning_rate"] == 1e-7
     rows = read_stats(tmp_path / "pbt")
     assert {row["policy_id"] for row in rows if "hp_learning_rate" in row} == {0, 1, 2}
 
-    saved = [load_checkpoint(list_checkpoints(checkpoint_dir(str(tmp_path / "pbt"), p))[-1])["hparams"] for p in range(3)]
+    saved = [
+        load_checkpoint(list_checkpoints(checkpoint_dir(str(tmp_path / "pbt"), p))[-1])["hparams"] for p in range(3)
+    ]
     resumed_from = len(rows)
 
     def hparams_reported() -> bool:
@@ -110,15 +138,35 @@ def test_pbt_run_copies_and_mutates_in_memory_logs_and_resumes_its_hyperparamete
 
 def test_two_policies_train_and_overrides_without_pbt_reach_their_learners(tmp_path):
     """Two policies on CartPole: both train (stats, checkpoints), each with its own hyperparameters."""
+
     def trained_rows() -> dict[int, dict]:
         stats = tmp_path / "o" / "stats.jsonl"
         rows = read_jsonl(stats) if stats.exists() else []
-        return {row["policy_id"]: row for row in rows if "hp_learning_rate" in row and row["train_step"] > 0
-                and row["episode_reward_mean"] is not None}
+        return {
+            row["policy_id"]: row
+            for row in rows
+            if "hp_learning_rate" in row and row["train_step"] > 0 and row["episode_reward_mean"] is not None
+        }
 
-    run = start_cli("train", "--env", "CartPole-v1", "--num_policies", 2, "--learning_rate", 3e-4, "--policy_overrides",
-                    '{"1": {"learning_rate": 2e-5, "gamma": 0.9}}', "--train_dir", tmp_path, "--experiment", "o",
-                    "--seed", 1, "--experiment_summaries_interval", 1)
+    run = start_cli(
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--num_policies",
+        2,
+        "--learning_rate",
+        3e-4,
+        "--policy_overrides",
+        '{"1": {"learning_rate": 2e-5, "gamma": 0.9}}',
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "o",
+        "--seed",
+        1,
+        "--experiment_summaries_interval",
+        1,
+    )
     run_until(run, lambda: len(trained_rows()) == 2, "both policies trained, their hyperparameters in the stats")
     by_policy = trained_rows()
     assert by_policy[0]["hp_learning_rate"] == 3e-4 and by_policy[0]["hp_gamma"] == Config.gamma
@@ -127,14 +175,23 @@ def test_two_policies_train_and_overrides_without_pbt_reach_their_learners(tmp_p
         assert list_checkpoints(checkpoint_dir(str(tmp_path / "o"), policy))
 
 
-@pytest.mark.parametrize("flags,needle", [
-    (["--num_policies", 2, "--with_pbt", "True", "--pbt_replace_fraction", 0.7], "--pbt_replace_fraction must be in (0, 0.5]"),
-    (["--num_policies", 2, "--with_pbt", "True", "--pbt_mutation_rate", 1.5], "--pbt_mutation_rate must be in [0, 1]"),
-    (["--with_pbt", "True"], "needs a population"),
-    (["--num_policies", 2, "--policy_overrides", '{"1": {"learning_rat": 1e-7}}'], "unknown key 'learning_rat'"),
-    (["--num_policies", 2, "--policy_overrides", '{"2": {"learning_rate": 1e-7}}'], "'2' is not a policy index"),
-    (["--num_policies", 2, "--policy_overrides", '{"1": {"gamma": 1.5}}'], "gamma of policy 1 must be in [0, 1]"),
-])
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (
+            ["--num_policies", 2, "--with_pbt", "True", "--pbt_replace_fraction", 0.7],
+            "--pbt_replace_fraction must be in (0, 0.5]",
+        ),
+        (
+            ["--num_policies", 2, "--with_pbt", "True", "--pbt_mutation_rate", 1.5],
+            "--pbt_mutation_rate must be in [0, 1]",
+        ),
+        (["--with_pbt", "True"], "needs a population"),
+        (["--num_policies", 2, "--policy_overrides", '{"1": {"learning_rat": 1e-7}}'], "unknown key 'learning_rat'"),
+        (["--num_policies", 2, "--policy_overrides", '{"2": {"learning_rate": 1e-7}}'], "'2' is not a policy index"),
+        (["--num_policies", 2, "--policy_overrides", '{"1": {"gamma": 1.5}}'], "gamma of policy 1 must be in [0, 1]"),
+    ],
+)
 def test_bad_pbt_flags_are_one_line_and_exit_2(tmp_path, flags, needle):
     r = run_cli_error("train", "--env", "CartPole-v1", *flags, "--train_dir", tmp_path)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
@@ -158,8 +215,17 @@ def test_every_policy_gets_a_decision_on_the_populations_clock(tmp_path):
 
     class Commands(list):
         put = list.append
-    cfg = Config(env="x", num_policies=4, pbt_period_env_steps=200_000, pbt_start_mutation=0, with_pbt=True,
-                 train_dir=str(tmp_path), experiment="pbt", seed=0)
+
+    cfg = Config(
+        env="x",
+        num_policies=4,
+        pbt_period_env_steps=200_000,
+        pbt_start_mutation=0,
+        with_pbt=True,
+        train_dir=str(tmp_path),
+        experiment="pbt",
+        seed=0,
+    )
     (tmp_path / "pbt").mkdir()
     policies = [PolicyStats(p, 10) for p in range(4)]
     pbt = PopulationBasedTraining(cfg, Hparams(cfg), [Commands() for _ in range(4)], policies)
@@ -175,5 +241,6 @@ def test_every_policy_gets_a_decision_on_the_populations_clock(tmp_path):
     # the clock (mean env steps) reached 1M: 5 periods of 200k, a decision for each policy at each
     assert {row["policy"]: sum(r["policy"] == row["policy"] for r in rows) for row in rows} == {p: 5 for p in range(4)}
     assert all(row["population_env_steps"] % 200_000 < 10_000 for row in rows)
-    assert {row["copied_from"] for row in rows if row["policy"] in (2, 3)} <= {0, 1} and \
-        any(row["copied_from"] is not None for row in rows if row["policy"] in (2, 3))
+    assert {row["copied_from"] for row in rows if row["policy"] in (2, 3)} <= {0, 1} and any(
+        row["copied_from"] is not None for row in rows if row["policy"] in (2, 3)
+    )

@@ -41,7 +41,9 @@ def start_servers(count, *flags, port=0, timeout=60) -> list[tuple[subprocess.Po
     for _ in range(count):
         log = tempfile.NamedTemporaryFile("w+", prefix="env-server-", suffix=".log", delete=False)
         SERVER_LOGS.append(log.name)
-        started.append((start_cli("env-server", *flags, "--port", port, stdout=log, stderr=subprocess.STDOUT), log.name))
+        started.append(
+            (start_cli("env-server", *flags, "--port", port, stdout=log, stderr=subprocess.STDOUT), log.name)
+        )
     deadline = time.time() + timeout
     return [(proc, wait_serving(proc, log, deadline)) for proc, log in started]
 
@@ -61,8 +63,9 @@ def start_server(*flags, port=0, timeout=60) -> tuple[subprocess.Popen, str]:
 
 def serving(server) -> psutil.Process:
     """The process of an `asyncrl env-server` command that serves (it runs the envs; it dies with the command)."""
-    return next(p for p in psutil.Process(server.pid).children(recursive=True)
-                if p.cmdline()[0] == "asyncrl-env-server")
+    return next(
+        p for p in psutil.Process(server.pid).children(recursive=True) if p.cmdline()[0] == "asyncrl-env-server"
+    )
 
 
 def test_remote_env_alone_as_gymnasium_env_with_side_channel():
@@ -112,7 +115,8 @@ def test_frames_come_with_the_results_they_show_for_a_client_that_asks():
         RemoteEnv(bare, render_mode="rgb_array")
     with pytest.raises(grpc.RpcError) as refused:
         grpc.insecure_channel(bare).unary_unary("/asyncrl.remote.EnvServer/Open")(
-            pb.OpenRequest(num_envs=1, frames=True).SerializeToString(), timeout=10)
+            pb.OpenRequest(num_envs=1, frames=True).SerializeToString(), timeout=10
+        )
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "--env_options" in refused.value.details()
     for client in (env, plain):
         client.close()
@@ -148,6 +152,7 @@ def test_a_served_env_s_action_mask_reaches_the_client_s_space():
     it holds, so the client's space is an ObservationWithActionMask (the model masks its logits); an allowed action
     is played, a forbidden one ends the episode as the env's rules say."""
     from asyncrl.envs.gym_adapter import ObservationWithActionMask
+
     _, address = start_server("--env", "tests.action_envs:legal_moves", "--num_envs", "1")
     client = RemoteEnv(address)
     assert isinstance(client.observation_space, ObservationWithActionMask)
@@ -168,8 +173,10 @@ def test_a_served_env_with_images_beside_a_vector_keeps_its_packed_layout(tmp_pa
     action."""
     from asyncrl.envs import make_env
     from asyncrl.envs.gym_adapter import PackedObservation
-    _, address = start_server("--env", "synthetic_image_and_vector", "--env_options", '{"action_mask": true}',
-                              "--num_envs", "4")
+
+    _, address = start_server(
+        "--env", "synthetic_image_and_vector", "--env_options", '{"action_mask": true}', "--num_envs", "4"
+    )
     client, local = RemoteEnv(address), make_env("synthetic_image_and_vector", action_mask=True).observation_space
     space = client.observation_space
     assert isinstance(space, PackedObservation) and space.shape == local.shape
@@ -177,8 +184,22 @@ def test_a_served_env_with_images_beside_a_vector_keeps_its_packed_layout(tmp_pa
     parts = space.unpack(client.reset(seed=0)[0])
     assert set(np.unique(parts["image"])) == {0, 255} and parts["vector"].tolist().count(1.0) == 3  # shift, 2 legal
     client.close()
-    r = run_cli("train", "--env", f"remote:{address}", "--train_dir", tmp_path, "--experiment", "packed",
-                "--num_workers", "1", "--num_envs_per_worker", "4", "--train_for_env_steps", "3000", timeout=240)
+    r = run_cli(
+        "train",
+        "--env",
+        f"remote:{address}",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "packed",
+        "--num_workers",
+        "1",
+        "--num_envs_per_worker",
+        "4",
+        "--train_for_env_steps",
+        "3000",
+        timeout=240,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert read_stats(tmp_path / "packed")[-1]["episode_illegal_mean"] == 0
 
@@ -187,14 +208,41 @@ def test_enjoy_records_a_video_of_a_remote_env(tmp_path):
     """`asyncrl enjoy --save_video` on a remote env: the frames come from the server, one per reset and step."""
     _, address = start_server("--env", MARKED, "--num_envs", "3", "--env_options", '{"render_mode": "rgb_array"}')
     env = f"remote:{address}"
-    trained = run_cli("train", "--env", env, "--train_dir", tmp_path, "--experiment", "m", "--num_workers", "1",
-                      "--num_envs_per_worker", "2", "--train_for_env_steps", "2000", timeout=120)
+    trained = run_cli(
+        "train",
+        "--env",
+        env,
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "m",
+        "--num_workers",
+        "1",
+        "--num_envs_per_worker",
+        "2",
+        "--train_for_env_steps",
+        "2000",
+        timeout=120,
+    )
     assert trained.returncode == 0, trained.stderr[-3000:]
-    r = run_cli("enjoy", "--env", env, "--train_dir", tmp_path, "--experiment", "m", "--max_num_episodes", 2,
-                "--save_video", "True", timeout=120)
+    r = run_cli(
+        "enjoy",
+        "--env",
+        env,
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "m",
+        "--max_num_episodes",
+        2,
+        "--save_video",
+        "True",
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "video: " in r.stdout and "(42 frames at 20 fps)" in r.stdout, r.stdout  # 2 episodes of 20 steps
     import imageio.v2 as imageio
+
     reader = imageio.get_reader(tmp_path / "m" / "replay.mp4")
     assert reader.count_frames() == 42 and reader.get_data(0).shape == (32, 48, 3)
     reader.close()
@@ -204,8 +252,24 @@ def test_trains_through_two_env_servers(tmp_path):
     """CartPole through two loopback servers: the env's defaults come from the servers, the run learns."""
     servers = start_servers(2, "--env", "CartPole-v1", "--num_envs", "8")
     env = "remote:" + ",".join(address for _, address in servers)
-    result = run_cli("train", "--env", env, "--train_dir", tmp_path, "--experiment", "r", "--num_workers", "2",
-                     "--num_envs_per_worker", "8", "--train_for_env_steps", "20000", "--seed", "1", timeout=240)
+    result = run_cli(
+        "train",
+        "--env",
+        env,
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "r",
+        "--num_workers",
+        "2",
+        "--num_envs_per_worker",
+        "8",
+        "--train_for_env_steps",
+        "20000",
+        "--seed",
+        "1",
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_stats(tmp_path / "r")
     assert rows[-1]["env_steps"] >= 20000
@@ -224,16 +288,24 @@ def _self_signed(tmp_path):
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "localhost")])
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now)
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            False,
+        )
+        .sign(key, hashes.SHA256())
+    )
     (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                         serialization.PrivateFormat.PKCS8,
-                                                         serialization.NoEncryption()))
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return tmp_path / "cert.pem", tmp_path / "key.pem"
 
 
@@ -244,8 +316,18 @@ def test_security_token_tls_and_bad_actions(tmp_path):
 
     (tmp_path / "token").write_text("s3cret\n")
     cert, key = _self_signed(tmp_path)
-    _, address = start_server("--env", "CartPole-v1", "--num_envs", "2", "--auth_token_file", tmp_path / "token",
-                              "--tls_cert", cert, "--tls_key", key)
+    _, address = start_server(
+        "--env",
+        "CartPole-v1",
+        "--num_envs",
+        "2",
+        "--auth_token_file",
+        tmp_path / "token",
+        "--tls_cert",
+        cert,
+        "--tls_key",
+        key,
+    )
     tls = cert.read_bytes()
     with pytest.raises(EnvError, match="UNAUTHENTICATED"):
         RemoteEnv(address, settings=RemoteSettings(auth_token="wrong", tls_ca_cert=tls))
@@ -268,8 +350,9 @@ def test_security_token_tls_and_bad_actions(tmp_path):
 def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
     """10,000+ malformed, truncated, oversized, unauthenticated and ill-typed requests: each one gets an error
     status, a well-behaved client steps throughout, and the server's memory grows less than 10%."""
-    server, address = start_server("--env", MARKED, "--num_envs", "2", "--auth_token", "tok",
-                                   "--max_message_mb", "0.05")
+    server, address = start_server(
+        "--env", MARKED, "--num_envs", "2", "--auth_token", "tok", "--max_message_mb", "0.05"
+    )
     settings = RemoteSettings(auth_token="tok")
     good = RemoteEnv(address, settings=settings)
     good.reset()
@@ -284,6 +367,7 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
                 good_steps[0] += 1
             except Exception as e:  # noqa: BLE001 - recorded and asserted on
                 good_errors.append(e)
+
     lease = good.remote.connection.lease
     channel = grpc.insecure_channel(address)
     raw = {m: channel.unary_unary(f"/asyncrl.remote.EnvServer/{m}") for m in ("Step", "Reset", "Open", "Describe")}
@@ -298,14 +382,18 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
         if kind == 0:  # random bytes
             return "Step", rng.bytes(int(rng.integers(1, 200))), auth
         if kind == 1:  # a valid request truncated
-            return "Step", valid_bytes[:int(rng.integers(1, len(valid_bytes)))], auth
+            return "Step", valid_bytes[: int(rng.integers(1, len(valid_bytes)))], auth
         if kind == 2:  # no token, or a wrong one
             return ["Describe", "Open", "Step"][i % 3], valid_bytes, [("authorization", "Bearer x")] if i % 2 else None
         request = pb.StepRequest(lease=lease, env_ids=[good.remote.env_id])
         if kind == 3:  # ill-typed arrays: wrong dtype, shape, byte count, out-of-space actions
             choice = i % 4
-            array = [np.ones((1, 1), np.float64), np.ones((2, 1), np.int64), np.full((1, 1), 5, np.int64),
-                     np.ones((1, 1), np.int64)][choice]
+            array = [
+                np.ones((1, 1), np.float64),
+                np.ones((2, 1), np.int64),
+                np.full((1, 1), 5, np.int64),
+                np.ones((1, 1), np.int64),
+            ][choice]
             encode(array, request.actions)
             if choice == 3:
                 request.actions.data = b"\x01\x02"
@@ -318,7 +406,7 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
         """Every message, 16 in flight at a time; the status code of each (None if it was accepted)."""
         codes = []
         for first in range(0, len(messages), 16):
-            calls = [raw[m].future(payload, metadata=md, timeout=30) for m, payload, md in messages[first:first + 16]]
+            calls = [raw[m].future(payload, metadata=md, timeout=30) for m, payload, md in messages[first : first + 16]]
             for call in calls:
                 try:
                     call.result()
@@ -344,8 +432,13 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
     assert not good_errors, good_errors[:3]
     assert good_steps[0] > steps_before + 100  # the good client kept stepping during the fuzzing
     assert process.memory_info().rss < 1.10 * rss_before
-    assert {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED,
-            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED} <= set(codes)
+    assert {
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.PERMISSION_DENIED,
+    } <= set(codes)
     good.close()
 
 
@@ -423,8 +516,10 @@ def every_thread_stopped(process: psutil.Process, timeout: float = 10.0) -> bool
 def _one_trajectory(rows) -> bool:
     """MarkedEnv rows (server, episode, step) that follow each other: the same server, each row the next step of its
     episode or the first of the next one."""
-    return all(b[0] == a[0] and ((b[1] == a[1] and b[2] == a[2] + 1) or (b[1] == a[1] + 1 and b[2] == 0))
-               for a, b in zip(rows[:-1], rows[1:]))
+    return all(
+        b[0] == a[0] and ((b[1] == a[1] and b[2] == a[2] + 1) or (b[1] == a[1] + 1 and b[2] == 0))
+        for a, b in zip(rows[:-1], rows[1:])
+    )
 
 
 def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path, monkeypatch):
@@ -434,6 +529,7 @@ def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path
     unbroken trajectory."""
     from asyncrl.remote import backend
     from asyncrl.roles import rollout_worker
+
     monkeypatch.setattr(backend, "RECONNECT_INTERVAL_S", 0.2)
     (killed, address_a), (_, address_b) = start_servers(2, "--env", MARKED, "--num_envs", "4")
     runner = serial_runner(tmp_path, env=f"remote:{address_a},{address_b}", remote_reconnect=True, remote_timeout=3.0)
@@ -441,11 +537,13 @@ def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path
     killed_at = [None]
     obs, valid = runner.buffers.traj_obs.numpy(), runner.buffers.traj_valid.numpy()
     for q in runner.queues.full_slots:
+
         def recording_put(slot, *args, put=q.put, **kwargs):
             rows = obs[slot][:-1][valid[slot]].astype(int).tolist()
             whole = bool(valid[slot].all()) and _one_trajectory(rows)
             sent.append(({r[0] for r in rows}, killed_at[0] is not None, whole))
             return put(slot, *args, **kwargs)
+
         q.put = recording_put
 
     def run_until(done, timeout):
@@ -454,6 +552,7 @@ def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path
             assert time.time() < deadline, "timed out"
             for component in runner.components:
                 component.poll(0.0)
+
     run_until(lambda: len(sent) > 20, 60)
     workers = [c for c in runner.components if isinstance(c, rollout_worker.RolloutWorker)]
     killed_serving = serving(killed)  # dies with the command
@@ -475,8 +574,21 @@ def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path
 
 def test_killed_server_without_reconnect_stops_the_run_with_one_line(tmp_path):
     server, address = start_server("--env", "CartPole-v1", "--num_envs", "8")
-    run = start_cli("train", "--env", f"remote:{address}", "--train_dir", tmp_path, "--experiment", "k",
-                    "--num_workers", "2", "--num_envs_per_worker", "4", "--save_every_sec", "1")
+    run = start_cli(
+        "train",
+        "--env",
+        f"remote:{address}",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "k",
+        "--num_workers",
+        "2",
+        "--num_envs_per_worker",
+        "4",
+        "--save_every_sec",
+        "1",
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not list((tmp_path / "k").glob("**/checkpoint_*.pth")):
         time.sleep(0.5)
@@ -498,10 +610,30 @@ def test_two_clients_each_own_one_agent_of_a_two_agent_env(tmp_path):
     obs, rewards, terminated, truncated, infos = env.step({agent: 0 for agent in env.agents})
     assert set(obs) == set(rewards) == set(env.possible_agents)
     env.close()
-    runs = [start_cli("train", "--env", f"remote:{address}", "--remote_agents", f"[{agent}]", "--remote_timeout",
-                      "90", "--train_dir", tmp_path, "--experiment", f"agent{agent}", "--num_workers", "1",
-                      "--num_envs_per_worker", "4", "--train_for_env_steps", "1024", "--seed", str(agent))
-            for agent in (0, 1)]
+    runs = [
+        start_cli(
+            "train",
+            "--env",
+            f"remote:{address}",
+            "--remote_agents",
+            f"[{agent}]",
+            "--remote_timeout",
+            "90",
+            "--train_dir",
+            tmp_path,
+            "--experiment",
+            f"agent{agent}",
+            "--num_workers",
+            "1",
+            "--num_envs_per_worker",
+            "4",
+            "--train_for_env_steps",
+            "1024",
+            "--seed",
+            str(agent),
+        )
+        for agent in (0, 1)
+    ]
     for run in runs:
         out, _ = run.communicate(timeout=300)
         assert run.returncode == 0, out[-3000:]
@@ -522,9 +654,11 @@ def test_sigkilled_env_server_leaves_no_engine_or_segment(clean_machine):
 
 
 def test_env_server_bad_flags_are_one_line_exit_2():
-    for flags, needle in [(["--env", "no_such_env"], "unknown env"), (["--env", "CartPole-v1", "--num_envs", "0"],
-                                                                       "must be positive"),
-                          (["--env", "CartPole-v1", "--tls_cert", "x.pem"], "go together")]:
+    for flags, needle in [
+        (["--env", "no_such_env"], "unknown env"),
+        (["--env", "CartPole-v1", "--num_envs", "0"], "must be positive"),
+        (["--env", "CartPole-v1", "--tls_cert", "x.pem"], "go together"),
+    ]:
         result = run_cli_error("env-server", *flags)
         assert result.returncode == 2 and needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
     _, address = start_server("--env", "CartPole-v1", "--num_envs", "1")

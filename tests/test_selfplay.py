@@ -17,8 +17,14 @@ from asyncrl.roles.rollout_worker import RolloutWorker
 
 
 def test_matchmaking_seats_one_learner_against_frozen_versions_and_prefers_close_ratings():
-    cfg = Config(env="x", num_policies=2, selfplay_snapshot_every_env_steps=1000, selfplay_pool_size=3,
-                 selfplay_frozen_fraction=1.0, agents_per_env=2)
+    cfg = Config(
+        env="x",
+        num_policies=2,
+        selfplay_snapshot_every_env_steps=1000,
+        selfplay_pool_size=3,
+        selfplay_frozen_fraction=1.0,
+        agents_per_env=2,
+    )
     rng = np.random.default_rng(0)
     frozen_version = np.full((2, 3), -1)
     mu = np.full(2 + 6, 25.0)
@@ -44,9 +50,18 @@ def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a
     one sample (counted against the envs' steps), and none of the frozen versions'; matches are reported with
     frozen players and rated."""
     from asyncrl.core import timing
+
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)
-    runner = serial_runner(tmp_path, env="grid_duel", rollout=8, batch_size=64, selfplay_snapshot_every_env_steps=300,
-                           selfplay_pool_size=3, selfplay_frozen_fraction=1.0, env_options={"max_steps": 12})
+    runner = serial_runner(
+        tmp_path,
+        env="grid_duel",
+        rollout=8,
+        batch_size=64,
+        selfplay_snapshot_every_env_steps=300,
+        selfplay_pool_size=3,
+        selfplay_frozen_fraction=1.0,
+        env_options={"max_steps": 12},
+    )
     workers = [c for c in runner.components if isinstance(c, RolloutWorker)]
     learner = next(c for c in runner.components if isinstance(c, Learner))
     b, cfg = runner.buffers, runner.cfg
@@ -54,10 +69,12 @@ def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a
     for w in workers:
         envs = w.backend.envs
         for agents_env, env_agents in zip(envs, np.split(np.concatenate(w.group_agents), len(envs))):
+
             def counting_step(actions, step=agents_env.env.step, env=agents_env.env, ids=env_agents):
-                playing = b.agent_player[ids].numpy()[:len(env.agents)]
+                playing = b.agent_player[ids].numpy()[: len(env.agents)]
                 learning_steps[0] += int((playing < cfg.num_policies).sum()) if env.agents else 0
                 return step(actions)
+
             agents_env.env.step = counting_step
     for _ in range(600):
         for c in runner.components:
@@ -66,14 +83,18 @@ def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a
                 for agent in c.group_agents[0].tolist() + c.group_agents[1].tolist():
                     player, t = int(b.agent_player[agent]), int(b.agent_step[agent])
                     if player >= cfg.num_policies and t > 0 and b.traj_valid[b.agent_slot[agent], t - 1]:
-                        frozen_rows.append((player - frozen_player(cfg, 0, 0),
-                                            int(b.traj_policy_version[b.agent_slot[agent], t - 1])))
+                        frozen_rows.append(
+                            (player - frozen_player(cfg, 0, 0), int(b.traj_policy_version[b.agent_slot[agent], t - 1]))
+                        )
     snapshots = {(r.k, r.version) for r in drain(runner.queues.reports) if isinstance(r, Snapshot)}
     assert len(frozen_rows) > 100 and set(frozen_rows) <= snapshots and len(set(frozen_rows)) > 3
     arrived = drain(runner.queues.full_slots[0]) + learner.source.pending_slots
     in_flight = sum(int(b.traj_valid[s].sum()) for s in arrived)
-    in_flight += sum(int(b.traj_valid[s, :t].sum()) for s, t, p in
-                     zip(b.agent_slot.tolist(), b.agent_step.tolist(), b.agent_player.tolist()) if p == 0)
+    in_flight += sum(
+        int(b.traj_valid[s, :t].sum())
+        for s, t, p in zip(b.agent_slot.tolist(), b.agent_step.tolist(), b.agent_player.tolist())
+        if p == 0
+    )
     assert learner.env_steps + in_flight == learning_steps[0]
     for w in workers:
         w.reports.send()
@@ -87,8 +108,14 @@ def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a
 def test_the_frozen_pool_survives_a_resume(tmp_path):
     """A checkpoint holds the pool: the resumed run's entries have the same versions and weights, are announced as
     snapshots (rated), and the next snapshot replaces the oldest entry, as it would have without the restart."""
-    flags = dict(env="grid_duel", rollout=8, batch_size=64, selfplay_snapshot_every_env_steps=300, selfplay_pool_size=3,
-                 env_options={"max_steps": 12})
+    flags = dict(
+        env="grid_duel",
+        rollout=8,
+        batch_size=64,
+        selfplay_snapshot_every_env_steps=300,
+        selfplay_pool_size=3,
+        env_options={"max_steps": 12},
+    )
     runner = serial_runner(tmp_path, **flags)
     learner = next(c for c in runner.components if isinstance(c, Learner))
     while learner.snapshots < 4:
@@ -116,8 +143,10 @@ def test_the_frozen_pool_survives_a_resume(tmp_path):
     assert {resumed.ratings.names[i]: resumed.ratings.players[i].mu for i in [0, *pool]} == rated
     assert resumed.ratings.matches == runner.ratings.matches
     learner._snapshot()
-    assert learner.snapshots % 3 == (saved[2] + 1) % 3 and resumed.buffers.frozen_version[0, saved[2] % 3] == \
-        learner.train_step
+    assert (
+        learner.snapshots % 3 == (saved[2] + 1) % 3
+        and resumed.buffers.frozen_version[0, saved[2] % 3] == learner.train_step
+    )
     resumed._stop_children()
 
 
@@ -125,37 +154,80 @@ def test_selfplay_run_rates_its_snapshots_and_match_plays_them(tmp_path):
     """A real grid_duel self-play run: ratings.json holds the snapshots and the stats the ratings; `asyncrl match`
     plays the run's latest checkpoint against the scripted opponent and against random, and refuses what cannot
     play (a single-agent env, a scripted opponent the env lacks, a bad file) with one line and exit 2."""
-    r = run_cli("train", "--env", "grid_duel", "--train_dir", tmp_path, "--experiment", "sp", "--seed", 1,
-                "--train_for_env_steps", 24_000, "--selfplay_snapshot_every_env_steps", 5_000, timeout=240)
+    r = run_cli(
+        "train",
+        "--env",
+        "grid_duel",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "sp",
+        "--seed",
+        1,
+        "--train_for_env_steps",
+        24_000,
+        "--selfplay_snapshot_every_env_steps",
+        5_000,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     ratings = json.loads((tmp_path / "sp" / "ratings.json").read_text())
     assert len(ratings["snapshots"]) >= 3 and ratings["matches"] > 100
     rows = [json.loads(line) for line in (tmp_path / "sp" / "stats.jsonl").read_text().splitlines()]
     assert "rating_ordinal" in rows[-1] and "pool_rating_ordinal_max" in rows[-1]
     out = tmp_path / "match.json"
-    r = run_cli("match", "--train_dir", tmp_path, "--experiment", "sp", "--players", "latest", "scripted",
-                "--episodes", 50, "--out", out, timeout=120)
+    r = run_cli(
+        "match",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "sp",
+        "--players",
+        "latest",
+        "scripted",
+        "--episodes",
+        50,
+        "--out",
+        out,
+        timeout=120,
+    )
     assert r.returncode == 0 and "latest vs scripted:" in r.stdout, r.stdout + r.stderr
     result = json.loads(out.read_text())
     assert result["wins"] + result["draws"] + result["losses"] == 50 and len(result["ratings_mu"]) == 2
 
 
-@pytest.mark.parametrize("flags,needle", [
-    (["--env", "CartPole-v1", "--players", "random", "random"], "env 'CartPole-v1' has 1 agent"),
-    (["--env", "grid_duel", "--players", "random", "bots"], "env 'grid_duel' has 2 agent"),
-    (["--env", "CartPole-v1", "--players", "random", "bots"], "reports no win"),
-    (["--env", "synthetic_multi", "--players", "scripted", "random"], "has no scripted opponent"),
-    (["--env", "grid_duel", "--players", "no_such_file.pth", "random"], "no_such_file.pth"),
-    (["--env", "grid_duel", "--players", "random"], "expected 2 arguments"),
-])
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--env", "CartPole-v1", "--players", "random", "random"], "env 'CartPole-v1' has 1 agent"),
+        (["--env", "grid_duel", "--players", "random", "bots"], "env 'grid_duel' has 2 agent"),
+        (["--env", "CartPole-v1", "--players", "random", "bots"], "reports no win"),
+        (["--env", "synthetic_multi", "--players", "scripted", "random"], "has no scripted opponent"),
+        (["--env", "grid_duel", "--players", "no_such_file.pth", "random"], "no_such_file.pth"),
+        (["--env", "grid_duel", "--players", "random"], "expected 2 arguments"),
+    ],
+)
 def test_bad_match_input_is_one_line_and_exit_2(tmp_path, flags, needle):
     r = run_cli_error("match", *flags, "--train_dir", tmp_path)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
 
 
 def test_match_plays_an_agent_against_the_envs_bots(tmp_path, clean_machine):
-    r = run_cli("match", "--env", "doom_duel_bots", "--env_options", '{"episode_timeout": 200}', "--players", "random",
-                "bots", "--episodes", 2, "--train_dir", tmp_path, timeout=120)
+    r = run_cli(
+        "match",
+        "--env",
+        "doom_duel_bots",
+        "--env_options",
+        '{"episode_timeout": 200}',
+        "--players",
+        "random",
+        "bots",
+        "--episodes",
+        2,
+        "--train_dir",
+        tmp_path,
+        timeout=120,
+    )
     assert r.returncode == 0 and "random vs bots:" in r.stdout and "in 2 episodes" in r.stdout, r.stdout + r.stderr
 
 
@@ -163,12 +235,34 @@ def test_doom_duel_trains_two_players_of_network_games(tmp_path, clean_machine):
     """doom_duel: each env is a VizDoom network game on loopback (two engines, a port of its own), stepped as one
     env. A short self-play run on 2 workers x 2 envs (8 engines): episodes end with each player's frags, deaths
     and win, the learner trains, and no engine or segment outlives the run."""
-    r = run_cli("train", "--env", "doom_duel", "--train_dir", tmp_path, "--experiment", "duel", "--num_workers", 2,
-                "--num_envs_per_worker", 2, "--env_options", '{"timelimit_minutes": 0.05}', "--rollout", 16,
-                "--batch_size", 128, "--train_for_env_steps", 4096, timeout=240)
+    r = run_cli(
+        "train",
+        "--env",
+        "doom_duel",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "duel",
+        "--num_workers",
+        2,
+        "--num_envs_per_worker",
+        2,
+        "--env_options",
+        '{"timelimit_minutes": 0.05}',
+        "--rollout",
+        16,
+        "--batch_size",
+        128,
+        "--train_for_env_steps",
+        4096,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     rows = read_stats(tmp_path / "duel")
     last = rows[-1]
     assert last["train_step"] > 0 and last["episodes"] >= 8
-    assert 0.0 <= last["episode_win_mean"] <= 1.0 and {"episode_frags_mean", "episode_deaths_mean",
-                                                          "episode_damage_mean"} <= set(last)
+    assert 0.0 <= last["episode_win_mean"] <= 1.0 and {
+        "episode_frags_mean",
+        "episode_deaths_mean",
+        "episode_damage_mean",
+    } <= set(last)

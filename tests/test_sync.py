@@ -18,10 +18,17 @@ def _record_batches(learner: Learner) -> list[dict]:
     def recording_train(batch, preempted_steps=0):
         valid = batch["valid"]
         acted = batch["policy_version"][valid]
-        batches.append({"version": learner.train_step, "samples": int(valid.sum()),
-                        "acted_versions": set(acted.tolist()), "carried_in": int((acted < learner.train_step).sum()),
-                        "carried_out": learner.source.carried_in})
+        batches.append(
+            {
+                "version": learner.train_step,
+                "samples": int(valid.sum()),
+                "acted_versions": set(acted.tolist()),
+                "carried_in": int((acted < learner.train_step).sum()),
+                "carried_out": learner.source.carried_in,
+            }
+        )
         return train(batch, preempted_steps)
+
     learner.train = recording_train
     return batches
 
@@ -30,9 +37,11 @@ def _count_env_steps(runner) -> list:
     counter = [0]
     for worker in (c for c in runner.components if isinstance(c, RolloutWorker)):
         for env in worker.backend.envs:
+
             def counting_step(actions, step=env.step):
                 counter[0] += 1
                 return step(actions)
+
             env.step = counting_step
     return counter
 
@@ -55,8 +64,16 @@ def test_sync_updates_learn_every_env_step_once_and_only_ver_carries_actions_ove
     the only samples one version old). No env step is lost or learned twice (env steps = samples learned + samples
     not learned yet). With a GRU, ver's part-filled slots are sequences that start from the state in their first row."""
     batch = {"ppo": 2 * 4 * 4, "ver": 24}[algo]
-    runner = serial_runner(tmp_path, algo=algo, env="synthetic_constant", env_options=SYNTHETIC, batch_size=batch,
-                           with_vtrace=False, use_rnn=use_rnn, rnn_size=8)
+    runner = serial_runner(
+        tmp_path,
+        algo=algo,
+        env="synthetic_constant",
+        env_options=SYNTHETIC,
+        batch_size=batch,
+        with_vtrace=False,
+        use_rnn=use_rnn,
+        rnn_size=8,
+    )
     learner = next(c for c in runner.components if isinstance(c, Learner))
     batches, stepped = _record_batches(learner), _count_env_steps(runner)
     _run(runner, updates=30)
@@ -71,9 +88,11 @@ def test_sync_updates_learn_every_env_step_once_and_only_ver_carries_actions_ove
         assert sum(b["carried_out"] for b in batches) > 0
     buffers, learned_rows = runner.buffers, learner.source.learned_rows
     arrived = [s for s in drain(runner.queues.full_slots[0]) if s >= 0] + learner.source.pending_slots  # not signals
-    not_learned = sum(int(buffers.traj_valid[s, learned_rows(s):].sum()) for s in arrived)
-    not_learned += sum(int(buffers.traj_valid[s, learned_rows(s):t].sum())
-                       for s, t in zip(buffers.agent_slot.tolist(), buffers.agent_step.tolist()))
+    not_learned = sum(int(buffers.traj_valid[s, learned_rows(s) :].sum()) for s in arrived)
+    not_learned += sum(
+        int(buffers.traj_valid[s, learned_rows(s) : t].sum())
+        for s, t in zip(buffers.agent_slot.tolist(), buffers.agent_step.tolist())
+    )
     assert learner.env_steps + not_learned == stepped[0]
     runner._stop_children()
 
@@ -86,11 +105,13 @@ def test_actions_carried_over_count_until_their_slot_comes_back(tmp_path):
     learner = next(c for c in runner.components if isinstance(c, Learner))
     source = learner.source
     source.pending_slots, source.carried_rows = [7], {3: (2, 4), 4: (6, 4), 6: (1, 5)}
-    entries = {0: (7, 3, 5),  # its slot came back: skipped
-               1: (3, 4, 5),  # carried at the last close, served again since: rows 2..3 now, row 4 next time
-               2: (4, 6, 4),  # carried at the last close, still mid-step: carried again, nothing to learn now
-               3: (5, 2, 4),  # stale: slot 5 came back since
-               4: (6, 3, 3)}  # stale: slot 6 is out again, for an action of version 5
+    entries = {
+        0: (7, 3, 5),  # its slot came back: skipped
+        1: (3, 4, 5),  # carried at the last close, served again since: rows 2..3 now, row 4 next time
+        2: (4, 6, 4),  # carried at the last close, still mid-step: carried again, nothing to learn now
+        3: (5, 2, 4),  # stale: slot 5 came back since
+        4: (6, 3, 3),
+    }  # stale: slot 6 is out again, for an action of version 5
     carried = runner.buffers.rollout_carried
     carried.fill_(-1)
     for agent, entry in entries.items():
@@ -108,11 +129,37 @@ def test_ver_gives_fast_envs_more_of_the_batch_than_lock_step(tmp_path):
     stayed in flight)."""
     shares = {}
     for algo in ("ppo", "ver"):
-        r = run_cli("train", "--algo", algo, "--env", "synthetic_constant", "--env_options",
-                    '{"step_us": 300, "episode_len": 8, "worker_cost": [30, 1]}', "--train_dir", tmp_path,
-                    "--experiment", algo, "--num_workers", 2, "--num_envs_per_worker", 2, "--rollout", 8,
-                    "--batch_size", 32, "--train_for_env_steps", 320 if algo == "ppo" else 1500,
-                    "--experiment_summaries_interval", 1, "--use_rnn", "False", "--seed", 0, "--stats_avg", 1000)
+        r = run_cli(
+            "train",
+            "--algo",
+            algo,
+            "--env",
+            "synthetic_constant",
+            "--env_options",
+            '{"step_us": 300, "episode_len": 8, "worker_cost": [30, 1]}',
+            "--train_dir",
+            tmp_path,
+            "--experiment",
+            algo,
+            "--num_workers",
+            2,
+            "--num_envs_per_worker",
+            2,
+            "--rollout",
+            8,
+            "--batch_size",
+            32,
+            "--train_for_env_steps",
+            320 if algo == "ppo" else 1500,
+            "--experiment_summaries_interval",
+            1,
+            "--use_rnn",
+            "False",
+            "--seed",
+            0,
+            "--stats_avg",
+            1000,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         rows = read_stats(tmp_path / algo)
         lag_means = [row["policy_lag_mean"] for row in rows if row.get("policy_lag_mean") is not None]
@@ -125,8 +172,23 @@ def test_ver_gives_fast_envs_more_of_the_batch_than_lock_step(tmp_path):
 
 @pytest.mark.parametrize("algo", ["ppo", "ver"])
 def test_sync_cartpole_learns_in_real_processes(tmp_path, algo, clean_machine):
-    r = run_cli("train", "--algo", algo, "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", algo,
-                "--train_for_env_steps", 40_000, "--experiment_summaries_interval", 1, "--seed", 0)
+    r = run_cli(
+        "train",
+        "--algo",
+        algo,
+        "--env",
+        "CartPole-v1",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        algo,
+        "--train_for_env_steps",
+        40_000,
+        "--experiment_summaries_interval",
+        1,
+        "--seed",
+        0,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / algo)
     assert rows[-1]["episode_reward_mean"] > 150, rows[-1]
@@ -138,8 +200,9 @@ def test_agents_that_leave_early_do_not_stall_a_lock_step_rollout(tmp_path):
     """ppo with agents that die before the others: the rollout closes once every group waits, though the agents
     that wait for their env's reset took fewer than --rollout actions."""
     leaving = {"num_agents": 3, "agent_episode_lens": [3, 5, 30], "episode_len": 8, "step_us": 0}
-    runner = serial_runner(tmp_path, algo="ppo", env="synthetic_multi", env_options=leaving, batch_size=2 * 4 * 3 * 4,
-                           with_vtrace=False)
+    runner = serial_runner(
+        tmp_path, algo="ppo", env="synthetic_multi", env_options=leaving, batch_size=2 * 4 * 3 * 4, with_vtrace=False
+    )
     _run(runner, updates=20)
     runner._stop_children()
 
@@ -147,22 +210,31 @@ def test_agents_that_leave_early_do_not_stall_a_lock_step_rollout(tmp_path):
 def test_env_errors_do_not_stall_a_rollout(tmp_path):
     """An env that raises throws its unfinished trajectory away: in ver the learner still gets those slots (as no
     samples) and counts their actions, so the rollout closes."""
-    runner = serial_runner(tmp_path, algo="ver", env="synthetic_constant", with_vtrace=False, batch_size=32,
-                           env_options={"step_us": 0, "error_prob": 0.02})
+    runner = serial_runner(
+        tmp_path,
+        algo="ver",
+        env="synthetic_constant",
+        with_vtrace=False,
+        batch_size=32,
+        env_options={"step_us": 0, "error_prob": 0.02},
+    )
     learner = _run(runner, updates=30)
     assert sum(c.backend.env_errors for c in runner.components if isinstance(c, RolloutWorker)) > 5
     assert learner.train_step >= 30
     runner._stop_children()
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--algo", "ver", "--with_vtrace", "True"], "--with_vtrace True only works with --algo appo"),
-    (["--algo", "ppo", "--num_policies", "2"], "--num_policies > 1 only works with --algo appo"),
-    (["--algo", "ver", "--with_pbt", "True", "--num_policies", "2"], "--with_pbt True"),
-    (["--algo", "ppo", "--batch_size", "128"], "--batch_size must be 1024"),
-    (["--algo", "a2c"], "invalid choice"),
-    (["--preemption_rule", "optimal"], "--preemption_rule optimal ends rollouts"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--algo", "ver", "--with_vtrace", "True"], "--with_vtrace True only works with --algo appo"),
+        (["--algo", "ppo", "--num_policies", "2"], "--num_policies > 1 only works with --algo appo"),
+        (["--algo", "ver", "--with_pbt", "True", "--num_policies", "2"], "--with_pbt True"),
+        (["--algo", "ppo", "--batch_size", "128"], "--batch_size must be 1024"),
+        (["--algo", "a2c"], "invalid choice"),
+        (["--preemption_rule", "optimal"], "--preemption_rule optimal ends rollouts"),
+    ],
+)
 def test_sync_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     r = run_cli_error("train", "--env", "CartPole-v1", "--train_dir", tmp_path, *args)
     assert r.returncode == 2, r.stdout + r.stderr

@@ -19,7 +19,9 @@ def test_multiprocess_cartpole_learns(cartpole_run):
     assert rows[-1]["env_steps"] >= 40_000
     assert rows[-1]["episode_reward_mean"] > 100, f"no learning progress: {rows[-1]}"  # random play scores ~22
     assert rows[-1]["train_step"] > 0 and rows[-1]["policy_lag_mean"] is not None
-    assert {"time_s", "env_steps", "fps", "policy_id", "episode_reward_mean", "policy_lag_mean", "train_step"} <= set(rows[-1])
+    assert {"time_s", "env_steps", "fps", "policy_id", "episode_reward_mean", "policy_lag_mean", "train_step"} <= set(
+        rows[-1]
+    )
     assert (exp / "config.json").exists()
     assert glob.glob(str(exp / "tb" / "policy_0" / "events.out.tfevents.*"))
     assert glob.glob(str(exp / "checkpoint_p0" / "checkpoint_*.pth"))
@@ -28,13 +30,27 @@ def test_multiprocess_cartpole_learns(cartpole_run):
 
 def test_serial_mode_learns_and_its_seed_repeats_the_run_bit_for_bit(tmp_path, clean_machine):
     for experiment in ("serial", "again"):
-        r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", experiment,
-                    "--serial_mode", "True", "--train_for_env_steps", 40_000, "--seed", 0)
+        r = run_cli(
+            "train",
+            "--env",
+            "CartPole-v1",
+            "--train_dir",
+            tmp_path,
+            "--experiment",
+            experiment,
+            "--serial_mode",
+            "True",
+            "--train_for_env_steps",
+            40_000,
+            "--seed",
+            0,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "serial")
     assert rows[-1]["env_steps"] >= 40_000 and rows[-1]["episode_reward_mean"] > 60, rows[-1]
-    first, second = (load_checkpoint(list_checkpoints(checkpoint_dir(tmp_path / e, 0))[-1])
-                     for e in ("serial", "again"))
+    first, second = (
+        load_checkpoint(list_checkpoints(checkpoint_dir(tmp_path / e, 0))[-1]) for e in ("serial", "again")
+    )
     assert first["train_step"] == second["train_step"]
     assert all(torch.equal(first["model"][k], second["model"][k]) for k in first["model"])
 
@@ -42,13 +58,25 @@ def test_serial_mode_learns_and_its_seed_repeats_the_run_bit_for_bit(tmp_path, c
 def test_resume_continues_env_steps(cartpole_run, tmp_path, clean_machine):
     first_end = read_stats(copy_run(cartpole_run, tmp_path, "res") / "res")[-1]
     wandb_folders = len(wandb_runs(tmp_path / "res" / "wandb"))  # the training run's, and any enjoy's video added
-    r = run_cli("train", "--train_dir", tmp_path, "--experiment", "res", "--experiment_summaries_interval", 1,
-                "--train_for_env_steps", first_end["env_steps"] + 10_000)
+    r = run_cli(
+        "train",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "res",
+        "--experiment_summaries_interval",
+        1,
+        "--train_for_env_steps",
+        first_end["env_steps"] + 10_000,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert re.search(r"asyncrl: resuming policy 0 at [\d,]+ env steps from \S+checkpoint_p0/checkpoint_\d+_\d+\.pth "
-                     r"\(--restart_behavior restart starts over\)", r.stdout), r.stdout[:2000]
+    assert re.search(
+        r"asyncrl: resuming policy 0 at [\d,]+ env steps from \S+checkpoint_p0/checkpoint_\d+_\d+\.pth "
+        r"\(--restart_behavior restart starts over\)",
+        r.stdout,
+    ), r.stdout[:2000]
     rows = read_stats(tmp_path / "res")
-    second = rows[rows.index(first_end) + 1:]
+    second = rows[rows.index(first_end) + 1 :]
     assert all(row["env_steps"] >= first_end["env_steps"] for row in second)
     assert second[-1]["env_steps"] >= first_end["env_steps"] + 10_000
     assert second[-1]["train_step"] > first_end["train_step"]
@@ -63,12 +91,24 @@ def test_resume_continues_env_steps(cartpole_run, tmp_path, clean_machine):
 
 def test_restart_behavior_restart_starts_over(cartpole_run, tmp_path):
     copy_run(cartpole_run, tmp_path, "rs")
-    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "rs", "--train_for_env_steps",
-                5_000, "--restart_behavior", "restart", "--with_wandb", "False")
+    r = run_cli(
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "rs",
+        "--train_for_env_steps",
+        5_000,
+        "--restart_behavior",
+        "restart",
+        "--with_wandb",
+        "False",
+    )
     assert r.returncode == 0, r.stderr
     rows = read_stats(tmp_path / "rs")
     assert rows[-1]["env_steps"] < 10_000 and len([r for r in rows if r["env_steps"] >= 5_000]) <= 2
-
 
 
 @pytest.mark.parametrize("behavior", ["resume", "restart"])
@@ -77,19 +117,41 @@ def test_a_second_run_of_an_experiment_in_training_is_one_line_and_touches_nothi
     second `asyncrl train` of the same command); the running one holds the folder's lock."""
     from asyncrl.cfg.config import Config
     from asyncrl.roles.runner import experiment_dir_claimed
+
     with experiment_dir_claimed(Config(env="CartPole-v1", train_dir=str(tmp_path), experiment="busy")):
         (tmp_path / "busy" / "stats.jsonl").write_text("the running run's rows\n")
-        r = run_cli_error("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "busy",
-                          "--restart_behavior", behavior)
+        r = run_cli_error(
+            "train",
+            "--env",
+            "CartPole-v1",
+            "--train_dir",
+            tmp_path,
+            "--experiment",
+            "busy",
+            "--restart_behavior",
+            behavior,
+        )
         assert r.returncode == 2 and "another run is training experiment 'busy'" in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
         assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["stats.jsonl"]  # no config.json either
         assert (tmp_path / "busy" / "stats.jsonl").read_text() == "the running run's rows\n"
 
+
 def test_train_for_seconds_stops_the_run(tmp_path, clean_machine):
     start = time.time()
-    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "secs", "--train_for_seconds", 3,
-                "--experiment_summaries_interval", 1)
+    r = run_cli(
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "secs",
+        "--train_for_seconds",
+        3,
+        "--experiment_summaries_interval",
+        1,
+    )
     wall = time.time() - start
     assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "secs")
@@ -101,16 +163,28 @@ def test_episodes_count_when_the_run_stops_while_the_workers_wait_for_the_learne
     # 200 epochs per batch (an update of ~4.7 s): on 2 cores the learner is still on its first batch when the run
     # stops, and the rollout workers, their slots all full, have waited for it since their first seconds
     # (timing_rollout_wait_slot ~1)
-    r = run_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "slow", "--num_epochs", 200,
-                "--train_for_seconds", 3)
+    r = run_cli(
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "slow",
+        "--num_epochs",
+        200,
+        "--train_for_seconds",
+        3,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     last = read_stats(tmp_path / "slow")[-1]
     assert last["episodes"] > 0 and last["episode_reward_mean"] is not None, last
 
 
 @pytest.mark.parametrize("value_bootstrap, low, high", [(True, 44.0, 52.0), (False, 15.0, 30.0)])
-def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(tmp_path, clean_machine, value_bootstrap, low,
-                                                                      high):
+def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(
+    tmp_path, clean_machine, value_bootstrap, low, high
+):
     """synthetic_constant is truncated after 50 steps and its observation does not show the time, so every state has
     one value. Bootstrapped at the time limit, it is the discounted value of the endless task, r / (1 - gamma) (50 r
     with gamma 0.98); treated as a death, the learner fits the time-limited return averaged over the episode's
@@ -120,9 +194,27 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(tmp_path, 
     The mean value is bounded below per unit of the recent reward (the rewards' running mean lags the policy, so the
     ratio can only come out higher) and above in absolute terms (rewards are at most 1 a step)."""
     gamma, length, steps = 0.98, 50, 100_000
-    r = run_cli("train", "--env", "synthetic_constant", "--env_options", f'{{"step_us": 0, "episode_len": {length}}}',
-                "--train_dir", tmp_path, "--experiment", "tl", "--gamma", gamma, "--value_bootstrap", value_bootstrap,
-                "--train_for_env_steps", steps, "--experiment_summaries_interval", 1, "--seed", 1)
+    r = run_cli(
+        "train",
+        "--env",
+        "synthetic_constant",
+        "--env_options",
+        f'{{"step_us": 0, "episode_len": {length}}}',
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "tl",
+        "--gamma",
+        gamma,
+        "--value_bootstrap",
+        value_bootstrap,
+        "--train_for_env_steps",
+        steps,
+        "--experiment_summaries_interval",
+        1,
+        "--seed",
+        1,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     # the second half of the run (the last rows of a 3-second run may reach back to where the policy still learned)
     last = [row for row in read_stats(tmp_path / "tl") if row["env_steps"] >= steps // 2]
@@ -133,47 +225,100 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(tmp_path, 
 
 
 def test_doom_basic_runs_headless(tmp_path, clean_machine):
-    r = run_cli("train", "--env", "doom_basic", "--train_dir", tmp_path, "--experiment", "doom", "--num_workers", 2,
-                "--num_envs_per_worker", 2, "--rnn_size", 64, "--batch_size", 256, "--train_for_env_steps", 6_000,
-                "--experiment_summaries_interval", 1)
+    r = run_cli(
+        "train",
+        "--env",
+        "doom_basic",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "doom",
+        "--num_workers",
+        2,
+        "--num_envs_per_worker",
+        2,
+        "--rnn_size",
+        64,
+        "--batch_size",
+        256,
+        "--train_for_env_steps",
+        6_000,
+        "--experiment_summaries_interval",
+        1,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "doom")
     assert rows[-1]["env_steps"] >= 6_000 and rows[-1]["train_step"] > 0
     assert rows[-1]["episode_reward_mean"] is not None
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--env", "CartPol-v1"], "did you mean: CartPole-v1"),
-    (["--env", "CartPole-v1", "--env_options", '{"frameskip": 2}'], "does not take the options"),
-    pytest.param(["--env", "LunarLander-v3"], "Box2D is not installed", marks=pytest.mark.skipif(
-        importlib.util.find_spec("Box2D") is not None, reason="a gymnasium env whose package is missing: Box2D is here")),
-    (["--env", "CartPole-v1", "--num_workers", "0"], "--num_workers must be positive"),
-    (["--env", "CartPole-v1", "--num_envs_per_worker", "5", "--worker_num_splits", "2"], "divisible"),
-    (["--env", "CartPole-v1", "--batch_size", "100", "--rollout", "32"], "multiple of --rollout"),
-    (["--env", "CartPole-v1", "--use_rnn", "True", "--recurrence", "5"], "must divide --rollout"),
-    (["--env", "doom_basic", "--actor_critic_share_weights", "False"], "needs --use_rnn False"),
-    (["--env", "Pendulum-v1", "--critic_mlp_layers", "256", "256"], "needs --actor_critic_share_weights False"),
-    (["--env", "doom_basic", "--use_rnn", "False", "--actor_critic_share_weights", "False", "--critic_mlp_layers",
-      "64"], "this model's encoder is conv"),
-    (["--env", "CartPole-v1", "--use_rnn", "True", "--shuffle_samples", "True"], "needs --use_rnn False"),
-    (["--env", "Pendulum-v1", "--initial_stddev", "0"], "--initial_stddev must be positive"),
-    (["--env", "CartPole-v1", "--encoder", "conv"], "--encoder conv needs image observations"),
-    (["--env", "synthetic_image_and_vector", "--encoder", "mlp"], "--encoder mlp takes vector observations"),
-    (["--env", "synthetic_constant", "--env_options", '{"obs_shape": [3, 16, 16]}'],
-     "images of 16x16 are smaller than the conv encoder takes (36x36 at least)"),
-    (["--env", "CartPole-v1", "--rpo_alpha", "0.5"], "--rpo_alpha shifts a Gaussian's means: it needs Box actions"),
-    (["--env", "CartPole-v1", "--adam_beta2", "1"], "--adam_beta2 must be in [0, 1), got 1.0"),  # Adam's, in the learner
-    (["--env", "CartPole-v1", "--lr_adaptive_min", "0.1", "--lr_adaptive_max", "0.01"], "must satisfy 0 < min <= max"),
-    (["--env", "CartPole-v1", "--no_such_flag", "1"], "unrecognized arguments"),
-    (["--env", "CartPole-v1", "--use_rnn", "maybe"], "expected True or False"),
-    (["--env", "CartPole-v1", "--device", "cuda"], "no CUDA GPU"),
-    (["--env", "doom_basic", "--num_workers", "200", "--num_envs_per_worker", "64", "--rollout", "256"],
-     "of shared memory but /dev/shm has"),
-    ([], "--env is required"),
-    # "" was --train_dir itself (restart would empty every experiment in it), "../x" a folder outside it
-    *[(["--env", "CartPole-v1", "--experiment", name, "--restart_behavior", "restart"], "--experiment must name a "
-       "folder inside --train_dir") for name in ("", ".", "../x", "/tmp/x", "a//b")],
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--env", "CartPol-v1"], "did you mean: CartPole-v1"),
+        (["--env", "CartPole-v1", "--env_options", '{"frameskip": 2}'], "does not take the options"),
+        pytest.param(
+            ["--env", "LunarLander-v3"],
+            "Box2D is not installed",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("Box2D") is not None,
+                reason="a gymnasium env whose package is missing: Box2D is here",
+            ),
+        ),
+        (["--env", "CartPole-v1", "--num_workers", "0"], "--num_workers must be positive"),
+        (["--env", "CartPole-v1", "--num_envs_per_worker", "5", "--worker_num_splits", "2"], "divisible"),
+        (["--env", "CartPole-v1", "--batch_size", "100", "--rollout", "32"], "multiple of --rollout"),
+        (["--env", "CartPole-v1", "--use_rnn", "True", "--recurrence", "5"], "must divide --rollout"),
+        (["--env", "doom_basic", "--actor_critic_share_weights", "False"], "needs --use_rnn False"),
+        (["--env", "Pendulum-v1", "--critic_mlp_layers", "256", "256"], "needs --actor_critic_share_weights False"),
+        (
+            [
+                "--env",
+                "doom_basic",
+                "--use_rnn",
+                "False",
+                "--actor_critic_share_weights",
+                "False",
+                "--critic_mlp_layers",
+                "64",
+            ],
+            "this model's encoder is conv",
+        ),
+        (["--env", "CartPole-v1", "--use_rnn", "True", "--shuffle_samples", "True"], "needs --use_rnn False"),
+        (["--env", "Pendulum-v1", "--initial_stddev", "0"], "--initial_stddev must be positive"),
+        (["--env", "CartPole-v1", "--encoder", "conv"], "--encoder conv needs image observations"),
+        (["--env", "synthetic_image_and_vector", "--encoder", "mlp"], "--encoder mlp takes vector observations"),
+        (
+            ["--env", "synthetic_constant", "--env_options", '{"obs_shape": [3, 16, 16]}'],
+            "images of 16x16 are smaller than the conv encoder takes (36x36 at least)",
+        ),
+        (["--env", "CartPole-v1", "--rpo_alpha", "0.5"], "--rpo_alpha shifts a Gaussian's means: it needs Box actions"),
+        (
+            ["--env", "CartPole-v1", "--adam_beta2", "1"],
+            "--adam_beta2 must be in [0, 1), got 1.0",
+        ),  # Adam's, in the learner
+        (
+            ["--env", "CartPole-v1", "--lr_adaptive_min", "0.1", "--lr_adaptive_max", "0.01"],
+            "must satisfy 0 < min <= max",
+        ),
+        (["--env", "CartPole-v1", "--no_such_flag", "1"], "unrecognized arguments"),
+        (["--env", "CartPole-v1", "--use_rnn", "maybe"], "expected True or False"),
+        (["--env", "CartPole-v1", "--device", "cuda"], "no CUDA GPU"),
+        (
+            ["--env", "doom_basic", "--num_workers", "200", "--num_envs_per_worker", "64", "--rollout", "256"],
+            "of shared memory but /dev/shm has",
+        ),
+        ([], "--env is required"),
+        # "" was --train_dir itself (restart would empty every experiment in it), "../x" a folder outside it
+        *[
+            (
+                ["--env", "CartPole-v1", "--experiment", name, "--restart_behavior", "restart"],
+                "--experiment must name a folder inside --train_dir",
+            )
+            for name in ("", ".", "../x", "/tmp/x", "a//b")
+        ],
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     r = run_cli_error("train", "--train_dir", tmp_path, *args)
     assert r.returncode == 2, r.stdout + r.stderr
@@ -197,6 +342,7 @@ def test_train_help_shows_the_values_an_env_and_the_flags_given_set():
 
 def test_envs_lists_registered_envs():
     from asyncrl.envs import registered_envs
+
     r = run_cli("envs", timeout=60)
     assert r.returncode == 0 and "gymnasium" in r.stdout
     listed = {line.split()[0] for line in r.stdout.splitlines()}

@@ -27,7 +27,7 @@ def test_a_turn_is_one_step_in_which_only_the_agent_to_move_acts():
         mover = env.waits.index(False)
         assert env.waits == [mover == 1, mover == 0] and moves % 2 == mover
         target = int(obs[mover][:CHOICES].argmax())
-        assert obs[1 - mover][:CHOICES + 1].sum() == 0 and obs[1 - mover][-CHOICES:].sum() == 0
+        assert obs[1 - mover][: CHOICES + 1].sum() == 0 and obs[1 - mover][-CHOICES:].sum() == 0
         actions = [target, target]
         actions[1 - mover] = int(np.flatnonzero(obs[mover][-CHOICES:] == 0)[0])  # illegal, and ignored
         obs, rewards, terminated, truncated, infos = env.step(actions)
@@ -36,8 +36,9 @@ def test_a_turn_is_one_step_in_which_only_the_agent_to_move_acts():
         if any(terminated):
             break
     assert moves == 2 * MOVES and terminated == [True, True] and truncated == [False, False]
-    assert paid[0] == [0.0, 0.0] and all(r == [1.0, 0.0] if t % 2 else r == [0.0, 1.0] for t, r in
-                                         enumerate(paid[1:-1], 1))
+    assert paid[0] == [0.0, 0.0] and all(
+        r == [1.0, 0.0] if t % 2 else r == [0.0, 1.0] for t, r in enumerate(paid[1:-1], 1)
+    )
     assert paid[-1] == [1.0, 1.0] and infos[0]["episode_stats"] == {"illegal": 0}
 
 
@@ -49,14 +50,16 @@ def test_each_sample_is_the_agents_own_move_with_what_it_earned(tmp_path, trunca
     other's), and done at the agent's last move of the game, every row in order of the agent's moves. A game cut by a
     time limit instead: no move is done, and the row after each agent's last move holds no sample (its final
     observation, which the learner bootstraps from)."""
-    runner = serial_runner(tmp_path, env=TAKE_TURNS, rollout=3, batch_size=24, encoder_mlp_layers=[16],
-                           env_options={"truncate": truncate})
+    runner = serial_runner(
+        tmp_path, env=TAKE_TURNS, rollout=3, batch_size=24, encoder_mlp_layers=[16], env_options={"truncate": truncate}
+    )
     learner = next(c for c in runner.components if isinstance(c, Learner))
     batches, train = [], learner.train
 
     def recording_train(batch, *args):
         batches.append({k: v.clone() for k, v in batch.items()})
         return train(batch, *args)
+
     learner.train = recording_train
     while len(batches) < 12:
         for c in runner.components:
@@ -90,19 +93,56 @@ def test_a_turn_based_game_trains_without_a_forbidden_move_and_plays_a_match(tmp
     """Real processes, one policy in both seats: it learns its targets (random play among the allowed moves scores
     MOVES / 2 = 2, all hits 4), although all but a player's last reward come while it waits; no move is illegal; each
     agent's episode is its own MOVES moves; `asyncrl match` and `enjoy` play the game with the trained policy."""
-    r = run_cli("train", "--env", TAKE_TURNS, "--train_dir", tmp_path, "--experiment", "t",
-                "--train_for_env_steps", 60000, "--seed", 1, "--use_rnn", "False", "--encoder_mlp_layers", 64, 64,
-                "--num_epochs", 4, "--num_batches_per_epoch", 4, "--learning_rate", 0.001, "--num_envs_per_worker", 16,
-                timeout=180)
+    r = run_cli(
+        "train",
+        "--env",
+        TAKE_TURNS,
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "t",
+        "--train_for_env_steps",
+        60000,
+        "--seed",
+        1,
+        "--use_rnn",
+        "False",
+        "--encoder_mlp_layers",
+        64,
+        64,
+        "--num_epochs",
+        4,
+        "--num_batches_per_epoch",
+        4,
+        "--learning_rate",
+        0.001,
+        "--num_envs_per_worker",
+        16,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [row for row in read_stats(tmp_path / "t") if row.get("episode_reward_mean") is not None]
     assert rows and all(row["episode_illegal_mean"] == 0 and row["episode_len_mean"] == MOVES for row in rows)
     assert rows[-1]["episode_reward_mean"] > 3.5
-    match = run_cli("match", "--env", TAKE_TURNS, "--train_dir", tmp_path, "--experiment", "t",
-                    "--players", "latest", "random", "--episodes", 20, timeout=120)
+    match = run_cli(
+        "match",
+        "--env",
+        TAKE_TURNS,
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "t",
+        "--players",
+        "latest",
+        "random",
+        "--episodes",
+        20,
+        timeout=120,
+    )
     assert match.returncode == 0 and "latest vs random: " in match.stdout, match.stdout + match.stderr
-    enjoy = run_cli("enjoy", "--env", TAKE_TURNS, "--train_dir", tmp_path, "--experiment", "t",
-                    "--max_num_episodes", 2, timeout=120)
+    enjoy = run_cli(
+        "enjoy", "--env", TAKE_TURNS, "--train_dir", tmp_path, "--experiment", "t", "--max_num_episodes", 2, timeout=120
+    )
     assert enjoy.returncode == 0, enjoy.stdout[-2000:] + enjoy.stderr[-2000:]
     returns = re.findall(r"episode \d: return [\d.]+ \(agents: ([\d.]+), ([\d.]+)\)", enjoy.stdout)  # each player's
     assert len(returns) == 2 and all(float(r) > MOVES / 2 for pair in returns for r in pair), enjoy.stdout
@@ -112,8 +152,20 @@ def test_pettingzoo_tic_tac_toe_trains_by_self_play_without_an_illegal_move(tmp_
     """PettingZoo classic's own game (its Dict observations with action masks; an illegal move would end a game with a
     warning): the policy plays itself and frozen past versions of itself, each agent's episode 3 to 5 of its own
     moves, and the frozen versions are rated."""
-    r = run_cli("train", "--env", "pettingzoo.classic.tictactoe_v3:env", "--train_dir", tmp_path, "--experiment", "ttt",
-                "--train_for_env_steps", 30000, "--selfplay_snapshot_every_env_steps", 5000, timeout=180)
+    r = run_cli(
+        "train",
+        "--env",
+        "pettingzoo.classic.tictactoe_v3:env",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "ttt",
+        "--train_for_env_steps",
+        30000,
+        "--selfplay_snapshot_every_env_steps",
+        5000,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "llegal move" not in r.stdout + r.stderr
     rows = [row for row in read_stats(tmp_path / "ttt") if row.get("episode_len_mean") is not None]
@@ -134,6 +186,7 @@ def test_what_turn_based_games_do_not_have_yet_is_one_line_and_exit_2(tmp_path, 
 
 def test_the_random_player_keeps_to_the_allowed_actions():
     from asyncrl.commands.match import RandomPlayer
+
     env = make_agents(TAKE_TURNS)
     obs, _ = env.reset(seed=0)
     mask = obs[0][-CHOICES:]
@@ -156,6 +209,7 @@ def test_evaluation_holds_a_waiting_agents_recurrent_state():
         params, value, new_state = forward_step(obs, rnn_state)
         calls.append((rnn_state.clone(), new_state.clone(), list(env.waits)))
         return params, value, new_state
+
     model.forward_step = recording_forward_step
     play_episode(model, env, deterministic=False, seed=0)
     assert len(calls) == 2 * MOVES
@@ -171,6 +225,7 @@ def test_bench_raw_mode_plays_legal_moves_and_counts_each_turn_once():
     """asyncrl bench's raw mode (random play, the simulation limit) counts env steps as a run does, one per turn (the
     agent that moved), and keeps to the allowed moves."""
     from asyncrl.commands.measure import RandomPlay
+
     play, moves = RandomPlay(TAKE_TURNS, {}, 2, 0), []
     for agents in play.envs:
         game = agents.env
@@ -179,6 +234,7 @@ def test_bench_raw_mode_plays_legal_moves_and_counts_each_turn_once():
             if action is not None:  # (a dead step's is None)
                 moves.append(bool(game.mask[action]))
             step(action)
+
         game.step = checked_step
     assert sum(play.step() for _ in range(50)) == 2 * 50
     assert len(moves) == 100 and all(moves)

@@ -52,8 +52,18 @@ def not_an_env(**options):
     return "a string"
 '''
 
-TRAIN = ["--num_workers", 2, "--rollout", 8, "--batch_size", 64, "--train_for_env_steps", 3000,
-         "--experiment_summaries_interval", 1]
+TRAIN = [
+    "--num_workers",
+    2,
+    "--rollout",
+    8,
+    "--batch_size",
+    64,
+    "--train_for_env_steps",
+    3000,
+    "--experiment_summaries_interval",
+    1,
+]
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +75,29 @@ def installed_plugin(tmp_path_factory):
     (source / "tiny_corridor_pkg").mkdir(parents=True)
     (source / "tiny_corridor_pkg" / "__init__.py").write_text("")
     (source / "tiny_corridor_pkg" / "corridor.py").write_text(CORRIDOR)
-    (source / "setup.py").write_text(textwrap.dedent('''
+    (source / "setup.py").write_text(
+        textwrap.dedent("""
         from setuptools import setup
         setup(name="tiny-corridor-pkg", version="0.1", packages=["tiny_corridor_pkg"],
               entry_points={"asyncrl.envs": ["tiny_corridor = tiny_corridor_pkg.corridor:make_corridor"]})
-    '''))
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(source)], check=True, capture_output=True)
+    """)
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return {**os.environ, "PYTHONPATH": str(target)}
 
 
@@ -86,15 +112,25 @@ def check_trained(experiment_dir, workers=2):
 def test_installed_entry_point_env_trains_with_several_workers(tmp_path, installed_plugin, clean_machine):
     listed = run_cli("envs", env=installed_plugin, timeout=60)
     assert "tiny_corridor" in listed.stdout and "tiny_corridor_pkg.corridor:make_corridor" in listed.stdout
-    r = run_cli("train", "--env", "tiny_corridor", "--train_dir", tmp_path, "--experiment", "ep", *TRAIN,
-                env=installed_plugin)
+    r = run_cli(
+        "train", "--env", "tiny_corridor", "--train_dir", tmp_path, "--experiment", "ep", *TRAIN, env=installed_plugin
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     check_trained(tmp_path / "ep")
 
 
 def test_import_path_env_trains(tmp_path, installed_plugin, clean_machine):
-    r = run_cli("train", "--env", "tiny_corridor_pkg.corridor:make_corridor", "--train_dir", tmp_path,
-                "--experiment", "ip", *TRAIN, env=installed_plugin)
+    r = run_cli(
+        "train",
+        "--env",
+        "tiny_corridor_pkg.corridor:make_corridor",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "ip",
+        *TRAIN,
+        env=installed_plugin,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     check_trained(tmp_path / "ip")
 
@@ -103,7 +139,9 @@ def test_env_registered_in_a_users_script_reaches_the_workers(tmp_path, clean_ma
     """register_env under `if __name__ == "__main__"`: spawned workers never run that line, so only the entry the
     runner ships to them can make the env (its class is defined in the script: shipped by value)."""
     script = tmp_path / "my_training.py"
-    script.write_text(CORRIDOR + textwrap.dedent(f'''
+    script.write_text(
+        CORRIDOR
+        + textwrap.dedent(f"""
         if __name__ == "__main__":
             import sys
             from asyncrl import register_env
@@ -112,17 +150,21 @@ def test_env_registered_in_a_users_script_reaches_the_workers(tmp_path, clean_ma
                          {{"use_rnn": False, "encoder_mlp_layers": [16]}})
             sys.exit(main(["train", "--env", "my_corridor", "--train_dir", {str(tmp_path)!r}, "--experiment", "script",
                            *map(str, {TRAIN!r})]))
-    '''))
+    """)
+    )
     r = run_python(script, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     check_trained(tmp_path / "script")
 
 
-@pytest.mark.parametrize("env,needle", [
-    ("no_such_pkg.envs:make", "cannot import 'no_such_pkg.envs'"),
-    ("tiny_corridor_pkg.corridor:no_such_factory", "has no attribute 'no_such_factory'"),
-    ("tiny_corridor_pkg.corridor:not_an_env", "returned a str, not a gymnasium.Env"),
-])
+@pytest.mark.parametrize(
+    "env,needle",
+    [
+        ("no_such_pkg.envs:make", "cannot import 'no_such_pkg.envs'"),
+        ("tiny_corridor_pkg.corridor:no_such_factory", "has no attribute 'no_such_factory'"),
+        ("tiny_corridor_pkg.corridor:not_an_env", "returned a str, not a gymnasium.Env"),
+    ],
+)
 def test_bad_import_path_is_one_line_and_exit_2(tmp_path, installed_plugin, env, needle):
     r = run_cli_error("train", "--env", env, "--train_dir", tmp_path, path=[installed_plugin["PYTHONPATH"]])
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
@@ -132,12 +174,30 @@ def test_envs_install_as_asyncrl_envs_not_a_top_level_package(tmp_path):
     """The wheel holds the env adapters at asyncrl/envs/, nothing at a top-level envs/ that could shadow (or be
     shadowed by) another project's `envs`; installed, `import envs` finds nothing of ours."""
     from helpers import REPO
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--wheel-dir", str(tmp_path), REPO], check=True, capture_output=True, cwd=tmp_path)
+
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(tmp_path),
+            REPO,
+        ],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
     import zipfile
+
     names = zipfile.ZipFile(next(tmp_path.glob("asyncrl-*.whl"))).namelist()
     assert {"asyncrl/envs/__init__.py", "asyncrl/envs/doom.py", "asyncrl/envs/synthetic.py"} <= set(names)
     assert not [n for n in names if n.startswith("envs/")], names
-    r = run_python("-c", "import importlib.util, asyncrl.envs; print(importlib.util.find_spec('envs'))",
-                   cwd=tmp_path, timeout=60)
+    r = run_python(
+        "-c", "import importlib.util, asyncrl.envs; print(importlib.util.find_spec('envs'))", cwd=tmp_path, timeout=60
+    )
     assert r.returncode == 0 and r.stdout.strip() == "None", r.stdout + r.stderr

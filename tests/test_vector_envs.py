@@ -12,17 +12,25 @@ from asyncrl.core.buffers import num_slots
 from asyncrl.roles.env_backends import PerEnvBackend, VectorBackend
 
 
-@pytest.mark.parametrize("env, steps, options, min_episodes", [
-    ("atari_breakout", 1500, {}, 4), ("atari_breakout", 1500, {"engine": "envpool"}, 4), ("Acrobot-v1", 1200, {}, 4),
-    ("ALE/Pong-v5", 40, {}, 0), ("synthetic_image_and_vector", 100, {"action_mask": True, "episode_len": 7}, 20)])
+@pytest.mark.parametrize(
+    "env, steps, options, min_episodes",
+    [
+        ("atari_breakout", 1500, {}, 4),
+        ("atari_breakout", 1500, {"engine": "envpool"}, 4),
+        ("Acrobot-v1", 1200, {}, 4),
+        ("ALE/Pong-v5", 40, {}, 0),
+        ("synthetic_image_and_vector", 100, {"action_mask": True, "episode_len": 7}, 20),
+    ],
+)
 def test_vector_rows_equal_per_env_rows_for_the_same_seeds_and_actions(env, steps, options, min_episodes):
     """ALE's vector env (same-step autoreset, C++), EnvPool's (reset as ALE's) and gymnasium's SyncVectorEnv
     (same-step) against the same envs stepped one by one: every observation row, reward, done, lost life and episode
     start is the same, and so are the ended episodes' stats (a vector env's come stacked in its infos). An ALE/ id is
     the raw game alone, so its vector env is a SyncVectorEnv of it, not the preprocessing vector env ale-py registers
     for the id; synthetic_image_and_vector's observations are packed (images beside a vector, and a mask)."""
-    cfg = dataclasses.replace(Config(env=env, num_workers=1, num_envs_per_worker=4, seed=5, env_options=options),
-                              agents_per_env=1)
+    cfg = dataclasses.replace(
+        Config(env=env, num_workers=1, num_envs_per_worker=4, seed=5, env_options=options), agents_per_env=1
+    )
     per_env, vector = PerEnvBackend(cfg, 0, None), VectorBackend(cfg, 0, None)
     k, space = cfg.envs_per_group, per_env.envs[0].observation_space
     for first_a, first_b in zip(per_env.reset(0), vector.reset(0)):
@@ -49,6 +57,7 @@ def test_bench_steps_a_vector_env_that_takes_one_seed_as_the_backend_does():
     """CartPole's own vector env takes one seed for all its envs: the vector backend fell back to it, bench's raw
     mode (`asyncrl bench --env CartPole-v1 --env_backend vector`) did not and stopped on gymnasium's error."""
     from asyncrl.commands.measure import RandomVectorPlay
+
     play = RandomVectorPlay("CartPole-v1", {}, 4, 0, 2)
     assert play.step() == 4
     play.close()
@@ -60,8 +69,12 @@ def test_an_ale_id_counts_its_frames_per_env_and_as_a_vector():
     mode per env and as vectors."""
     from asyncrl.commands.measure import RandomPlay, RandomVectorPlay
     from asyncrl.envs import make_agents
-    plays = [RandomPlay("ALE/Pong-v5", {}, 2, 0), RandomVectorPlay("ALE/Pong-v5", {}, 2, 0, 1),
-             RandomVectorPlay("atari_pong", {}, 2, 0, 1)]
+
+    plays = [
+        RandomPlay("ALE/Pong-v5", {}, 2, 0),
+        RandomVectorPlay("ALE/Pong-v5", {}, 2, 0, 1),
+        RandomVectorPlay("atari_pong", {}, 2, 0, 1),
+    ]
     assert make_agents("ALE/Pong-v5").frameskip == make_agents("atari_pong").frameskip == 4
     assert [play.frameskip for play in plays] == [4, 4, 4]
     assert make_agents("CartPole-v1").frameskip == RandomVectorPlay("CartPole-v1", {}, 2, 0, 1).frameskip == 1
@@ -74,6 +87,7 @@ def test_next_step_autoreset_gives_every_episode_its_steps_and_return(tmp_path, 
     that step, and the episodes the worker reports are exactly the envs' episodes."""
     from asyncrl.core import timing
     from asyncrl.roles.rollout_worker import RolloutWorker
+
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
     runner = serial_runner(tmp_path, env_backend="vector", num_workers=1)
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
@@ -91,6 +105,7 @@ def test_next_step_autoreset_gives_every_episode_its_steps_and_return(tmp_path, 
                     played.append(running.pop((group, i)))
             resetting[:] = terminated | truncated
             return obs, rewards, terminated, truncated, info
+
         vector.step = recording_step
     while len(played) < 30:
         for c in runner.components:
@@ -103,8 +118,10 @@ def test_next_step_autoreset_gives_every_episode_its_steps_and_return(tmp_path, 
 
 def test_a_vector_env_that_raises_is_made_anew_and_its_slots_recycled(tmp_path):
     from asyncrl.roles.rollout_worker import RolloutWorker
-    runner = serial_runner(tmp_path, env="synthetic_constant", env_backend="vector",
-                           env_options={"step_us": 0, "error_prob": 0.05})
+
+    runner = serial_runner(
+        tmp_path, env="synthetic_constant", env_backend="vector", env_options={"step_us": 0, "error_prob": 0.05}
+    )
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
     first_vectors = list(worker.backend.vectors)
     for _ in range(300):
@@ -121,11 +138,14 @@ def test_a_hanging_vector_env_is_treated_as_its_worker_dying(tmp_path, clean_mac
     assert "an env hangs" in out and rows[-1]["worker_restarts"] == 1
 
 
-@pytest.mark.parametrize("env, message", [
-    ("vector_envs:wider", "vector env has the spaces Box(-inf, inf, (5,), float32)"),
-    ("doom_basic", "env 'doom_basic' has no vector env"),
-    ("synthetic_multi", "env 'synthetic_multi' has no vector env"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ("vector_envs:wider", "vector env has the spaces Box(-inf, inf, (5,), float32)"),
+        ("doom_basic", "env 'doom_basic' has no vector env"),
+        ("synthetic_multi", "env 'synthetic_multi' has no vector env"),
+    ],
+)
 def test_bad_vector_env_input_is_one_line_and_exit_2(env, message):
     r = run_cli_error("train", "--env", env, "--env_backend", "vector", path=[os.path.join(REPO, "tests")])
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and message in r.stderr, r.stderr

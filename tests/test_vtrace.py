@@ -12,14 +12,19 @@ def vtrace_reference(log_rhos, discounts, rewards, values, bootstrap, rho_bar, p
     """IMPALA eq. (1): v_s = V(x_s) + sum_{t=s}^{T-1} (prod_{i=s}^{t-1} gamma_i c_i) delta_t, element by element."""
     T, B = rewards.shape
     rhos = np.exp(log_rhos)
-    clip = (lambda x, bar: x if bar is None else np.minimum(bar, x))
+
+    def clip(x, bar):
+        return x if bar is None else np.minimum(bar, x)
+
     values_ext = np.concatenate([values, bootstrap[None]], axis=0)  # V(x_0..x_T)
     vs = np.zeros((T, B))
     for b in range(B):
         for s in range(T):
             total, weight = 0.0, 1.0  # weight: the product for t, extended by one factor per t
             for t in range(s, T):
-                delta = clip(rhos[t, b], rho_bar) * (rewards[t, b] + discounts[t, b] * values_ext[t + 1, b] - values_ext[t, b])
+                delta = clip(rhos[t, b], rho_bar) * (
+                    rewards[t, b] + discounts[t, b] * values_ext[t + 1, b] - values_ext[t, b]
+                )
                 total += weight * delta
                 weight *= discounts[t, b] * clip(rhos[t, b], c_bar)
             vs[s, b] = values[s, b] + total
@@ -27,25 +32,43 @@ def vtrace_reference(log_rhos, discounts, rewards, values, bootstrap, rho_bar, p
     pg = np.zeros((T, B))
     for b in range(B):
         for s in range(T):
-            pg[s, b] = clip(rhos[s, b], pg_rho_bar) * (rewards[s, b] + discounts[s, b] * vs_ext[s + 1, b] - values[s, b])
+            pg[s, b] = clip(rhos[s, b], pg_rho_bar) * (
+                rewards[s, b] + discounts[s, b] * vs_ext[s + 1, b] - values[s, b]
+            )
     return vs, pg
 
 
 def random_batch(rng, T=7, B=5, done_prob=0.2, log_rho_scale=1.0):
     dones = rng.random((T, B)) < done_prob
-    return dict(log_rhos=rng.normal(0, log_rho_scale, (T, B)), discounts=0.97 * (1 - dones),
-                rewards=rng.normal(0, 1, (T, B)), values=rng.normal(0, 1, (T, B)), bootstrap=rng.normal(0, 1, B))
+    return dict(
+        log_rhos=rng.normal(0, log_rho_scale, (T, B)),
+        discounts=0.97 * (1 - dones),
+        rewards=rng.normal(0, 1, (T, B)),
+        values=rng.normal(0, 1, (T, B)),
+        bootstrap=rng.normal(0, 1, B),
+    )
 
 
-@pytest.mark.parametrize("rho_bar,pg_rho_bar,c_bar", [(1.0, 1.0, 1.0), (0.5, 2.0, 0.8), (None, None, None), (3.0, 1.0, 1.5)])
+@pytest.mark.parametrize(
+    "rho_bar,pg_rho_bar,c_bar", [(1.0, 1.0, 1.0), (0.5, 2.0, 0.8), (None, None, None), (3.0, 1.0, 1.5)]
+)
 @pytest.mark.parametrize("seed,T", [(0, 7), (1, 7), (2, 7), (3, 1), (4, 129)])
 def test_vtrace_matches_paper_sum(seed, T, rho_bar, pg_rho_bar, c_bar):
     d = random_batch(np.random.default_rng(seed), T=T)
-    vs_ref, pg_ref = vtrace_reference(d["log_rhos"], d["discounts"], d["rewards"], d["values"], d["bootstrap"],
-                                      rho_bar, pg_rho_bar, c_bar)
+    vs_ref, pg_ref = vtrace_reference(
+        d["log_rhos"], d["discounts"], d["rewards"], d["values"], d["bootstrap"], rho_bar, pg_rho_bar, c_bar
+    )
     t = {k: torch.tensor(v, dtype=torch.float64) for k, v in d.items()}
-    out = from_importance_weights(t["log_rhos"], t["discounts"], t["rewards"], t["values"], t["bootstrap"],
-                                  clip_rho_threshold=rho_bar, clip_pg_rho_threshold=pg_rho_bar, clip_c_threshold=c_bar)
+    out = from_importance_weights(
+        t["log_rhos"],
+        t["discounts"],
+        t["rewards"],
+        t["values"],
+        t["bootstrap"],
+        clip_rho_threshold=rho_bar,
+        clip_pg_rho_threshold=pg_rho_bar,
+        clip_c_threshold=c_bar,
+    )
     np.testing.assert_allclose(out.vs.numpy(), vs_ref, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(out.pg_advantages.numpy(), pg_ref, rtol=1e-10, atol=1e-10)
 
@@ -57,8 +80,13 @@ def test_on_policy_vtrace_is_n_step_return():
     rewards, values, bootstrap = rng.normal(size=(T, B)), rng.normal(size=(T, B)), rng.normal(size=B)
     discounts = np.full((T, B), 0.9)
     discounts[2, 1] = 0.0  # episode 1 ends at step 2
-    out = from_importance_weights(torch.zeros(T, B, dtype=torch.float64), torch.tensor(discounts), torch.tensor(rewards),
-                                  torch.tensor(values), torch.tensor(bootstrap))
+    out = from_importance_weights(
+        torch.zeros(T, B, dtype=torch.float64),
+        torch.tensor(discounts),
+        torch.tensor(rewards),
+        torch.tensor(values),
+        torch.tensor(bootstrap),
+    )
     returns = np.zeros((T, B))
     for b in range(B):
         acc = bootstrap[b]
@@ -71,13 +99,20 @@ def test_on_policy_vtrace_is_n_step_return():
 def test_last_step_bootstraps_and_keeps_its_advantage():
     """The final step's advantage is r + gamma V(x_T) - V(x_{T-1}), not zero (unlike Sample Factory's)."""
     log_rhos = torch.zeros(3, 1)
-    out = from_importance_weights(log_rhos, torch.full((3, 1), 0.5), torch.ones(3, 1), torch.zeros(3, 1), torch.tensor([4.0]))
+    out = from_importance_weights(
+        log_rhos, torch.full((3, 1), 0.5), torch.ones(3, 1), torch.zeros(3, 1), torch.tensor([4.0])
+    )
     assert out.pg_advantages[-1, 0].item() == pytest.approx(1.0 + 0.5 * 4.0)
 
 
 def test_episode_end_blocks_bootstrap():
-    out = from_importance_weights(torch.zeros(2, 1), torch.tensor([[0.9], [0.0]]), torch.tensor([[1.0], [2.0]]),
-                                  torch.zeros(2, 1), torch.tensor([100.0]))
+    out = from_importance_weights(
+        torch.zeros(2, 1),
+        torch.tensor([[0.9], [0.0]]),
+        torch.tensor([[1.0], [2.0]]),
+        torch.zeros(2, 1),
+        torch.tensor([100.0]),
+    )
     assert out.vs[1, 0].item() == pytest.approx(2.0)
     assert out.vs[0, 0].item() == pytest.approx(1.0 + 0.9 * 2.0)
 
@@ -91,9 +126,9 @@ def gae_reference(rewards, values, bootstrap, discounts, lam):
     for b in range(B):
         for t in range(T):
             weight = 1.0
-            for l in range(T - t):
-                adv[t, b] += weight * deltas[t + l, b]
-                weight *= discounts[t + l, b] * lam
+            for k in range(T - t):
+                adv[t, b] += weight * deltas[t + k, b]
+                weight *= discounts[t + k, b] * lam
     return adv
 
 
@@ -101,8 +136,13 @@ def gae_reference(rewards, values, bootstrap, discounts, lam):
 def test_gae_matches_paper_sum(T):
     d = random_batch(np.random.default_rng(4), T=T)
     ref = gae_reference(d["rewards"], d["values"], d["bootstrap"], d["discounts"], 0.95)
-    adv, targets = gae(torch.tensor(d["rewards"]), torch.tensor(d["values"]), torch.tensor(d["bootstrap"]),
-                       torch.tensor(d["discounts"]), 0.95)
+    adv, targets = gae(
+        torch.tensor(d["rewards"]),
+        torch.tensor(d["values"]),
+        torch.tensor(d["bootstrap"]),
+        torch.tensor(d["discounts"]),
+        0.95,
+    )
     np.testing.assert_allclose(adv.numpy(), ref, atol=1e-10)
     np.testing.assert_allclose(targets.numpy(), ref + d["values"], atol=1e-10)
 
@@ -149,7 +189,9 @@ def episodes_reference(steps, bootstrap, gamma, lam=None, rho_bar=1.0, c_bar=1.0
     if lam is not None:
         return out
     vs_next = np.array([out[t + 1] if ends[t] is None and t + 1 < T else next_value[t] for t in range(T)])
-    return out, np.array([min(pg_rho_bar, rhos[t]) * (rewards[t] + gammas[t] * vs_next[t] - values[t]) for t in range(T)])
+    return out, np.array(
+        [min(pg_rho_bar, rhos[t]) * (rewards[t] + gammas[t] * vs_next[t] - values[t]) for t in range(T)]
+    )
 
 
 def engine_rows(steps, gamma, bootstrap_truncation=True):
@@ -175,8 +217,17 @@ def test_vtrace_bootstraps_truncated_episodes_from_their_final_observation(seed)
 
     def engine(bootstrap_truncation):
         d, real = engine_rows(steps, gamma, bootstrap_truncation)
-        out = from_importance_weights(d["log_rhos"], d["discounts"], d["rewards"], d["values"],
-                                      torch.tensor([bootstrap], dtype=torch.float64), 1.0, 1.1, 0.9, d["valid"])
+        out = from_importance_weights(
+            d["log_rhos"],
+            d["discounts"],
+            d["rewards"],
+            d["values"],
+            torch.tensor([bootstrap], dtype=torch.float64),
+            1.0,
+            1.1,
+            0.9,
+            d["valid"],
+        )
         return out.vs[real, 0].numpy(), out.pg_advantages[real, 0].numpy()
 
     vs, pg = engine(bootstrap_truncation=True)
@@ -193,8 +244,9 @@ def test_gae_bootstraps_truncated_episodes_from_their_final_observation(seed):
 
     def engine(bootstrap_truncation):
         d, real = engine_rows(steps, gamma, bootstrap_truncation)
-        adv, targets = gae(d["rewards"], d["values"], torch.tensor([bootstrap], dtype=torch.float64), d["discounts"],
-                           0.9, d["valid"])
+        adv, targets = gae(
+            d["rewards"], d["values"], torch.tensor([bootstrap], dtype=torch.float64), d["discounts"], 0.9, d["valid"]
+        )
         np.testing.assert_allclose(targets.numpy(), (adv + d["values"]).numpy())
         return adv[real, 0].numpy()
 
@@ -206,6 +258,7 @@ def test_return_normalizer_keeps_the_moments_of_every_target_it_merged():
     """Chan et al.'s merge over batches of masked targets gives the mean and variance of all of them together (the
     prior's 1e-4 count aside); normalize and denormalize are inverses."""
     from asyncrl.model.normalizers import ReturnNorm
+
     rng, norm, seen = np.random.default_rng(0), ReturnNorm(), []
     for scale in (1.0, 30.0, 100.0):  # returns that grow as a policy learns
         targets = torch.tensor(rng.normal(scale, scale / 3, (16, 8)))
@@ -227,6 +280,7 @@ def test_vtrace_and_gae_of_normalized_values_are_the_references_in_return_units(
 
     from asyncrl.cfg.config import Config
     from asyncrl.model.actor_critic import build_model
+
     model = build_model(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), Config(env="x", use_rnn=False))
     norm = model.returns_normalizer
     norm.mean.fill_(40.0)
@@ -235,8 +289,9 @@ def test_vtrace_and_gae_of_normalized_values_are_the_references_in_return_units(
     d = random_batch(np.random.default_rng(5))
     t = {k: torch.tensor(v, dtype=torch.float32) for k, v in d.items()}  # the head's (normalized) outputs
     values, bootstrap = model.returns(t["values"]), model.returns(t["bootstrap"])
-    vs_ref, _ = vtrace_reference(d["log_rhos"], d["discounts"], d["rewards"], 40 + 5 * d["values"],
-                                 40 + 5 * d["bootstrap"], 1.0, 1.0, 1.0)
+    vs_ref, _ = vtrace_reference(
+        d["log_rhos"], d["discounts"], d["rewards"], 40 + 5 * d["values"], 40 + 5 * d["bootstrap"], 1.0, 1.0, 1.0
+    )
     vt = from_importance_weights(t["log_rhos"], t["discounts"], t["rewards"], values, bootstrap)
     np.testing.assert_allclose(vt.vs.numpy(), vs_ref, rtol=1e-4, atol=1e-3)
     _, gae_targets = gae(t["rewards"], values, bootstrap, t["discounts"], 0.95)
@@ -257,6 +312,7 @@ def test_merging_return_statistics_preserves_the_value_heads_outputs_in_return_u
 
     from asyncrl.cfg.config import Config
     from asyncrl.model.actor_critic import build_model
+
     torch.manual_seed(0)
     model = build_model(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), Config(env="x", use_rnn=False))
     obs = torch.randn(5, 3)

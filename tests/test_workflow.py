@@ -35,8 +35,22 @@ def test_evaluation_during_training_writes_curves_and_keeps_the_best(cartpole_ru
 
 def test_enjoy_writes_a_video_of_the_episodes(cartpole_run):
     train_dir, _ = cartpole_run
-    r = run_cli("enjoy", "--train_dir", train_dir, "--experiment", "cp", "--load_checkpoint_kind", "best",
-                "--max_num_episodes", 2, "--save_video", "True", "--seed", 3, *SHORT_GAMES)
+    r = run_cli(
+        "enjoy",
+        "--train_dir",
+        train_dir,
+        "--experiment",
+        "cp",
+        "--load_checkpoint_kind",
+        "best",
+        "--max_num_episodes",
+        2,
+        "--save_video",
+        "True",
+        "--seed",
+        3,
+        *SHORT_GAMES,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     lengths = [int(n) for n in re.findall(r"episode \d+: return [-\d.]+, length (\d+)", r.stdout)]
     assert len(lengths) == 2, r.stdout
@@ -51,13 +65,28 @@ def test_enjoy_writes_a_video_of_the_episodes(cartpole_run):
 
 def test_enjoy_latest_checkpoint_as_gif_with_sampled_actions(cartpole_run):
     train_dir, _ = cartpole_run
-    r = run_cli("enjoy", "--train_dir", train_dir, "--experiment", "cp", "--max_num_episodes", 1,
-                "--save_video", "True", "--video_name", "clip.gif", "--eval_deterministic", "False", *SHORT_GAMES)
+    r = run_cli(
+        "enjoy",
+        "--train_dir",
+        train_dir,
+        "--experiment",
+        "cp",
+        "--max_num_episodes",
+        1,
+        "--save_video",
+        "True",
+        "--video_name",
+        "clip.gif",
+        "--eval_deterministic",
+        "False",
+        *SHORT_GAMES,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     length = int(re.search(r"length (\d+)", r.stdout).group(1))
     fps = float(re.search(r"frames at ([\d.]+) fps", r.stdout).group(1))
     # a GIF merges identical consecutive frames into one longer one: its duration tells the frames written
     from PIL import Image, ImageSequence
+
     with Image.open(train_dir / "cp" / "clip.gif") as gif:
         duration_ms = sum(frame.info["duration"] for frame in ImageSequence.Iterator(gif))
     assert duration_ms == pytest.approx((length + 1) * 1000 / fps, rel=0.02)
@@ -77,8 +106,11 @@ def test_plot_of_a_resumed_run_breaks_its_frames_per_second_at_the_resume(tmp_pa
     """Rows as a run and its resume write them (the clock starts again; each launch's first interval holds its
     start-up): one line of wall time, and a frames/s line without the start-up rows, broken at the resume."""
     from asyncrl.commands.plot import read_run, throughput_line
-    launches = [[(2.0, 2048, 1011.0), (3.0, 8192, 6033.0), (4.0, 14336, 6124.0)],
-                [(3.2, 17408, 947.0), (4.2, 24576, 7151.0), (5.3, 31744, 6940.0)]]
+
+    launches = [
+        [(2.0, 2048, 1011.0), (3.0, 8192, 6033.0), (4.0, 14336, 6124.0)],
+        [(3.2, 17408, 947.0), (4.2, 24576, 7151.0), (5.3, 31744, 6940.0)],
+    ]
     with open(tmp_path / "stats.jsonl", "w") as f:
         for launch in launches:
             for time_s, steps, fps in launch:
@@ -95,34 +127,69 @@ def test_wandb_offline_run_has_the_scalars_the_config_and_the_video(cartpole_run
     """--with_wandb True, in wandb's offline mode (as every test runs): the run's records hold every policy's scalars
     against its env steps (stats, evaluation, timing) and the config, and enjoy's video joins the same wandb run."""
     train_dir, _ = cartpole_run
-    r = run_cli("enjoy", "--train_dir", train_dir, "--experiment", "cp", "--max_num_episodes", 1,
-                "--save_video", "True", "--video_name", "wandb.gif", *SHORT_GAMES)
+    r = run_cli(
+        "enjoy",
+        "--train_dir",
+        train_dir,
+        "--experiment",
+        "cp",
+        "--max_num_episodes",
+        1,
+        "--save_video",
+        "True",
+        "--video_name",
+        "wandb.gif",
+        *SHORT_GAMES,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     run_id = (train_dir / "cp" / "wandb_id").read_text().strip()
     runs = wandb_runs(train_dir / "cp" / "wandb")
     records = [record for records in runs.values() for record in records]
     assert {record.run.run_id for record in records if record.HasField("run")} == {run_id}
-    config = {item.key: json.loads(item.value_json) for record in records if record.HasField("run")
-              for item in record.run.config.update}
+    config = {
+        item.key: json.loads(item.value_json)
+        for record in records
+        if record.HasField("run")
+        for item in record.run.config.update
+    }
     assert config["env"] == "CartPole-v1" and config["train_for_env_steps"] == 40_000
-    logged = [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
-              for record in records if record.HasField("history")]
+    logged = [
+        {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+        for record in records
+        if record.HasField("history")
+    ]
     keys = set().union(*logged)
-    assert {"policy_0/env_steps", "policy_0/episode_reward_mean", "policy_0/fps", "policy_0/policy_loss",
-            "policy_0/eval/return_mean", "policy_0/timing/learner_train"} <= keys, keys
+    assert {
+        "policy_0/env_steps",
+        "policy_0/episode_reward_mean",
+        "policy_0/fps",
+        "policy_0/policy_loss",
+        "policy_0/eval/return_mean",
+        "policy_0/timing/learner_train",
+    } <= keys, keys
     steps = [row["policy_0/env_steps"] for row in logged if "policy_0/fps" in row]
     assert len(steps) >= 3 and steps == sorted(steps)
     video = next(row for row in logged if "policy_0/replay/_type" in row)  # a media file's fields, flattened
     assert video["policy_0/replay/_type"] == "video-file" and any(
-        os.path.isfile(os.path.join(folder, "files", video["policy_0/replay/path"])) for folder in runs)
+        os.path.isfile(os.path.join(folder, "files", video["policy_0/replay/path"])) for folder in runs
+    )
 
 
 def test_export_then_the_readme_snippet_acts_without_asyncrl(cartpole_run, tmp_path):
     """`asyncrl export` on the best checkpoint, then README's snippet in a plain Python process: it acts with
     onnxruntime, never imports asyncrl, and plays the trained policy's game (a random one scores ~20)."""
     train_dir, _ = cartpole_run
-    r = run_cli("export", "--train_dir", train_dir, "--experiment", "cp", "--load_checkpoint_kind", "best",
-                "--out", tmp_path / "cp.onnx")
+    r = run_cli(
+        "export",
+        "--train_dir",
+        train_dir,
+        "--experiment",
+        "cp",
+        "--load_checkpoint_kind",
+        "best",
+        "--out",
+        tmp_path / "cp.onnx",
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     readme = open(os.path.join(REPO, "README.md")).read()
     snippet = next(block for block in re.findall(r"```python\n(.*?)```", readme, re.S) if "onnxruntime" in block)
@@ -138,6 +205,7 @@ def test_pushed_folder_plays_from_disk_and_the_hub_unreachable_is_one_line(cartp
     Hub that cannot be reached, push (and enjoy --hf_repository) fail in one line with exit code 2."""
     from asyncrl.commands.hub import hub_folder
     from asyncrl.commands.saved_run import config_of_run
+
     train_dir, _ = cartpole_run
     cfg = config_of_run({"train_dir": str(train_dir), "experiment": "cp"})
     folder = hub_folder(cfg, "someone/cp-agent", str(tmp_path / "cp-agent"))
@@ -147,28 +215,50 @@ def test_pushed_folder_plays_from_disk_and_the_hub_unreachable_is_one_line(cartp
     shared = sorted(os.listdir(os.path.join(folder, "checkpoint_p0")))
     assert shared[0] == "best_checkpoint.pth" and len(shared) == 2 and shared[1].startswith("checkpoint_"), shared
     assert json.loads(open(os.path.join(folder, "config.json")).read())["with_wandb"] is False
-    r = run_cli("enjoy", "--train_dir", tmp_path, "--experiment", "cp-agent", "--load_checkpoint_kind", "best",
-                "--max_num_episodes", 1)
+    r = run_cli(
+        "enjoy",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "cp-agent",
+        "--load_checkpoint_kind",
+        "best",
+        "--max_num_episodes",
+        1,
+    )
     assert r.returncode == 0 and "episode 0: return" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
     offline = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": "http://127.0.0.1:9"}
     offline.pop("HF_TOKEN", None)
     for args, env, needle in [
-            (["push", "--train_dir", train_dir, "--experiment", "cp", "--hf_repository", "someone/cp-agent"], offline,
-             "no Hugging Face token"),
-            (["push", "--train_dir", train_dir, "--experiment", "cp", "--hf_repository", "someone/cp-agent"],
-             {**offline, "HF_TOKEN": "hf_not_a_real_token"}, "cannot upload to the Hugging Face Hub"),
-            (["enjoy", "--train_dir", tmp_path / "dl", "--hf_repository", "someone/cp-agent"], offline,
-             "cannot download someone/cp-agent")]:
+        (
+            ["push", "--train_dir", train_dir, "--experiment", "cp", "--hf_repository", "someone/cp-agent"],
+            offline,
+            "no Hugging Face token",
+        ),
+        (
+            ["push", "--train_dir", train_dir, "--experiment", "cp", "--hf_repository", "someone/cp-agent"],
+            {**offline, "HF_TOKEN": "hf_not_a_real_token"},
+            "cannot upload to the Hugging Face Hub",
+        ),
+        (
+            ["enjoy", "--train_dir", tmp_path / "dl", "--hf_repository", "someone/cp-agent"],
+            offline,
+            "cannot download someone/cp-agent",
+        ),
+    ]:
         r = run_cli(*args, env=env, timeout=120)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["enjoy", "--experiment", "nothing_here", "--env", "CartPole-v1"], "no checkpoint in"),
-    (["enjoy", "--experiment", "nothing_here"], "no run in"),
-    (["enjoy", "--env", "synthetic_constant", "--checkpoint", "x.pth", "--save_video", "True"], "gives no frames"),
-    (["plot", "no_such_run"], "has no readable stats.jsonl"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["enjoy", "--experiment", "nothing_here", "--env", "CartPole-v1"], "no checkpoint in"),
+        (["enjoy", "--experiment", "nothing_here"], "no run in"),
+        (["enjoy", "--env", "synthetic_constant", "--checkpoint", "x.pth", "--save_video", "True"], "gives no frames"),
+        (["plot", "no_such_run"], "has no readable stats.jsonl"),
+    ],
+)
 def test_workflow_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     r = run_cli_error(*args, "--train_dir", tmp_path) if args[0] == "enjoy" else run_cli_error(*args)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
@@ -176,9 +266,21 @@ def test_workflow_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
 
 def test_progress_is_a_live_bar_on_a_terminal_and_plain_lines_otherwise(tmp_path):
     leader, follower = pty.openpty()
-    proc = start_cli("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", "tty",
-                     "--train_for_env_steps", 15_000, "--experiment_summaries_interval", 1,
-                     stdout=follower, stderr=follower)
+    proc = start_cli(
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "tty",
+        "--train_for_env_steps",
+        15_000,
+        "--experiment_summaries_interval",
+        1,
+        stdout=follower,
+        stderr=follower,
+    )
     os.close(follower)
     output = b""
     while True:
@@ -191,31 +293,61 @@ def test_progress_is_a_live_bar_on_a_terminal_and_plain_lines_otherwise(tmp_path
         output += chunk
     assert proc.wait(timeout=120) == 0, output[-2000:]
     text = output.decode(errors="replace")
-    assert re.search(r"\rtty: [\d.]+k frames [\d.]+k? fps return [\d.]+ lag [\d.]+ \| left \dm\d\ds \|.*\| +\d+%",
-                     text), text[-2000:]
+    assert re.search(
+        r"\rtty: [\d.]+k frames [\d.]+k? fps return [\d.]+ lag [\d.]+ \| left \dm\d\ds \|.*\| +\d+%", text
+    ), text[-2000:]
     assert "] p0:" not in text  # no plain summary lines on a terminal
     assert read_stats(tmp_path / "tty")[-1]["env_steps"] >= 15_000
 
 
 def test_tune_returns_valid_flags_that_train_uses(tmp_path, clean_machine):
     cache = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # where tuning results are kept
-    r = run_cli("tune", "--env", "CartPole-v1", "--budget_seconds", 18, "--seconds", 2, "--warmup_seconds", 2,
-                "--cost_seconds", 0.4, timeout=240, env=cache)
+    r = run_cli(
+        "tune",
+        "--env",
+        "CartPole-v1",
+        "--budget_seconds",
+        18,
+        "--seconds",
+        2,
+        "--warmup_seconds",
+        2,
+        "--cost_seconds",
+        0.4,
+        timeout=240,
+        env=cache,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     result = json.loads((tmp_path / "cache" / "asyncrl" / "tune" / "CartPole-v1.json").read_text())
     assert len(result["tried"]) >= 2 and result["best_fps"] > 0
     assert result["best_fps"] == max(entry["fps"] for entry in result["tried"] if entry["flags"] == result["best"])
     assert result["costs"]["sim_ms_per_step"] > 0 and result["costs"]["learn_ms_per_step"] > 0
     from asyncrl.cfg.config import Config
+
     Config(env="CartPole-v1", **result["best"]).validate()
     assert "fastest: asyncrl train --env CartPole-v1 --num_envs_per_worker" in r.stdout
     # --tune True takes them; a flag given on the command line still wins
-    r = run_cli("train", "--env", "CartPole-v1", "--tune", "True", "--train_dir", tmp_path, "--experiment", "tuned",
-                "--batch_size", 512, "--train_for_env_steps", 5000, env=cache)
+    r = run_cli(
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--tune",
+        "True",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "tuned",
+        "--batch_size",
+        512,
+        "--train_for_env_steps",
+        5000,
+        env=cache,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     config = json.loads((tmp_path / "tuned" / "config.json").read_text())
     assert {k: config[k] for k in result["best"] if k != "batch_size"} == {
-        k: v for k, v in result["best"].items() if k != "batch_size"}
+        k: v for k, v in result["best"].items() if k != "batch_size"
+    }
     assert config["batch_size"] == 512
 
 
@@ -224,6 +356,7 @@ def test_tune_keeps_a_ppo_batch_that_follows_the_workers_and_envs():
     (a candidate with the old batch failed the run's check and stopped the search), and the batch is no knob."""
     from asyncrl.cli import config_from_args
     from asyncrl.commands.tune import candidate, flags_of, knobs, neighbours
+
     cfg = config_from_args(["--env", "Pendulum-v1", "--num_workers", "2", "--num_envs_per_worker", "4"])
     assert cfg.algo == "ppo" and "batch_size" not in knobs(cfg) and "batch_size" not in flags_of(cfg)
     for knob, value in (("num_envs_per_worker", 8), ("num_workers", 1)):

@@ -9,10 +9,11 @@ CHOICES, MOVES = 4, 4
 
 class TakeTurns(AECEnv):
     """Two players take turns, MOVES moves each. The player to move sees a target among CHOICES (one-hot), how many
-    moves it made (over MOVES) and an action mask allowing half the choices, the target among them; a hit scores 1, paid at the other player's next move (the
-    last move's at the game's end). So every reward but the last arrives while its player waits for its turn: a player
-    learns only if those rewards count for its own last move. An illegal move ends the game with -1 for its player
-    (episode_stats["illegal"] counts it). With `truncate` the game's normal end is a time limit, not a termination."""
+    moves it made (over MOVES) and an action mask allowing half the choices, the target among them; a hit scores 1,
+    paid at the other player's next move (the last move's at the game's end). So every reward but the last arrives
+    while its player waits for its turn: a player learns only if those rewards count for its own last move. An illegal
+    move ends the game with -1 for its player (episode_stats["illegal"] counts it). With `truncate` the game's normal
+    end is a time limit, not a termination."""
 
     metadata = {"name": "take_turns", "is_parallelizable": False}
     possible_agents = ["first", "second"]
@@ -21,8 +22,12 @@ class TakeTurns(AECEnv):
         self.truncate = truncate
 
     def observation_space(self, agent):
-        return gym.spaces.Dict({"observation": gym.spaces.Box(0, 1, (CHOICES + 1,), np.float32),
-                                "action_mask": gym.spaces.Box(0, 1, (CHOICES,), np.int8)})
+        return gym.spaces.Dict(
+            {
+                "observation": gym.spaces.Box(0, 1, (CHOICES + 1,), np.float32),
+                "action_mask": gym.spaces.Box(0, 1, (CHOICES,), np.int8),
+            }
+        )
 
     def action_space(self, agent):
         return gym.spaces.Discrete(CHOICES)
@@ -40,7 +45,7 @@ class TakeTurns(AECEnv):
 
     def _turn(self, agent: str) -> None:
         self.agent_selection = agent
-        allowed = self.rng.permutation(CHOICES)[:CHOICES // 2]
+        allowed = self.rng.permutation(CHOICES)[: CHOICES // 2]
         self.target, self.mask = int(allowed[0]), np.isin(np.arange(CHOICES), allowed).astype(np.int8)
 
     def observe(self, agent):

@@ -51,8 +51,9 @@ def normalize(advantages: torch.Tensor, mask: torch.Tensor, sum_over_ranks=_alon
     cancellation when the mean is large against the spread). sum_over_ranks sums a tensor over DD-PPO's ranks
     (distributed.ProcessGroup.sum): the mean and std are then those of every rank's minibatch together."""
     zero = torch.zeros_like(advantages)
-    total, count = sum_over_ranks(torch.stack([torch.where(mask, advantages, zero).sum(),
-                                               mask.sum().to(advantages.dtype)])).unbind()
+    total, count = sum_over_ranks(
+        torch.stack([torch.where(mask, advantages, zero).sum(), mask.sum().to(advantages.dtype)])
+    ).unbind()
     count = count.clamp(min=1)
     mean = total / count
     squares = sum_over_ranks(torch.where(mask, (advantages - mean) ** 2, zero).sum().reshape(1))[0]

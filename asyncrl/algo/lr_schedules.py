@@ -72,8 +72,8 @@ class KlAdaptive(Constant):
     def __init__(self, cfg: Config, optimizer, collective, per_minibatch: bool):
         super().__init__(cfg, optimizer, collective)
         self.per_minibatch = per_minibatch
-        self.lr = 0.0      # the adapted rate
-        self.base = 0.0    # the --learning_rate it started from (0 until the first batch: rates are positive)
+        self.lr = 0.0  # the adapted rate
+        self.base = 0.0  # the --learning_rate it started from (0 until the first batch: rates are positive)
         self.epoch_kls: list[float] = []
 
     def batch_start(self, learning_rate: float, env_steps: int) -> None:

@@ -20,8 +20,8 @@ first step (`pong_settings.md` in benchmarks/studies).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 
@@ -38,24 +38,34 @@ PROXIMAL = ("proximal_values", "proximal_log_ratio")
 @dataclass
 class Forward:
     dist: torch.distributions.Distribution  # the current policy at the minibatch's samples
-    log_ratio: torch.Tensor    # log pi(a|x) - log mu(a|x); 0 where a step holds no sample
-    values: torch.Tensor       # the value head's outputs (normalized returns with --normalize_returns), with gradient
-    returns: torch.Tensor      # the same in return units, without gradient
+    log_ratio: torch.Tensor  # log pi(a|x) - log mu(a|x); 0 where a step holds no sample
+    values: torch.Tensor  # the value head's outputs (normalized returns with --normalize_returns), with gradient
+    returns: torch.Tensor  # the same in return units, without gradient
     advantages: torch.Tensor
-    targets: torch.Tensor      # value targets in return units
-    proximal_values: torch.Tensor     # before the sample's first update (return units): the value clip's centre
+    targets: torch.Tensor  # value targets in return units
+    proximal_values: torch.Tensor  # before the sample's first update (return units): the value clip's centre
     proximal_log_ratio: torch.Tensor  # log pi_prox(a|x) - log mu(a|x): the policy the ratio clip keeps pi near
 
 
-def advantages_and_targets(cfg: Config, gamma: float, batch: dict, returns: torch.Tensor,
-                           log_ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def advantages_and_targets(
+    cfg: Config, gamma: float, batch: dict, returns: torch.Tensor, log_ratio: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, value targets) of time-major [T, B] steps, from values in return units [T+1, B] (the last row
     bootstraps) and the log importance ratios: V-trace, or GAE with --with_vtrace False."""
     rewards = (batch["rewards"] * cfg.reward_scale).clamp(-cfg.reward_clip, cfg.reward_clip)
     discounts = gamma * (~batch["dones"]).float()
     if cfg.with_vtrace:
-        vt = from_importance_weights(log_ratio, discounts, rewards, returns[:-1], returns[-1], cfg.vtrace_rho,
-                                     cfg.vtrace_pg_rho, cfg.vtrace_c, batch["valid"])
+        vt = from_importance_weights(
+            log_ratio,
+            discounts,
+            rewards,
+            returns[:-1],
+            returns[-1],
+            cfg.vtrace_rho,
+            cfg.vtrace_pg_rho,
+            cfg.vtrace_c,
+            batch["valid"],
+        )
         return vt.pg_advantages, vt.vs
     return losses.gae(rewards, returns[:-1], returns[-1], discounts, cfg.gae_lambda, batch["valid"])
 
@@ -82,15 +92,24 @@ class TrajectoryMinibatches:
     def forward(self, mb: dict, gamma: float) -> Forward:
         """The forward pass over whole trajectories; where the minibatch comes without proximal outputs (its samples'
         first update in this batch) its own outputs are those, and it keeps them."""
-        params, values = self.model.forward_sequence(mb["obs"], mb["rnn_states"], mb["state_starts"], mb["dones"],
-                                                     self.autocast_dtype)
+        params, values = self.model.forward_sequence(
+            mb["obs"], mb["rnn_states"], mb["state_starts"], mb["dones"], self.autocast_dtype
+        )
         dist, log_ratio = policy_at(self.model, params[:-1], mb)
         returns = self.model.returns(values.detach())
         advantages, targets = advantages_and_targets(self.cfg, gamma, mb, returns, log_ratio.detach())
         if "proximal_values" not in mb:
             mb.update(proximal_values=returns[:-1], proximal_log_ratio=self.proximal(log_ratio))
-        return Forward(dist, log_ratio, values[:-1], returns[:-1], advantages, targets, mb["proximal_values"],
-                       mb["proximal_log_ratio"])
+        return Forward(
+            dist,
+            log_ratio,
+            values[:-1],
+            returns[:-1],
+            advantages,
+            targets,
+            mb["proximal_values"],
+            mb["proximal_log_ratio"],
+        )
 
     def proximal(self, log_ratio: torch.Tensor) -> torch.Tensor:
         """log pi_prox - log mu from the log ratio of a sample's first forward pass in the batch: that pass's policy
@@ -107,7 +126,8 @@ class SampleMinibatches(TrajectoryMinibatches):
         steps["obs"] = batch["obs"][:-1].flatten(0, 1)
         learned = batch["mask"].flatten().nonzero().squeeze(1)
         for samples in learned[torch.randperm(len(learned), device=learned.device)].tensor_split(
-                self.cfg.num_batches_per_epoch):
+            self.cfg.num_batches_per_epoch
+        ):
             mb = {k: v.index_select(0, samples) for k, v in steps.items()}
             mb["valid"] = mb["mask"]
             yield mb
@@ -122,8 +142,16 @@ class SampleMinibatches(TrajectoryMinibatches):
         features = self.model.encode(mb["obs"], self.autocast_dtype)
         params, values = self.model.heads(features, self.model.action_mask(mb["obs"]))
         dist, log_ratio = policy_at(self.model, params, mb)
-        return Forward(dist, log_ratio, values, self.model.returns(values.detach()), mb["advantages"], mb["targets"],
-                       mb["proximal_values"], mb["proximal_log_ratio"])
+        return Forward(
+            dist,
+            log_ratio,
+            values,
+            self.model.returns(values.detach()),
+            mb["advantages"],
+            mb["targets"],
+            mb["proximal_values"],
+            mb["proximal_log_ratio"],
+        )
 
 
 def policy_at(model: torch.nn.Module, params: torch.Tensor, mb: dict) -> tuple:

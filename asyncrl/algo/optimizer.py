@@ -17,8 +17,16 @@ from torch.optim.adam import adam
 from asyncrl.core.weights import flat_state, num_state_floats, state_tensors, unflatten
 
 # the hyperparameters torch.optim.Adam's state_dict lists beside ours, at the values this Adam always has
-FIXED_HYPERPARAMETERS = {"weight_decay": 0.0, "amsgrad": False, "maximize": False, "foreach": None, "capturable": False,
-                         "differentiable": False, "fused": None, "decoupled_weight_decay": False}
+FIXED_HYPERPARAMETERS = {
+    "weight_decay": 0.0,
+    "amsgrad": False,
+    "maximize": False,
+    "foreach": None,
+    "capturable": False,
+    "differentiable": False,
+    "fused": None,
+    "decoupled_weight_decay": False,
+}
 
 
 class Adam:
@@ -40,36 +48,55 @@ class Adam:
         params = [p for p in self.params if p.grad is not None]
         for p in params:
             if p not in self.state:  # as torch.optim.Adam starts a parameter's state (without capturable or fused)
-                self.state[p] = {"step": torch.tensor(0.0),
-                                 "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                                 "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+                self.state[p] = {
+                    "step": torch.tensor(0.0),
+                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+                }
         states = [self.state[p] for p in params]
         beta1, beta2 = group["betas"]
-        adam(params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
-             [s["step"] for s in states], amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=0.0,
-             eps=group["eps"], maximize=False)
+        adam(
+            params,
+            [p.grad for p in params],
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [],
+            [s["step"] for s in states],
+            amsgrad=False,
+            beta1=beta1,
+            beta2=beta2,
+            lr=group["lr"],
+            weight_decay=0.0,
+            eps=group["eps"],
+            maximize=False,
+        )
 
     def state_dict(self) -> dict:
         """torch.optim.Adam's layout: the state by parameter index, and the group's hyperparameters."""
         index = {p: i for i, p in enumerate(self.params)}
         group = {key: value for key, value in self.param_groups[0].items() if key != "params"}
-        return {"state": {index[p]: dict(state) for p, state in self.state.items()},
-                "param_groups": [{**group, **FIXED_HYPERPARAMETERS, "params": list(range(len(self.params)))}]}
+        return {
+            "state": {index[p]: dict(state) for p, state in self.state.items()},
+            "param_groups": [{**group, **FIXED_HYPERPARAMETERS, "params": list(range(len(self.params)))}],
+        }
 
     def load_state_dict(self, saved: dict) -> None:
         """The moments and steps of a state_dict (ours or torch.optim.Adam's, one group over these parameters).
         The hyperparameters stay this run's: the config's, not the checkpoint's."""
         indices = [i for group in saved["param_groups"] for i in group["params"]]
         if len(indices) != len(self.params):
-            raise ValueError(f"the saved optimizer state is of {len(indices)} parameters, this model has "
-                             f"{len(self.params)}")
+            raise ValueError(
+                f"the saved optimizer state is of {len(indices)} parameters, this model has {len(self.params)}"
+            )
         self.state = {}
         for p, i in zip(self.params, indices):
             if i in saved["state"]:
                 state = saved["state"][i]
-                self.state[p] = {"step": state["step"].detach().float().cpu().clone(),
-                                 "exp_avg": state["exp_avg"].to(p.device, p.dtype, copy=True),
-                                 "exp_avg_sq": state["exp_avg_sq"].to(p.device, p.dtype, copy=True)}
+                self.state[p] = {
+                    "step": state["step"].detach().float().cpu().clone(),
+                    "exp_avg": state["exp_avg"].to(p.device, p.dtype, copy=True),
+                    "exp_avg_sq": state["exp_avg_sq"].to(p.device, p.dtype, copy=True),
+                }
 
 
 def learner_state_floats(model: nn.Module) -> int:
@@ -84,8 +111,9 @@ def pack_state(model: nn.Module, optimizer: Adam, out: torch.Tensor) -> None:
     moments = [optimizer.state.get(p, {}) for p in params]
     parts = [flat_state(model)]
     for key in ("exp_avg", "exp_avg_sq"):
-        parts += [m[key].reshape(-1).float().cpu() if key in m else torch.zeros(p.numel())
-                  for p, m in zip(params, moments)]
+        parts += [
+            m[key].reshape(-1).float().cpu() if key in m else torch.zeros(p.numel()) for p, m in zip(params, moments)
+        ]
     step = max([float(m["step"]) for m in moments if "step" in m], default=0.0)
     out.copy_(torch.cat([*parts, torch.tensor([step])]))
 
@@ -97,8 +125,11 @@ def unpack_state(model: nn.Module, optimizer: Adam, flat: torch.Tensor) -> None:
     with torch.no_grad():
         for t, piece in zip(tensors, pieces):
             t.copy_(piece)
-    exp_avg, exp_avg_sq = pieces[len(tensors):len(tensors) + len(params)], pieces[len(tensors) + len(params):]
+    exp_avg, exp_avg_sq = pieces[len(tensors) : len(tensors) + len(params)], pieces[len(tensors) + len(params) :]
     step = float(flat[-1])
     for p, avg, avg_sq in zip(params, exp_avg, exp_avg_sq):
-        optimizer.state[p] = {"step": torch.tensor(step), "exp_avg": avg.to(p.device, p.dtype, copy=True),
-                              "exp_avg_sq": avg_sq.to(p.device, p.dtype, copy=True)}
+        optimizer.state[p] = {
+            "step": torch.tensor(step),
+            "exp_avg": avg.to(p.device, p.dtype, copy=True),
+            "exp_avg_sq": avg_sq.to(p.device, p.dtype, copy=True),
+        }

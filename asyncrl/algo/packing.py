@@ -69,16 +69,15 @@ def sources(placed, cols, first, lengths, rollout: int, columns: int, bptt: int)
     src_row, src_col = np.full((rollout + 1, columns), rollout), np.zeros((rollout + 1, columns), dtype=np.int64)
     is_step, starts = np.zeros((rollout, columns), bool), np.zeros((rollout, columns), bool)
     for (column, at), b, f, n in zip(placed, cols, first, lengths):
-        src_row[at:at + n + 1, column] = np.arange(f, f + n + 1)
-        src_col[at:at + n + 1, column] = b
-        is_step[at:at + n, column] = True
-        starts[at:at + n, column] = np.arange(f, f + n) % bptt == 0
+        src_row[at : at + n + 1, column] = np.arange(f, f + n + 1)
+        src_col[at : at + n + 1, column] = b
+        is_step[at : at + n, column] = True
+        starts[at : at + n, column] = np.arange(f, f + n) % bptt == 0
         starts[at, column] = True
     return src_row, src_col, is_step, starts
 
 
-def time_major(slots: dict[str, torch.Tensor], bptt: int, pack: bool,
-               min_columns: int = 1) -> dict[str, torch.Tensor]:
+def time_major(slots: dict[str, torch.Tensor], bptt: int, pack: bool, min_columns: int = 1) -> dict[str, torch.Tensor]:
     """Slot-major gathered tensors [B, T(+1 for obs), ...] as time-major [T(+1), C, ...] with `state_starts` [T, C]
     (rows where the recurrent state is the stored one), packed if `pack` and it saves a column. Packing keeps at
     least `min_columns` (one per minibatch: an empty one would still take an optimizer step)."""

@@ -22,8 +22,9 @@ class DiscountedReturns:
         self.returns = np.zeros(num_agents)  # R of each agent's episode so far
         self.ended = np.zeros(num_agents, bool)  # its last step ended the episode: R starts over
 
-    def __call__(self, agents: np.ndarray, rewards: np.ndarray, ended: np.ndarray, stepped, slots: np.ndarray,
-                 steps: np.ndarray) -> None:
+    def __call__(
+        self, agents: np.ndarray, rewards: np.ndarray, ended: np.ndarray, stepped, slots: np.ndarray, steps: np.ndarray
+    ) -> None:
         """One step of `agents` (local indices; `stepped` selects those that acted, the others keep their R): R_t
         goes to each acting agent's (slot, step)."""
         acted = agents[stepped]

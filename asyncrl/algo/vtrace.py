@@ -27,14 +27,22 @@ from asyncrl.algo.losses import discounted_sum_backward
 
 
 class VTraceReturns(NamedTuple):
-    vs: torch.Tensor             # [T, B] value targets
+    vs: torch.Tensor  # [T, B] value targets
     pg_advantages: torch.Tensor  # [T, B] policy-gradient advantages
 
 
 @torch.no_grad()
-def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value,
-                            clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0, clip_c_threshold=1.0,
-                            valid=None) -> VTraceReturns:
+def from_importance_weights(
+    log_rhos,
+    discounts,
+    rewards,
+    values,
+    bootstrap_value,
+    clip_rho_threshold=1.0,
+    clip_pg_rho_threshold=1.0,
+    clip_c_threshold=1.0,
+    valid=None,
+) -> VTraceReturns:
     """log_rhos = log pi(a|x) - log mu(a|x); discounts = gamma * (1 - done); values = V(x_t) for t < T;
     bootstrap_value = V(x_T), shape [B]; valid: [T, B] bool, False where a step holds no sample (None: all do).
     A threshold of None means no clipping."""

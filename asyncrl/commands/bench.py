@@ -45,18 +45,24 @@ def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
     parser.add_argument("--mode", default="all", help="raw, sampler, train, all, or a comma list, e.g. raw,sampler.")
     parser.add_argument("--seconds", type=float, default=60.0, help="Measured seconds per mode, after warm-up.")
     parser.add_argument("--warmup_seconds", type=float, default=15.0, help="Seconds run first and excluded per mode.")
-    parser.add_argument("--cost_seconds", type=float, default=2.0,
-                        help="Seconds each CPU cost of the compute limit (simulation, inference) is timed alone on one "
-                             "core; learning 2.5 times as long. Longer is steadier on a busy machine.")
+    parser.add_argument(
+        "--cost_seconds",
+        type=float,
+        default=2.0,
+        help="Seconds each CPU cost of the compute limit (simulation, inference) is timed alone on one "
+        "core; learning 2.5 times as long. Longer is steadier on a busy machine.",
+    )
     parser.add_argument("--out", type=os.path.expanduser, default=None, help="Write the results as JSON to this file.")
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
     modes = MODES if given["mode"] == "all" else tuple(m for m in MODES if m in given["mode"].split(","))
     if set(given.pop("mode").split(",")) - {*MODES, "all"}:
-        raise ConfigError("--mode must be raw, sampler, train, all or a comma list of them "
-                          "(see `asyncrl bench --help`)")
-    bench = BenchArgs(modes, given.pop("seconds"), given.pop("warmup_seconds"), given.pop("cost_seconds"),
-                      given.pop("out"))
+        raise ConfigError(
+            "--mode must be raw, sampler, train, all or a comma list of them (see `asyncrl bench --help`)"
+        )
+    bench = BenchArgs(
+        modes, given.pop("seconds"), given.pop("warmup_seconds"), given.pop("cost_seconds"), given.pop("out")
+    )
     if bench.seconds <= 0 or bench.cost_seconds <= 0 or bench.warmup_seconds < 0:
         raise ConfigError("--seconds and --cost_seconds must be positive and --warmup_seconds >= 0")
     if not given.get("env"):
@@ -73,8 +79,14 @@ def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
 def run_bench(bench: BenchArgs, cfg: Config) -> dict:
     from asyncrl.commands.measure import compute_limit, engine_run, raw_fps
     from asyncrl.roles.runner import resolve_device
-    result = {"env": cfg.env, "warmup_s": bench.warmup_seconds, "seconds": bench.seconds, "config": cfg.to_json(),
-              "device": str(resolve_device(cfg))}  # before any process starts: --device cuda without a GPU stops here
+
+    result = {
+        "env": cfg.env,
+        "warmup_s": bench.warmup_seconds,
+        "seconds": bench.seconds,
+        "config": cfg.to_json(),
+        "device": str(resolve_device(cfg)),
+    }  # before any process starts: --device cuda without a GPU stops here
     if "raw" in bench.modes:
         result["raw_fps"] = raw_fps(cfg, bench.warmup_seconds, bench.seconds)
         print(f"asyncrl bench: raw {result['raw_fps']:,.0f} frames/s", flush=True)
@@ -82,15 +94,20 @@ def run_bench(bench: BenchArgs, cfg: Config) -> dict:
         if mode in bench.modes:
             run = engine_run(cfg, bench.warmup_seconds, bench.seconds, sampler_only=mode == "sampler")
             result[f"{mode}_fps"] = run["fps"]
-            result[f"{mode}_timing"] = {k: v for k, v in run["last_row"].items()
-                                        if k.startswith(("timing_", "inference_"))}
+            result[f"{mode}_timing"] = {
+                k: v for k, v in run["last_row"].items() if k.startswith(("timing_", "inference_"))
+            }
             result[f"{mode}_cores_used"] = run["cores_used"]
     # each mode's limit at the inference batch it ran with (the sampler's two policy workers batch about half as much)
-    batches = {m: max(1, round(result[f"{m}_timing"].get("inference_batch_mean") or cfg.envs_per_group))
-               for m in ("train", "sampler") if m in bench.modes}
+    batches = {
+        m: max(1, round(result[f"{m}_timing"].get("inference_batch_mean") or cfg.envs_per_group))
+        for m in ("train", "sampler")
+        if m in bench.modes
+    }
     if batches:
-        result.update(compute_limit(cfg, batches.get("train", batches.get("sampler")), batches.get("sampler"),
-                                    bench.cost_seconds))
+        result.update(
+            compute_limit(cfg, batches.get("train", batches.get("sampler")), batches.get("sampler"), bench.cost_seconds)
+        )
     # the compute limit prices inference and learning on the CPU's cores: it bounds a run whose models are there
     if result["device"] == "cpu":
         if "train" in bench.modes:
@@ -105,38 +122,52 @@ def run_bench(bench: BenchArgs, cfg: Config) -> dict:
 
 def report(result: dict) -> str:
     import torch
+
     c = result["config"]
-    lines = [f"asyncrl bench: {result['env']}, {c['num_workers']} workers x {c['num_envs_per_worker']} envs "
-             f"({c['worker_num_splits']} splits), rollout {c['rollout']}, batch {c['batch_size']}, "
-             f"{len(os.sched_getaffinity(0))} cores, {'GPU' if torch.cuda.is_available() else 'no GPU'}; "
-             f"first {result['warmup_s']:g} s of each mode excluded, {result['seconds']:g} s measured",
-             f"{'mode':<8} {'frames/s':>10} {'/ raw':>7}"]
+    lines = [
+        f"asyncrl bench: {result['env']}, {c['num_workers']} workers x {c['num_envs_per_worker']} envs "
+        f"({c['worker_num_splits']} splits), rollout {c['rollout']}, batch {c['batch_size']}, "
+        f"{len(os.sched_getaffinity(0))} cores, {'GPU' if torch.cuda.is_available() else 'no GPU'}; "
+        f"first {result['warmup_s']:g} s of each mode excluded, {result['seconds']:g} s measured",
+        f"{'mode':<8} {'frames/s':>10} {'/ raw':>7}",
+    ]
     for mode in MODES:
         if f"{mode}_fps" in result:
             ratio = result.get(f"{mode}_over_raw", 1.0 if mode == "raw" else None)
-            shown = '-' if ratio is None else format(ratio, '.3f')
+            shown = "-" if ratio is None else format(ratio, ".3f")
             lines.append(f"{mode:<8} {result[f'{mode}_fps']:>10,.0f} {shown:>7}")
     if "compute_limited_fps" in result:
-        lines.append(f"CPU ms per agent step, each alone on one core: sim {result['sim_ms_per_step']:.3f} "
-                     f"({c['num_envs_per_worker']} envs), inference {result['inference_ms_per_step']:.3f} "
-                     f"(batch {result['inference_batch']}){sampler_inference(result)}, learning "
-                     f"{result['learn_ms_per_step']:.3f}; frameskip {result['frameskip']}, {result['cores']} cores")
+        lines.append(
+            f"CPU ms per agent step, each alone on one core: sim {result['sim_ms_per_step']:.3f} "
+            f"({c['num_envs_per_worker']} envs), inference {result['inference_ms_per_step']:.3f} "
+            f"(batch {result['inference_batch']}){sampler_inference(result)}, learning "
+            f"{result['learn_ms_per_step']:.3f}; frameskip {result['frameskip']}, {result['cores']} cores"
+        )
     if "efficiency" in result:
-        lines.append(f"train compute limit = cores / (sim + inference + learning) x frameskip = "
-                     f"{result['compute_limited_fps']:,.0f} frames/s; train efficiency {result['efficiency']:.3f}")
+        lines.append(
+            f"train compute limit = cores / (sim + inference + learning) x frameskip = "
+            f"{result['compute_limited_fps']:,.0f} frames/s; train efficiency {result['efficiency']:.3f}"
+        )
     if "compute_limited_fps" in result and result["device"] != "cpu":
-        lines.append(f"inference and learning ran on {result['device']}: the CPU compute limit does not bound this "
-                     f"run (no efficiency); compare with raw")
+        lines.append(
+            f"inference and learning ran on {result['device']}: the CPU compute limit does not bound this "
+            f"run (no efficiency); compare with raw"
+        )
     if "sampler_efficiency" in result:
-        lines.append(f"sampler compute limit = cores / (sim + inference) x frameskip = "
-                     f"{result['sampler_compute_limited_fps']:,.0f} frames/s; sampler efficiency "
-                     f"{result['sampler_efficiency']:.3f}")
+        lines.append(
+            f"sampler compute limit = cores / (sim + inference) x frameskip = "
+            f"{result['sampler_compute_limited_fps']:,.0f} frames/s; sampler efficiency "
+            f"{result['sampler_efficiency']:.3f}"
+        )
     for mode in ("sampler", "train"):
         if result.get(f"{mode}_cores_used") and "frameskip" in result:
             steps_per_s = result[f"{mode}_fps"] / result["frameskip"]
-            lines.append(where_the_time_went(mode, result[f"{mode}_cores_used"], steps_per_s, result["cores"])
-                         if steps_per_s else f"{mode}: no trajectory finished in the {result['seconds']:g} s "
-                                             f"measured: measure longer (--seconds)")
+            lines.append(
+                where_the_time_went(mode, result[f"{mode}_cores_used"], steps_per_s, result["cores"])
+                if steps_per_s
+                else f"{mode}: no trajectory finished in the {result['seconds']:g} s "
+                f"measured: measure longer (--seconds)"
+            )
     return "\n".join(lines)
 
 
@@ -152,13 +183,16 @@ def where_the_time_went(mode: str, cores_used: dict, steps_per_s: float, cores: 
     roles = ["learner", "policy", "rollout", "env", "eval", "runner", "other"]
     used = " ".join(f"{role} {1e3 * cores_used[role] / steps_per_s:.3f}" for role in roles if cores_used.get(role))
     idle = max(0.0, cores - sum(cores_used.values()))
-    return (f"{mode}: CPU ms per agent step used in the run: {used}; "
-            f"idle {1e3 * idle / steps_per_s:.3f} ({idle:.2f} of {cores} cores)")
+    return (
+        f"{mode}: CPU ms per agent step used in the run: {used}; "
+        f"idle {1e3 * idle / steps_per_s:.3f} ({idle:.2f} of {cores} cores)"
+    )
 
 
 def cmd_bench(argv: list[str]) -> int:
     bench, cfg = parse_bench_args(argv)
     from asyncrl.commands.measure import EnvFailed
+
     try:
         result = run_bench(bench, cfg)
     except EnvFailed as e:

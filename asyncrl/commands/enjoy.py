@@ -32,21 +32,42 @@ from asyncrl.envs import EnvError, make_agents
 def parse_enjoy_args(argv: list[str]) -> tuple[dict, Config]:
     parser = OneLineErrorParser(prog="asyncrl enjoy", description=__doc__.splitlines()[0])
     parser.add_argument("--max_num_episodes", type=int, default=3, help="Episodes to play.")
-    parser.add_argument("--load_checkpoint_kind", choices=["latest", "best"], default="latest",
-                        help="latest: the newest checkpoint; best: best_checkpoint.pth (written by evaluation).")
-    parser.add_argument("--checkpoint", type=os.path.expanduser, default=None,
-                        help="A checkpoint file to load instead (any run's).")
+    parser.add_argument(
+        "--load_checkpoint_kind",
+        choices=["latest", "best"],
+        default="latest",
+        help="latest: the newest checkpoint; best: best_checkpoint.pth (written by evaluation).",
+    )
+    parser.add_argument(
+        "--checkpoint", type=os.path.expanduser, default=None, help="A checkpoint file to load instead (any run's)."
+    )
     parser.add_argument("--policy_index", type=int, default=0, help="Which policy of the run acts.")
-    parser.add_argument("--save_video", type=parse_bool, default=False,
-                        help="Write the episodes as a video into the experiment folder.")
+    parser.add_argument(
+        "--save_video", type=parse_bool, default=False, help="Write the episodes as a video into the experiment folder."
+    )
     parser.add_argument("--video_name", default="replay.mp4", help="Video file name (.mp4, or .gif).")
-    parser.add_argument("--fps", type=float, default=None,
-                        help="Video frames per second; default: the env's real time (its render fps / frameskip).")
+    parser.add_argument(
+        "--fps",
+        type=float,
+        default=None,
+        help="Video frames per second; default: the env's real time (its render fps / frameskip).",
+    )
     add_hub_argument(parser)
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
-    args = {k: given.pop(k) for k in ("max_num_episodes", "load_checkpoint_kind", "checkpoint", "policy_index",
-                                      "save_video", "video_name", "fps", "hf_repository")}
+    args = {
+        k: given.pop(k)
+        for k in (
+            "max_num_episodes",
+            "load_checkpoint_kind",
+            "checkpoint",
+            "policy_index",
+            "save_video",
+            "video_name",
+            "fps",
+            "hf_repository",
+        )
+    }
     if args["max_num_episodes"] <= 0:
         raise ConfigError(f"--max_num_episodes must be positive, got {args['max_num_episodes']}")
     return args, config_of_run(run_from_hub(given, args["hf_repository"]))
@@ -66,17 +87,22 @@ def make_video_env(cfg: Config):
         frame = env.render()
     except Exception as e:  # noqa: BLE001 - a renderer that cannot start here (no OpenGL for MuJoCo): one line
         env.close()
-        raise EnvError(f"--save_video: env {cfg.env!r} cannot render here ({type(e).__name__}: {e}); MuJoCo envs "
-                       f"render through MUJOCO_GL=egl or osmesa (Debian: apt install libegl1 or libosmesa6)") from None
+        raise EnvError(
+            f"--save_video: env {cfg.env!r} cannot render here ({type(e).__name__}: {e}); MuJoCo envs "
+            f"render through MUJOCO_GL=egl or osmesa (Debian: apt install libegl1 or libosmesa6)"
+        ) from None
     if not (isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[-1] == 3):
         env.close()
-        raise EnvError(f"--save_video: env {cfg.env!r} gives no frames (render() returned {type(frame).__name__}, "
-                       f"not an HxWx3 image)")
+        raise EnvError(
+            f"--save_video: env {cfg.env!r} gives no frames (render() returned {type(frame).__name__}, "
+            f"not an HxWx3 image)"
+        )
     return env
 
 
 def write_video(frames: list[np.ndarray], path: str, fps: float) -> None:
     import imageio.v2 as imageio
+
     if path.endswith(".gif"):
         imageio.mimsave(path, frames, duration=1000 / fps, loop=0)
         return
@@ -94,11 +120,15 @@ def enjoy(argv: list[str]) -> int:
 
     from asyncrl.model.actor_critic import build_model
     from asyncrl.roles.evaluator import play_episode
+
     env = make_video_env(cfg) if args["save_video"] else make_agents(cfg.env, **cfg.env_kwargs())
     model = build_model(env.observation_space, env.action_space, cfg).eval()
     state = load_weights(path, model)
-    print(f"asyncrl enjoy: {path} (train step {state.get('train_step', '?')}, {state.get('env_steps', '?')} env "
-          f"steps), {'argmax' if cfg.eval_deterministic else 'sampled'} actions", flush=True)
+    print(
+        f"asyncrl enjoy: {path} (train step {state.get('train_step', '?')}, {state.get('env_steps', '?')} env "
+        f"steps), {'argmax' if cfg.eval_deterministic else 'sampled'} actions",
+        flush=True,
+    )
     frames = [] if args["save_video"] else None
     torch.manual_seed(cfg.seed or 0)
     try:
@@ -117,6 +147,7 @@ def enjoy(argv: list[str]) -> int:
         write_video(frames, video, fps)
         if cfg.with_wandb:  # the video joins the run's wandb run
             from asyncrl.roles.wandb_run import WandbRun
+
             wandb = WandbRun(cfg, cfg.num_policies)
             wandb.log_video(args["policy_index"], video, state.get("env_steps"))
             wandb.finish()

@@ -30,20 +30,31 @@ from asyncrl.envs import make_agents
 def export(argv: list[str]) -> int:
     parser = OneLineErrorParser(prog="asyncrl export", description=__doc__.splitlines()[0])
     parser.add_argument("--format", choices=["onnx"], default="onnx", help="The file format (onnx).")
-    parser.add_argument("--load_checkpoint_kind", choices=["latest", "best"], default="latest",
-                        help="latest: the newest checkpoint; best: best_checkpoint.pth (written by evaluation).")
-    parser.add_argument("--checkpoint", type=os.path.expanduser, default=None,
-                        help="A checkpoint file to export instead (any run's).")
+    parser.add_argument(
+        "--load_checkpoint_kind",
+        choices=["latest", "best"],
+        default="latest",
+        help="latest: the newest checkpoint; best: best_checkpoint.pth (written by evaluation).",
+    )
+    parser.add_argument(
+        "--checkpoint", type=os.path.expanduser, default=None, help="A checkpoint file to export instead (any run's)."
+    )
     parser.add_argument("--policy_index", type=int, default=0, help="Which policy of the run.")
-    parser.add_argument("--out", type=os.path.expanduser, default=None,
-                        help="The file to write; default <experiment>/policy_p<index>.onnx.")
+    parser.add_argument(
+        "--out",
+        type=os.path.expanduser,
+        default=None,
+        help="The file to write; default <experiment>/policy_p<index>.onnx.",
+    )
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
     args = {k: given.pop(k) for k in ("format", "load_checkpoint_kind", "checkpoint", "policy_index", "out")}
     missing = [name for name in ("onnx", "onnxscript") if importlib.util.find_spec(name) is None]
     if missing:  # onnxscript is torch's exporter: without it torch.onnx.export fails deep inside torch
-        raise ConfigError(f"asyncrl export needs {' and '.join(missing)}: pip install onnx onnxscript onnxruntime "
-                          f"(or pip install -e \".[onnx]\")")
+        raise ConfigError(
+            f"asyncrl export needs {' and '.join(missing)}: pip install onnx onnxscript onnxruntime "
+            f'(or pip install -e ".[onnx]")'
+        )
     cfg = config_of_run(given)
     path = checkpoint_to_load(args, cfg)
     env = make_agents(cfg.env, **cfg.env_kwargs())
@@ -52,13 +63,24 @@ def export(argv: list[str]) -> int:
         build_model,  # torch's import (seconds) after the flags and the checkpoint's path
     )
     from asyncrl.model.onnx_graph import export_onnx, output_names
+
     model = build_model(env.observation_space, env.action_space, cfg)
     state = load_weights(path, model)
     out = args["out"] or os.path.join(cfg.experiment_dir, f"policy_p{args['policy_index']}.onnx")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    inputs = export_onnx(model, env.observation_space, out, {"env": cfg.env, "action_space": env.action_space,
-                                                             "rnn_state_size": model.rnn_state_size,
-                                                             "train_step": state.get("train_step", "?")})
-    print(f"asyncrl export: {path} -> {out} (inputs {', '.join(inputs)}; outputs {', '.join(output_names(model))})",
-          flush=True)
+    inputs = export_onnx(
+        model,
+        env.observation_space,
+        out,
+        {
+            "env": cfg.env,
+            "action_space": env.action_space,
+            "rnn_state_size": model.rnn_state_size,
+            "train_step": state.get("train_step", "?"),
+        },
+    )
+    print(
+        f"asyncrl export: {path} -> {out} (inputs {', '.join(inputs)}; outputs {', '.join(output_names(model))})",
+        flush=True,
+    )
     return 0

@@ -28,8 +28,9 @@ def _hub():
     try:
         import huggingface_hub
     except ImportError:
-        raise ConfigError("the Hugging Face Hub needs huggingface_hub: pip install huggingface_hub (or pip install "
-                          "-e \".[hub]\")") from None
+        raise ConfigError(
+            'the Hugging Face Hub needs huggingface_hub: pip install huggingface_hub (or pip install -e ".[hub]")'
+        ) from None
     return huggingface_hub
 
 
@@ -51,40 +52,88 @@ def evaluation_score(experiment_dir: str) -> dict | None:
             rows = [json.loads(line) for line in f if line.strip()]
         if rows:
             best = max(rows, key=lambda r: r["return_mean"])
-            return {"mean": best["return_mean"], "std": best["return_std"], "episodes": best["episodes"],
-                    "env_steps": best["env_steps"], "source": "evaluation (eval.jsonl, fixed seeds)"}
+            return {
+                "mean": best["return_mean"],
+                "std": best["return_std"],
+                "episodes": best["episodes"],
+                "env_steps": best["env_steps"],
+                "source": "evaluation (eval.jsonl, fixed seeds)",
+            }
     path = os.path.join(experiment_dir, "stats.jsonl")
     if os.path.isfile(path):
         with open(path) as f:
             rows = [json.loads(line) for line in f if line.strip()]
         rows = [r for r in rows if r.get("episode_reward_mean") is not None]
         if rows:
-            return {"mean": rows[-1]["episode_reward_mean"], "std": None, "episodes": None,
-                    "env_steps": rows[-1]["env_steps"], "source": "training episodes (stats.jsonl)"}
+            return {
+                "mean": rows[-1]["episode_reward_mean"],
+                "std": None,
+                "episodes": None,
+                "env_steps": rows[-1]["env_steps"],
+                "source": "training episodes (stats.jsonl)",
+            }
     return None
 
 
 def model_card(cfg: Config, repository: str, score: dict | None, has_best: bool) -> str:
     """README.md of the shared folder: the Hub's metadata header, then what the agent is and how to run it."""
     name = repository.split("/")[-1]
-    value = "not evaluated" if score is None else f"{score['mean']:.2f}" + (
-        f" +/- {score['std']:.2f}" if score["std"] is not None else "")
+    value = (
+        "not evaluated"
+        if score is None
+        else f"{score['mean']:.2f}" + (f" +/- {score['std']:.2f}" if score["std"] is not None else "")
+    )
     measured = "" if score is None else f" ({score['source']}, at {score['env_steps']:,} env steps)"
     flags = {k: v for k, v in cfg.to_json().items() if k not in ("train_dir", "experiment")}
     best = " --load_checkpoint_kind best" if has_best else ""
-    return "\n".join([
-        "---", "library_name: asyncrl", "tags:", "- reinforcement-learning", "- deep-reinforcement-learning",
-        f"- {cfg.env}", "model-index:", "- name: APPO", "  results:", "  - task:", "      type: reinforcement-learning",
-        "      name: reinforcement-learning", "    dataset:", f"      name: {cfg.env}", f"      type: {cfg.env}",
-        "    metrics:", "    - type: mean_reward", f"      value: {value}", "      name: mean_reward",
-        "      verified: false", "---", "",
-        f"# {name}: an asyncrl agent for {cfg.env}", "",
-        f"Trained with asyncrl (`--algo {cfg.algo}`). Mean return: **{value}**{measured}.", "",
-        "Watch it play (downloads this folder into train_dir/):", "", "```bash",
-        f"asyncrl enjoy --hf_repository {repository}{best} --max_num_episodes 3", "```", "",
-        "Train on from it (the folder is an asyncrl experiment; run this where it was downloaded):", "",
-        "```bash", f"asyncrl train --train_dir train_dir --experiment {name}", "```", "",
-        "The run's flags (config.json):", "", "```json", json.dumps(flags, indent=1), "```", ""])
+    return "\n".join(
+        [
+            "---",
+            "library_name: asyncrl",
+            "tags:",
+            "- reinforcement-learning",
+            "- deep-reinforcement-learning",
+            f"- {cfg.env}",
+            "model-index:",
+            "- name: APPO",
+            "  results:",
+            "  - task:",
+            "      type: reinforcement-learning",
+            "      name: reinforcement-learning",
+            "    dataset:",
+            f"      name: {cfg.env}",
+            f"      type: {cfg.env}",
+            "    metrics:",
+            "    - type: mean_reward",
+            f"      value: {value}",
+            "      name: mean_reward",
+            "      verified: false",
+            "---",
+            "",
+            f"# {name}: an asyncrl agent for {cfg.env}",
+            "",
+            f"Trained with asyncrl (`--algo {cfg.algo}`). Mean return: **{value}**{measured}.",
+            "",
+            "Watch it play (downloads this folder into train_dir/):",
+            "",
+            "```bash",
+            f"asyncrl enjoy --hf_repository {repository}{best} --max_num_episodes 3",
+            "```",
+            "",
+            "Train on from it (the folder is an asyncrl experiment; run this where it was downloaded):",
+            "",
+            "```bash",
+            f"asyncrl train --train_dir train_dir --experiment {name}",
+            "```",
+            "",
+            "The run's flags (config.json):",
+            "",
+            "```json",
+            json.dumps(flags, indent=1),
+            "```",
+            "",
+        ]
+    )
 
 
 def hub_folder(cfg: Config, repository: str, out_dir: str, policy_index: int = 0) -> str:
@@ -107,9 +156,12 @@ def hub_folder(cfg: Config, repository: str, out_dir: str, policy_index: int = 0
 
 
 def add_hub_argument(parser) -> None:
-    parser.add_argument("--hf_repository", default=None,
-                        help="USER/NAME: play a run someone pushed to the Hugging Face Hub (`asyncrl push`); it is "
-                             "downloaded into <train_dir>/NAME.")
+    parser.add_argument(
+        "--hf_repository",
+        default=None,
+        help="USER/NAME: play a run someone pushed to the Hugging Face Hub (`asyncrl push`); it is "
+        "downloaded into <train_dir>/NAME.",
+    )
 
 
 def run_from_hub(given: dict, repository: str | None) -> dict:
@@ -137,16 +189,20 @@ def push(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = hub_folder(cfg, repository, tmp, policy_index)  # first: a run with nothing to share says so
         if hub.get_token() is None:
-            raise ConfigError("no Hugging Face token: run `huggingface-cli login` or set HF_TOKEN (a token with "
-                              "write access)")
+            raise ConfigError(
+                "no Hugging Face token: run `huggingface-cli login` or set HF_TOKEN (a token with write access)"
+            )
         try:
             api = hub.HfApi()
             api.create_repo(repository, exist_ok=True)
-            url = api.upload_folder(repo_id=repository, folder_path=folder,
-                                    commit_message=f"asyncrl push: {cfg.experiment} ({cfg.env})")
+            url = api.upload_folder(
+                repo_id=repository, folder_path=folder, commit_message=f"asyncrl push: {cfg.experiment} ({cfg.env})"
+            )
         except Exception as e:  # no network, a bad token, no write access: all one line
-            raise ConfigError(f"cannot upload to the Hugging Face Hub ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0][:200] if str(e) else 'no message'})") from None
+            raise ConfigError(
+                f"cannot upload to the Hugging Face Hub ({type(e).__name__}: "
+                f"{str(e).splitlines()[0][:200] if str(e) else 'no message'})"
+            ) from None
     print(f"asyncrl push: {cfg.experiment_dir} -> {url}", flush=True)
     return 0
 
@@ -160,8 +216,10 @@ def download(repository: str, train_dir: str) -> str:
     try:
         hub.snapshot_download(repo_id=repository, local_dir=os.path.join(train_dir, name))
     except Exception as e:
-        raise ConfigError(f"cannot download {repository} from the Hugging Face Hub ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0][:200] if str(e) else 'no message'})") from None
+        raise ConfigError(
+            f"cannot download {repository} from the Hugging Face Hub ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:200] if str(e) else 'no message'})"
+        ) from None
     if not glob.glob(os.path.join(train_dir, name, "checkpoint_p*", "checkpoint_*.pth")):
         raise ConfigError(f"{repository} holds no asyncrl checkpoint (was it pushed with `asyncrl push`?)")
     return name

@@ -56,6 +56,7 @@ def make_player(spec: str, env, cfg: Config, policy_index: int):
     which = {"checkpoint": kind[1], "load_checkpoint_kind": kind[0], "policy_index": policy_index}
     path = checkpoint_to_load(which, cfg)
     from asyncrl.roles.evaluator import ModelPlayer  # torch's import (seconds) after the flags and the path are checked
+
     return ModelPlayer(path, env, cfg)
 
 
@@ -93,21 +94,29 @@ def play_against_bots(env, player, episodes: int, seed: int) -> list[float]:
             done = terminated[0] or truncated[0]
         win = infos[0].get("episode_stats", {}).get("win")
         if win is None:
-            raise ConfigError("--players ... bots: the env reports no win at an episode's end (episode_stats['win']); "
-                              "bots are the opponents of VizDoom's doom_duel_bots and doom_deathmatch_bots")
+            raise ConfigError(
+                "--players ... bots: the env reports no win at an episode's end (episode_stats['win']); "
+                "bots are the opponents of VizDoom's doom_duel_bots and doom_deathmatch_bots"
+            )
         results.append(float(win))
     return results
 
 
 def match(argv: list[str]) -> int:
     parser = OneLineErrorParser(prog="asyncrl match", description=__doc__.splitlines()[0])
-    parser.add_argument("--players", nargs=2, required=True, metavar="PLAYER",
-                        help="latest, best, a checkpoint file, scripted or random; the second may be bots (the env's "
-                             "own, in a one-agent env).")
+    parser.add_argument(
+        "--players",
+        nargs=2,
+        required=True,
+        metavar="PLAYER",
+        help="latest, best, a checkpoint file, scripted or random; the second may be bots (the env's "
+        "own, in a one-agent env).",
+    )
     parser.add_argument("--episodes", type=int, default=100, help="Episodes to play.")
     parser.add_argument("--policy_index", type=int, default=0, help="The run's policy that latest/best load.")
-    parser.add_argument("--out", type=os.path.expanduser, default=None,
-                        help="Also write the result as JSON to this file.")
+    parser.add_argument(
+        "--out", type=os.path.expanduser, default=None, help="Also write the result as JSON to this file."
+    )
     add_hub_argument(parser)
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
@@ -119,10 +128,13 @@ def match(argv: list[str]) -> int:
     against_bots = args["players"][1] == "bots"
     try:
         if env.num_agents != (1 if against_bots else 2):
-            raise ConfigError(f"asyncrl match plays two players, or one agent against the env's bots (--players X "
-                              f"bots): env {cfg.env!r} has {env.num_agents} agent(s)")
-        players = [make_player(spec, env, cfg, args["policy_index"]) for spec in args["players"][:2 - against_bots]]
+            raise ConfigError(
+                f"asyncrl match plays two players, or one agent against the env's bots (--players X "
+                f"bots): env {cfg.env!r} has {env.num_agents} agent(s)"
+            )
+        players = [make_player(spec, env, cfg, args["policy_index"]) for spec in args["players"][: 2 - against_bots]]
         import torch
+
         torch.manual_seed(cfg.seed or 0)
         env.action_space.seed(cfg.seed or 0)
         if against_bots:
@@ -142,14 +154,25 @@ def match(argv: list[str]) -> int:
 def summarize(names: list[str], results: list[float]) -> dict:
     """Counts, win rate, and openskill ratings of the two players after rating these games in order."""
     from openskill.models import PlackettLuce
+
     model = PlackettLuce()
     ratings = [model.rating(), model.rating()]
     for r in results:
         [[ratings[0]], [ratings[1]]] = model.rate([[ratings[0]], [ratings[1]]], scores=[r, 1 - r])
     wins, draws = sum(r == 1 for r in results), sum(r == 0.5 for r in results)
     losses = len(results) - wins - draws
-    line = (f"{names[0]} vs {names[1]}: {wins} wins, {draws} draws, {losses} losses in {len(results)} episodes "
-            f"(win rate {wins / len(results):.3f}); ratings mu {ratings[0].mu:.1f} vs {ratings[1].mu:.1f} "
-            f"(ordinal {ratings[0].ordinal():.1f} vs {ratings[1].ordinal():.1f})")
-    return {"players": names, "wins": wins, "draws": draws, "losses": losses, "win_rate": wins / len(results),
-            "score": float(np.mean(results)), "ratings_mu": [r.mu for r in ratings], "line": line}
+    line = (
+        f"{names[0]} vs {names[1]}: {wins} wins, {draws} draws, {losses} losses in {len(results)} episodes "
+        f"(win rate {wins / len(results):.3f}); ratings mu {ratings[0].mu:.1f} vs {ratings[1].mu:.1f} "
+        f"(ordinal {ratings[0].ordinal():.1f} vs {ratings[1].ordinal():.1f})"
+    )
+    return {
+        "players": names,
+        "wins": wins,
+        "draws": draws,
+        "losses": losses,
+        "win_rate": wins / len(results),
+        "score": float(np.mean(results)),
+        "ratings_mu": [r.mu for r in ratings],
+        "line": line,
+    }

@@ -1,10 +1,10 @@
 """The measurements behind `asyncrl bench` and `asyncrl tune`, each on this machine:
 
-    raw_fps          the env alone, stepped with random actions in --num_workers processes: the simulation limit
-    engine_run       the engine for a while (learning, or --sampler_only): frames/s after a warm-up, and the CPU
-                     each role used meanwhile
-    compute_limit    the CPU time per agent step of simulation, inference and learning, each alone on one core
-                     with the engine's own code, and the frames/s they allow: cores / (sum) x frameskip
+raw_fps          the env alone, stepped with random actions in --num_workers processes: the simulation limit
+engine_run       the engine for a while (learning, or --sampler_only): frames/s after a warm-up, and the CPU
+                 each role used meanwhile
+compute_limit    the CPU time per agent step of simulation, inference and learning, each alone on one core
+                 with the engine's own code, and the frames/s they allow: cores / (sum) x frameskip
 """
 
 from __future__ import annotations
@@ -90,8 +90,16 @@ class RandomVectorPlay:
             vector.close()
 
 
-def _raw_worker(index: int, env: tuple[str, bytes], env_kwargs: dict, num_envs: int, groups: int | None,
-                warmup: float, seconds: float, results):
+def _raw_worker(
+    index: int,
+    env: tuple[str, bytes],
+    env_kwargs: dict,
+    num_envs: int,
+    groups: int | None,
+    warmup: float,
+    seconds: float,
+    results,
+):
     """Puts (index, frames/s or the env's error). groups: the vector envs to step (--env_backend vector), or None to
     step each env in turn."""
     seed = 1000 * index
@@ -101,8 +109,11 @@ def _raw_worker(index: int, env: tuple[str, bytes], env_kwargs: dict, num_envs: 
     faulthandler.enable()  # a crash inside the simulator prints where it happened
     faulthandler.dump_traceback_later(warmup + seconds + RAW_STUCK_AFTER_S, exit=True)  # and so does a stuck step
     try:
-        play = RandomPlay(env[0], env_kwargs, num_envs, seed) if groups is None else \
-            RandomVectorPlay(env[0], env_kwargs, num_envs, seed, groups)
+        play = (
+            RandomPlay(env[0], env_kwargs, num_envs, seed)
+            if groups is None
+            else RandomVectorPlay(env[0], env_kwargs, num_envs, seed, groups)
+        )
         steps, start = 0, time.perf_counter()
         measured_from, steps_at_warmup = None, 0
         while True:
@@ -130,9 +141,14 @@ def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
     raw mode measures the simulation, which should not fail."""
     results, env = mp_context.Queue(), (cfg.env, portable_entry(cfg.env))
     groups = cfg.worker_num_splits if cfg.env_backend == "vector" else None
-    processes = [mp_context.Process(target=_raw_worker, daemon=True,
-                                    args=(w, env, cfg.env_kwargs(), cfg.num_envs_per_worker, groups, warmup,
-                                          seconds, results)) for w in range(cfg.num_workers)]
+    processes = [
+        mp_context.Process(
+            target=_raw_worker,
+            daemon=True,
+            args=(w, env, cfg.env_kwargs(), cfg.num_envs_per_worker, groups, warmup, seconds, results),
+        )
+        for w in range(cfg.num_workers)
+    ]
     for p in processes:
         p.start()
     try:
@@ -209,10 +225,14 @@ def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -
     warm-up, the last row, and the CPU cores each role used over (nearly) the same window."""
     name = "sampler" if sampler_only else "train"
     # the runner's clock starts a moment after this one: the tail keeps every role running past the CPU window's end
-    run_cfg = dataclasses.replace(cfg, sampler_only=sampler_only, train_for_seconds=warmup + seconds + ROLES_TAIL_S,
-                                  experiment=f"{cfg.experiment}_{name}",
-                                  experiment_summaries_interval=min(2.0, max(0.5, seconds / 10)),
-                                  save_every_sec=1e9)
+    run_cfg = dataclasses.replace(
+        cfg,
+        sampler_only=sampler_only,
+        train_for_seconds=warmup + seconds + ROLES_TAIL_S,
+        experiment=f"{cfg.experiment}_{name}",
+        experiment_summaries_interval=min(2.0, max(0.5, seconds / 10)),
+        save_every_sec=1e9,
+    )
     cores_used: dict = {}
     watcher = threading.Thread(target=_watch_cpu, args=(warmup, warmup + seconds, cores_used), daemon=True)
     watcher.start()
@@ -223,11 +243,17 @@ def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -
         rows = [json.loads(line) for line in f]
     window = measured_rows(rows, warmup, seconds)
     if len(window) < 2:
-        raise RuntimeError(f"the {name} run reported too few stats rows with samples after the warm-up; "
-                           f"raise --warmup_seconds or --seconds")
+        raise RuntimeError(
+            f"the {name} run reported too few stats rows with samples after the warm-up; "
+            f"raise --warmup_seconds or --seconds"
+        )
     first, last = window[0], window[-1]
-    return {"fps": (last["env_steps"] - first["env_steps"]) * cfg.num_policies / (last["time_s"] - first["time_s"]),
-            "measured_s": last["time_s"] - first["time_s"], "last_row": last, "cores_used": cores_used}
+    return {
+        "fps": (last["env_steps"] - first["env_steps"]) * cfg.num_policies / (last["time_s"] - first["time_s"]),
+        "measured_s": last["time_s"] - first["time_s"],
+        "last_row": last,
+        "cores_used": cores_used,
+    }
 
 
 def measured_rows(rows: list[dict], warmup: float, seconds: float) -> list[dict]:
@@ -244,8 +270,9 @@ def process_tree_cpu_seconds() -> float:
     return sum(seconds for _, seconds in cpu_seconds_by_process().values())
 
 
-def seconds_per_call(fn, min_seconds: float = 2.0, min_calls: int = 3, clock=time.perf_counter,
-                     chunks: int = 5) -> float:
+def seconds_per_call(
+    fn, min_seconds: float = 2.0, min_calls: int = 3, clock=time.perf_counter, chunks: int = 5
+) -> float:
     """Seconds of `clock` per call of fn, after one warm-up call (allocations, lazy init): the median over `chunks`
     stretches of min_seconds / chunks each, so a burst of a shared machine's other load skews one stretch, not the
     result. The default clock is wall time, which alone on a core equals CPU time; process_tree_cpu_seconds
@@ -273,6 +300,7 @@ def simulation_workload(cfg: Config, num_envs: int):
         def step():
             for _ in range(rounds):
                 play.step()
+
         yield step, rounds * num_envs * play.envs[0].num_agents, play.frameskip
     finally:
         play.close()
@@ -298,8 +326,10 @@ def model_workloads(cfg: Config, inference_batch: int, device: torch.device = to
         policy = PolicyWorker(0, 0, cfg, b, queues, env.obs_space, env.action_space, device)
         agents = torch.arange(inference_batch)
         b.agent_slot[agents] = agents
-        yield (lambda size=inference_batch: policy.act(agents[:size], policy.model, 0)), \
-            (lambda: learner.train(learner.gather(batch)))
+        yield (
+            (lambda size=inference_batch: policy.act(agents[:size], policy.model, 0)),
+            (lambda: learner.train(learner.gather(batch))),
+        )
 
 
 def simulation_cost(cfg: Config, seconds: float = 2.0) -> tuple[float, int]:
@@ -310,16 +340,20 @@ def simulation_cost(cfg: Config, seconds: float = 2.0) -> tuple[float, int]:
         return seconds_per_call(step, seconds) / steps_per_call, frameskip
 
 
-def model_costs(cfg: Config, inference_batch: int, sampler_batch: int | None = None, seconds: float = 2.0) \
-        -> tuple[float, float, float]:
+def model_costs(
+    cfg: Config, inference_batch: int, sampler_batch: int | None = None, seconds: float = 2.0
+) -> tuple[float, float, float]:
     """CPU seconds per sample of inference (PolicyWorker.act at `inference_batch` agents, and at `sampler_batch`)
     and of learning (Learner.gather + train on one --batch_size batch), with real shared buffers, in this process;
     inference timed for `seconds`, learning (fewer, longer calls) for 2.5 times as long."""
     sampler_batch = sampler_batch or inference_batch
     with model_workloads(cfg, max(inference_batch, sampler_batch)) as (act, learn):
         infer = seconds_per_call(lambda: act(inference_batch), seconds) / inference_batch
-        sampler_infer = infer if sampler_batch == inference_batch else \
-            seconds_per_call(lambda: act(sampler_batch), seconds) / sampler_batch
+        sampler_infer = (
+            infer
+            if sampler_batch == inference_batch
+            else seconds_per_call(lambda: act(sampler_batch), seconds) / sampler_batch
+        )
         return infer, sampler_infer, seconds_per_call(learn, 2.5 * seconds) / cfg.batch_size
 
 
@@ -341,9 +375,15 @@ def compute_limit(cfg: Config, inference_batch: int, sampler_batch: int | None =
         torch.set_num_threads(threads)
         os.sched_setaffinity(0, cores)
     cores = len(cores)
-    return {"cores": cores, "frameskip": frameskip, "inference_batch": inference_batch,
-            "sampler_inference_batch": sampler_batch or inference_batch,
-            "sim_ms_per_step": 1e3 * sim, "inference_ms_per_step": 1e3 * infer,
-            "sampler_inference_ms_per_step": 1e3 * sampler_infer, "learn_ms_per_step": 1e3 * learn,
-            "compute_limited_fps": cores / (sim + infer + learn) * frameskip,
-            "sampler_compute_limited_fps": cores / (sim + sampler_infer) * frameskip}
+    return {
+        "cores": cores,
+        "frameskip": frameskip,
+        "inference_batch": inference_batch,
+        "sampler_inference_batch": sampler_batch or inference_batch,
+        "sim_ms_per_step": 1e3 * sim,
+        "inference_ms_per_step": 1e3 * infer,
+        "sampler_inference_ms_per_step": 1e3 * sampler_infer,
+        "learn_ms_per_step": 1e3 * learn,
+        "compute_limited_fps": cores / (sim + infer + learn) * frameskip,
+        "sampler_compute_limited_fps": cores / (sim + sampler_infer) * frameskip,
+    }

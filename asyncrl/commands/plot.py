@@ -21,8 +21,9 @@ def read_run(run_dir: str) -> list[dict]:
         with open(path) as f:
             rows = [json.loads(line) for line in f if line.strip()]
     except OSError as e:
-        raise ConfigError(f"{run_dir} has no readable stats.jsonl ({e.strerror}); give a run's folder, "
-                          f"<train_dir>/<experiment>") from None
+        raise ConfigError(
+            f"{run_dir} has no readable stats.jsonl ({e.strerror}); give a run's folder, <train_dir>/<experiment>"
+        ) from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path} is damaged ({e})") from None
     offset, last, launch = 0.0, 0.0, 0
@@ -62,6 +63,7 @@ def curves(run_dirs: list[str]) -> dict[str, list[dict]]:
 
 def plot_runs(labelled: dict[str, list[dict]], path: str, title: str = "") -> str:
     import matplotlib
+
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
@@ -71,8 +73,11 @@ def plot_runs(labelled: dict[str, list[dict]], path: str, title: str = "") -> st
         axes[0].plot([r["env_steps"] for r in scored], [r["episode_reward_mean"] for r in scored], label=label)
         axes[1].plot([r["wall_s"] for r in scored], [r["episode_reward_mean"] for r in scored], label=label)
         axes[2].plot(*throughput_line(rows), label=label)
-    for ax, xlabel, ylabel in zip(axes, ["env steps (frames)", "seconds of training", "env steps (frames)"],
-                                  ["mean episode return", "mean episode return", "frames/s"]):
+    for ax, xlabel, ylabel in zip(
+        axes,
+        ["env steps (frames)", "seconds of training", "env steps (frames)"],
+        ["mean episode return", "mean episode return", "frames/s"],
+    ):
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -88,12 +93,16 @@ def plot_runs(labelled: dict[str, list[dict]], path: str, title: str = "") -> st
 def cmd_plot(argv: list[str]) -> int:
     parser = OneLineErrorParser(prog="asyncrl plot", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="A run's folder, <train_dir>/<experiment>.")
-    parser.add_argument("--out", type=os.path.expanduser, default=None,
-                        help="PNG to write; default: RUN_DIR/learning_curves.png for one run, ./learning_curves.png "
-                             "for several.")
+    parser.add_argument(
+        "--out",
+        type=os.path.expanduser,
+        default=None,
+        help="PNG to write; default: RUN_DIR/learning_curves.png for one run, ./learning_curves.png for several.",
+    )
     parser.add_argument("--title", default="", help="Title above the panels.")
     args = parser.parse_args(argv)
-    out = args.out or (os.path.join(args.run_dirs[0], "learning_curves.png") if len(args.run_dirs) == 1
-                       else "learning_curves.png")
+    out = args.out or (
+        os.path.join(args.run_dirs[0], "learning_curves.png") if len(args.run_dirs) == 1 else "learning_curves.png"
+    )
     print(plot_runs(curves(args.run_dirs), out, args.title))
     return 0

@@ -28,8 +28,10 @@ def config_of_run(given: dict) -> Config:
     saved = read_saved_config(experiment_dir) or {}
     env = given.get("env") or saved.get("env")
     if not env:
-        raise ConfigError(f"no run in {experiment_dir} (no config.json) and no --env: give --train_dir and "
-                          f"--experiment of a run, or --env with --checkpoint")
+        raise ConfigError(
+            f"no run in {experiment_dir} (no config.json) and no --env: give --train_dir and "
+            f"--experiment of a run, or --env with --checkpoint"
+        )
     return build_config(given, env_entry(env).default_config, saved)
 
 
@@ -39,11 +41,15 @@ def checkpoint_to_load(args: dict, cfg: Config) -> str:
     if args["load_checkpoint_kind"] == "best":
         path = best_checkpoint_path(cfg.experiment_dir, args["policy_index"])
         if not os.path.isfile(path):
-            raise CheckpointError(f"no {path}: it is written by evaluation during training (--eval_every_env_steps); "
-                                  f"use --load_checkpoint_kind latest")
+            raise CheckpointError(
+                f"no {path}: it is written by evaluation during training (--eval_every_env_steps); "
+                f"use --load_checkpoint_kind latest"
+            )
         return path
     paths = list_checkpoints(checkpoint_dir(cfg.experiment_dir, args["policy_index"]))
     if not paths:
-        raise CheckpointError(f"no checkpoint in {checkpoint_dir(cfg.experiment_dir, args['policy_index'])}: train "
-                              f"first (asyncrl train --experiment {cfg.experiment} ...), or give --checkpoint FILE")
+        raise CheckpointError(
+            f"no checkpoint in {checkpoint_dir(cfg.experiment_dir, args['policy_index'])}: train "
+            f"first (asyncrl train --experiment {cfg.experiment} ...), or give --checkpoint FILE"
+        )
     return paths[-1]

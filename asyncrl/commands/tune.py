@@ -92,10 +92,12 @@ def search(cfg: Config, times: TuneTimes, log=print) -> dict:
 
     cores = len(os.sched_getaffinity(0))
     costs = compute_limit(cfg, cfg.envs_per_group, seconds=times.cost_s)
-    log(f"asyncrl tune: {cfg.env} on {cores} cores, {'a GPU' if has_gpu() else 'no GPU'}; CPU ms per "
+    log(
+        f"asyncrl tune: {cfg.env} on {cores} cores, {'a GPU' if has_gpu() else 'no GPU'}; CPU ms per "
         f"agent step alone: simulation {costs['sim_ms_per_step']:.3f}, inference {costs['inference_ms_per_step']:.3f} "
         f"(batch {costs['inference_batch']}), learning {costs['learn_ms_per_step']:.3f}; compute limit "
-        f"{costs['compute_limited_fps']:,.0f} frames/s")
+        f"{costs['compute_limited_fps']:,.0f} frames/s"
+    )
     tried: dict[tuple, float | None] = {}
     deadline = time.monotonic() + times.budget_s
 
@@ -123,9 +125,16 @@ def search(cfg: Config, times: TuneTimes, log=print) -> dict:
                 fps = measure(c)
                 if fps is not None and fps > MARGIN * best_fps:
                     best, best_fps, improved = c, fps, True
-    return {"env": cfg.env, "cores": cores, "gpu": has_gpu(), "costs": costs,
-            "tried": [{"flags": dict(zip(knobs(cfg), key)), "fps": fps} for key, fps in tried.items()],
-            "best": flags_of(best), "best_fps": best_fps, "budget_s": times.budget_s}
+    return {
+        "env": cfg.env,
+        "cores": cores,
+        "gpu": has_gpu(),
+        "costs": costs,
+        "tried": [{"flags": dict(zip(knobs(cfg), key)), "fps": fps} for key, fps in tried.items()],
+        "best": flags_of(best),
+        "best_fps": best_fps,
+        "budget_s": times.budget_s,
+    }
 
 
 def with_tuned_flags(given: dict, env_defaults: dict) -> dict:
@@ -137,6 +146,7 @@ def with_tuned_flags(given: dict, env_defaults: dict) -> dict:
 
 def has_gpu() -> bool:
     import torch  # here, not at the top: the command line imports this module before it starts the fork server
+
     return torch.cuda.is_available()
 
 
@@ -151,16 +161,20 @@ def tuned_flags(given: dict, env_defaults: dict) -> dict:
             return result["best"]
     except (OSError, json.JSONDecodeError, KeyError):
         pass
-    print(f"asyncrl: --tune True: no tuning results for {given['env']} on this machine at {path}; tuning first "
-          f"(about {TuneTimes().budget_s / 60:.0f} minutes)", flush=True)
+    print(
+        f"asyncrl: --tune True: no tuning results for {given['env']} on this machine at {path}; tuning first "
+        f"(about {TuneTimes().budget_s / 60:.0f} minutes)",
+        flush=True,
+    )
     return run_tune({k: v for k, v in given.items() if k != "tune"}, env_defaults, TuneTimes())["best"]
 
 
 def run_tune(given: dict, env_defaults: dict, times: TuneTimes) -> dict:
     """Search from the given flags (the candidates' runs in a temporary folder), save the result and print it."""
     with tempfile.TemporaryDirectory(prefix="asyncrl_tune_") as runs_dir:
-        cfg = build_config({**given, "train_dir": runs_dir, "experiment": "candidate", "restart_behavior": "restart"},
-                           env_defaults)
+        cfg = build_config(
+            {**given, "train_dir": runs_dir, "experiment": "candidate", "restart_behavior": "restart"}, env_defaults
+        )
         cfg.validate()
         result = search(cfg, times)
     path = results_path(cfg.env)
@@ -175,18 +189,28 @@ def cmd_tune(argv: list[str]) -> int:
 
     parser = OneLineErrorParser(prog="asyncrl tune", description=__doc__.splitlines()[0])
     default = TuneTimes()
-    parser.add_argument("--budget_seconds", type=float, default=default.budget_s,
-                        help="Time for the search, measuring included.")
+    parser.add_argument(
+        "--budget_seconds", type=float, default=default.budget_s, help="Time for the search, measuring included."
+    )
     parser.add_argument("--seconds", type=float, default=default.seconds, help="Measured seconds per candidate.")
-    parser.add_argument("--warmup_seconds", type=float, default=default.warmup_s,
-                        help="Seconds each candidate runs first, not measured.")
-    parser.add_argument("--cost_seconds", type=float, default=default.cost_s,
-                        help="Seconds each CPU cost of the compute limit (simulation, inference) is timed alone on one "
-                             "core; learning 2.5 times as long.")
+    parser.add_argument(
+        "--warmup_seconds",
+        type=float,
+        default=default.warmup_s,
+        help="Seconds each candidate runs first, not measured.",
+    )
+    parser.add_argument(
+        "--cost_seconds",
+        type=float,
+        default=default.cost_s,
+        help="Seconds each CPU cost of the compute limit (simulation, inference) is timed alone on one "
+        "core; learning 2.5 times as long.",
+    )
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
-    times = TuneTimes(given.pop("budget_seconds"), given.pop("warmup_seconds"), given.pop("seconds"),
-                      given.pop("cost_seconds"))
+    times = TuneTimes(
+        given.pop("budget_seconds"), given.pop("warmup_seconds"), given.pop("seconds"), given.pop("cost_seconds")
+    )
     if times.budget_s <= 0 or times.seconds <= 0 or times.cost_s <= 0 or times.warmup_s < 0:
         raise ConfigError("--budget_seconds, --seconds and --cost_seconds must be positive, --warmup_seconds >= 0")
     if not given.get("env"):
@@ -202,7 +226,9 @@ def tuning_report(result: dict, path: str) -> str:
         fps = "-" if entry["fps"] is None else f"{entry['fps']:,.0f}"
         lines.append(f"{fps:>10}  " + " ".join(f"--{k} {v}" for k, v in entry["flags"].items()))
     best = " ".join(f"--{k} {v}" for k, v in result["best"].items())
-    lines += [f"fastest: asyncrl train --env {result['env']} {best}  ({result['best_fps']:,.0f} frames/s; "
-              f"compute limit {result['costs']['compute_limited_fps']:,.0f})",
-              f"saved to {path}: `asyncrl train --env {result['env']} --tune True` uses these flags"]
+    lines += [
+        f"fastest: asyncrl train --env {result['env']} {best}  ({result['best_fps']:,.0f} frames/s; "
+        f"compute limit {result['costs']['compute_limited_fps']:,.0f})",
+        f"saved to {path}: `asyncrl train --env {result['env']} --tune True` uses these flags",
+    ]
     return "\n".join(lines)

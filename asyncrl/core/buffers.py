@@ -128,12 +128,24 @@ def group_agents(cfg: Config, worker: int, group: int) -> np.ndarray:
     return np.arange(start, start + agents_per_group)
 
 
-def buffer_layout(cfg: Config, obs_space: gym.spaces.Box, action_space: gym.Space, rnn_state_size: int,
-                  distribution_params_size: int, num_weights: int,
-                  learner_state_floats: int) -> dict[str, tuple[tuple, torch.dtype]]:
+def buffer_layout(
+    cfg: Config,
+    obs_space: gym.spaces.Box,
+    action_space: gym.Space,
+    rnn_state_size: int,
+    distribution_params_size: int,
+    num_weights: int,
+    learner_state_floats: int,
+) -> dict[str, tuple[tuple, torch.dtype]]:
     """name -> (shape, dtype) of every shared tensor, as the module docstring describes them."""
-    S, T, A, P, H, D = num_slots(cfg), cfg.rollout, num_agents(cfg), cfg.num_policies, rnn_state_size, \
-        distribution_params_size
+    S, T, A, P, H, D = (
+        num_slots(cfg),
+        cfg.rollout,
+        num_agents(cfg),
+        cfg.num_policies,
+        rnn_state_size,
+        distribution_params_size,
+    )
     # an index per action (Discrete), per dimension (MultiDiscrete, MultiBinary), or a Box's floats
     act_dtype = torch.float32 if isinstance(action_space, gym.spaces.Box) else torch.int64
     act_shape = () if isinstance(action_space, gym.spaces.Discrete) else tuple(action_space.shape)
@@ -181,6 +193,7 @@ class SharedBuffers(Generic[Array]):
     """The run's shared tensors, one field per entry of buffer_layout (the module docstring says what each holds).
     numpy() gives the same memory as numpy arrays, which the rollout workers index (far cheaper than torch's
     indexing); the weight methods below work on the torch tensors."""
+
     traj_obs: Array
     traj_rnn_states: Array
     traj_actions: Array
@@ -213,10 +226,15 @@ class SharedBuffers(Generic[Array]):
     @classmethod
     def allocate(cls, layout: dict[str, tuple[tuple, torch.dtype]]) -> SharedBuffers[torch.Tensor]:
         """Zeroed shared-memory tensors of the layout's shapes; -1 where -1 means none (no version, no rollout)."""
-        buffers = cls(**{name: torch.zeros(shape, dtype=dtype).share_memory_()
-                         for name, (shape, dtype) in layout.items()})
-        for none_yet in (buffers.frozen_version, buffers.traj_policy_version, buffers.rollout_issued,
-                         buffers.rollout_carried):
+        buffers = cls(
+            **{name: torch.zeros(shape, dtype=dtype).share_memory_() for name, (shape, dtype) in layout.items()}
+        )
+        for none_yet in (
+            buffers.frozen_version,
+            buffers.traj_policy_version,
+            buffers.rollout_issued,
+            buffers.rollout_carried,
+        ):
             none_yet.fill_(-1)
         return buffers
 
@@ -230,8 +248,9 @@ class SharedBuffers(Generic[Array]):
     def read_weights(self, policy_id: int, model: nn.Module, known_version: int) -> int:
         """Load the newest published weights into `model` if newer than `known_version`; returns the
         version the model now has."""
-        return _read_weights(self.policy_weights, self.policy_weights_seq, self.policy_version, policy_id, model,
-                             known_version)
+        return _read_weights(
+            self.policy_weights, self.policy_weights_seq, self.policy_version, policy_id, model, known_version
+        )
 
     # --- frozen past versions: learner -> policy workers
     def snapshot_weights(self, policy_id: int, k: int, model: nn.Module, version: int) -> None:
@@ -242,33 +261,38 @@ class SharedBuffers(Generic[Array]):
         _write_flat(self.frozen_weights, self.frozen_seq, self.frozen_version, (policy_id, k), flat, version)
 
     def read_frozen_weights(self, policy_id: int, k: int, model: nn.Module, known_version: int) -> int:
-        return _read_weights(self.frozen_weights, self.frozen_seq, self.frozen_version, (policy_id, k), model,
-                             known_version)
+        return _read_weights(
+            self.frozen_weights, self.frozen_seq, self.frozen_version, (policy_id, k), model, known_version
+        )
 
     # --- per-policy hyperparameters: learner and PBT
     def hparams(self, policy_id: int) -> dict[str, float]:
         return dict(zip(PER_POLICY_HPARAMS, self.policy_hparams[policy_id].tolist()))
 
     def set_hparams(self, policy_id: int, values: dict[str, float]) -> None:
-        self.policy_hparams[policy_id] = torch.tensor([values[name] for name in PER_POLICY_HPARAMS],
-                                                      dtype=torch.float64)
+        self.policy_hparams[policy_id] = torch.tensor(
+            [values[name] for name in PER_POLICY_HPARAMS], dtype=torch.float64
+        )
 
 
-def _write_weights(weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tensor, index, model: nn.Module,
-                   version: int) -> None:
+def _write_weights(
+    weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tensor, index, model: nn.Module, version: int
+) -> None:
     _write_flat(weights, seq, versions, index, flat_state(model), version)
 
 
-def _write_flat(weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tensor, index, flat: torch.Tensor,
-                version: int) -> None:
+def _write_flat(
+    weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tensor, index, flat: torch.Tensor, version: int
+) -> None:
     seq[index] += 1  # odd: write in progress
     weights[index].copy_(flat)
     versions[index] = version
     seq[index] += 1
 
 
-def _read_weights(weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tensor, index, model: nn.Module,
-                  known_version: int) -> int:
+def _read_weights(
+    weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tensor, index, model: nn.Module, known_version: int
+) -> int:
     seen = int(seq[index])
     version = int(versions[index])
     if seen % 2 == 1 or seen == 0 or version == known_version:

@@ -36,6 +36,7 @@ def best_checkpoint_path(experiment_dir: str, policy_id: int) -> str:
 
 def _save_atomically(state: dict, path: str) -> None:
     import torch
+
     torch.save(state, path + ".tmp")
     os.replace(path + ".tmp", path)  # a reader sees the old file or the new one, never half a file
 
@@ -71,11 +72,14 @@ TRAINING_KEYS = ("model", "optimizer", "train_step", "env_steps")
 def load_checkpoint(path: str, keys: tuple = TRAINING_KEYS) -> dict:
     """The checkpoint's contents; `keys` must be there (("model",) to act with it, as enjoy does)."""
     import torch
+
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for a damaged file; all mean the same to the user
-        raise CheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
-                              f"delete it to fall back to an older one, or use --restart_behavior restart") from None
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+            f"delete it to fall back to an older one, or use --restart_behavior restart"
+        ) from None
     for key in keys:
         if not isinstance(state, dict) or key not in state:
             raise CheckpointError(f"checkpoint {path} has no {key!r}; it was not written by asyncrl")
@@ -98,9 +102,13 @@ def check_compatible(path: str, saved_model: dict, model: torch.nn.Module) -> No
         if name not in saved_model:
             raise CheckpointError(f"checkpoint {path} lacks tensor {name!r}; it was saved with another model config")
         if tuple(saved_model[name].shape) != tuple(tensor.shape):
-            raise CheckpointError(f"checkpoint {path}: tensor {name!r} has shape {tuple(saved_model[name].shape)}, "
-                                  f"the model expects {tuple(tensor.shape)}; it was saved with another model config")
+            raise CheckpointError(
+                f"checkpoint {path}: tensor {name!r} has shape {tuple(saved_model[name].shape)}, "
+                f"the model expects {tuple(tensor.shape)}; it was saved with another model config"
+            )
     extra = sorted(set(saved_model) - set(current))
     if extra:
-        raise CheckpointError(f"checkpoint {path} has tensors the model lacks ({', '.join(extra[:3])}); "
-                              f"it was saved with another model config")
+        raise CheckpointError(
+            f"checkpoint {path} has tensors the model lacks ({', '.join(extra[:3])}); "
+            f"it was saved with another model config"
+        )

@@ -15,7 +15,12 @@ from multiprocessing import forkserver, parent_process
 
 mp_context = mp.get_context("forkserver")
 # what a run's children need (no torch._dynamo, which takes longer to import than torch: see asyncrl/algo/optimizer.py)
-ENGINE_MODULES = ("asyncrl.roles.learner", "asyncrl.roles.policy_worker", "asyncrl.roles.rollout_worker", "asyncrl.roles.evaluator")
+ENGINE_MODULES = (
+    "asyncrl.roles.learner",
+    "asyncrl.roles.policy_worker",
+    "asyncrl.roles.rollout_worker",
+    "asyncrl.roles.evaluator",
+)
 mp_context.set_forkserver_preload(list(ENGINE_MODULES))
 
 

@@ -26,42 +26,48 @@ The other two queues carry a few messages a second, as the typed records below:
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 
 class Signal(IntEnum):
     """Values that stand in place of an index (a slot, a worker or a policy id): all negative and distinct, so that
     one can never be read as another or as an index."""
-    NEW_VERSION = -1     # on policy_requests, in place of a worker
+
+    NEW_VERSION = -1  # on policy_requests, in place of a worker
     ROLLOUT_CLOSED = -2  # on full_slots, in place of a slot
-    ENV_RESULTS = -3     # on actions_ready, in place of a policy
-    END_ROLLOUT = -4     # on actions_ready, in place of a policy
+    ENV_RESULTS = -3  # on actions_ready, in place of a policy
+    END_ROLLOUT = -4  # on actions_ready, in place of a policy
 
 
 # --- reports: children -> runner
 class Episodes(NamedTuple):
     """Episodes a rollout worker's envs finished: (policy, return, length, the env's episode stats) each."""
+
     episodes: list
 
 
 class Matches(NamedTuple):
     """Finished multi-agent episodes, each (players, scores), for the ratings (ratings.py)."""
+
     matches: list
 
 
 class EnvErrors(NamedTuple):
     """Exceptions a rollout worker's envs raised since its last report (each env was restarted)."""
+
     count: int
 
 
 class LearnerStats(NamedTuple):
     """A learner's counters (train_step, env_steps) and, after an update, its losses and lag."""
+
     policy_id: int
     stats: dict
 
 
 class TimingReport(NamedTuple):
     """Fractions of wall time per phase of one process, and its counts (timing.py)."""
+
     role: str
     fractions: dict
     counts: dict
@@ -70,12 +76,14 @@ class TimingReport(NamedTuple):
 
 class Evaluation(NamedTuple):
     """An evaluator's result for one policy (evaluator.py)."""
+
     policy_id: int
     result: dict
 
 
 class Snapshot(NamedTuple):
     """A frozen copy of a policy's weights joined its pool as entry k (self-play)."""
+
     policy_id: int
     k: int
     version: int
@@ -84,27 +92,42 @@ class Snapshot(NamedTuple):
 
 class StateExported(NamedTuple):
     """PBT: the learner wrote its weights and Adam state to its learner_state row."""
+
     policy_id: int
 
 
 class StateImported(NamedTuple):
     """PBT: the learner loaded `source`'s exported state."""
+
     policy_id: int
     source: int
 
 
 class LearnerStopped(NamedTuple):
     """Under torchrun: the ranks' learners agreed to stop after their last update."""
+
     policy_id: int
 
 
 class Fatal(NamedTuple):
     """An error that must stop the run rather than restart the workers; the message is the run's one error line."""
+
     message: str
 
 
-Report = Union[Episodes, Matches, EnvErrors, LearnerStats, TimingReport, Evaluation, Snapshot, StateExported,
-               StateImported, LearnerStopped, Fatal]
+Report = (
+    Episodes
+    | Matches
+    | EnvErrors
+    | LearnerStats
+    | TimingReport
+    | Evaluation
+    | Snapshot
+    | StateExported
+    | StateImported
+    | LearnerStopped
+    | Fatal
+)
 
 
 # --- PBT: runner -> learner
@@ -114,4 +137,5 @@ class ExportState(NamedTuple):
 
 class ImportState(NamedTuple):
     """Load `source`'s learner_state row."""
+
     source: int

@@ -42,6 +42,7 @@ class StopFlag:
 
     def __init__(self):
         import torch
+
         self._flag = torch.zeros(1, dtype=torch.bool).share_memory_()
 
     def set(self) -> None:
@@ -97,6 +98,7 @@ def keep_freed_memory_for_reuse() -> None:
 def set_process_title(title: str) -> None:
     try:
         import setproctitle
+
         setproctitle.setproctitle(title)
     except ImportError:  # optional: the run works without it, `ps` just shows python
         pass
@@ -125,14 +127,15 @@ def plan_cores(titles: list[str], cores: list[int], cpu_learning: bool) -> dict[
     plan = {title: list(cores if single_threaded_learners and cpu_learning else rest) for title in titles}
     for i, title in enumerate(learners):
         share = len(learning) // len(learners)
-        plan[title] = learning[i * share:(i + 1) * share] if share else [learning[i % len(learning)]]
+        plan[title] = learning[i * share : (i + 1) * share] if share else [learning[i % len(learning)]]
     for i, title in enumerate(rollouts):
         plan[title] = [rest[i % len(rest)]]
     return plan
 
 
-def child_main(title: str, make_component, stop_flag, torch_threads: int, parent_pid: int,
-               cores: list[int] | None, setup) -> None:
+def child_main(
+    title: str, make_component, stop_flag, torch_threads: int, parent_pid: int, cores: list[int] | None, setup
+) -> None:
     """Entry point of every child: build the component in the child (its envs and model live here),
     then poll it until the runner sets `stop_flag`. The runner handles Ctrl-C; children ignore it.
     A component has poll(timeout), and optionally start(), stop() (after a normal stop) and close() (always).
@@ -146,6 +149,7 @@ def child_main(title: str, make_component, stop_flag, torch_threads: int, parent
     if cores:
         os.sched_setaffinity(0, cores)
     import torch
+
     torch.set_num_threads(torch_threads)
     setup()
 
@@ -175,7 +179,11 @@ def child_main(title: str, make_component, stop_flag, torch_threads: int, parent
 
 
 def start_child(title: str, make_component, stop_flag, torch_threads: int, cores: list[int] | None, setup):
-    process = mp_context.Process(target=child_main, name=title, daemon=True,
-                                 args=(title, make_component, stop_flag, torch_threads, os.getpid(), cores, setup))
+    process = mp_context.Process(
+        target=child_main,
+        name=title,
+        daemon=True,
+        args=(title, make_component, stop_flag, torch_threads, os.getpid(), cores, setup),
+    )
     process.start()
     return process

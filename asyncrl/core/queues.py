@@ -8,7 +8,7 @@ import queue
 import threading
 import time
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 from faster_fifo import Queue
 

@@ -27,10 +27,14 @@ def start_reaper() -> None:
     """Start the reaper of this process's group (this process leads it)."""
     global _reaper
     # the file as a script in isolated mode (no script folder, user site or PYTHON* variables on its path): `-m
-    # asyncrl.core.reaper` would import the asyncrl package first (gymnasium, numpy: 0.4 s of CPU a reaper, one per child,
-    # all while a run starts)
-    _reaper = subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), str(os.getpid())],
-                               stdin=subprocess.PIPE, start_new_session=True, close_fds=True)
+    # asyncrl.core.reaper` would import the asyncrl package first (gymnasium, numpy: 0.4 s of CPU a reaper, one per
+    # child, all while a run starts)
+    _reaper = subprocess.Popen(
+        [sys.executable, "-I", os.path.abspath(__file__), str(os.getpid())],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+        close_fds=True,
+    )
 
 
 def announce_engines() -> None:
@@ -49,6 +53,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import setproctitle
+
         setproctitle.setproctitle(f"asyncrl-reaper-{pgid}")
     except ImportError:
         pass

@@ -77,18 +77,23 @@ class ProcessGroup(SingleProcess):
         self.rank, self.device = rank, device
         backend = "nccl" if device.type == "cuda" else "gloo"
         try:
-            dist.init_process_group(backend, rank=rank.rank, world_size=rank.world_size,
-                                    timeout=timedelta(seconds=timeout_s))
+            dist.init_process_group(
+                backend, rank=rank.rank, world_size=rank.world_size, timeout=timedelta(seconds=timeout_s)
+            )
         except Exception as e:
-            raise RankLost(f"rank {rank.rank}: could not join the other {rank.world_size - 1} rank(s) within "
-                           f"{timeout_s:g} s ({type(e).__name__}: {e})") from None
+            raise RankLost(
+                f"rank {rank.rank}: could not join the other {rank.world_size - 1} rank(s) within "
+                f"{timeout_s:g} s ({type(e).__name__}: {e})"
+            ) from None
 
     def _call(self, collective, *args, **kwargs):
         try:
             return collective(*args, **kwargs)
         except Exception as e:  # gloo and NCCL raise RuntimeError subclasses; a dead peer or a timeout
-            raise RankLost(f"rank {self.rank.rank}: another rank is gone ({type(e).__name__}: "
-                           f"{str(e).split('. ')[0] if str(e) else 'no message'})") from None
+            raise RankLost(
+                f"rank {self.rank.rank}: another rank is gone ({type(e).__name__}: "
+                f"{str(e).split('. ')[0] if str(e) else 'no message'})"
+            ) from None
 
     def average_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """The gradient all-reduce DDP does, as one flat bucket (a parameter without a gradient counts as zero).
@@ -138,8 +143,13 @@ class ProcessGroup(SingleProcess):
         was empty has none), samples summed. One small all-reduce that every rank makes."""
         losses = [stats.get(key, 0.0) for key in LOSS_STATS]
         has_losses = float(all(key in stats for key in LOSS_STATS))
-        totals = self.sum(torch.tensor([has_losses, *(has_losses * v for v in losses), stats["batch_samples"],
-                                        stats["preempted_steps"]], dtype=torch.float64, device=self.device))
+        totals = self.sum(
+            torch.tensor(
+                [has_losses, *(has_losses * v for v in losses), stats["batch_samples"], stats["preempted_steps"]],
+                dtype=torch.float64,
+                device=self.device,
+            )
+        )
         ranks, *loss_sums, samples, preempted = totals.tolist()
         stats.update(batch_samples=int(samples), preempted_steps=int(preempted))
         if ranks:
@@ -155,8 +165,11 @@ class ProcessGroup(SingleProcess):
     def report_stop(self, title: str, train_step: int, env_steps: int, model) -> None:
         """A line per rank with a hash of its weights, which is the same on every rank."""
         digest = hashlib.sha256(flat_state(model).numpy().tobytes()).hexdigest()[:16]
-        print(f"{title} (rank {self.rank.rank} of {self.rank.world_size}): train step {train_step}, env steps "
-              f"{env_steps:,} (all ranks), weights {digest}", flush=True)
+        print(
+            f"{title} (rank {self.rank.rank} of {self.rank.world_size}): train step {train_step}, env steps "
+            f"{env_steps:,} (all ranks), weights {digest}",
+            flush=True,
+        )
 
     def close(self) -> None:
         if dist.is_initialized():
@@ -170,5 +183,6 @@ def collective(rank: Rank, device: torch.device, timeout_s: float) -> SingleProc
 
 def tcp_store(timeout_s: float) -> dist.TCPStore:
     """A client of torchrun's TCPStore (the process group's rendezvous store)."""
-    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                         timeout=timedelta(seconds=timeout_s))
+    return dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timedelta(seconds=timeout_s)
+    )

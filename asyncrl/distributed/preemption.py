@@ -51,8 +51,10 @@ def best_collection_time(rates: list[float], learn_s: float) -> float:
     holds its batch: S(t) = sum_i min(rates[i] t, 1). Between the times at which ranks fill their batches S is linear,
     S = a t + b, so the ratio is monotonic there (its derivative has the sign of a learn_s - b): the best t is one
     of those times."""
+
     def steps_per_second(t: float) -> float:
         return sum(min(rate * t, 1.0) for rate in rates) / (t + learn_s)
+
     return max((1.0 / rate for rate in rates if rate > 0), key=steps_per_second, default=math.inf)
 
 

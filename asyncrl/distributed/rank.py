@@ -28,7 +28,7 @@ class Rank:
         if len(cores) < self.local_world_size:
             return [cores[self.local_rank % len(cores)]]
         share = len(cores) // self.local_world_size
-        return cores[self.local_rank * share:(self.local_rank + 1) * share]
+        return cores[self.local_rank * share : (self.local_rank + 1) * share]
 
     @property
     def writes(self) -> bool:
@@ -39,8 +39,12 @@ class Rank:
 def this_rank() -> Rank:
     """This process's place in a torchrun launch (a plain launch: rank 0 of 1); torchrun sets these variables."""
     try:
-        rank = Rank(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-                    int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        rank = Rank(
+            int(os.environ.get("RANK", 0)),
+            int(os.environ.get("WORLD_SIZE", 1)),
+            int(os.environ.get("LOCAL_RANK", 0)),
+            int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
+        )
     except ValueError:
         raise ConfigError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (torchrun sets them)") from None
     if not 0 <= rank.rank < rank.world_size:

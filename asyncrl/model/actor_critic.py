@@ -41,30 +41,42 @@ class ActorCritic(nn.Module):
         self.is_image = len(obs_space.shape) == 3
         self.packed = obs_space if isinstance(obs_space, PackedObservation) else None  # images beside a vector
         # the env's action mask: the observation's last floats, one per logit (gym_adapter.ObservationWithActionMask)
-        self.action_mask_size = obs_space.mask_size \
-            if isinstance(obs_space, (ObservationWithActionMask, PackedObservation)) else 0
+        self.action_mask_size = (
+            obs_space.mask_size if isinstance(obs_space, (ObservationWithActionMask, PackedObservation)) else 0
+        )
         self._check_encoder(obs_space, cfg)
         use_conv = self.packed is not None or cfg.encoder == "conv" or (cfg.encoder == "auto" and self.is_image)
         normalize_input = not self.is_image if cfg.normalize_input is None else cfg.normalize_input
         # a packed observation's normalizer sees its vector, after its images' pixels if --normalize_input is True
         # (plain image observations are normalized only when asked too)
         self.normalize_images = self.packed is not None and cfg.normalize_input is True
-        normalized_shape = obs_space.shape if self.packed is None else (self.packed.vector_size + sum(
-            math.prod(shape) for shape in self.packed.image_shapes.values()) * self.normalize_images,)
+        normalized_shape = (
+            obs_space.shape
+            if self.packed is None
+            else (
+                self.packed.vector_size
+                + sum(math.prod(shape) for shape in self.packed.image_shapes.values()) * self.normalize_images,
+            )
+        )
         self.normalizer = RunningNorm(normalized_shape) if normalize_input and math.prod(normalized_shape) else None
         self.returns_normalizer = ReturnNorm() if cfg.normalize_returns else None
         self.reward_std = RunningNorm(()) if cfg.scale_rewards else None  # --scale_rewards' moments (reward_scaling.py)
         self.is_conv = use_conv
         activation = ACTIVATIONS.get(cfg.nonlinearity)  # None: auto
+
         def make_encoder(mlp_layers):
             if self.packed is not None:
                 encoder = ImagesAndVectorEncoder(
-                    self.packed, lambda shape: conv_encoder(shape, cfg.encoder_conv_architecture, activation),
-                    mlp_layers, activation or nn.Tanh)
+                    self.packed,
+                    lambda shape: conv_encoder(shape, cfg.encoder_conv_architecture, activation),
+                    mlp_layers,
+                    activation or nn.Tanh,
+                )
                 return encoder, encoder.out_features
             if use_conv:
                 return conv_encoder(obs_space.shape, cfg.encoder_conv_architecture, activation)
             return mlp_encoder(int(torch.tensor(obs_space.shape).prod()), mlp_layers, activation or nn.Tanh)
+
         self.encoder, size = make_encoder(cfg.encoder_mlp_layers)
         critic_size = size
         self.critic_features_from = None  # where the critic's features start in the encoder's output, if separate
@@ -90,13 +102,20 @@ class ActorCritic(nn.Module):
     def _check_encoder(self, obs_space: gym.spaces.Box, cfg: Config) -> None:
         """ConfigError for an --encoder the observations cannot take, or a --critic_mlp_layers with no MLP to size."""
         if self.packed is not None and cfg.encoder == "mlp":
-            raise ConfigError(f"--encoder mlp takes vector observations, and {cfg.env!r} gives images beside a vector "
-                              f"(a conv encoder for each image); use --encoder auto")
+            raise ConfigError(
+                f"--encoder mlp takes vector observations, and {cfg.env!r} gives images beside a vector "
+                f"(a conv encoder for each image); use --encoder auto"
+            )
         if cfg.encoder == "conv" and not self.is_image and self.packed is None:
-            raise ConfigError(f"--encoder conv needs image observations, and {cfg.env!r} gives shape "
-                              f"{obs_space.shape}; use --encoder mlp (or auto)")
-        if cfg.critic_mlp_layers and self.packed is None and (cfg.encoder == "conv" or self.is_image and
-                                                               cfg.encoder == "auto"):
+            raise ConfigError(
+                f"--encoder conv needs image observations, and {cfg.env!r} gives shape "
+                f"{obs_space.shape}; use --encoder mlp (or auto)"
+            )
+        if (
+            cfg.critic_mlp_layers
+            and self.packed is None
+            and (cfg.encoder == "conv" or self.is_image and cfg.encoder == "auto")
+        ):
             raise ConfigError("--critic_mlp_layers sizes an MLP critic, and this model's encoder is conv; leave it out")
 
     def _build_action_head(self, size: int, action_space: gym.Space, cfg: Config) -> None:
@@ -111,8 +130,10 @@ class ActorCritic(nn.Module):
             self.action_head = nn.Linear(size, action_space.shape[0])
             self.action_log_std = nn.Parameter(torch.full(action_space.shape, math.log(cfg.initial_stddev)))
         if self.discrete and cfg.rpo_alpha:
-            raise ConfigError(f"--rpo_alpha shifts a Gaussian's means: it needs Box actions, and {cfg.env!r} has "
-                              f"{action_space}; leave it at 0")
+            raise ConfigError(
+                f"--rpo_alpha shifts a Gaussian's means: it needs Box actions, and {cfg.env!r} has "
+                f"{action_space}; leave it at 0"
+            )
         self.rpo_alpha = cfg.rpo_alpha
 
     def _initialize(self) -> None:
@@ -121,7 +142,7 @@ class ActorCritic(nn.Module):
         policy then barely sees the observation); 0.01 on the action head starts from a near-uniform policy."""
         for module in [*self.encoder.modules(), self.value_head]:
             if isinstance(module, (nn.Linear, nn.Conv2d)):
-                nn.init.orthogonal_(module.weight, gain=1.0 if module is self.value_head else 2 ** 0.5)
+                nn.init.orthogonal_(module.weight, gain=1.0 if module is self.value_head else 2**0.5)
                 nn.init.zeros_(module.bias)
         if self.rnn_type:
             for name, param in self.core.named_parameters():
@@ -177,7 +198,7 @@ class ActorCritic(nn.Module):
         """The env's action mask in a batch of observations (their last floats), or None if it has none."""
         if not self.action_mask_size:
             return None
-        return (obs if self.packed is None else unpack_observation(self.packed, obs)[1])[..., -self.action_mask_size:]
+        return (obs if self.packed is None else unpack_observation(self.packed, obs)[1])[..., -self.action_mask_size :]
 
     def _core_step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One recurrent step; returns (output, new flat state), float32."""
@@ -185,7 +206,7 @@ class ActorCritic(nn.Module):
         if self.rnn_type == "gru":
             h = self.core(x, state).float()
             return h, h
-        h, c = self.core(x, (state[:, :self.rnn_size], state[:, self.rnn_size:]))
+        h, c = self.core(x, (state[:, : self.rnn_size], state[:, self.rnn_size :]))
         return h.float(), torch.cat([h, c], dim=1).float()
 
     def heads(self, features: torch.Tensor, action_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -216,7 +237,7 @@ class ActorCritic(nn.Module):
         self.value_head.weight.mul_(old_std / norm.std)
         self.value_head.bias.mul_(old_std).add_(old_mean - norm.mean).div_(norm.std)
 
-    def store_weights_as(self, dtype: torch.dtype) -> "ActorCritic":
+    def store_weights_as(self, dtype: torch.dtype) -> ActorCritic:
         """For inference only: keep encoder, core and heads in `dtype`. With bfloat16 each small batch streams
         half the weight bytes from memory (measured: conv + GRU512 inference at batch 8, 0.59 -> 0.39 ms per
         sample on one core). The normalizer stays float32, and every output comes back float32."""
@@ -278,8 +299,14 @@ class ActorCritic(nn.Module):
         action_params, value = self.heads(x, self.action_mask(obs))
         return action_params, value, rnn_state
 
-    def forward_sequence(self, obs: torch.Tensor, rnn_states: torch.Tensor, state_starts: torch.Tensor,
-                         dones: torch.Tensor, autocast_dtype: torch.dtype | None = None):
+    def forward_sequence(
+        self,
+        obs: torch.Tensor,
+        rnn_states: torch.Tensor,
+        state_starts: torch.Tensor,
+        dones: torch.Tensor,
+        autocast_dtype: torch.dtype | None = None,
+    ):
         """Time-major trajectories for the learner.
 
         obs: [T+1, B, ...] (the last row is the bootstrap observation); dones: [T, B];
@@ -294,11 +321,14 @@ class ActorCritic(nn.Module):
         if self.rnn_type:
             # the GRU's input projection for every step at once: one large matrix product instead of T+1 small ones
             with autocast_if(obs.device.type, autocast_dtype):
-                gru_input_gates = F.linear(x, self.core.weight_ih, self.core.bias_ih) \
-                    if self.rnn_type == "gru" else None
+                gru_input_gates = (
+                    F.linear(x, self.core.weight_ih, self.core.bias_ih) if self.rnn_type == "gru" else None
+                )
             # per row, which columns start from their stored state: all, some or none (one device sync, not T)
-            starts = ["all" if every else "some" if some else "none" for some, every in
-                      zip(state_starts.any(1).tolist(), state_starts.all(1).tolist())] + ["none"]
+            starts = [
+                "all" if every else "some" if some else "none"
+                for some, every in zip(state_starts.any(1).tolist(), state_starts.all(1).tolist())
+            ] + ["none"]
             outputs, state = [], None
             for t in range(steps):
                 if starts[t] == "all":
@@ -306,8 +336,9 @@ class ActorCritic(nn.Module):
                 elif starts[t] == "none":
                     state = state * (~dones[t - 1]).unsqueeze(1)
                 else:
-                    state = torch.where(state_starts[t].unsqueeze(1), rnn_states[t],
-                                        state * (~dones[t - 1]).unsqueeze(1))
+                    state = torch.where(
+                        state_starts[t].unsqueeze(1), rnn_states[t], state * (~dones[t - 1]).unsqueeze(1)
+                    )
                 if gru_input_gates is not None:
                     out = state = gru_step(self.core, gru_input_gates[t], state, autocast_dtype)
                 else:

@@ -21,7 +21,6 @@ CONV_ARCHITECTURES = {
 CONV_MIN_SIZE = 36  # the third conv needs 3 rows of the second's output, so 8 of the first's: 36 pixels
 
 
-
 def conv_encoder(obs_shape, architecture: str = "convnet_simple", activation=None) -> tuple[nn.Module, int]:
     """Three convs (32 8x8 stride 4, 64 4x4 stride 2, then 3x3 as CONV_ARCHITECTURES says) and a 512-unit fully
     connected layer, with the architecture's activation unless one is given. On 84x84 frames convnet_atari's last conv
@@ -30,13 +29,18 @@ def conv_encoder(obs_shape, architecture: str = "convnet_simple", activation=Non
     channels, stride, own_activation = CONV_ARCHITECTURES[architecture]
     activation = activation or own_activation
     if min(obs_shape[1:]) < CONV_MIN_SIZE:
-        raise ConfigError(f"images of {obs_shape[1]}x{obs_shape[2]} are smaller than the conv encoder takes "
-                          f"({CONV_MIN_SIZE}x{CONV_MIN_SIZE} at least): make the env's images larger, or use --encoder "
-                          f"mlp for an image observation alone")
+        raise ConfigError(
+            f"images of {obs_shape[1]}x{obs_shape[2]} are smaller than the conv encoder takes "
+            f"({CONV_MIN_SIZE}x{CONV_MIN_SIZE} at least): make the env's images larger, or use --encoder "
+            f"mlp for an image observation alone"
+        )
     convs = nn.Sequential(
-        nn.Conv2d(obs_shape[0], 32, 8, stride=4), activation(),
-        nn.Conv2d(32, 64, 4, stride=2), activation(),
-        nn.Conv2d(64, channels, 3, stride=stride), activation(),
+        nn.Conv2d(obs_shape[0], 32, 8, stride=4),
+        activation(),
+        nn.Conv2d(32, 64, 4, stride=2),
+        activation(),
+        nn.Conv2d(64, channels, 3, stride=stride),
+        activation(),
         nn.Flatten(),
     )
     with torch.no_grad():
@@ -56,9 +60,11 @@ def unpack_observation(space: PackedObservation, obs: torch.Tensor) -> tuple[lis
     """Views, not copies, of packed observations [..., bytes] (gym_adapter.PackedObservation): each image
     [..., C, H, W] uint8, and the float32 vector [..., n] (its last entries the action mask, if any)."""
     lead = obs.shape[:-1]
-    images = [obs[..., offset:offset + math.prod(shape)].view(*lead, *shape)
-              for shape, offset in zip(space.image_shapes.values(), space.image_offsets)]
-    return images, obs[..., space.vector_offset:].view(torch.float32)
+    images = [
+        obs[..., offset : offset + math.prod(shape)].view(*lead, *shape)
+        for shape, offset in zip(space.image_shapes.values(), space.image_offsets)
+    ]
+    return images, obs[..., space.vector_offset :].view(torch.float32)
 
 
 class ImagesAndVectorEncoder(nn.Module):

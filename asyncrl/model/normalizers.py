@@ -12,7 +12,7 @@ def merge_moments(count, mean, var, n, batch_mean, batch_var) -> tuple:
     """(count, mean, variance) of count samples of (mean, var) and n more of (batch_mean, batch_var): Chan et al.'s
     parallel variance. Plain arithmetic: floats, numpy arrays and tensors alike."""
     delta, total = batch_mean - mean, count + n
-    return total, mean + delta * n / total, (var * count + batch_var * n + delta ** 2 * count * n / total) / total
+    return total, mean + delta * n / total, (var * count + batch_var * n + delta**2 * count * n / total) / total
 
 
 class RunningNorm(nn.Module):
@@ -33,10 +33,10 @@ class RunningNorm(nn.Module):
         x = x.reshape(-1, *self.mean.shape).double()  # one pass over sums of squares: float64 for its cancellation
         size = self.mean.numel()
         moments = sum_over_ranks(torch.cat([x.new_tensor([len(x)]), x.sum(0).flatten(), x.square().sum(0).flatten()]))
-        n, total, squares = moments[0], moments[1:1 + size].view_as(self.mean), moments[1 + size:].view_as(self.mean)
+        n, total, squares = moments[0], moments[1 : 1 + size].view_as(self.mean), moments[1 + size :].view_as(self.mean)
         if n > 0:
             mean = total / n
-            self.merge(float(n), mean.float(), (squares / n - mean ** 2).clamp(min=0).float())
+            self.merge(float(n), mean.float(), (squares / n - mean**2).clamp(min=0).float())
 
     @torch.no_grad()
     def merge(self, n, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> None:
@@ -52,7 +52,7 @@ class RunningNorm(nn.Module):
         start = 0
         for part, shape in zip(parts, shapes):
             size = math.prod(shape)
-            mean, var = self.mean[start:start + size].view(shape), self.var[start:start + size].view(shape)
+            mean, var = self.mean[start : start + size].view(shape), self.var[start : start + size].view(shape)
             part.sub_(mean).mul_(torch.rsqrt(var + 1e-8)).clamp_(-self.clip, self.clip)
             start += size
         return parts

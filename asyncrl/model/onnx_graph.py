@@ -37,8 +37,9 @@ class ActingPolicy(nn.Module):
             x, rnn_state = model._core_step(x, rnn_state)
         action_params, value = model.heads(x, action_mask)
         value = model.returns(value)
-        outputs = (action_params,) if model.discrete else (action_params, model.action_log_std.exp().expand_as(
-            action_params))
+        outputs = (
+            (action_params,) if model.discrete else (action_params, model.action_log_std.exp().expand_as(action_params))
+        )
         return outputs + ((value, rnn_state) if model.rnn_type else (value,))
 
     def _features(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -46,8 +47,8 @@ class ActingPolicy(nn.Module):
         model = self.model
         if model.packed is None:
             return model.encode(inputs[0]), model.action_mask(inputs[0])
-        images, vector = list(inputs[:len(model.packed.image_shapes)]), inputs[len(model.packed.image_shapes)]
-        mask = vector[..., -model.action_mask_size:] if model.action_mask_size else None
+        images, vector = list(inputs[: len(model.packed.image_shapes)]), inputs[len(model.packed.image_shapes)]
+        mask = vector[..., -model.action_mask_size :] if model.action_mask_size else None
         return model.encoder(model.packed_input(images, vector)).float(), mask
 
 
@@ -68,17 +69,27 @@ def export_onnx(model: ActorCritic, obs_space, path: str, metadata: dict) -> lis
     policy = ActingPolicy(model.float().eval()).eval()
     observations = observation_inputs(obs_space, 2)  # not 1: torch.export fixes a size of 1
     inputs = (*observations.values(), *([torch.zeros(2, model.rnn_state_size)] if model.rnn_type else []))
-    input_names = [*observations, "rnn_state"][:len(inputs)]
+    input_names = [*observations, "rnn_state"][: len(inputs)]
     names = output_names(model)
     batch = torch.export.Dim("batch")
     # the exporter's notes (optional torchvision ops it skips, deprecations inside torch) say nothing about this model
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(policy, inputs, path, input_names=input_names, output_names=names, opset_version=OPSET,
-                          dynamic_shapes=(tuple({0: batch} for _ in inputs),), dynamo=True, verbose=False,
-                          external_data=False)  # one file to copy: a policy is far below ONNX's 2 GB limit
+        torch.onnx.export(
+            policy,
+            inputs,
+            path,
+            input_names=input_names,
+            output_names=names,
+            opset_version=OPSET,
+            dynamic_shapes=(tuple({0: batch} for _ in inputs),),
+            dynamo=True,
+            verbose=False,
+            external_data=False,
+        )  # one file to copy: a policy is far below ONNX's 2 GB limit
     import onnx
+
     exported = onnx.load(path)
     onnx.helper.set_model_props(exported, {key: str(value) for key, value in metadata.items()})
     onnx.save(exported, path)

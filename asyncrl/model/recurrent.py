@@ -12,8 +12,9 @@ def autocast_if(device_type: str, dtype: torch.dtype | None):
     return torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None)
 
 
-def gru_step(core: nn.GRUCell, input_gates: torch.Tensor, h: torch.Tensor,
-             autocast_dtype: torch.dtype | None = None) -> torch.Tensor:
+def gru_step(
+    core: nn.GRUCell, input_gates: torch.Tensor, h: torch.Tensor, autocast_dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """nn.GRUCell's update given its input projection W_i x + b_i (gates r, z, n as in torch's GRUCell docs):
     r = sigma(i_r + W_hr h + b_hr), z = sigma(i_z + W_hz h + b_hz), n = tanh(i_n + r * (W_hn h + b_hn)),
     h' = (1 - z) * n + z * h. With the input projection done for all steps at once, 32 trajectories x 33 steps

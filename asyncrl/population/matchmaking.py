@@ -13,8 +13,9 @@ from asyncrl.core.buffers import frozen_player
 RATING_WIDTH = 25 / 3
 
 
-def draw_players(n: int, cfg: Config, rng: np.random.Generator, frozen_version: np.ndarray,
-                 rating_mu: np.ndarray) -> np.ndarray:
+def draw_players(
+    n: int, cfg: Config, rng: np.random.Generator, frozen_version: np.ndarray, rating_mu: np.ndarray
+) -> np.ndarray:
     """Acting ids for an env's n agents. With a frozen pool, a --selfplay_frozen_fraction of multi-agent episodes
     seat one learning policy (on a random seat) against frozen versions, chosen uniformly or by rating
     (--matchmaking); otherwise each agent draws a learning policy (or one for the whole env without

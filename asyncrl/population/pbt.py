@@ -108,9 +108,18 @@ class PopulationBasedTraining:
             if source not in self.waiting and not self.importing.get(source):
                 self.commands[source].put(ExportState())
             self.waiting.setdefault(source, []).append((p, after))
-        self._log({"time_s": round(time.monotonic() - self.start, 3), "policy": p, "env_steps": policy.env_steps,
-                   "population_env_steps": round(float(clock)), "objectives": objectives, "copied_from": source,
-                   "hparams_before": before, "hparams_after": after})
+        self._log(
+            {
+                "time_s": round(time.monotonic() - self.start, 3),
+                "policy": p,
+                "env_steps": policy.env_steps,
+                "population_env_steps": round(float(clock)),
+                "objectives": objectives,
+                "copied_from": source,
+                "hparams_before": before,
+                "hparams_after": after,
+            }
+        )
 
     def exported(self, report: StateExported) -> None:
         """The policies waiting for that source's state load it, with their new hparams; their episode windows

@@ -51,8 +51,11 @@ class PolicyStats:
         0 until the second report."""
         if len(self.reports) < 2:
             return 0.0
-        (first_t, first_steps), (previous_t, _), (last_t, last_steps) = (self.reports[0], self.reports[-2],
-                                                                         self.reports[-1])
+        (first_t, first_steps), (previous_t, _), (last_t, last_steps) = (
+            self.reports[0],
+            self.reports[-2],
+            self.reports[-1],
+        )
         end = now if now - last_t > 2 * (last_t - previous_t) else last_t
         return (last_steps - first_steps) / max(1e-6, end - first_t)
 

@@ -71,10 +71,16 @@ class Ratings:
 
     def policy_stats(self, policy: int) -> dict:
         """The policy's rating and the best and mean rating of its frozen versions, for stats.jsonl and TensorBoard."""
-        stats = {"rating_mu": self.players[policy].mu, "rating_ordinal": self.players[policy].ordinal(),
-                 "rated_matches": self.matches}
-        pool = [self.players[frozen_player(self.cfg, policy, k)] for k in range(self.cfg.frozen_pool_size)
-                if self.names[frozen_player(self.cfg, policy, k)]]
+        stats = {
+            "rating_mu": self.players[policy].mu,
+            "rating_ordinal": self.players[policy].ordinal(),
+            "rated_matches": self.matches,
+        }
+        pool = [
+            self.players[frozen_player(self.cfg, policy, k)]
+            for k in range(self.cfg.frozen_pool_size)
+            if self.names[frozen_player(self.cfg, policy, k)]
+        ]
         if pool:
             stats["pool_rating_ordinal_max"] = max(r.ordinal() for r in pool)
             stats["pool_rating_ordinal_mean"] = sum(r.ordinal() for r in pool) / len(pool)

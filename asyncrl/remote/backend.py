@@ -44,7 +44,7 @@ class RemoteBackend(PerEnvBackend):
         """Send the group's actions; on_results() once every server has replied."""
         envs, n = self.groups[group], self.cfg.agents_per_env
         actions = env_actions(self.action_space, actions)
-        begin_group_step(envs, [actions[i * n:(i + 1) * n] for i in range(len(envs))], on_results)
+        begin_group_step(envs, [actions[i * n : (i + 1) * n] for i in range(len(envs))], on_results)
         return True
 
     def restart(self, group: int, env_in_group: int, error: Exception) -> list | None:
@@ -106,8 +106,10 @@ class RemoteFactory:
 
     def __call__(self, render_mode: str | None = None, **options) -> RemoteAgents:
         if options or render_mode not in (None, "rgb_array"):
-            raise EnvError(f"remote envs take their options on the server (asyncrl env-server --env_options), "
-                           f"not {sorted(options) or f'render_mode {render_mode!r}'}")
+            raise EnvError(
+                f"remote envs take their options on the server (asyncrl env-server --env_options), "
+                f"not {sorted(options) or f'render_mode {render_mode!r}'}"
+            )
         i = (self.made // self.envs_per_group) % len(self.addresses)
         self.made += 1
         settings = dataclasses.replace(self.settings, frames=render_mode is not None)
@@ -122,11 +124,21 @@ def remote_entry(name: str, settings: RemoteSettings | None = None) -> EnvEntry:
     descriptions = [describe(a, settings) for a in addresses]
     first = descriptions[0]
     for address, d in zip(addresses[1:], descriptions[1:]):
-        if (d.env, d.agent_ids, d.obs_low, d.obs_high, d.num_actions) != \
-                (first.env, first.agent_ids, first.obs_low, first.obs_high, first.num_actions):
-            raise EnvError(f"--env {name}: {address} serves {d.env!r}, {addresses[0]} serves {first.env!r} "
-                           f"(with other spaces or agents): every server of a run must serve the same env")
+        if (d.env, d.agent_ids, d.obs_low, d.obs_high, d.num_actions) != (
+            first.env,
+            first.agent_ids,
+            first.obs_low,
+            first.obs_high,
+            first.num_actions,
+        ):
+            raise EnvError(
+                f"--env {name}: {address} serves {d.env!r}, {addresses[0]} serves {first.env!r} "
+                f"(with other spaces or agents): every server of a run must serve the same env"
+            )
     if any(not 0 <= a < len(first.agent_ids) for a in settings.agents):
         raise EnvError(f"--remote_agents {list(settings.agents)}: the env has agents 0..{len(first.agent_ids) - 1}")
-    return EnvEntry(RemoteFactory(addresses, descriptions, settings),
-                    f"{first.env} served at {', '.join(addresses)}", json.loads(first.default_config_json or "{}"))
+    return EnvEntry(
+        RemoteFactory(addresses, descriptions, settings),
+        f"{first.env} served at {', '.join(addresses)}",
+        json.loads(first.default_config_json or "{}"),
+    )

@@ -53,6 +53,7 @@ class ServerRestarted(RemoteEnvError):
 @dataclass
 class RemoteSettings:
     """How a client talks to env servers (the training flags --remote_*, --env_side_channel)."""
+
     auth_token: str | None = None
     tls_ca_cert: bytes | None = None  # PEM: the server's certificate or its CA
     timeout: float = 10.0  # seconds per call (a step that waits on other clients' agents may take longer)
@@ -63,7 +64,7 @@ class RemoteSettings:
 
 def parse_addresses(name: str) -> list[str]:
     """`remote:HOST:PORT[,HOST:PORT...]` -> the addresses; EnvError if malformed."""
-    addresses = [a.strip() for a in name[len(PREFIX):].split(",") if a.strip()]
+    addresses = [a.strip() for a in name[len(PREFIX) :].split(",") if a.strip()]
     for address in addresses:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
@@ -76,10 +77,10 @@ def parse_addresses(name: str) -> list[str]:
 class Connection:
     """One channel and one lease per env server, agent set and process; every RemoteAgents on it shares them."""
 
-    _open: dict[tuple, "Connection"] = {}
+    _open: dict[tuple, Connection] = {}
 
     @classmethod
-    def to(cls, address: str, settings: RemoteSettings) -> "Connection":
+    def to(cls, address: str, settings: RemoteSettings) -> Connection:
         # every setting is part of the key (the timeout, the side channel sent at open): an address the OS hands
         # out again, to another server, must not get a connection made with another run's settings
         key = (address, repr(settings))
@@ -89,10 +90,14 @@ class Connection:
 
     def __init__(self, address: str, settings: RemoteSettings):
         self.address, self.settings = address, settings
-        options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", 64 * 2 ** 20),
-                   # a server that comes back is seen within 2 s (gRPC's default backoff grows to 2 minutes)
-                   ("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
-                   ("grpc.max_reconnect_backoff_ms", 2000)]
+        options = [
+            ("grpc.max_receive_message_length", -1),
+            ("grpc.max_send_message_length", 64 * 2**20),
+            # a server that comes back is seen within 2 s (gRPC's default backoff grows to 2 minutes)
+            ("grpc.initial_reconnect_backoff_ms", 200),
+            ("grpc.min_reconnect_backoff_ms", 200),
+            ("grpc.max_reconnect_backoff_ms", 2000),
+        ]
         if settings.tls_ca_cert:
             credentials = grpc.ssl_channel_credentials(root_certificates=settings.tls_ca_cert)
             self.channel = grpc.secure_channel(address, credentials, options=options)
@@ -126,8 +131,9 @@ class Connection:
         """The RPC sent without waiting: a future whose result() is the reply (or raises its grpc.RpcError). Made
         by a blocking call on a thread of our own: gRPC's own futures start a thread per call when none is in
         flight, which cost a rollout worker more than the call itself."""
-        return self.sender.submit(getattr(self.stub, method), request, timeout=self.settings.timeout,
-                                  metadata=self.metadata)
+        return self.sender.submit(
+            getattr(self.stub, method), request, timeout=self.settings.timeout, metadata=self.metadata
+        )
 
     def send_step(self, request: pb.StepRequest, on_stream: bool) -> Future:
         """A group's step sent without waiting: on the connection's step stream if `on_stream` (its lease acts for
@@ -228,8 +234,10 @@ class StepStream:
             with self.lock:
                 late = bool(self.waiting) and time.monotonic() > self.waiting[0][1]
                 if late:
-                    self.broken = ServerUnavailable(f"env server {self.connection.address}: Step: DEADLINE_EXCEEDED "
-                                                    f"(no reply in {self.connection.settings.timeout:g} s)")
+                    self.broken = ServerUnavailable(
+                        f"env server {self.connection.address}: Step: DEADLINE_EXCEEDED "
+                        f"(no reply in {self.connection.settings.timeout:g} s)"
+                    )
             if late:
                 self.call.cancel()
 
@@ -247,8 +255,10 @@ class RemoteAgents:
         self.num_agents, self.frameskip = len(self.agents), max(1, description.frameskip)
         self.metadata = {"render_fps": description.render_fps} if description.render_fps else {}
         if settings.frames and not description.renders:
-            raise EnvError(f"env server {address} renders no frames: start it with --env_options "
-                           f"'{{\"render_mode\": \"rgb_array\"}}' to watch its envs here")
+            raise EnvError(
+                f"env server {address} renders no frames: start it with --env_options "
+                f'\'{{"render_mode": "rgb_array"}}\' to watch its envs here'
+            )
         self.frame = None  # with settings.frames: the frame after the last reset or step
         self.next_first_frame = None
         self.all_agents = self.agents == list(range(len(description.agent_ids)))
@@ -266,8 +276,13 @@ class RemoteAgents:
         if self.env_id is None:
             self.env_id, self.run_id = self.connection.open_env()
             self.episode, self.next_first_obs = 0, None
-        request = pb.ResetRequest(lease=self.connection.lease, env_id=self.env_id, seen_episode=self.episode,
-                                  seeded=seed is not None, seed=seed or 0)
+        request = pb.ResetRequest(
+            lease=self.connection.lease,
+            env_id=self.env_id,
+            seen_episode=self.episode,
+            seeded=seed is not None,
+            seed=seed or 0,
+        )
         try:
             reply = self.connection.call("Reset", request, timeout=self.connection.settings.timeout * 3)
             self._check_run(reply.run_id)
@@ -317,20 +332,27 @@ class RemoteAgents:
 
     def _check_run(self, run_id: str) -> None:
         if run_id != self.run_id:
-            raise ServerRestarted(f"env server {self.connection.address} restarted (run id {self.run_id} -> "
-                                  f"{run_id}): the env's episode is gone")
+            raise ServerRestarted(
+                f"env server {self.connection.address} restarted (run id {self.run_id} -> "
+                f"{run_id}): the env's episode is gone"
+            )
 
     def render(self):
         if not self.connection.settings.frames:
-            raise EnvError("a remote env renders here only if made with render_mode='rgb_array' (enjoy --save_video "
-                           "does so)")
+            raise EnvError(
+                "a remote env renders here only if made with render_mode='rgb_array' (enjoy --save_video does so)"
+            )
         return self.frame
 
     def close(self) -> None:
         if self.env_id is not None:
             try:
-                self.connection.call("Close", pb.CloseRequest(lease=self.connection.lease, env_ids=[self.env_id]),
-                                     retry=False, timeout=2.0)
+                self.connection.call(
+                    "Close",
+                    pb.CloseRequest(lease=self.connection.lease, env_ids=[self.env_id]),
+                    retry=False,
+                    timeout=2.0,
+                )
             except RemoteEnvError:
                 pass  # the server is gone or the lease expired: nothing left to release
             self.env_id = None
@@ -354,6 +376,7 @@ def begin_group_step(envs: list[RemoteAgents], actions: list, on_replied=None) -
                 done = outstanding[0] == 0
             if done:
                 on_replied()
+
         if not by_connection:
             on_replied()
     for connection, members in by_connection.items():
@@ -373,7 +396,7 @@ class GroupReply:
     def __init__(self, future):
         self.future, self.decoded = future, None
 
-    def results(self) -> "StepResults":
+    def results(self) -> StepResults:
         if self.decoded is None:
             self.decoded = StepResults(self.future.result())
         return self.decoded
@@ -397,8 +420,11 @@ def spaces_of(description: pb.DescribeReply) -> tuple[gym.spaces.Box, gym.Space]
     low, high = decode(description.obs_low), decode(description.obs_high)
     observation_space = gym.spaces.Box(low, high, dtype=low.dtype)
     if description.packed_images:  # images beside other entries, packed as the server's gym_adapter packs them
-        observation_space = PackedObservation({image.key: tuple(image.shape) for image in description.packed_images},
-                                              description.packed_vector_size, description.action_mask_size)
+        observation_space = PackedObservation(
+            {image.key: tuple(image.shape) for image in description.packed_images},
+            description.packed_vector_size,
+            description.action_mask_size,
+        )
     elif description.action_mask_size:  # the served env's mask after its features, as gym_adapter lays them out
         size = description.action_mask_size
         observation_space = ObservationWithActionMask(gym.spaces.Box(low[:-size], high[:-size]), size)
@@ -414,16 +440,23 @@ def describe(address: str, settings: RemoteSettings) -> pb.DescribeReply:
     try:
         return Connection.to(address, settings).call("Describe", pb.DescribeRequest())
     except RemoteEnvError as e:
-        raise EnvError(f"cannot use the env server at {address}: {e} (is `asyncrl env-server` running there, "
-                       f"with this token/TLS?)") from None
+        raise EnvError(
+            f"cannot use the env server at {address}: {e} (is `asyncrl env-server` running there, with this token/TLS?)"
+        ) from None
 
 
 class RemoteEnv(gym.Env):
     """A remote single-agent env (or one agent of a multi-agent one) as a gymnasium.Env, usable on its own:
     `env = RemoteEnv("127.0.0.1:50051")`."""
 
-    def __init__(self, address: str, agent: int = 0, settings: RemoteSettings | None = None,
-                 render_mode: str | None = None, **settings_kwargs):
+    def __init__(
+        self,
+        address: str,
+        agent: int = 0,
+        settings: RemoteSettings | None = None,
+        render_mode: str | None = None,
+        **settings_kwargs,
+    ):
         settings = settings or RemoteSettings(agents=(agent,), frames=render_mode == "rgb_array", **settings_kwargs)
         self.remote = RemoteAgents(address, describe(address, settings), settings)
         self.observation_space, self.action_space = self.remote.observation_space, self.remote.action_space
@@ -489,8 +522,9 @@ def remote_parallel_env(address: str, settings: RemoteSettings | None = None, **
     return RemoteParallelEnv()
 
 
-def side_channel(address: str, values: dict | None = None, whole_server: bool = True,
-                 settings: RemoteSettings | None = None) -> dict:
+def side_channel(
+    address: str, values: dict | None = None, whole_server: bool = True, settings: RemoteSettings | None = None
+) -> dict:
     """Set side-channel values on an env server (every env it serves; e.g. a curriculum's difficulty from training
     code) and return every value set there."""
     return Connection.to(address, settings or RemoteSettings()).side_channel(values, whole_server)
@@ -523,5 +557,6 @@ def settings_from_flags(flags: dict) -> RemoteSettings:
         raise EnvError(f"--remote_tls_ca_cert {values['remote_tls_ca_cert']}: {e.strerror}") from None
     if not all(isinstance(a, int) for a in values["remote_agents"]):
         raise EnvError(f"--remote_agents must be a JSON list of agent indices, got {values['remote_agents']}")
-    return RemoteSettings(token, ca, float(values["remote_timeout"]), dict(values["env_side_channel"]),
-                          tuple(values["remote_agents"]))
+    return RemoteSettings(
+        token, ca, float(values["remote_timeout"]), dict(values["env_side_channel"]), tuple(values["remote_agents"])
+    )

@@ -13,8 +13,16 @@ def compile_proto(out_dir: str = PROTO_DIR) -> None:
     from grpc_tools import protoc
 
     includes = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")  # google/protobuf's own .proto files
-    status = protoc.main(["protoc", f"-I{PROTO_DIR}", f"-I{includes}", f"--python_out={out_dir}",
-                          f"--grpc_python_out={out_dir}", os.path.join(PROTO_DIR, PROTO)])
+    status = protoc.main(
+        [
+            "protoc",
+            f"-I{PROTO_DIR}",
+            f"-I{includes}",
+            f"--python_out={out_dir}",
+            f"--grpc_python_out={out_dir}",
+            os.path.join(PROTO_DIR, PROTO),
+        ]
+    )
     if status != 0:
         raise RuntimeError(f"protoc failed on {PROTO} (exit {status})")
     # protoc writes `import ude_pb2` (a top-level name): make it the package's module

@@ -29,14 +29,23 @@ def server_arguments() -> OneLineErrorParser:
     parser = OneLineErrorParser(prog="asyncrl env-server", description="Serve envs over gRPC to asyncrl trainers.")
     add = parser.add_argument
     add("--env", required=True, help="Env to serve: any name `asyncrl train --env` takes.")
-    add("--env_options", type=json.loads, default={}, help="The env constructor's keyword options, as JSON "
-                                                           "('{\"render_mode\": \"rgb_array\"}': clients may ask for "
-                                                           "frames, as enjoy --save_video does).")
+    add(
+        "--env_options",
+        type=json.loads,
+        default={},
+        help="The env constructor's keyword options, as JSON "
+        '(\'{"render_mode": "rgb_array"}\': clients may ask for '
+        "frames, as enjoy --save_video does).",
+    )
     add("--num_envs", type=int, default=8, help="Env instances to serve (clients open some each).")
     add("--host", default="127.0.0.1", help="Address to listen on; any but loopback needs --auth_token(_file).")
     add("--port", type=int, default=50051, help="Port to listen on (0: any free one, printed at start).")
-    add("--auth_token", default=None, help="Every call must present this token (prefer --auth_token_file: a "
-                                           "command line is visible to every user of the machine).")
+    add(
+        "--auth_token",
+        default=None,
+        help="Every call must present this token (prefer --auth_token_file: a "
+        "command line is visible to every user of the machine).",
+    )
     add("--auth_token_file", default=None, help="A file whose first line is the token.")
     add("--tls_cert", default=None, help="PEM certificate chain: serve over TLS (needs --tls_key).")
     add("--tls_key", default=None, help="PEM private key of --tls_cert.")
@@ -58,8 +67,10 @@ def checked_security(args) -> tuple[str | None, tuple[bytes, bytes] | None]:
     """The token and (key, certificate) the flags give; ConfigError for what the user must fix."""
     token = read_token(args.auth_token, args.auth_token_file)
     if args.host not in LOOPBACK and not token:
-        raise ConfigError(f"--host {args.host} serves envs beyond this machine: give --auth_token_file (or "
-                          f"--auth_token) so only your trainers can use them, or serve on 127.0.0.1")
+        raise ConfigError(
+            f"--host {args.host} serves envs beyond this machine: give --auth_token_file (or "
+            f"--auth_token) so only your trainers can use them, or serve on 127.0.0.1"
+        )
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ConfigError("--tls_cert and --tls_key go together")
     if args.num_envs <= 0 or args.max_message_mb <= 0 or args.step_timeout <= 0 or args.lease_timeout <= 0:
@@ -77,25 +88,35 @@ def check_port_free(host: str, port: int) -> None:
         try:
             probe.bind((host, port))
         except OSError as e:
-            raise ConfigError(f"cannot listen on {host}:{port} ({e.strerror}): is another server using the port? "
-                              f"(--port 0 picks a free one)") from None
+            raise ConfigError(
+                f"cannot listen on {host}:{port} ({e.strerror}): is another server using the port? "
+                f"(--port 0 picks a free one)"
+            ) from None
 
 
 def build_server(args, token: str | None, tls: tuple[bytes, bytes] | None) -> tuple[grpc.Server, EnvService, int]:
     """The server for parsed `args` (not started) and its port."""
-    max_bytes = int(args.max_message_mb * 2 ** 20)
+    max_bytes = int(args.max_message_mb * 2**20)
     service = EnvService(args.env, args.env_options, args.num_envs, args.step_timeout, args.lease_timeout, max_bytes)
     # a step may wait on another client's actions: one thread per waiting request; and one per open step stream
     threads = 4 + 2 * args.num_envs + service.max_streams
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), maximum_concurrent_rpcs=4 * threads,
-                         interceptors=[TokenCheck(token)] if token else [],
-                         options=[("grpc.max_receive_message_length", max_bytes),
-                                  ("grpc.max_send_message_length", -1),
-                                  ("grpc.so_reuseport", 0)])
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=threads),
+        maximum_concurrent_rpcs=4 * threads,
+        interceptors=[TokenCheck(token)] if token else [],
+        options=[
+            ("grpc.max_receive_message_length", max_bytes),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
     server.add_generic_rpc_handlers((service_handler(service),))
     address = f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"
-    port = server.add_secure_port(address, grpc.ssl_server_credentials([tls])) if tls else \
-        server.add_insecure_port(address)
+    port = (
+        server.add_secure_port(address, grpc.ssl_server_credentials([tls]))
+        if tls
+        else server.add_insecure_port(address)
+    )
     return server, service, port
 
 
@@ -113,9 +134,11 @@ def serve(args, token: str | None, tls: tuple[bytes, bytes] | None, parent_pid: 
         print(f"asyncrl env-server: error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
     server.start()
-    print(f"asyncrl env-server: serving {args.num_envs} x {args.env} ({service.num_agents} agents each) on "
-          f"{args.host}:{port}, run id {service.run_id}{', TLS' if tls else ''}{', token required' if token else ''}",
-          flush=True)
+    print(
+        f"asyncrl env-server: serving {args.num_envs} x {args.env} ({service.num_agents} agents each) on "
+        f"{args.host}:{port}, run id {service.run_id}{', TLS' if tls else ''}{', token required' if token else ''}",
+        flush=True,
+    )
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     stopped.wait()

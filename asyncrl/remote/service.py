@@ -43,6 +43,7 @@ class Refused(Exception):
 @dataclass
 class StepResult:
     """One env's step as every agent of it sees it (a reply stacks those of the envs it names)."""
+
     episode: int
     obs: list  # per agent
     rewards: list
@@ -86,8 +87,10 @@ class EnvInstance:
         target = self.steps + 1
         if not self._step_if_complete() and not self.changed.wait_for(lambda: self.steps >= target, timeout):
             missing = self._missing()
-            raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED, f"env {self.env_id}: no actions for agents {missing} "
-                                                             f"(other clients') within {timeout:g} s")
+            raise Refused(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"env {self.env_id}: no actions for agents {missing} (other clients') within {timeout:g} s",
+            )
         if self.error is not None:
             raise Refused(grpc.StatusCode.INTERNAL, self.error)
         return self.last
@@ -99,8 +102,11 @@ class EnvInstance:
     def _missing(self) -> list[int]:
         """The playing agents with an owner whose actions for the next step are not in yet (an agent nobody owns
         takes the idle action)."""
-        return [a for a, playing in enumerate(self.playing)
-                if playing and self.owner[a] is not None and a not in self.pending]
+        return [
+            a
+            for a, playing in enumerate(self.playing)
+            if playing and self.owner[a] is not None and a not in self.pending
+        ]
 
     def _step_if_complete(self) -> bool:
         if self.started and self.pending and not self._missing():
@@ -123,9 +129,16 @@ class EnvInstance:
     def _results(self, obs, rewards, terminated, truncated, infos) -> StepResult:
         terminated, truncated = [bool(t) for t in terminated], [bool(t) for t in truncated]
         ended = [a for a, playing in enumerate(self.playing) if playing and (terminated[a] or truncated[a])]
-        result = StepResult(self.episode, obs, rewards, terminated, truncated,
-                            {a: infos[a].get("episode_stats", {}) for a in ended},
-                            [bool(info.get("life_lost", False)) for info in infos], self._frame())
+        result = StepResult(
+            self.episode,
+            obs,
+            rewards,
+            terminated,
+            truncated,
+            {a: infos[a].get("episode_stats", {}) for a in ended},
+            [bool(info.get("life_lost", False)) for info in infos],
+            self._frame(),
+        )
         for a in ended:
             self.playing[a] = False
         if not any(self.playing):
@@ -145,8 +158,10 @@ class EnvInstance:
             if not self.started or mine:
                 self._reset(seed)
             elif not self.changed.wait_for(lambda: self.episode > seen_episode, timeout):
-                raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED,
-                              f"env {self.env_id}: the other owners' agents did not end their episode in {timeout:g} s")
+                raise Refused(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"env {self.env_id}: the other owners' agents did not end their episode in {timeout:g} s",
+                )
         reply = pb.ResetReply(episode=self.episode)
         encode(self.first_obs, reply.obs)
         return reply
@@ -183,8 +198,15 @@ class Lease:
 class EnvService:
     """The gRPC service: every method checks its request, then works on the instances it names."""
 
-    def __init__(self, env_name: str, env_options: dict, num_envs: int, step_timeout: float, lease_timeout: float,
-                 max_array_bytes: int):
+    def __init__(
+        self,
+        env_name: str,
+        env_options: dict,
+        num_envs: int,
+        step_timeout: float,
+        lease_timeout: float,
+        max_array_bytes: int,
+    ):
         self.env_name, self.step_timeout, self.lease_timeout = env_name, step_timeout, lease_timeout
         self.max_array_bytes = max_array_bytes
         self.run_id = secrets.token_hex(8)
@@ -195,8 +217,10 @@ class EnvService:
         self.lock = threading.Lock()  # leases and ownership
         env = self.instances[0].env
         if getattr(env, "turn_based", False):  # multi_agent.TurnBasedAgents: the wire does not say whose turn it is
-            raise EnvError(f"env {env_name!r} is a turn-based game: its agents take turns, which remote envs do not "
-                           f"serve yet; train on it locally")
+            raise EnvError(
+                f"env {env_name!r} is a turn-based game: its agents take turns, which remote envs do not "
+                f"serve yet; train on it locally"
+            )
         self.num_agents, self.action_space, self.renders = env.num_agents, env.action_space, self.instances[0].renders
         self.action_nvec = np.array(categorical_sizes(env.action_space) or [])  # each dimension's choices, if any
         self.agent_ids = [str(a) for a in getattr(env, "agent_ids", range(env.num_agents))]
@@ -206,10 +230,16 @@ class EnvService:
         self.max_streams, self.open_streams = num_envs * self.num_agents, 0  # a client has at least one env's agent
 
     def _describe(self, env) -> pb.DescribeReply:
-        reply = pb.DescribeReply(run_id=self.run_id, env=self.env_name, num_envs=len(self.instances),
-                                 agent_ids=self.agent_ids, frameskip=int(env.frameskip),
-                                 default_config_json=json.dumps(self.default_config), renders=self.renders,
-                                 render_fps=float(env.metadata.get("render_fps") or 0))
+        reply = pb.DescribeReply(
+            run_id=self.run_id,
+            env=self.env_name,
+            num_envs=len(self.instances),
+            agent_ids=self.agent_ids,
+            frameskip=int(env.frameskip),
+            default_config_json=json.dumps(self.default_config),
+            renders=self.renders,
+            render_fps=float(env.metadata.get("render_fps") or 0),
+        )
         encode(env.observation_space.low, reply.obs_low)
         encode(env.observation_space.high, reply.obs_high)
         reply.action_mask_size = getattr(env.observation_space, "mask_size", 0)  # an ObservationWithActionMask's
@@ -233,22 +263,31 @@ class EnvService:
     def Open(self, request, context):
         agents = list(request.agents) or list(range(self.num_agents))
         if len(set(agents)) != len(agents) or not all(0 <= a < self.num_agents for a in agents):
-            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"agents {agents}: this env's agents are "
-                                                            f"0..{self.num_agents - 1}, each at most once")
+            raise Refused(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"agents {agents}: this env's agents are 0..{self.num_agents - 1}, each at most once",
+            )
         if not 0 < request.num_envs <= len(self.instances):
-            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"num_envs {request.num_envs}: this server has "
-                                                            f"{len(self.instances)} envs")
+            raise Refused(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"num_envs {request.num_envs}: this server has {len(self.instances)} envs",
+            )
         if request.frames and not self.renders:
-            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "frames asked, but this server's envs render none: start "
-                                                            "it with --env_options '{\"render_mode\": \"rgb_array\"}'")
+            raise Refused(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "frames asked, but this server's envs render none: start "
+                'it with --env_options \'{"render_mode": "rgb_array"}\'',
+            )
         side_channel = self._checked_values(request.side_channel)
         with self.lock:
             self._expire_leases()
             lease_id = request.lease or secrets.token_hex(16)
             lease = self.leases.get(lease_id) if request.lease else Lease([], agents, request.frames)
             if lease is None or (lease.agents, lease.frames) != (agents, request.frames):
-                raise Refused(grpc.StatusCode.FAILED_PRECONDITION, "unknown or expired lease (or other agents or "
-                                                                   "frames): open the envs again without it")
+                raise Refused(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    "unknown or expired lease (or other agents or frames): open the envs again without it",
+                )
             env_ids = self._free_envs(agents, request.num_envs)
             lease.env_ids += env_ids
             lease.last_used = time.monotonic()
@@ -265,8 +304,9 @@ class EnvService:
         lease = self._lease(request.lease, [request.env_id])
         instance = self.instances[request.env_id]
         with instance.changed:
-            reply = instance.reset(request.lease, request.seen_episode, request.seed if request.seeded else None,
-                                   self.step_timeout)
+            reply = instance.reset(
+                request.lease, request.seen_episode, request.seed if request.seeded else None, self.step_timeout
+            )
             if lease.frames:
                 encode(instance.first_frame, reply.frame)
         lease.last_used = time.monotonic()
@@ -279,10 +319,12 @@ class EnvService:
         if not env_ids:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "a step names no env")
         actions = self._checked_actions(request.actions, len(env_ids), len(lease.agents))
+
         def step(env_id: int, env_actions: np.ndarray) -> StepResult:
             instance = self.instances[env_id]
             with instance.changed:
                 return instance.submit(lease.agents, env_actions, self.step_timeout)
+
         # an env that waits on another client's actions steps on a thread of its own, or a request's envs could wait
         # for each other across clients; envs of this lease alone step here, one after another, as a rollout worker
         # steps its local envs (no thread handoff per env)
@@ -299,8 +341,10 @@ class EnvService:
         server thread while it lasts)."""
         with self.lock:
             if self.open_streams >= self.max_streams:
-                raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{self.max_streams} step streams are open: "
-                                                                  f"close one (or use Step)")
+                raise Refused(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{self.max_streams} step streams are open: close one (or use Step)",
+                )
             self.open_streams += 1
         try:
             for raw in raw_requests:
@@ -344,8 +388,10 @@ class EnvService:
         if lease is None:
             raise Refused(grpc.StatusCode.FAILED_PRECONDITION, "unknown or expired lease: open the envs again")
         if not set(env_ids) <= set(lease.env_ids):
-            raise Refused(grpc.StatusCode.PERMISSION_DENIED, f"env ids {sorted(set(env_ids) - set(lease.env_ids))} "
-                                                             f"are not in this lease")
+            raise Refused(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"env ids {sorted(set(env_ids) - set(lease.env_ids))} are not in this lease",
+            )
         return lease
 
     def _checked_actions(self, message, num_envs: int, num_agents: int) -> np.ndarray:
@@ -356,8 +402,10 @@ class EnvService:
         space = self.action_space
         shape = (num_envs, num_agents, *space.shape)
         if actions.shape != shape:
-            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"actions of shape {actions.shape}, expected {shape} "
-                                                            f"(envs, agents of the lease, action)")
+            raise Refused(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"actions of shape {actions.shape}, expected {shape} (envs, agents of the lease, action)",
+            )
         if isinstance(space, gym.spaces.Discrete):
             if actions.dtype.kind not in "iu" or ((actions < space.start) | (actions >= space.start + space.n)).any():
                 raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"actions must be integers in {space}")
@@ -381,9 +429,11 @@ class EnvService:
         free = [i for i in self.instances if all(i.owner[a] is None for a in agents)]
         free.sort(key=lambda i: all(o is None for o in i.owner))
         if len(free) < count:
-            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"{count} envs asked for agents {agents}, {len(free)} free of {len(self.instances)}: "
-                          f"start the server with more --num_envs (leases unused for {self.lease_timeout:g} s expire)")
+            raise Refused(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{count} envs asked for agents {agents}, {len(free)} free of {len(self.instances)}: "
+                f"start the server with more --num_envs (leases unused for {self.lease_timeout:g} s expire)",
+            )
         return [i.env_id for i in free[:count]]
 
     def _expire_leases(self) -> None:
@@ -449,9 +499,14 @@ def side_channel_hook(agents_env):
     return getattr(inner, "on_side_channel", None)
 
 
-RPCS = {"Describe": (pb.DescribeRequest, pb.DescribeReply), "Open": (pb.OpenRequest, pb.OpenReply),
-        "Reset": (pb.ResetRequest, pb.ResetReply), "Step": (pb.StepRequest, pb.StepReply),
-        "SideChannel": (pb.SideChannelRequest, pb.SideChannelReply), "Close": (pb.CloseRequest, pb.CloseReply)}
+RPCS = {
+    "Describe": (pb.DescribeRequest, pb.DescribeReply),
+    "Open": (pb.OpenRequest, pb.OpenReply),
+    "Reset": (pb.ResetRequest, pb.ResetReply),
+    "Step": (pb.StepRequest, pb.StepReply),
+    "SideChannel": (pb.SideChannelRequest, pb.SideChannelReply),
+    "Close": (pb.CloseRequest, pb.CloseReply),
+}
 
 
 def status_of(error: Exception, request_type) -> tuple[grpc.StatusCode, str]:
@@ -469,25 +524,34 @@ def service_handler(service: EnvService) -> grpc.GenericRpcHandler:
     """The gRPC handler of every RPC of `service`. Requests are parsed here, not by gRPC, so a malformed one is an
     INVALID_ARGUMENT like any other bad request (gRPC's own parser logs a traceback per bad message); a Refused
     becomes its status, anything else INTERNAL."""
+
     def wrap(method, request_type):
         def handler(raw: bytes, context):
             try:
                 return method(request_type.FromString(raw), context)
             except Exception as e:
                 context.abort(*status_of(e, request_type))
+
         return handler
+
     def wrap_stream(method):
         def handler(raw_requests, context):
             try:
                 yield from method(raw_requests, context)
             except Refused as e:
                 context.abort(e.code, str(e))
+
         return handler
-    handlers = {name: grpc.unary_unary_rpc_method_handler(wrap(getattr(service, name), request),
-                                                          response_serializer=reply.SerializeToString)
-                for name, (request, reply) in RPCS.items()}
-    handlers["StepStream"] = grpc.stream_stream_rpc_method_handler(wrap_stream(service.StepStream),
-                                                                   response_serializer=pb.StepReply.SerializeToString)
+
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            wrap(getattr(service, name), request), response_serializer=reply.SerializeToString
+        )
+        for name, (request, reply) in RPCS.items()
+    }
+    handlers["StepStream"] = grpc.stream_stream_rpc_method_handler(
+        wrap_stream(service.StepStream), response_serializer=pb.StepReply.SerializeToString
+    )
     return grpc.method_handlers_generic_handler("asyncrl.remote.EnvServer", handlers)
 
 
@@ -499,6 +563,7 @@ class TokenCheck(grpc.ServerInterceptor):
 
         def deny(request, context):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong auth token")
+
         self.denied = grpc.unary_unary_rpc_method_handler(deny)
         self.denied_stream = grpc.stream_stream_rpc_method_handler(deny)  # a handler of the method's own kind
 

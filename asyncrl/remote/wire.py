@@ -15,8 +15,23 @@ import numpy as np
 from asyncrl.remote.protoc import PROTO, PROTO_DIR, compile_proto
 
 # dtypes an array on the wire may have: numbers and bools only (an object dtype would need pickle)
-WIRE_DTYPES = {np.dtype(t).str for t in (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.int32, np.uint32,
-                                         np.int64, np.uint64, np.float16, np.float32, np.float64)}
+WIRE_DTYPES = {
+    np.dtype(t).str
+    for t in (
+        np.bool_,
+        np.uint8,
+        np.int8,
+        np.uint16,
+        np.int16,
+        np.int32,
+        np.uint32,
+        np.int64,
+        np.uint64,
+        np.float16,
+        np.float32,
+        np.float64,
+    )
+}
 MAX_ARRAY_DIMS = 8
 
 
@@ -65,8 +80,9 @@ def decode(message, max_bytes: int | None = None) -> np.ndarray:
     if max_bytes is not None and expected > max_bytes:
         raise WireError(f"array of shape {shape} is larger than {max_bytes} bytes")
     if len(message.data) != expected:
-        raise WireError(f"array of shape {shape} and dtype {message.dtype} needs {expected} bytes, "
-                        f"got {len(message.data)}")
+        raise WireError(
+            f"array of shape {shape} and dtype {message.dtype} needs {expected} bytes, got {len(message.data)}"
+        )
     return np.frombuffer(message.data, dtype).reshape(shape)
 
 
@@ -83,8 +99,9 @@ def encode_value(value, out) -> None:
     elif isinstance(value, bytes):
         out.bytes_value = value
     else:
-        raise WireError(f"side-channel value {value!r} is a {type(value).__name__}; "
-                        f"values are bool, int, float, str or bytes")
+        raise WireError(
+            f"side-channel value {value!r} is a {type(value).__name__}; values are bool, int, float, str or bytes"
+        )
 
 
 def decode_value(message):

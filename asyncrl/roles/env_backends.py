@@ -45,13 +45,14 @@ def tell_envs_their_worker(cfg: Config, worker_idx: int) -> None:
 class GroupStep:
     """What a group's step returned besides the observations, per agent of the group (agents that did not play, or
     whose env failed, hold zeros)."""
-    rewards: np.ndarray                                # the env's own reward
-    terminated: np.ndarray                             # bool
-    truncated: np.ndarray                              # bool
+
+    rewards: np.ndarray  # the env's own reward
+    terminated: np.ndarray  # bool
+    truncated: np.ndarray  # bool
     episode_stats: dict = field(default_factory=dict)  # agent -> info["episode_stats"], for every agent that ended
-    resets: list = field(default_factory=list)         # (env, first observations): envs reset as every agent ended
-    failed: list = field(default_factory=list)         # (env, exception): envs whose step raised
-    life_lost: np.ndarray | bool = False               # terminal for learning, the episode goes on (info["life_lost"])
+    resets: list = field(default_factory=list)  # (env, first observations): envs reset as every agent ended
+    failed: list = field(default_factory=list)  # (env, exception): envs whose step raised
+    life_lost: np.ndarray | bool = False  # terminal for learning, the episode goes on (info["life_lost"])
 
 
 class EnvBackend:
@@ -71,8 +72,9 @@ class EnvBackend:
         in; False (here): step() does all the work."""
         return False
 
-    def step(self, group: int, actions: np.ndarray, playing: list, traj_obs: np.ndarray, slots: np.ndarray,
-             rows: np.ndarray) -> GroupStep:
+    def step(
+        self, group: int, actions: np.ndarray, playing: list, traj_obs: np.ndarray, slots: np.ndarray, rows: np.ndarray
+    ) -> GroupStep:
         """Every env's step: observations go straight into the group's shared rows (traj_obs[slots[a], rows[a]] for
         agent a), the rest is returned. `playing` (per agent) says who acts; the agents of an env that raises stop
         playing (it is updated in place) and the env is listed in GroupStep.failed."""
@@ -108,7 +110,7 @@ class PerEnvBackend(EnvBackend):
         self.envs = [self._make_env() for _ in range(cfg.num_envs_per_worker)]
         self.seeds = worker_env_seeds(cfg, worker_idx)
         k = cfg.envs_per_group
-        self.groups = [self.envs[g * k:(g + 1) * k] for g in range(cfg.worker_num_splits)]
+        self.groups = [self.envs[g * k : (g + 1) * k] for g in range(cfg.worker_num_splits)]
         self.action_space = self.envs[0].action_space
         self.turn_based = getattr(self.envs[0], "turn_based", False)  # its agents take turns (TurnBasedAgents)
         self.env_errors = 0  # exceptions this worker's envs raised
@@ -119,16 +121,19 @@ class PerEnvBackend(EnvBackend):
         tell_envs_their_worker(self.cfg, self.worker_idx)
         env = make_agents(self.cfg.env, **self.cfg.env_kwargs())
         if env.num_agents != self.cfg.agents_per_env:  # the runner's probe env had another count
-            raise EnvError(f"env {self.cfg.env!r} made an env with {env.num_agents} agents, another with "
-                           f"{self.cfg.agents_per_env}: an env's agent count must be fixed")
+            raise EnvError(
+                f"env {self.cfg.env!r} made an env with {env.num_agents} agents, another with "
+                f"{self.cfg.agents_per_env}: an env's agent count must be fixed"
+            )
         return env
 
     def reset(self, group: int) -> list:
         k = self.cfg.envs_per_group
         return [env.reset(seed=self.seeds[group * k + i])[0] for i, env in enumerate(self.groups[group])]
 
-    def step(self, group: int, actions: np.ndarray, playing: list, traj_obs: np.ndarray, slots: np.ndarray,
-             rows: np.ndarray) -> GroupStep:
+    def step(
+        self, group: int, actions: np.ndarray, playing: list, traj_obs: np.ndarray, slots: np.ndarray, rows: np.ndarray
+    ) -> GroupStep:
         """Each env in turn; an env all of whose agents ended is reset."""
         envs, n = self.groups[group], self.cfg.agents_per_env
         first_env = group * len(envs)
@@ -140,10 +145,10 @@ class PerEnvBackend(EnvBackend):
             if self.unavailable and first_env + i in self.unavailable:
                 continue
             try:
-                obs, rewards, terminated, truncated, infos = env.step(actions[first:first + n])
+                obs, rewards, terminated, truncated, infos = env.step(actions[first : first + n])
             except Exception as error:
                 result.failed.append((i, error))  # restarted by the worker, once the group's shared writes are done
-                playing[first:first + n] = [False] * n
+                playing[first : first + n] = [False] * n
                 continue
             still_playing = 0
             for j in range(n):
@@ -174,9 +179,12 @@ class PerEnvBackend(EnvBackend):
         self.consecutive_errors[env_idx] += 1
         if env_idx not in self.logged_errors and not isinstance(error, EnvUnavailable):  # that one: one line
             self.logged_errors.add(env_idx)
-            print(f"asyncrl-rollout-{self.worker_idx}: env {env_idx} raised; its unfinished trajectory is discarded "
-                  f"(further errors of this env are only counted):\n{''.join(traceback.format_exception(error))}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"asyncrl-rollout-{self.worker_idx}: env {env_idx} raised; its unfinished trajectory is discarded "
+                f"(further errors of this env are only counted):\n{''.join(traceback.format_exception(error))}",
+                file=sys.stderr,
+                flush=True,
+            )
         return self._restart_env(env_idx)
 
     def _restart_env(self, env_idx: int) -> list:
@@ -242,7 +250,7 @@ class VectorBackend(EnvBackend):
         self.cfg, self.worker_idx = cfg, worker_idx
         self.make_vector = env_entry(cfg.env).make_vector
         k, seeds = cfg.envs_per_group, worker_env_seeds(cfg, worker_idx)
-        self.seeds = [seeds[g * k:(g + 1) * k] for g in range(cfg.worker_num_splits)]
+        self.seeds = [seeds[g * k : (g + 1) * k] for g in range(cfg.worker_num_splits)]
         self.vectors = [self._make_vector() for _ in range(cfg.worker_num_splits)]
         self.action_space = self.vectors[0].single_action_space
         self.next_step_reset = [self._next_step(v) for v in self.vectors]
@@ -262,11 +270,15 @@ class VectorBackend(EnvBackend):
         """The env has a vector env of one agent per env, and a vector env of it has the spaces of the env itself."""
         entry = env_entry(cfg.env)
         if entry.make_vector is None or getattr(entry.make_fn, "env_backend", None) is not None:
-            raise EnvError(f"--env_backend vector: env {cfg.env!r} has no vector env (atari_<game> envs, gymnasium ids "
-                           f"and factories with a make_vector have one); use --env_backend per_env")
+            raise EnvError(
+                f"--env_backend vector: env {cfg.env!r} has no vector env (atari_<game> envs, gymnasium ids "
+                f"and factories with a make_vector have one); use --env_backend per_env"
+            )
         if num_agents != 1:
-            raise EnvError(f"--env_backend vector steps single-agent envs; env {cfg.env!r} has {num_agents} agents: "
-                           f"use --env_backend per_env")
+            raise EnvError(
+                f"--env_backend vector steps single-agent envs; env {cfg.env!r} has {num_agents} agents: "
+                f"use --env_backend per_env"
+            )
         vector = entry.make_vector(1, **cfg.env_kwargs())
         try:
             spaces = (vector.single_observation_space, vector.single_action_space)
@@ -274,16 +286,21 @@ class VectorBackend(EnvBackend):
         finally:
             vector.close()
         if spaces != (obs_space, action_space):
-            raise EnvError(f"--env_backend vector: env {cfg.env!r}'s vector env has the spaces {spaces[0]}, "
-                           f"{spaces[1]}; the env itself {obs_space}, {action_space}: they must be the same")
+            raise EnvError(
+                f"--env_backend vector: env {cfg.env!r}'s vector env has the spaces {spaces[0]}, "
+                f"{spaces[1]}; the env itself {obs_space}, {action_space}: they must be the same"
+            )
 
     @staticmethod
     def _next_step(vector) -> bool:
         from gymnasium.vector import AutoresetMode
+
         mode = AutoresetMode(vector.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         if mode == AutoresetMode.DISABLED:
-            raise EnvError(f"{type(vector).__name__}: a vector env must reset its envs itself (autoreset same-step or "
-                           f"next-step), not {mode}")
+            raise EnvError(
+                f"{type(vector).__name__}: a vector env must reset its envs itself (autoreset same-step or "
+                f"next-step), not {mode}"
+            )
         return mode == AutoresetMode.NEXT_STEP
 
     def reset(self, group: int) -> list:
@@ -291,19 +308,28 @@ class VectorBackend(EnvBackend):
         self.resetting[group][:] = False
         return [[o] for o in obs]
 
-    def step(self, group: int, actions: np.ndarray, playing: list, traj_obs: np.ndarray, slots: np.ndarray,
-             rows: np.ndarray) -> GroupStep:
+    def step(
+        self, group: int, actions: np.ndarray, playing: list, traj_obs: np.ndarray, slots: np.ndarray, rows: np.ndarray
+    ) -> GroupStep:
         if isinstance(self.action_space, gym.spaces.Box):
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         try:
             obs, rewards, terminated, truncated, info = self.vectors[group].step(actions)
         except Exception as error:  # every env of the group: the worker restarts them (restart below)
             playing[:] = [False] * len(playing)
-            return GroupStep(np.zeros(len(playing)), np.zeros(len(playing), bool), np.zeros(len(playing), bool),
-                             failed=[(i, error) for i in range(len(playing))])
+            return GroupStep(
+                np.zeros(len(playing)),
+                np.zeros(len(playing), bool),
+                np.zeros(len(playing), bool),
+                failed=[(i, error) for i in range(len(playing))],
+            )
         resetting, ended = self.resetting[group], terminated | truncated
-        result = GroupStep(np.where(resetting, 0.0, rewards), terminated & ~resetting, truncated & ~resetting,
-                           life_lost=np.asarray(info.get("life_lost", False)) & ~ended)
+        result = GroupStep(
+            np.where(resetting, 0.0, rewards),
+            terminated & ~resetting,
+            truncated & ~resetting,
+            life_lost=np.asarray(info.get("life_lost", False)) & ~ended,
+        )
         first_obs = obs
         if self.next_step_reset[group]:
             result.resets = [(i, [obs[i]]) for i in np.flatnonzero(resetting)]
@@ -324,9 +350,13 @@ class VectorBackend(EnvBackend):
         if env_in_group == 0:
             self.env_errors += 1
             if self.env_errors == 1:
-                print(f"asyncrl-rollout-{self.worker_idx}: the vector env of group {group} raised; it is made anew and "
-                      f"its unfinished trajectories are discarded (further errors are only counted):\n"
-                      f"{''.join(traceback.format_exception(error))}", file=sys.stderr, flush=True)
+                print(
+                    f"asyncrl-rollout-{self.worker_idx}: the vector env of group {group} raised; it is made anew and "
+                    f"its unfinished trajectories are discarded (further errors are only counted):\n"
+                    f"{''.join(traceback.format_exception(error))}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             try:
                 self.vectors[group].close()
             except Exception:

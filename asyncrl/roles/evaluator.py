@@ -41,8 +41,9 @@ def model_actions(model: ActorCritic, obs: np.ndarray, rnn_state: torch.Tensor, 
 
 
 @torch.no_grad()
-def play_episode(model: ActorCritic, env, deterministic: bool, seed: int | None = None,
-                 frames: list | None = None) -> dict:
+def play_episode(
+    model: ActorCritic, env, deterministic: bool, seed: int | None = None, frames: list | None = None
+) -> dict:
     """One episode of `env` (a list of agents, make_agents) with `model` acting for every agent (argmax/mean actions
     if deterministic, else sampled). Returns the return (the mean over agents), each agent's, the length in env steps
     and the env's episode stats (the mean over agents). With `frames`, appends env.render() after the reset and every
@@ -65,8 +66,12 @@ def play_episode(model: ActorCritic, env, deterministic: bool, seed: int | None 
                     playing[i], stats[i] = False, infos[i].get("episode_stats", {})
     if frames is not None:
         frames.append(env.render())
-    return {"return": float(returns.mean()), "returns": returns.tolist(), "length": length,
-            "stats": {k: float(np.mean([float(s.get(k, np.nan)) for s in stats])) for k in stats[0]}}
+    return {
+        "return": float(returns.mean()),
+        "returns": returns.tolist(),
+        "length": length,
+        "stats": {k: float(np.mean([float(s.get(k, np.nan)) for s in stats])) for k in stats[0]},
+    }
 
 
 class ModelPlayer:
@@ -132,16 +137,30 @@ class Evaluator:
             torch.manual_seed(EVAL_SEED_BASE)
             episodes = [play_episode(self.model, self.env, self.cfg.eval_deterministic, seed) for seed in self.seeds]
         returns = np.array([e["return"] for e in episodes])
-        result = {"env_steps": env_steps, "train_step": version, "return_mean": float(returns.mean()),
-                  "return_std": float(returns.std()), "return_min": float(returns.min()),
-                  "return_max": float(returns.max()), "length_mean": float(np.mean([e["length"] for e in episodes])),
-                  "episodes": len(episodes), "seconds": time.monotonic() - start}
+        result = {
+            "env_steps": env_steps,
+            "train_step": version,
+            "return_mean": float(returns.mean()),
+            "return_std": float(returns.std()),
+            "return_min": float(returns.min()),
+            "return_max": float(returns.max()),
+            "length_mean": float(np.mean([e["length"] for e in episodes])),
+            "episodes": len(episodes),
+            "seconds": time.monotonic() - start,
+        }
         for key in episodes[0]["stats"]:
             result[f"{key}_mean"] = float(np.mean([e["stats"].get(key, np.nan) for e in episodes]))
         result["new_best"] = result["return_mean"] > self.best_scores[policy_id]
         if result["new_best"]:
             self.best_scores[policy_id] = result["return_mean"]
-            save_best_checkpoint(self.best_paths[policy_id], {
-                "model": self.model.state_dict(), "train_step": version, "env_steps": env_steps,
-                "eval_score": result["return_mean"], "policy_id": policy_id})
+            save_best_checkpoint(
+                self.best_paths[policy_id],
+                {
+                    "model": self.model.state_dict(),
+                    "train_step": version,
+                    "env_steps": env_steps,
+                    "eval_score": result["return_mean"],
+                    "policy_id": policy_id,
+                },
+            )
         self.reports.put(Evaluation(policy_id, result))

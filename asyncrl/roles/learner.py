@@ -45,8 +45,18 @@ def _sample_observations(obs: torch.Tensor, valid: torch.Tensor, n: int) -> torc
 
 
 class Learner:
-    def __init__(self, policy_id: int, cfg: Config, buffers: SharedBuffers, queues: Queues,
-                 obs_space, action_space, device: torch.device, frameskip: int, stop_flag: StopFlag):
+    def __init__(
+        self,
+        policy_id: int,
+        cfg: Config,
+        buffers: SharedBuffers,
+        queues: Queues,
+        obs_space,
+        action_space,
+        device: torch.device,
+        frameskip: int,
+        stop_flag: StopFlag,
+    ):
         self.policy_id, self.cfg, self.buffers, self.device, self.frameskip = policy_id, cfg, buffers, device, frameskip
         # every queue through queue_calls: given up on if the stop finds it locked by a dead worker, so we still save
         self.queue_calls = GuardedCalls(stop_flag.is_set)
@@ -56,11 +66,12 @@ class Learner:
         self.model = build_model(obs_space, action_space, cfg).to(device).train()
         self.autocast_dtype = low_precision(cfg, device, self.model)  # of the encoder; master weights stay float32
         self.minibatches = minibatches(cfg, self.model, self.autocast_dtype)  # trajectories, or samples
-        self.optimizer = Adam(self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps,
-                              betas=(cfg.adam_beta1, cfg.adam_beta2))
+        self.optimizer = Adam(
+            self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps, betas=(cfg.adam_beta1, cfg.adam_beta2)
+        )
         self.checkpoint_dir = checkpoint_dir(cfg.experiment_dir, policy_id)
         self.train_step = 0  # also the policy version: one per batch
-        self.env_steps = 0   # frames (frameskip included) of the samples this learner received
+        self.env_steps = 0  # frames (frameskip included) of the samples this learner received
         self.nan_updates, self.nan_updates_in_a_row = 0, 0
         self.snapshots = 0  # frozen past versions this learner has written to its pool (self-play)
         self.preempted_updates = 0  # in this launch: updates the straggler rule ended early (under torchrun)
@@ -77,13 +88,15 @@ class Learner:
         if self.rank.writes:
             self._load_latest_checkpoint()
         self.train_step, self.env_steps, self.nan_updates = self.collective.start_from_rank_0(
-            self.model, self.optimizer, [self.train_step, self.env_steps, self.nan_updates])
+            self.model, self.optimizer, [self.train_step, self.env_steps, self.nan_updates]
+        )
         self.lr_schedule.load_state(self.collective.broadcast_floats(self.lr_schedule.state()))
         self.next_snapshot = self.env_steps + cfg.selfplay_snapshot_every_env_steps
         buffers.set_hparams(policy_id, self.hp)
         buffers.publish_weights(policy_id, self.model, self.train_step)
-        self.reports.put(LearnerStats(policy_id, {"train_step": self.train_step, "env_steps": self.env_steps,
-                                                  **self._hp_stats()}))
+        self.reports.put(
+            LearnerStats(policy_id, {"train_step": self.train_step, "env_steps": self.env_steps, **self._hp_stats()})
+        )
 
     # --- lifecycle
     def poll(self, timeout: float) -> bool:
@@ -92,8 +105,9 @@ class Learner:
         try:
             return self._poll(timeout)
         except RankLost as e:
-            stop_run(self.reports, f"{e}; the run stops (run the same command again to resume from rank 0's last "
-                                   f"checkpoint)")
+            stop_run(
+                self.reports, f"{e}; the run stops (run the same command again to resume from rank 0's last checkpoint)"
+            )
 
     def _poll(self, timeout: float) -> bool:
         if self.stopped:
@@ -133,8 +147,9 @@ class Learner:
 
     def _publish(self) -> None:
         """New weights for the policy workers (ppo/ver: they open the next rollout; see rollouts.py)."""
-        self.source.publish(self.train_step,
-                            lambda: self.buffers.publish_weights(self.policy_id, self.model, self.train_step))
+        self.source.publish(
+            self.train_step, lambda: self.buffers.publish_weights(self.policy_id, self.model, self.train_step)
+        )
 
     def _count_and_recycle(self, batch: Batch) -> None:
         """--sampler_only: count the samples and hand the slots straight back (measures sampling alone)."""
@@ -182,14 +197,22 @@ class Learner:
         self.last_checkpoint = time.monotonic()
         if not self.rank.writes:
             return None
-        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "train_step": self.train_step, "env_steps": self.env_steps, "policy_id": self.policy_id,
-                 "nan_updates": self.nan_updates, "hparams": self.buffers.hparams(self.policy_id),
-                 "lr_schedule": self.lr_schedule.state()}
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "train_step": self.train_step,
+            "env_steps": self.env_steps,
+            "policy_id": self.policy_id,
+            "nan_updates": self.nan_updates,
+            "hparams": self.buffers.hparams(self.policy_id),
+            "lr_schedule": self.lr_schedule.state(),
+        }
         if self.cfg.frozen_pool_size:  # self-play: the pool of frozen past versions goes on after a resume
-            state["frozen_pool"] = {"weights": self.buffers.frozen_weights[self.policy_id].clone(),
-                                    "versions": self.buffers.frozen_version[self.policy_id].clone(),
-                                    "snapshots": self.snapshots}
+            state["frozen_pool"] = {
+                "weights": self.buffers.frozen_weights[self.policy_id].clone(),
+                "versions": self.buffers.frozen_version[self.policy_id].clone(),
+                "snapshots": self.snapshots,
+            }
         return save_checkpoint(self.checkpoint_dir, state, self.cfg.keep_checkpoints, self.cfg.save_milestones_sec)
 
     def _load_latest_checkpoint(self) -> None:
@@ -211,7 +234,7 @@ class Learner:
     def _restore_pool(self, pool: dict) -> None:
         """Self-play: the checkpoint's frozen versions back in their pool entries (as many as --selfplay_pool_size
         keeps), each announced as a snapshot (the runner rates it from the policy's rating)."""
-        for k, version in enumerate(pool["versions"][:self.cfg.frozen_pool_size].tolist()):
+        for k, version in enumerate(pool["versions"][: self.cfg.frozen_pool_size].tolist()):
             if version >= 0:
                 self.buffers.restore_snapshot(self.policy_id, k, pool["weights"][k], version)
                 self.reports.put(Snapshot(self.policy_id, k, version, self.env_steps))
@@ -222,10 +245,21 @@ class Learner:
         """Copy the batch's slots out of shared memory (so they can be recycled at once), time-major [T, C, ...]: a
         column per slot, or fewer with part-filled slots packed together (packing.py)."""
         # index_select copies whole slots (5x faster than tensor[slots] for a batch of images)
-        tensors = {name: getattr(self.buffers, "traj_" + field).index_select(0, batch.slots) for name, field in (
-            ("obs", "obs"), ("actions", "actions"), ("behavior_logp", "action_logp"),
-            ("behavior_params", "action_params"), ("rewards", "rewards"), ("discounted_returns", "discounted_returns"),
-            ("dones", "dones"), ("valid", "valid"), ("policy_version", "policy_version"), ("rnn_states", "rnn_states"))}
+        tensors = {
+            name: getattr(self.buffers, "traj_" + field).index_select(0, batch.slots)
+            for name, field in (
+                ("obs", "obs"),
+                ("actions", "actions"),
+                ("behavior_logp", "action_logp"),
+                ("behavior_params", "action_params"),
+                ("rewards", "rewards"),
+                ("discounted_returns", "discounted_returns"),
+                ("dones", "dones"),
+                ("valid", "valid"),
+                ("policy_version", "policy_version"),
+                ("rnn_states", "rnn_states"),
+            )
+        }
         tensors["valid"] = batch.learned(tensors["valid"])
         # contiguous time-major: a minibatch of trajectories is then a copy of whole rows
         tensors = time_major(tensors, self.cfg.bptt_len, self.cfg.pack_sequences, self.cfg.num_batches_per_epoch)
@@ -258,15 +292,22 @@ class Learner:
         self.preempted_updates += preempted_steps > 0
         valid_lag = lag[valid].float()
         samples = int(valid.sum())
-        stats.update(batch_samples=samples, padded_fraction=1.0 - samples / valid.numel(),
-                     preempted_steps=preempted_steps)
+        stats.update(
+            batch_samples=samples, padded_fraction=1.0 - samples / valid.numel(), preempted_steps=preempted_steps
+        )
         stats = self.collective.mean_over_ranks(stats)
         stats.update(self._hp_stats())
-        stats.update(train_step=self.train_step, env_steps=self.env_steps, lr=lr, nan_updates=self.nan_updates,
-                     preempted_updates=self.preempted_updates,
-                     policy_lag_min=float(valid_lag.min()), policy_lag_mean=float(valid_lag.mean()),
-                     policy_lag_max=float(valid_lag.max()),
-                     masked_fraction=1.0 - float(batch["mask"].sum()) / max(1, int(valid.sum())))
+        stats.update(
+            train_step=self.train_step,
+            env_steps=self.env_steps,
+            lr=lr,
+            nan_updates=self.nan_updates,
+            preempted_updates=self.preempted_updates,
+            policy_lag_min=float(valid_lag.min()),
+            policy_lag_mean=float(valid_lag.mean()),
+            policy_lag_max=float(valid_lag.max()),
+            masked_fraction=1.0 - float(batch["mask"].sum()) / max(1, int(valid.sum())),
+        )
         return stats
 
     def _merge_batch_statistics(self, batch: dict[str, torch.Tensor], valid: torch.Tensor) -> None:
@@ -314,8 +355,10 @@ class Learner:
         self.nan_updates += 1
         self.nan_updates_in_a_row += 1
         if self.nan_updates_in_a_row >= MAX_NAN_UPDATES_IN_A_ROW:
-            raise FloatingPointError(f"policy {self.policy_id}: {self.nan_updates_in_a_row} updates in a row had a "
-                                     f"non-finite loss or gradient; try a lower --learning_rate or --reward_scale")
+            raise FloatingPointError(
+                f"policy {self.policy_id}: {self.nan_updates_in_a_row} updates in a row had a "
+                f"non-finite loss or gradient; try a lower --learning_rate or --reward_scale"
+            )
         return stats
 
     def _loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict, torch.Tensor]:
@@ -324,8 +367,13 @@ class Learner:
         advantages = now.advantages
         if self.cfg.normalize_advantage:
             advantages = losses.normalize(advantages, mask, self.collective.sum)
-        policy_loss = losses.ppo_policy_loss(ratio := torch.exp(now.log_ratio - now.proximal_log_ratio),  # pi/pi_prox
-                                             torch.exp(now.proximal_log_ratio), advantages, hp["ppo_clip_ratio"], mask)
+        policy_loss = losses.ppo_policy_loss(
+            ratio := torch.exp(now.log_ratio - now.proximal_log_ratio),  # pi/pi_prox
+            torch.exp(now.proximal_log_ratio),
+            advantages,
+            hp["ppo_clip_ratio"],
+            mask,
+        )
         # with --normalize_returns the value head learns normalized returns
         learned, anchor, norm = now.targets, now.proximal_values, self.model.returns_normalizer
         if norm is not None:  # both in the units of the statistics the head learns now
@@ -334,12 +382,21 @@ class Learner:
         entropy = losses.masked_mean(now.dist.entropy(), mask)
         behavior = self.model.distribution_from_params(mb["behavior_params"])
         kl = losses.masked_mean(losses.kl_divergence(behavior, now.dist), mask)
-        loss = policy_loss + hp["value_loss_coeff"] * value_loss - hp["exploration_loss_coeff"] * entropy \
+        loss = (
+            policy_loss
+            + hp["value_loss_coeff"] * value_loss
+            - hp["exploration_loss_coeff"] * entropy
             + self.cfg.kl_loss_coeff * kl
-        stats = {"loss": loss.item(), "policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
-                 "entropy": entropy.item(), "kl_divergence": kl.item(),
-                 "clip_fraction": losses.clip_fraction(ratio.detach(), hp["ppo_clip_ratio"], mask).item(),
-                 "value": losses.masked_mean(now.returns, mask).item()}
+        )
+        stats = {
+            "loss": loss.item(),
+            "policy_loss": policy_loss.item(),
+            "value_loss": value_loss.item(),
+            "entropy": entropy.item(),
+            "kl_divergence": kl.item(),
+            "clip_fraction": losses.clip_fraction(ratio.detach(), hp["ppo_clip_ratio"], mask).item(),
+            "value": losses.masked_mean(now.returns, mask).item(),
+        }
         return loss, stats, now.targets
 
     def _hp_stats(self) -> dict:

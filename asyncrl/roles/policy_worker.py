@@ -27,8 +27,17 @@ MAX_REQUESTS_PER_BATCH = 4096
 
 
 class PolicyWorker:
-    def __init__(self, policy_id: int, worker_idx: int, cfg: Config, buffers: SharedBuffers, queues: Queues,
-                 obs_space, action_space, device: torch.device):
+    def __init__(
+        self,
+        policy_id: int,
+        worker_idx: int,
+        cfg: Config,
+        buffers: SharedBuffers,
+        queues: Queues,
+        obs_space,
+        action_space,
+        device: torch.device,
+    ):
         self.policy_id, self.cfg, self.buffers, self.device = policy_id, cfg, buffers, device
         self.requests = queues.policy_requests[policy_id]
         self.actions_ready, self.reports = queues.actions_ready, queues.reports
@@ -42,11 +51,21 @@ class PolicyWorker:
         self.first_frozen_player = frozen_player(cfg, policy_id, 0)
         # [slots * steps, ...] views of the trajectory tensors this worker reads and writes
         self.obs_rows = buffers.traj_obs.flatten(0, 1)
-        self.step_rows = {name: getattr(buffers, name).flatten(0, 1) for name in
-                          ("traj_actions", "traj_action_logp", "traj_action_params", "traj_policy_version",
-                           "traj_rnn_states")}
-        self.group_agents = {(w, g): torch.from_numpy(group_agents(cfg, w, g))
-                             for w in range(cfg.num_workers) for g in range(cfg.worker_num_splits)}
+        self.step_rows = {
+            name: getattr(buffers, name).flatten(0, 1)
+            for name in (
+                "traj_actions",
+                "traj_action_logp",
+                "traj_action_params",
+                "traj_policy_version",
+                "traj_rnn_states",
+            )
+        }
+        self.group_agents = {
+            (w, g): torch.from_numpy(group_agents(cfg, w, g))
+            for w in range(cfg.num_workers)
+            for g in range(cfg.worker_num_splits)
+        }
         self.budget = rollout_budget(cfg, policy_id, buffers, self.group_agents, queues)
 
     def poll(self, timeout: float) -> bool:
@@ -59,8 +78,9 @@ class PolicyWorker:
             self.reports.put(self.timing.report())
         try:
             with self.timing.phase("wait_requests"):
-                requests = self.requests.get_many(block=timeout > 0, timeout=timeout,
-                                                  max_messages_to_get=MAX_REQUESTS_PER_BATCH)
+                requests = self.requests.get_many(
+                    block=timeout > 0, timeout=timeout, max_messages_to_get=MAX_REQUESTS_PER_BATCH
+                )
         except Empty:
             return False
         with self.timing.phase("read_weights"):

@@ -45,13 +45,17 @@ class RolloutWorker:
         self.playing = np.zeros(num_local_agents, bool)  # the agent is in its env's episode (else it waits)
         self.player = np.full(num_local_agents, NO_PLAYER)  # who plays it this episode (agent_player: who acts next)
         # who of them acts at a step: every one, or in a turn-based game the one whose turn it is (turns.py)
-        self.turns = turns(cfg, self.backend, self.shared, self.group_agents, self.group_local, self.playing,
-                           self.player)
+        self.turns = turns(
+            cfg, self.backend, self.shared, self.group_agents, self.group_local, self.playing, self.player
+        )
         self.episode_return = np.zeros(num_local_agents)  # the env's own reward, unscaled
         self.episode_length = np.zeros(num_local_agents, np.int64)
         # --scale_rewards: each step's running discounted return goes beside its reward (reward_scaling.py)
-        self.record_returns = DiscountedReturns(num_local_agents, cfg.gamma, self.shared.traj_discounted_returns) \
-            if cfg.scale_rewards else untracked
+        self.record_returns = (
+            DiscountedReturns(num_local_agents, cfg.gamma, self.shared.traj_discounted_returns)
+            if cfg.scale_rewards
+            else untracked
+        )
         self.timing = Timing(f"rollout_{worker_idx}")
         self.reports = WorkerReports(cfg, queues.reports, self.timing, self.backend)  # episodes, matches, errors
 
@@ -118,8 +122,9 @@ class RolloutWorker:
         actions = self._actions(group) if actions is None else actions
         playing = self.playing[local].tolist()  # the agents in their episode
         with self.timing.phase("env_step"):
-            result = self.backend.step(group, actions, playing, shared.traj_obs, slots,
-                                       self.turns.obs_rows(local, steps))
+            result = self.backend.step(
+                group, actions, playing, shared.traj_obs, slots, self.turns.obs_rows(local, steps)
+            )
         terminal = result.terminated if self.cfg.value_bootstrap else result.terminated | result.truncated
         terminal = terminal | result.life_lost  # a lost life is terminal for learning; the episode goes on
         # whole-group writes: a few numpy calls per group instead of several per env (the worker's cache is cold
@@ -160,7 +165,7 @@ class RolloutWorker:
         left, n = ended.copy(), self.cfg.agents_per_env
         for i, first_obs in result.resets:
             self._start_episode(group, i, first_obs)
-            left[i * n:(i + 1) * n] = False
+            left[i * n : (i + 1) * n] = False
         for a in np.flatnonzero(left):
             self._leave_episode(self.group_agents[group][a], self.group_local[group][a])
 
@@ -219,7 +224,7 @@ class RolloutWorker:
         """Global and worker-local indices of one env's agents."""
         n = self.cfg.agents_per_env
         first = env_in_group * n
-        return self.group_agents[group][first:first + n], self.group_local[group][first:first + n]
+        return self.group_agents[group][first : first + n], self.group_local[group][first : first + n]
 
     def _leave_episode(self, agent: int, local: int) -> None:
         """The agent's episode ended while others in its env play on: send what its slot holds and wait, in a new
@@ -300,7 +305,9 @@ class RolloutWorker:
                     raise StopRequested() from None
                 self.reports.send_if_due()  # the finished episodes show meanwhile
                 if self.cfg.serial_mode:
-                    raise RuntimeError("no free trajectory slot in serial mode; slots are sized so this cannot happen")
+                    raise RuntimeError(
+                        "no free trajectory slot in serial mode; slots are sized so this cannot happen"
+                    ) from None
 
     def _request_actions(self, group: int) -> None:
         if self.cfg.num_policies == 1 and self.cfg.agents_per_env == 1:  # no agent ever waits: skip the unique
@@ -316,6 +323,11 @@ class RolloutWorker:
     def _end_episode(self, agent: int, local: int, env_stats: dict) -> None:
         """Report the finished episode (its return unscaled, its length, the env's own counters) and start counting
         the next one."""
-        self.reports.episode_ended(int(self.player[local]), float(self.episode_return[local]),
-                                   int(self.episode_length[local]), env_stats, local // self.cfg.agents_per_env)
+        self.reports.episode_ended(
+            int(self.player[local]),
+            float(self.episode_return[local]),
+            int(self.episode_length[local]),
+            env_stats,
+            local // self.cfg.agents_per_env,
+        )
         self.episode_return[local], self.episode_length[local] = 0, 0

@@ -42,11 +42,12 @@ from asyncrl.distributed.preemption import preemption
 @dataclass
 class Batch:
     """The slots of one update, and which of their rows it learns."""
-    slots: torch.Tensor                   # [B] slot indices
+
+    slots: torch.Tensor  # [B] slot indices
     rows_from: torch.Tensor | None = None  # [B] each slot's first row of this update (None: every row)
-    rows_to: torch.Tensor | None = None    # [B] one past each slot's last row of this update
-    lent: int = 0                         # the last `lent` slots are still being filled: they are not freed
-    preempted_steps: int = 0              # samples the straggler rule left out of this batch (under torchrun)
+    rows_to: torch.Tensor | None = None  # [B] one past each slot's last row of this update
+    lent: int = 0  # the last `lent` slots are still being filled: they are not freed
+    preempted_steps: int = 0  # samples the straggler rule left out of this batch (under torchrun)
 
     def learned(self, valid: torch.Tensor) -> torch.Tensor:
         """The rows [B, T] of `valid` (the slots' valid rows) that this update learns."""
@@ -75,7 +76,7 @@ class BatchSource:
 
     def free(self, batch: Batch) -> None:
         """Hand the batch's slots back to the rollout workers, except those they are still filling."""
-        self.free_slots.put_many(batch.slots[:len(batch.slots) - batch.lent].tolist())
+        self.free_slots.put_many(batch.slots[: len(batch.slots) - batch.lent].tolist())
 
     def publish(self, version: int, publish_weights) -> None:
         """A new version: the policy workers pick it up before their next batch."""
@@ -94,8 +95,9 @@ class AsyncBatches(BatchSource):
         needed = slots_per_batch(self.cfg) - len(self.pending_slots)
         try:
             with self.timing.phase("wait_batch"):  # time here means sampling is the bottleneck
-                self.pending_slots += self.full_slots.get_many(block=timeout > 0, timeout=timeout,
-                                                               max_messages_to_get=needed)
+                self.pending_slots += self.full_slots.get_many(
+                    block=timeout > 0, timeout=timeout, max_messages_to_get=needed
+                )
         except Empty:
             pass
         full, have = slots_per_batch(self.cfg), len(self.pending_slots)
@@ -136,13 +138,19 @@ class RolloutBatches(BatchSource):
         if have < expected:
             return None
         if have > expected:
-            raise RuntimeError(f"policy {self.policy_id}: {have} samples of rollout {version} arrived, but "
-                               f"{expected} actions were handed out for it")
-        batch = Batch(torch.tensor(self.pending_slots + [slot for slot, _, _ in learn_now], dtype=torch.int64),
-                      torch.tensor([self.carried_rows.pop(s, (0,))[0] for s in self.pending_slots] +
-                                   [first for _, first, _ in learn_now]),
-                      torch.tensor([self.cfg.rollout] * len(self.pending_slots) + [row for _, _, row in learn_now]),
-                      len(learn_now), int(self.buffers.rollout_preempted[self.policy_id]))
+            raise RuntimeError(
+                f"policy {self.policy_id}: {have} samples of rollout {version} arrived, but "
+                f"{expected} actions were handed out for it"
+            )
+        batch = Batch(
+            torch.tensor(self.pending_slots + [slot for slot, _, _ in learn_now], dtype=torch.int64),
+            torch.tensor(
+                [self.carried_rows.pop(s, (0,))[0] for s in self.pending_slots] + [first for _, first, _ in learn_now]
+            ),
+            torch.tensor([self.cfg.rollout] * len(self.pending_slots) + [row for _, _, row in learn_now]),
+            len(learn_now),
+            int(self.buffers.rollout_preempted[self.policy_id]),
+        )
         self.carried_rows.update({slot: (row, version) for slot, _, row, version in lent})
         self.carried_in, self.pending_slots, self.pending_actions = len(lent), [], 0
         return batch
@@ -156,8 +164,9 @@ class RolloutBatches(BatchSource):
             new = []
         new = [slot for slot in new if slot != Signal.ROLLOUT_CLOSED]  # that message only wakes us
         if new:
-            self.pending_actions += self._acted_rows(new, [self.learned_rows(s) for s in new],
-                                                     [self.cfg.rollout] * len(new))
+            self.pending_actions += self._acted_rows(
+                new, [self.learned_rows(s) for s in new], [self.cfg.rollout] * len(new)
+            )
         self.pending_slots += new
 
     def rows_of_groups_in_flight(self, version: int) -> list[tuple[int, int, int, int]]:
@@ -193,8 +202,9 @@ class RolloutBatches(BatchSource):
         self.policy_requests.put((Signal.NEW_VERSION, version))
 
 
-def batch_source(cfg: Config, policy_id: int, buffers: SharedBuffers, queues: Queues, timing,
-                 queue_calls: GuardedCalls) -> BatchSource:
+def batch_source(
+    cfg: Config, policy_id: int, buffers: SharedBuffers, queues: Queues, timing, queue_calls: GuardedCalls
+) -> BatchSource:
     return (RolloutBatches if cfg.synchronous else AsyncBatches)(cfg, policy_id, buffers, queues, timing, queue_calls)
 
 
@@ -288,8 +298,9 @@ class RolloutBudget:
         self.carried = set(self.in_flight)
 
 
-def rollout_budget(cfg: Config, policy_id: int, buffers: SharedBuffers, group_agents: dict,
-                   queues: Queues) -> NoBudget | RolloutBudget:
+def rollout_budget(
+    cfg: Config, policy_id: int, buffers: SharedBuffers, group_agents: dict, queues: Queues
+) -> NoBudget | RolloutBudget:
     if not cfg.synchronous:
         return NoBudget()
     return RolloutBudget(cfg, policy_id, buffers, group_agents, queues.full_slots[policy_id])

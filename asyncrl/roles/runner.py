@@ -77,8 +77,10 @@ def resolve_device(cfg: Config, rank: Rank = Rank()) -> torch.device:
         device = torch.device(cfg.device)
     if device.type == "cuda" and rank.distributed and device.index is None:
         if rank.local_rank >= torch.cuda.device_count():
-            raise ConfigError(f"rank {rank.rank} has LOCAL_RANK {rank.local_rank} but this machine has "
-                              f"{torch.cuda.device_count()} GPU(s): start at most that many ranks per machine")
+            raise ConfigError(
+                f"rank {rank.rank} has LOCAL_RANK {rank.local_rank} but this machine has "
+                f"{torch.cuda.device_count()} GPU(s): start at most that many ranks per machine"
+            )
         device = torch.device("cuda", rank.local_rank)
     return device
 
@@ -88,21 +90,28 @@ def for_this_rank(cfg: Config, rank: Rank) -> Config:
     rank. Options a distributed run does not have are one line, exit 2."""
     if not rank.distributed:
         return cfg
-    for used, what in [(cfg.num_policies > 1, "--num_policies > 1 (train one policy per launch)"),
-                       (cfg.serial_mode, "--serial_mode True"), (cfg.sampler_only, "--sampler_only True")]:
+    for used, what in [
+        (cfg.num_policies > 1, "--num_policies > 1 (train one policy per launch)"),
+        (cfg.serial_mode, "--serial_mode True"),
+        (cfg.sampler_only, "--sampler_only True"),
+    ]:
         if used:
-            raise ConfigError(f"{what} cannot run under torchrun (WORLD_SIZE {rank.world_size}); drop it or start "
-                              f"one process")
+            raise ConfigError(
+                f"{what} cannot run under torchrun (WORLD_SIZE {rank.world_size}); drop it or start one process"
+            )
     if cfg.batch_size % rank.world_size:
-        raise ConfigError(f"--batch_size ({cfg.batch_size}) is the batch of all ranks together: it must be divisible "
-                          f"by the number of ranks ({rank.world_size})")
+        raise ConfigError(
+            f"--batch_size ({cfg.batch_size}) is the batch of all ranks together: it must be divisible "
+            f"by the number of ranks ({rank.world_size})"
+        )
     seed = None if cfg.seed is None else cfg.seed + 1_000_003 * rank.rank
     rank_cfg = dataclasses.replace(cfg, batch_size=cfg.batch_size // rank.world_size, seed=seed)
     try:
         rank_cfg.validate()
     except ConfigError as e:
-        raise ConfigError(f"{e} (each of the {rank.world_size} ranks learns from --batch_size / "
-                          f"{rank.world_size})") from None
+        raise ConfigError(
+            f"{e} (each of the {rank.world_size} ranks learns from --batch_size / {rank.world_size})"
+        ) from None
     return rank_cfg
 
 
@@ -115,12 +124,15 @@ def probe_env(cfg: Config) -> EnvInfo:
         if not isinstance(env, SingleAgent) and not is_agents(env):
             env.reset(seed=0)
         if getattr(env, "turn_based", False) and cfg.synchronous:  # multi_agent.TurnBasedAgents
-            raise ConfigError(f"env {cfg.env!r} is a turn-based game: --algo {cfg.algo} is not supported for its "
-                              f"agents yet (a rollout would close before a turn pays for the last moves); use --algo "
-                              f"appo")
+            raise ConfigError(
+                f"env {cfg.env!r} is a turn-based game: --algo {cfg.algo} is not supported for its "
+                f"agents yet (a rollout would close before a turn pays for the last moves); use --algo "
+                f"appo"
+            )
         BACKENDS[cfg.env_backend].check(cfg, env.observation_space, env.action_space, env.num_agents)
-        return EnvInfo(env.observation_space, env.action_space, env.frameskip, env.num_agents,
-                       (cfg.env, portable_entry(cfg.env)))
+        return EnvInfo(
+            env.observation_space, env.action_space, env.frameskip, env.num_agents, (cfg.env, portable_entry(cfg.env))
+        )
     finally:
         env.close()
 
@@ -128,8 +140,15 @@ def probe_env(cfg: Config) -> EnvInfo:
 def model_and_layout(cfg: Config, env: EnvInfo) -> tuple[torch.nn.Module, dict]:
     """The run's model (its sizes set the recurrent-state and weight tensors) and its shared-memory layout."""
     model = build_model(env.obs_space, env.action_space, cfg)
-    return model, buffer_layout(cfg, env.obs_space, env.action_space, model.rnn_state_size,
-                                model.distribution_params_size, num_state_floats(model), learner_state_floats(model))
+    return model, buffer_layout(
+        cfg,
+        env.obs_space,
+        env.action_space,
+        model.rnn_state_size,
+        model.distribution_params_size,
+        num_state_floats(model),
+        learner_state_floats(model),
+    )
 
 
 def unwritable(cfg: Config, e: OSError) -> ConfigError:
@@ -150,8 +169,10 @@ def experiment_dir_claimed(cfg: Config):
         try:
             fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ConfigError(f"another run is training experiment {cfg.experiment!r} in {cfg.experiment_dir}; wait "
-                              f"for it or stop it, or choose another --experiment") from None
+            raise ConfigError(
+                f"another run is training experiment {cfg.experiment!r} in {cfg.experiment_dir}; wait "
+                f"for it or stop it, or choose another --experiment"
+            ) from None
         yield
     finally:
         os.close(folder)
@@ -191,18 +212,31 @@ def check_checkpoints(cfg: Config, model: torch.nn.Module) -> None:
         if paths:
             saved = load_checkpoint(paths[-1])
             check_compatible(paths[-1], saved["model"], model)
-            done = f", already past --train_for_env_steps {cfg.train_for_env_steps:,}" \
-                if saved["env_steps"] >= cfg.train_for_env_steps else ""
-            print(f"asyncrl: resuming policy {policy_id} at {saved['env_steps']:,} env steps from {paths[-1]}{done} "
-                  f"(--restart_behavior restart starts over)", flush=True)
+            done = (
+                f", already past --train_for_env_steps {cfg.train_for_env_steps:,}"
+                if saved["env_steps"] >= cfg.train_for_env_steps
+                else ""
+            )
+            print(
+                f"asyncrl: resuming policy {policy_id} at {saved['env_steps']:,} env steps from {paths[-1]}{done} "
+                f"(--restart_behavior restart starts over)",
+                flush=True,
+            )
 
 
 class Runner:
-    def __init__(self, cfg: Config, env: EnvInfo, device: torch.device, layout: dict, rank: Rank = Rank(),
-                 wandb: WandbRun | None = None):
+    def __init__(
+        self,
+        cfg: Config,
+        env: EnvInfo,
+        device: torch.device,
+        layout: dict,
+        rank: Rank = Rank(),
+        wandb: WandbRun | None = None,
+    ):
         self.cfg, self.env, self.device, self.rank = cfg, env, device, rank
         self.buffers = SharedBuffers.allocate(layout)
-        self.processes: dict = {}      # title -> process (multi-process mode)
+        self.processes: dict = {}  # title -> process (multi-process mode)
         self.queues = Queues(cfg, num_slots(cfg))
         self._guard_queues()
         self.stop_flag = StopFlag()
@@ -213,13 +247,16 @@ class Runner:
         self.learners_stopped = False  # under torchrun: the ranks' learners agreed to stop
         self.relay = EpisodeRelay(rank) if rank.distributed else None  # under torchrun: every rank's episodes
         self.next_evaluation: list[int | None] = [None] * cfg.num_policies  # env steps of each policy's next one
-        self.pbt = PopulationBasedTraining(cfg, self.buffers, self.learner_commands, self.stats.policies) \
-            if cfg.with_pbt else None
+        self.pbt = (
+            PopulationBasedTraining(cfg, self.buffers, self.learner_commands, self.stats.policies)
+            if cfg.with_pbt
+            else None
+        )
         self.ratings = Ratings(cfg, self.buffers) if cfg.agents_per_env > 1 else None
         if self.ratings is not None:
             self.stats.policy_extras = self.ratings.policy_stats
         self.restart_times: list[float] = []
-        self.components: list = []     # the same components, in this process (serial mode)
+        self.components: list = []  # the same components, in this process (serial mode)
         self.fatal: str | None = None  # a child's error that stops the run (a Fatal report)
         self.handlers = self._report_handlers()
 
@@ -237,9 +274,12 @@ class Runner:
         if self.pbt is not None:
             handlers.update({StateExported: self.pbt.exported, StateImported: self.pbt.imported})
         if self.ratings is not None:
-            handlers.update({Matches: lambda report: self.ratings.add_matches(report.matches),
-                             Snapshot: lambda report: self.ratings.add_snapshot(report.policy_id, report.k,
-                                                                                report.version)})
+            handlers.update(
+                {
+                    Matches: lambda report: self.ratings.add_matches(report.matches),
+                    Snapshot: lambda report: self.ratings.add_snapshot(report.policy_id, report.k, report.version),
+                }
+            )
         return handlers
 
     def _fatal(self, report: Fatal) -> None:
@@ -256,14 +296,26 @@ class Runner:
     def _component_factories(self) -> list[tuple[str, partial]]:
         """Learners first (they publish the initial weights), then policy workers, then rollout workers."""
         cfg, b, q, env = self.cfg, self.buffers, self.queues, self.env
-        factories = [(f"asyncrl-learner-{p}", partial(Learner, p, cfg, b, q, env.obs_space, env.action_space,
-                                                      self.device, env.frameskip, self.stop_flag))
-                     for p in range(cfg.num_policies)]
-        factories += [(f"asyncrl-policy-{p}-{i}" if cfg.policy_workers_per_policy > 1 else f"asyncrl-policy-{p}",
-                       partial(PolicyWorker, p, i, cfg, b, q, env.obs_space, env.action_space, self.device))
-                      for p in range(cfg.num_policies) for i in range(cfg.policy_workers_per_policy)]
-        factories += [(rollout_title(w), partial(RolloutWorker, w, cfg, b, q, self.stop_flag))
-                      for w in range(cfg.num_workers)]
+        factories = [
+            (
+                f"asyncrl-learner-{p}",
+                partial(
+                    Learner, p, cfg, b, q, env.obs_space, env.action_space, self.device, env.frameskip, self.stop_flag
+                ),
+            )
+            for p in range(cfg.num_policies)
+        ]
+        factories += [
+            (
+                f"asyncrl-policy-{p}-{i}" if cfg.policy_workers_per_policy > 1 else f"asyncrl-policy-{p}",
+                partial(PolicyWorker, p, i, cfg, b, q, env.obs_space, env.action_space, self.device),
+            )
+            for p in range(cfg.num_policies)
+            for i in range(cfg.policy_workers_per_policy)
+        ]
+        factories += [
+            (rollout_title(w), partial(RolloutWorker, w, cfg, b, q, self.stop_flag)) for w in range(cfg.num_workers)
+        ]
         if cfg.eval_every_env_steps and self.rank.writes:
             factories.append(("asyncrl-eval", partial(Evaluator, cfg, b, q, env.obs_space, env.action_space)))
         return factories
@@ -274,8 +326,11 @@ class Runner:
         plan = {}
         if self.cfg.set_workers_cpu_affinity and not self.cfg.serial_mode:
             # ppo/ver collect and learn in turn: the rollout workers may use the learner's cores, and the learner all
-            plan = plan_cores([title for title, _ in factories], self.rank.my_cores(sorted(os.sched_getaffinity(0))),
-                              cpu_learning and not self.cfg.synchronous)
+            plan = plan_cores(
+                [title for title, _ in factories],
+                self.rank.my_cores(sorted(os.sched_getaffinity(0))),
+                cpu_learning and not self.cfg.synchronous,
+            )
         for title, factory in factories:
             if self.cfg.serial_mode:
                 component = factory()
@@ -286,7 +341,9 @@ class Runner:
             cores = plan.get(title)
             # a learner with cores of its own uses them all; everyone else keeps --torch_threads
             threads = len(cores) if cores and "learner" in title and cpu_learning else self.cfg.torch_threads
-            self.processes[title] = start_child(title, factory, self.stop_flag, threads, cores, partial(adopt_entry, *self.env.portable))
+            self.processes[title] = start_child(
+                title, factory, self.stop_flag, threads, cores, partial(adopt_entry, *self.env.portable)
+            )
 
     def run(self) -> int:
         """Train until a limit is reached or the user stops the run. Returns the process exit status."""
@@ -368,8 +425,9 @@ class Runner:
         """To the nearer of the limits given (--train_for_seconds, --train_for_env_steps at this launch's average
         rate); None while there is no estimate (no limit given, or no steps yet)."""
         elapsed = max(1e-6, self.stats.elapsed())
-        estimates = [self.cfg.train_for_seconds - elapsed] if self.cfg.train_for_seconds < Config.train_for_seconds \
-            else []
+        estimates = (
+            [self.cfg.train_for_seconds - elapsed] if self.cfg.train_for_seconds < Config.train_for_seconds else []
+        )
         for p in self.stats.policies:
             rate = (p.env_steps - (p.launch_env_steps or 0)) / elapsed
             if rate > 0 and self.cfg.train_for_env_steps < Config.train_for_env_steps:
@@ -389,8 +447,11 @@ class Runner:
         for w, beat in enumerate(self.buffers.worker_heartbeat.tolist()):
             process = self.processes.get(rollout_title(w))
             if process is not None and process.exitcode is None and 0 < beat < now - self.cfg.env_step_timeout:
-                print(f"asyncrl: {rollout_title(w)} was stuck for {now - beat:.0f} s (--env_step_timeout "
-                      f"{self.cfg.env_step_timeout:g}): an env hangs; killing the worker", flush=True)
+                print(
+                    f"asyncrl: {rollout_title(w)} was stuck for {now - beat:.0f} s (--env_step_timeout "
+                    f"{self.cfg.env_step_timeout:g}): an env hangs; killing the worker",
+                    flush=True,
+                )
                 process.kill()
                 process.join(timeout=5.0)
         for title, process in self.processes.items():
@@ -400,8 +461,9 @@ class Runner:
                 self._drain_reports(timeout=1.0)
                 raise ChildFailed(self.fatal or f"{title} stopped the run")
             if "learner" in title:
-                raise ChildFailed(f"{title} exited with code {process.exitcode} (its traceback is above); "
-                                  f"the last checkpoint is kept")
+                raise ChildFailed(
+                    f"{title} exited with code {process.exitcode} (its traceback is above); the last checkpoint is kept"
+                )
             self._restart_children(title, process.exitcode)
             return
 
@@ -411,16 +473,23 @@ class Runner:
         held or waited on one can leave that queue blocking everyone else. The learners save a checkpoint
         on the way out and resume from it; the samples in flight are dropped."""
         if self.rank.distributed:
-            raise ChildFailed(f"{title} exited with code {exitcode}; the ranks of a distributed run cannot replace one "
-                              f"rank's processes: run the same command again to resume from rank 0's last checkpoint")
+            raise ChildFailed(
+                f"{title} exited with code {exitcode}; the ranks of a distributed run cannot replace one "
+                f"rank's processes: run the same command again to resume from rank 0's last checkpoint"
+            )
         now = time.monotonic()
         self.restart_times = [t for t in self.restart_times if now - t < RESTART_WINDOW_S] + [now]
         if len(self.restart_times) > self.cfg.max_worker_restarts:
-            raise ChildFailed(f"{title} exited with code {exitcode}; workers died {len(self.restart_times)} times in "
-                              f"{RESTART_WINDOW_S:.0f} s, more than --max_worker_restarts "
-                              f"{self.cfg.max_worker_restarts}")
-        print(f"asyncrl: {title} died (exit code {exitcode}); restarting the workers, "
-              f"the learners resume from the checkpoint they save now", flush=True)
+            raise ChildFailed(
+                f"{title} exited with code {exitcode}; workers died {len(self.restart_times)} times in "
+                f"{RESTART_WINDOW_S:.0f} s, more than --max_worker_restarts "
+                f"{self.cfg.max_worker_restarts}"
+            )
+        print(
+            f"asyncrl: {title} died (exit code {exitcode}); restarting the workers, "
+            f"the learners resume from the checkpoint they save now",
+            flush=True,
+        )
         self.stats.worker_restarts += 1
         self._stop_children(worker_grace_s=WORKER_RESTART_GRACE_S)
         self._drain_reports(timeout=0.0)
@@ -466,10 +535,12 @@ def check_shared_memory(layout: dict, shm_dir: str = "/dev/shm") -> None:
     needed = layout_nbytes(layout) + QUEUES_SHM_BYTES
     free = shutil.disk_usage(shm_dir).free
     if needed > free:
-        raise ConfigError(f"the run needs {needed / 2**20:.0f} MiB of shared memory but {shm_dir} has "
-                          f"{free / 2**20:.0f} MiB free; enlarge it (docker run --shm-size=2g, or mount -o "
-                          f"remount,size=2G {shm_dir}) or lower --num_workers/--num_envs_per_worker/--batch_size/"
-                          f"--rollout")
+        raise ConfigError(
+            f"the run needs {needed / 2**20:.0f} MiB of shared memory but {shm_dir} has "
+            f"{free / 2**20:.0f} MiB free; enlarge it (docker run --shm-size=2g, or mount -o "
+            f"remount,size=2G {shm_dir}) or lower --num_workers/--num_envs_per_worker/--batch_size/"
+            f"--rollout"
+        )
 
 
 def decide_auto(cfg: Config, device: torch.device, env: EnvInfo, world_size: int = 1) -> Config:
@@ -479,14 +550,18 @@ def decide_auto(cfg: Config, device: torch.device, env: EnvInfo, world_size: int
         sampling_alone = cfg.sampler_only and device.type == "cpu" and not cfg.synchronous
         policy_workers = min(2, len(os.sched_getaffinity(0))) if sampling_alone else 1
     if cfg.agents_per_env not in (-1, env.num_agents):
-        raise ConfigError(f"--agents_per_env {cfg.agents_per_env}, but env {cfg.env!r} has {env.num_agents} agent(s); "
-                          f"drop the flag or choose the env you mean")
+        raise ConfigError(
+            f"--agents_per_env {cfg.agents_per_env}, but env {cfg.env!r} has {env.num_agents} agent(s); "
+            f"drop the flag or choose the env you mean"
+        )
     run_cfg = dataclasses.replace(cfg, policy_workers_per_policy=policy_workers, agents_per_env=env.num_agents)
     lock_step_batch = num_agents(run_cfg) * cfg.rollout
     if cfg.algo == "ppo" and cfg.batch_size != lock_step_batch:
-        raise ConfigError(f"--algo ppo learns from every agent's --rollout steps at once: --batch_size must be "
-                          f"{lock_step_batch * world_size} (workers x envs per worker x agents per env x rollout"
-                          f"{' x ranks' if world_size > 1 else ''}), got {cfg.batch_size * world_size}")
+        raise ConfigError(
+            f"--algo ppo learns from every agent's --rollout steps at once: --batch_size must be "
+            f"{lock_step_batch * world_size} (workers x envs per worker x agents per env x rollout"
+            f"{' x ranks' if world_size > 1 else ''}), got {cfg.batch_size * world_size}"
+        )
     return run_cfg
 
 

@@ -26,8 +26,10 @@ class StatsWriter:
 
         self.policies = [PolicyStats(p, window) for p in range(num_policies)]
         self.write, self.wandb = write, wandb
-        self.tb = [SummaryWriter(os.path.join(experiment_dir, "tb", f"policy_{p}")) if write else None
-                   for p in range(num_policies)]
+        self.tb = [
+            SummaryWriter(os.path.join(experiment_dir, "tb", f"policy_{p}")) if write else None
+            for p in range(num_policies)
+        ]
         self.jsonl = open(os.path.join(experiment_dir, "stats.jsonl") if write else os.devnull, "a")
         self.eval_jsonl_path = os.path.join(experiment_dir, "eval.jsonl")
         self.eval_jsonl = None  # opened at the first evaluation
@@ -38,8 +40,13 @@ class StatsWriter:
         self.policy_extras = None  # policy id -> more stats for its rows (the runner's ratings), if set
         name = os.path.basename(os.path.normpath(experiment_dir))
         self.progress = ProgressDisplay(sys.stdout.isatty() and write, name)
-        self.handlers = {Episodes: self.add_episodes, EnvErrors: self._add_env_errors, LearnerStats: self._add_learner,
-                         TimingReport: self._add_timing, Evaluation: self.write_evaluation}
+        self.handlers = {
+            Episodes: self.add_episodes,
+            EnvErrors: self._add_env_errors,
+            LearnerStats: self._add_learner,
+            TimingReport: self._add_timing,
+            Evaluation: self.write_evaluation,
+        }
 
     def handle(self, report: Report) -> None:
         """A report from a child: the stats keep what they show (other kinds are the runner's to handle)."""
@@ -67,19 +74,26 @@ class StatsWriter:
         self.eval_jsonl = self.eval_jsonl or open(self.eval_jsonl_path, "a")
         self.eval_jsonl.write(json.dumps(row) + "\n")
         self.eval_jsonl.flush()
-        scalars = {f"eval/{key}": value for key, value in result.items()
-                   if key not in ("env_steps", "new_best") and isinstance(value, (int, float))}
+        scalars = {
+            f"eval/{key}": value
+            for key, value in result.items()
+            if key not in ("env_steps", "new_best") and isinstance(value, (int, float))
+        }
         self._scalars(policy_id, result["env_steps"], scalars)
         best = " (new best: best_checkpoint.pth)" if result["new_best"] else ""
-        self.progress.message(f"evaluation p{policy_id} at {result['env_steps']:,} env steps: mean return "
-                              f"{result['return_mean']:.2f} over {result['episodes']} episodes{best}")
+        self.progress.message(
+            f"evaluation p{policy_id} at {result['env_steps']:,} env steps: mean return "
+            f"{result['return_mean']:.2f} over {result['episodes']} episodes{best}"
+        )
 
     def timing_summary(self, policy_id: int) -> dict:
         """Fractions of wall time per phase for this policy's learner and policy workers and for the rollout
         workers (averaged over processes), e.g. timing_learner_train; plus the mean inference batch size."""
-        groups = {"learner": lambda r: r == f"learner_{policy_id}",
-                  "policy": lambda r: r == f"policy_{policy_id}" or r.startswith(f"policy_{policy_id}_"),
-                  "rollout": lambda r: r.startswith("rollout_")}
+        groups = {
+            "learner": lambda r: r == f"learner_{policy_id}",
+            "policy": lambda r: r == f"policy_{policy_id}" or r.startswith(f"policy_{policy_id}_"),
+            "rollout": lambda r: r.startswith("rollout_"),
+        }
         summary = {}
         for group, belongs in groups.items():
             reports = [report for role, report in self.timing.items() if belongs(role)]
@@ -103,12 +117,19 @@ class StatsWriter:
         for p in self.policies:
             if p.launch_env_steps is None:
                 continue  # its learner has not started yet: a resumed run's counters are not known
-            row = {"time_s": round(now - self.start_time, 3), "policy_id": p.policy_id, "env_steps": p.env_steps,
-                   "fps": p.fps(now), "episode_reward_mean": p.reward_mean(),
-                   "episode_len_mean": float(np.mean(p.episode_lengths)) if p.episode_lengths else None,
-                   "episodes": p.episodes_total, "policy_lag_mean": p.learner.get("policy_lag_mean"),
-                   "train_step": p.learner.get("train_step", 0), "env_errors": self.env_errors,
-                   "worker_restarts": self.worker_restarts}
+            row = {
+                "time_s": round(now - self.start_time, 3),
+                "policy_id": p.policy_id,
+                "env_steps": p.env_steps,
+                "fps": p.fps(now),
+                "episode_reward_mean": p.reward_mean(),
+                "episode_len_mean": float(np.mean(p.episode_lengths)) if p.episode_lengths else None,
+                "episodes": p.episodes_total,
+                "policy_lag_mean": p.learner.get("policy_lag_mean"),
+                "train_step": p.learner.get("train_step", 0),
+                "env_errors": self.env_errors,
+                "worker_restarts": self.worker_restarts,
+            }
             row.update({f"episode_{k}_mean": float(np.mean(v)) for k, v in p.env_stats.items()})
             row.update({k: v for k, v in p.learner.items() if k not in row})
             row.update(self.timing_summary(p.policy_id))
@@ -132,10 +153,19 @@ class StatsWriter:
 
     def save_state(self, path: str) -> None:
         """The recent-episode windows and run counters, so a resumed run's averages continue (atomic write)."""
-        state = {"env_errors": self.env_errors, "worker_restarts": self.worker_restarts,
-                 "policies": [{"returns": list(p.episode_returns), "lengths": list(p.episode_lengths),
-                               "episodes_total": p.episodes_total,
-                               "env_stats": {k: list(v) for k, v in p.env_stats.items()}} for p in self.policies]}
+        state = {
+            "env_errors": self.env_errors,
+            "worker_restarts": self.worker_restarts,
+            "policies": [
+                {
+                    "returns": list(p.episode_returns),
+                    "lengths": list(p.episode_lengths),
+                    "episodes_total": p.episodes_total,
+                    "env_stats": {k: list(v) for k, v in p.env_stats.items()},
+                }
+                for p in self.policies
+            ],
+        }
         with open(path + ".tmp", "w") as f:
             json.dump(state, f)
         os.replace(path + ".tmp", path)
@@ -170,8 +200,11 @@ class StatsWriter:
 
 def scalars_of(row: dict) -> dict:
     """A stats row's numbers as TensorBoard tags (the timing_* fractions under timing/)."""
-    return {"timing/" + key[len("timing_"):] if key.startswith("timing_") else key: value
-            for key, value in row.items() if isinstance(value, (int, float)) and key not in ("policy_id", "env_steps")}
+    return {
+        "timing/" + key[len("timing_") :] if key.startswith("timing_") else key: value
+        for key, value in row.items()
+        if isinstance(value, (int, float)) and key not in ("policy_id", "env_steps")
+    }
 
 
 def _fmt(value, spec: str) -> str:
@@ -187,11 +220,19 @@ class ProgressDisplay:
         self.bar = None
         if interactive:
             from tqdm import tqdm
+
             # follow the terminal's size, unless it reports none (0 x 0, as a new pty does; tqdm then hides the bar)
             sized = os.get_terminal_size(sys.stdout.fileno()).columns > 0
             self.name = name
-            self.bar = tqdm(total=1000, desc=name, bar_format="{desc} |{bar:20}| {percentage:3.0f}%", file=sys.stdout,
-                            dynamic_ncols=sized, ncols=None if sized else 120, nrows=None if sized else 24)
+            self.bar = tqdm(
+                total=1000,
+                desc=name,
+                bar_format="{desc} |{bar:20}| {percentage:3.0f}%",
+                file=sys.stdout,
+                dynamic_ncols=sized,
+                ncols=None if sized else 120,
+                nrows=None if sized else 24,
+            )
 
     def show(self, rows: list[dict], seconds_left: float | None, fraction_done: float | None) -> None:
         if self.bar is None:
@@ -213,10 +254,12 @@ class ProgressDisplay:
 
 
 def short_progress(rows: list[dict], seconds_left: float | None) -> str:
-    parts = [f"{'p' + str(r['policy_id']) + ' ' if len(rows) > 1 else ''}{_si(r['env_steps'])} frames "
-             f"{_si(r['fps'])} fps return {_fmt(r['episode_reward_mean'], '.1f')} "
-             f"lag {_fmt(r['policy_lag_mean'], '.1f')}"
-             for r in rows]
+    parts = [
+        f"{'p' + str(r['policy_id']) + ' ' if len(rows) > 1 else ''}{_si(r['env_steps'])} frames "
+        f"{_si(r['fps'])} fps return {_fmt(r['episode_reward_mean'], '.1f')} "
+        f"lag {_fmt(r['policy_lag_mean'], '.1f')}"
+        for r in rows
+    ]
     if seconds_left is not None:
         parts.append(f"left {int(seconds_left) // 60}m{int(seconds_left) % 60:02d}s")
     return " | ".join(parts)
@@ -235,9 +278,11 @@ def progress_line(rows: list[dict], seconds_left: float | None) -> str:
     for r in rows:
         waiting = r.get("timing_learner_wait_batch")
         busy = None if waiting is None else 100 * (1 - waiting)
-        parts.append(f"p{r['policy_id']}: {r['env_steps']:,} steps {r['fps']:,.0f} fps "
-                     f"reward {_fmt(r['episode_reward_mean'], '.2f')} lag {_fmt(r['policy_lag_mean'], '.1f')} "
-                     f"train_step {r['train_step']} learner busy {_fmt(busy, '.0f')}%")
+        parts.append(
+            f"p{r['policy_id']}: {r['env_steps']:,} steps {r['fps']:,.0f} fps "
+            f"reward {_fmt(r['episode_reward_mean'], '.2f')} lag {_fmt(r['policy_lag_mean'], '.1f')} "
+            f"train_step {r['train_step']} learner busy {_fmt(busy, '.0f')}%"
+        )
     if seconds_left is not None:
         parts.append(f"left {int(seconds_left) // 60}m{int(seconds_left) % 60:02d}s")
     return f"[{rows[0]['time_s']:7.1f}s] " + " | ".join(parts)

@@ -47,8 +47,16 @@ class TakingTurns:
     """A turn-based game: after every step and reset, the backend says who waits for its turn. It reads the worker's
     shared buffers and its per-agent arrays (`playing`: in its episode, `player`: who plays it this episode)."""
 
-    def __init__(self, rollout: int, backend, shared, group_agents: list, group_local: list, playing: np.ndarray,
-                 player: np.ndarray):
+    def __init__(
+        self,
+        rollout: int,
+        backend,
+        shared,
+        group_agents: list,
+        group_local: list,
+        playing: np.ndarray,
+        player: np.ndarray,
+    ):
         self.rollout, self.backend, self.shared = rollout, backend, shared
         self.group_agents, self.group_local, self.playing, self.player = group_agents, group_local, playing, player
         self.waits = np.zeros(len(playing), bool)  # per local agent: in its episode, another agent acts next
@@ -64,8 +72,15 @@ class TakingTurns:
     def stepped(self, local: np.ndarray, playing: list) -> np.ndarray:
         return np.array(playing) & ~self.waits[local]
 
-    def credit(self, local: np.ndarray, slots: np.ndarray, steps: np.ndarray, rewards: np.ndarray,
-               terminal: np.ndarray, playing: list) -> None:
+    def credit(
+        self,
+        local: np.ndarray,
+        slots: np.ndarray,
+        steps: np.ndarray,
+        rewards: np.ndarray,
+        terminal: np.ndarray,
+        playing: list,
+    ) -> None:
         """What a turn gave the agents that waited in it counts for each one's last move: the row before its current
         one, if that move is of this episode (its row is not done). (--scale_rewards' running returns leave these
         rewards out.)"""
@@ -80,8 +95,9 @@ class TakingTurns:
         """After a group's step or reset: who waits at its next step, with nobody acting for it."""
         local, playing = self.group_local[group], self.playing[self.group_local[group]]
         self.waits[local] = self.backend.waiting(group) & playing
-        self.shared.agent_player[self.group_agents[group]] = np.where(playing & ~self.waits[local],
-                                                                      self.player[local], NO_PLAYER)
+        self.shared.agent_player[self.group_agents[group]] = np.where(
+            playing & ~self.waits[local], self.player[local], NO_PLAYER
+        )
 
     def ready(self, local: np.ndarray, full: np.ndarray) -> np.ndarray:
         """A waiting agent's full slot goes once its turn comes: the turns before may still pay for its last move."""

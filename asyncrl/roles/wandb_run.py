@@ -19,7 +19,7 @@ def _wandb():
     try:
         import wandb
     except ImportError:
-        raise ConfigError("--with_wandb True needs wandb: pip install wandb (or pip install -e \".[wandb]\")") from None
+        raise ConfigError('--with_wandb True needs wandb: pip install wandb (or pip install -e ".[wandb]")') from None
     return wandb
 
 
@@ -40,26 +40,44 @@ class WandbRun:
     def __init__(self, cfg: Config, policies: int):
         wandb = _wandb()
         try:
-            self.run = wandb.init(project=cfg.wandb_project, entity=cfg.wandb_user, group=cfg.wandb_group,
-                                  job_type=cfg.wandb_job_type, tags=cfg.wandb_tags, name=cfg.experiment,
-                                  id=run_id(cfg.experiment_dir), resume="allow", config=cfg.to_json(),
-                                  dir=cfg.experiment_dir)
+            self.run = wandb.init(
+                project=cfg.wandb_project,
+                entity=cfg.wandb_user,
+                group=cfg.wandb_group,
+                job_type=cfg.wandb_job_type,
+                tags=cfg.wandb_tags,
+                name=cfg.experiment,
+                id=run_id(cfg.experiment_dir),
+                resume="allow",
+                config=cfg.to_json(),
+                dir=cfg.experiment_dir,
+            )
         except Exception as e:  # wandb's errors for a missing key, a bad entity or no network
-            raise ConfigError(f"--with_wandb True: wandb could not start ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0][:200] if str(e) else 'no message'}); `wandb login`, or "
-                              f"WANDB_MODE=offline to keep the run on disk") from None
+            raise ConfigError(
+                f"--with_wandb True: wandb could not start ({type(e).__name__}: "
+                f"{str(e).splitlines()[0][:200] if str(e) else 'no message'}); `wandb login`, or "
+                f"WANDB_MODE=offline to keep the run on disk"
+            ) from None
         for p in range(policies):
             self.run.define_metric(f"policy_{p}/env_steps")
             self.run.define_metric(f"policy_{p}/*", step_metric=f"policy_{p}/env_steps")
 
     def log(self, policy_id: int, env_steps: int, scalars: dict) -> None:
-        self.run.log({f"policy_{policy_id}/env_steps": env_steps,
-                      **{f"policy_{policy_id}/{key}": value for key, value in scalars.items()}})
+        self.run.log(
+            {
+                f"policy_{policy_id}/env_steps": env_steps,
+                **{f"policy_{policy_id}/{key}": value for key, value in scalars.items()},
+            }
+        )
 
     def log_video(self, policy_id: int, path: str, env_steps: int | None) -> None:
         wandb = _wandb()
-        self.run.log({f"policy_{policy_id}/replay": wandb.Video(path, format=os.path.splitext(path)[1][1:]),
-                      **({f"policy_{policy_id}/env_steps": env_steps} if env_steps is not None else {})})
+        self.run.log(
+            {
+                f"policy_{policy_id}/replay": wandb.Video(path, format=os.path.splitext(path)[1][1:]),
+                **({f"policy_{policy_id}/env_steps": env_steps} if env_steps is not None else {}),
+            }
+        )
 
     def finish(self) -> None:
         self.run.finish()

@@ -43,8 +43,10 @@ def gap(name: str, model, params_a: torch.Tensor, params_b: torch.Tensor) -> Non
     actions = b.sample()
     log_ratio = (a.log_prob(actions) - b.log_prob(actions)).abs()
     kl = losses.kl_divergence(b, a)
-    print(f"{name}: |log ratio| mean {log_ratio.mean():.4f}, p95 {log_ratio.quantile(0.95):.4f}, max "
-          f"{log_ratio.max():.4f}; KL mean {kl.mean():.2e}")
+    print(
+        f"{name}: |log ratio| mean {log_ratio.mean():.4f}, p95 {log_ratio.quantile(0.95):.4f}, max "
+        f"{log_ratio.max():.4f}; KL mean {kl.mean():.2e}"
+    )
 
 
 @torch.no_grad()
@@ -57,8 +59,9 @@ def main() -> None:
     torch.manual_seed(0)  # the sampled actions: the same states and numbers every run
     cfg = config_of_run({"train_dir": args.train_dir, "experiment": args.experiment})
     env = make_env(cfg.env, **cfg.env_kwargs())
-    weights = load_checkpoint(checkpoint_to_load({"checkpoint": None, "load_checkpoint_kind": "latest",
-                                                  "policy_index": 0}, cfg), ("model",))["model"]
+    weights = load_checkpoint(
+        checkpoint_to_load({"checkpoint": None, "load_checkpoint_kind": "latest", "policy_index": 0}, cfg), ("model",)
+    )["model"]
     models = [build_model(env.observation_space, env.action_space, cfg) for _ in range(2)]
     for model in models:
         model.load_state_dict(weights)
@@ -73,8 +76,10 @@ def main() -> None:
     gap("acting (bfloat16 weights) vs float32", learner, full, acted)
     gap("learner (bfloat16 autocast) vs float32", learner, full, learned)
     gap("learner vs acting", learner, learned, acted)
-    print(f"PPO's clip: |log ratio| up to {np.log1p(cfg.ppo_clip_ratio):.4f}; value gap (acting vs float32, the value "
-          f"head's units) {(full_values - acted_values).abs().mean():.4f}, value std {full_values.std():.4f}")
+    print(
+        f"PPO's clip: |log ratio| up to {np.log1p(cfg.ppo_clip_ratio):.4f}; value gap (acting vs float32, the value "
+        f"head's units) {(full_values - acted_values).abs().mean():.4f}, value std {full_values.std():.4f}"
+    )
 
 
 if __name__ == "__main__":

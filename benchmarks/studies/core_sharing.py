@@ -1,6 +1,7 @@
 """Where `asyncrl bench`'s train efficiency goes: each role's cost alone, sharing the cores as in a run, and used.
 
-    python benchmarks/studies/core_sharing.py [--mode train|sampler] [--seconds 30] [--warmup_seconds 10] [asyncrl bench flags]
+    python benchmarks/studies/core_sharing.py [--mode train|sampler] [--seconds 30] [--warmup_seconds 10] \
+        [asyncrl bench flags]
 
 `asyncrl bench` divides train FPS by a limit built from the CPU time per agent step of simulation, inference and
 learning, each measured alone on an idle machine. In a CPU run the roles share the cores (processes.plan_cores):
@@ -40,6 +41,7 @@ def _role_process(role: str, cfg, num_envs: int, batch: int, core: int, results,
     """Run one role's workload pinned to `core`: measure it (results gets CPU seconds per agent step), or, with
     a `stop` event, repeat it as a neighbour until stopped."""
     import torch
+
     os.sched_setaffinity(0, [core])  # before the engines start: they inherit it
     torch.set_num_threads(1)
     keep_freed_memory_for_reuse()
@@ -105,15 +107,21 @@ def main():
         batch = run["inference_batch"]
         if args.mode == "train":  # the learner's core to itself; every engine on the other
             other = plan["asyncrl-learner-0"][0]
-            shared = {"sim": measure_next_to(("sim", sim_core), [("learn", other)], cfg, num_envs, batch),
-                      "infer": measure_next_to(("infer", sim_core), [("sim", sim_core), ("learn", other)],
-                                               cfg, num_envs, batch),
-                      "learn": measure_next_to(("learn", other), [("sim", sim_core)], cfg, num_envs, batch)}
+            shared = {
+                "sim": measure_next_to(("sim", sim_core), [("learn", other)], cfg, num_envs, batch),
+                "infer": measure_next_to(
+                    ("infer", sim_core), [("sim", sim_core), ("learn", other)], cfg, num_envs, batch
+                ),
+                "learn": measure_next_to(("learn", other), [("sim", sim_core)], cfg, num_envs, batch),
+            }
         else:  # the rollout workers spread over the cores, each core stepping its engines
             other = next(c for c in cores if c != sim_core)
-            shared = {"sim": measure_next_to(("sim", sim_core), [("sim", other)], cfg, num_envs, batch),
-                      "infer": measure_next_to(("infer", sim_core), [("sim", sim_core), ("sim", other)],
-                                               cfg, num_envs, batch)}
+            shared = {
+                "sim": measure_next_to(("sim", sim_core), [("sim", other)], cfg, num_envs, batch),
+                "infer": measure_next_to(
+                    ("infer", sim_core), [("sim", sim_core), ("sim", other)], cfg, num_envs, batch
+                ),
+            }
     report(args, bench_flags, cfg, run, {k: 1e3 * v for k, v in shared.items()}, num_envs)
 
 
@@ -123,45 +131,82 @@ def report(args, bench_flags: list, cfg, run: dict, shared: dict, num_envs: int)
     used = {role: 1e3 * cores / steps_per_s for role, cores in run[f"{mode}_cores_used"].items()}
     used_idle = 1e3 * max(0.0, run["cores"] - sum(run[f"{mode}_cores_used"].values())) / steps_per_s
     alone = {"sim": run["sim_ms_per_step"], "infer": run["inference_ms_per_step"]}
-    rows = [("simulation (rollout workers + engines)", alone["sim"], shared["sim"], used.get("rollout", 0) + used.get("env", 0)),
-            (f"inference (batch {run['inference_batch']})", alone["infer"], shared["infer"], used.get("policy", 0))]
+    rows = [
+        (
+            "simulation (rollout workers + engines)",
+            alone["sim"],
+            shared["sim"],
+            used.get("rollout", 0) + used.get("env", 0),
+        ),
+        (f"inference (batch {run['inference_batch']})", alone["infer"], shared["infer"], used.get("policy", 0)),
+    ]
     if mode == "train":
         alone["learn"] = run["learn_ms_per_step"]
         rows.append(("learning", alone["learn"], shared["learn"], used.get("learner", 0)))
     others = used.get("runner", 0) + used.get("other", 0) + (used.get("learner", 0) if mode == "sampler" else 0)
-    rows += [("runner and other" + (" (and the idle learner)" if mode == "sampler" else ""), 0.0, 0.0, others),
-             ("idle cores", 0.0, 0.0, used_idle)]
+    rows += [
+        ("runner and other" + (" (and the idle learner)" if mode == "sampler" else ""), 0.0, 0.0, others),
+        ("idle cores", 0.0, 0.0, used_idle),
+    ]
     totals = [sum(r[i] for r in rows) for i in (1, 2, 3)]
     fps = [run["cores"] / (t / 1e3) * run["frameskip"] for t in totals]
     measured = run[f"{mode}_fps"]
-    layout = (f"the learner's core to itself, {num_envs} envs (VizDoom: each its own engine process) on the other, "
-              "inference on that core next to them" if mode == "train"
-              else f"{num_envs} envs on each core, inference on a core next to them")
-    lines = [f"# Where the {mode} efficiency goes: each role alone, sharing the cores as in the run, and used in the run",
-             "", f"Machine: {machine()}", "",
-             f"Command: `{' '.join(['python', 'benchmarks/studies/core_sharing.py', *sys.argv[1:]])}`"
-             + ("" if bench_flags is not DEFAULT_FLAGS else f" (default asyncrl bench flags: `{' '.join(DEFAULT_FLAGS)}`)"), "",
-             f"Sharing the cores as in the run: {layout}. CPU ms per agent step:", "",
-             "| role | alone (asyncrl bench) | sharing the cores as in the run | used in the run |", "| --- | --- | --- | --- |"]
+    layout = (
+        f"the learner's core to itself, {num_envs} envs (VizDoom: each its own engine process) on the other, "
+        "inference on that core next to them"
+        if mode == "train"
+        else f"{num_envs} envs on each core, inference on a core next to them"
+    )
+    lines = [
+        f"# Where the {mode} efficiency goes: each role alone, sharing the cores as in the run, and used in the run",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `{' '.join(['python', 'benchmarks/studies/core_sharing.py', *sys.argv[1:]])}`"
+        + ("" if bench_flags is not DEFAULT_FLAGS else f" (default asyncrl bench flags: `{' '.join(DEFAULT_FLAGS)}`)"),
+        "",
+        f"Sharing the cores as in the run: {layout}. CPU ms per agent step:",
+        "",
+        "| role | alone (asyncrl bench) | sharing the cores as in the run | used in the run |",
+        "| --- | --- | --- | --- |",
+    ]
     lines += [f"| {name} | {a:.3f} | {s:.3f} | {u:.3f} |" for name, a, s, u in rows]
-    lines += [f"| **total** | {totals[0]:.3f} | {totals[1]:.3f} | {totals[2]:.3f} |",
-              f"| **frames/s** (cores / total x frameskip) | {fps[0]:,.0f} | {fps[1]:,.0f} | {measured:,.0f} (measured) |",
-              "", f"{mode.capitalize()} efficiency against the limit alone (what `asyncrl bench` reports): "
-              f"{measured / fps[0]:.3f}; against the limit with the cores shared as in the run: {measured / fps[1]:.3f}. "
-              f"What the engine itself adds: {totals[2] - totals[1]:.3f} ms per step "
-              f"({(totals[2] - totals[1]) / totals[2]:.0%} of the run's CPU), of which idle cores {used_idle:.3f}."]
-    result = {"machine": machine(), "mode": mode, "config": cfg.to_json(), "alone_ms_per_step": alone,
-              "shared_ms_per_step": shared, "used_ms_per_step": used, "idle_ms_per_step": used_idle,
-              f"{mode}_fps": measured, "limit_fps_alone": fps[0], "limit_fps_shared": fps[1],
-              "efficiency_alone": measured / fps[0], "efficiency_shared": measured / fps[1]}
+    lines += [
+        f"| **total** | {totals[0]:.3f} | {totals[1]:.3f} | {totals[2]:.3f} |",
+        f"| **frames/s** (cores / total x frameskip) | {fps[0]:,.0f} | {fps[1]:,.0f} | {measured:,.0f} (measured) |",
+        "",
+        f"{mode.capitalize()} efficiency against the limit alone (what `asyncrl bench` reports): "
+        f"{measured / fps[0]:.3f}; against the limit with the cores shared as in the run: {measured / fps[1]:.3f}. "
+        f"What the engine itself adds: {totals[2] - totals[1]:.3f} ms per step "
+        f"({(totals[2] - totals[1]) / totals[2]:.0%} of the run's CPU), of which idle cores {used_idle:.3f}.",
+    ]
+    result = {
+        "machine": machine(),
+        "mode": mode,
+        "config": cfg.to_json(),
+        "alone_ms_per_step": alone,
+        "shared_ms_per_step": shared,
+        "used_ms_per_step": used,
+        "idle_ms_per_step": used_idle,
+        f"{mode}_fps": measured,
+        "limit_fps_alone": fps[0],
+        "limit_fps_shared": fps[1],
+        "efficiency_alone": measured / fps[0],
+        "efficiency_shared": measured / fps[1],
+    }
     if mode == "sampler":
         # simulation's share of the cores when inference costs what it costs next to the engines and the engine
         # adds nothing: the highest sampler/raw these costs allow
-        result["raw_fps"], result["best_sampler_over_raw"] = run["raw_fps"], shared["sim"] / (shared["sim"] + shared["infer"])
-        lines.append(f"Raw {run['raw_fps']:,.0f} frames/s, sampler/raw {measured / run['raw_fps']:.3f}. Even if the engine "
-                     f"added nothing, inference at its shared-core cost would leave simulation "
-                     f"{shared['sim']:.3f} / ({shared['sim']:.3f} + {shared['infer']:.3f}) = "
-                     f"{result['best_sampler_over_raw']:.3f} of the cores.")
+        result["raw_fps"], result["best_sampler_over_raw"] = (
+            run["raw_fps"],
+            shared["sim"] / (shared["sim"] + shared["infer"]),
+        )
+        lines.append(
+            f"Raw {run['raw_fps']:,.0f} frames/s, sampler/raw {measured / run['raw_fps']:.3f}. Even if the engine "
+            f"added nothing, inference at its shared-core cost would leave simulation "
+            f"{shared['sim']:.3f} / ({shared['sim']:.3f} + {shared['infer']:.3f}) = "
+            f"{result['best_sampler_over_raw']:.3f} of the cores."
+        )
     name = "core_sharing" if mode == "train" else "core_sharing_sampler"
     write_result(name, result, "\n".join(lines + [""]), STUDY_RESULTS)
 

@@ -30,16 +30,26 @@ def gridlines(panel: np.ndarray) -> tuple[list[int], list[int]]:
 
 def digitize(image: np.ndarray, box: tuple, x_px, x_val, y_px, y_val, line_rgb, line_tolerance: int, tint: int):
     top, bottom, left, right = box
-    to_x = lambda px: x_val[0] + (px - x_px[0]) * (x_val[1] - x_val[0]) / (x_px[1] - x_px[0])
-    to_y = lambda px: y_val[0] + (px - y_px[0]) * (y_val[1] - y_val[0]) / (y_px[1] - y_px[0])
+
+    def to_x(px):
+        return x_val[0] + (px - x_px[0]) * (x_val[1] - x_val[0]) / (x_px[1] - x_px[0])
+
+    def to_y(px):
+        return y_val[0] + (px - y_px[0]) * (y_val[1] - y_val[0]) / (y_px[1] - y_px[0])
+
     rows = []
     for x in range(x_px[0], x_px[1] + 1):
-        column = image[top + 2:bottom - 1, x]  # inside the frame's lines
+        column = image[top + 2 : bottom - 1, x]  # inside the frame's lines
         line = np.flatnonzero(np.abs(column - np.array(line_rgb)).sum(1) < line_tolerance) + top + 2
         band = np.flatnonzero(column[:, 0] - column[:, 2] >= tint) + top + 2
-        rows.append({"x": round(to_x(x), 1), "mean": round(to_y(np.median(line)), 3) if len(line) else None,
-                     "low": round(to_y(band.max()), 3) if len(band) else None,
-                     "high": round(to_y(band.min()), 3) if len(band) else None})
+        rows.append(
+            {
+                "x": round(to_x(x), 1),
+                "mean": round(to_y(np.median(line)), 3) if len(line) else None,
+                "low": round(to_y(band.max()), 3) if len(band) else None,
+                "high": round(to_y(band.min()), 3) if len(band) else None,
+            }
+        )
     return rows
 
 
@@ -57,14 +67,28 @@ def main():
     parser.add_argument("--tint", type=int, default=4, help="red minus blue of a pixel inside the band")
     args = parser.parse_args()
     from PIL import Image
+
     image = np.asarray(Image.open(args.figure).convert("RGB")).astype(int)
     top, bottom, left, right = args.box
     if args.find_grid:
         rows, cols = gridlines(image[top:bottom, left:right])
         print(json.dumps({"rows": [top + r for r in rows], "columns": [left + c for c in cols]}))
         return
-    print(json.dumps(digitize(image, args.box, args.x_px, args.x_val, args.y_px, args.y_val, args.line_rgb,
-                              args.line_tolerance, args.tint)))
+    print(
+        json.dumps(
+            digitize(
+                image,
+                args.box,
+                args.x_px,
+                args.x_val,
+                args.y_px,
+                args.y_val,
+                args.line_rgb,
+                args.line_tolerance,
+                args.tint,
+            )
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -66,8 +66,14 @@ def main() -> None:
             logp, values = outputs(model_of(version, acting=True), batch)
             assert (logp - batch["behavior_logp"])[rows].abs().max() < 1e-4, "not the acting version's weights"
             values_acting[rows] = values[:-1][rows]
-        advantages, targets = losses.gae(batch["rewards"].clamp(-cfg.reward_clip, cfg.reward_clip), values_now[:-1],
-                                         values_now[-1], cfg.gamma * (~batch["dones"]).float(), cfg.gae_lambda, valid)
+        advantages, targets = losses.gae(
+            batch["rewards"].clamp(-cfg.reward_clip, cfg.reward_clip),
+            values_now[:-1],
+            values_now[-1],
+            cfg.gamma * (~batch["dones"]).float(),
+            cfg.gae_lambda,
+            valid,
+        )
         moved = values_now[:-1] - values_acting
         value_out = moved.abs() > c_value
         clipped = values_acting + moved.clamp(-c_value, c_value)
@@ -75,11 +81,16 @@ def main() -> None:
         ratio = torch.exp(logp_now - batch["behavior_logp"])
         ratio_out = (ratio > 1 + c_ratio) | (ratio < 1 / (1 + c_ratio))
         ratio_cut = (ratio > 1 + c_ratio) & (advantages > 0) | (ratio < 1 / (1 + c_ratio)) & (advantages < 0)
-        share = (lambda x: float(x[valid].float().mean()))
+
+        def share(x, valid=valid):
+            return float(x[valid].float().mean())
+
         lag = float((k - batch["policy_version"][valid]).float().mean())
-        print(f"batch {k:3d} lag {lag:.1f}: values outside the clip {share(value_out):.2f}, gradient cut "
-              f"{share(value_cut):.2f} | ratios outside the clip {share(ratio_out):.2f}, gradient cut "
-              f"{share(ratio_cut):.2f}")
+        print(
+            f"batch {k:3d} lag {lag:.1f}: values outside the clip {share(value_out):.2f}, gradient cut "
+            f"{share(value_cut):.2f} | ratios outside the clip {share(ratio_out):.2f}, gradient cut "
+            f"{share(ratio_cut):.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -34,9 +34,12 @@ def main(argv: list[str]) -> None:
             learn()
         sync(device)
         seconds = (time.perf_counter() - start) / calls
-        print(f"{cfg.env} on {device}, batch {cfg.batch_size} ({cfg.num_epochs} epochs x {cfg.num_batches_per_epoch} "
-              f"minibatches), precision {cfg.precision}: {1e3 * seconds:.1f} ms per update, "
-              f"{1e6 * seconds / cfg.batch_size:.1f} us per sample", flush=True)
+        print(
+            f"{cfg.env} on {device}, batch {cfg.batch_size} ({cfg.num_epochs} epochs x {cfg.num_batches_per_epoch} "
+            f"minibatches), precision {cfg.precision}: {1e3 * seconds:.1f} ms per update, "
+            f"{1e6 * seconds / cfg.batch_size:.1f} us per sample",
+            flush=True,
+        )
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
         with profile(activities=activities) as prof:
             learn()

@@ -1,6 +1,7 @@
 """Scheduling ideas for the sampler next to a CPU learner, A/B tested inside one training run.
 
-    python benchmarks/studies/scheduling_ab.py [--variant sched_idle|nice10] [--minutes 9] [--window_seconds 30] [train flags]
+    python benchmarks/studies/scheduling_ab.py [--variant sched_idle|nice10] [--minutes 9] [--window_seconds 30] \
+        [train flags]
 
 Back-to-back runs differ by 15-25% on a shared VM, more than these ideas can gain. So this starts one
 `asyncrl train` run and, every --window_seconds, switches the sampler's processes (rollout workers, the VizDoom
@@ -95,9 +96,25 @@ def measure_window(stats_path: str, seconds: float) -> dict | None:
 
 def run(args, flags: list[str], tmp: str) -> list[dict]:
     seconds = args.minutes * 60
-    proc = subprocess.Popen([sys.executable, "-m", "asyncrl", "train", *flags, "--train_dir", tmp, "--experiment", "ab",
-                             "--experiment_summaries_interval", "1", "--train_for_seconds", f"{seconds + 90:g}"],
-                            cwd=REPO, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "asyncrl",
+            "train",
+            *flags,
+            "--train_dir",
+            tmp,
+            "--experiment",
+            "ab",
+            "--experiment_summaries_interval",
+            "1",
+            "--train_for_seconds",
+            f"{seconds + 90:g}",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+    )
     stats_path = os.path.join(tmp, "ab", "stats.jsonl")
     sampler, windows = SamplerProcesses(proc.pid, args.variant), []
     try:
@@ -110,8 +127,10 @@ def run(args, flags: list[str], tmp: str) -> list[dict]:
             window = measure_window(stats_path, args.window_seconds - SETTLE_S)
             if window:
                 windows.append({"variant": variant_on, **window})
-                print(f"{'B' if variant_on else 'A'}: {window['fps']:,.0f} frames/s, idle {window['idle']:.3f}",
-                      flush=True)
+                print(
+                    f"{'B' if variant_on else 'A'}: {window['fps']:,.0f} frames/s, idle {window['idle']:.3f}",
+                    flush=True,
+                )
     finally:
         proc.terminate()
         proc.wait()
@@ -132,19 +151,36 @@ def main():
         sys.exit("no complete A/B pair was measured")
     ratios = [b["fps"] / a["fps"] for a, b in pairs]
     idle = {v: statistics.mean(w["idle"] for w in windows if w["variant"] == v) for v in (False, True)}
-    command = (f"python benchmarks/studies/scheduling_ab.py --variant {args.variant} --minutes {args.minutes:g} "
-               f"--window_seconds {args.window_seconds:g} {' '.join(flags)}")
-    summary = (f"B / A: median {statistics.median(ratios):.3f}, mean {statistics.mean(ratios):.3f}, B faster in "
-               f"{sum(r > 1 for r in ratios)} of {len(ratios)} pairs; idle fraction of the machine A {idle[False]:.3f}, "
-               f"B {idle[True]:.3f}.")
-    lines = [f"# Sampler scheduling A/B inside one training run: {args.variant}", "", f"Machine: {machine()}", "",
-             f"Command: `{command}`", "", f"A: the engine's plan; B: {args.variant} (see the script's docstring).", "",
-             "| pair | A frames/s | B frames/s | B / A | idle A | idle B |", "| --- | --- | --- | --- | --- | --- |"]
+    command = (
+        f"python benchmarks/studies/scheduling_ab.py --variant {args.variant} --minutes {args.minutes:g} "
+        f"--window_seconds {args.window_seconds:g} {' '.join(flags)}"
+    )
+    summary = (
+        f"B / A: median {statistics.median(ratios):.3f}, mean {statistics.mean(ratios):.3f}, B faster in "
+        f"{sum(r > 1 for r in ratios)} of {len(ratios)} pairs; idle fraction of the machine A {idle[False]:.3f}, "
+        f"B {idle[True]:.3f}."
+    )
+    lines = [
+        f"# Sampler scheduling A/B inside one training run: {args.variant}",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"A: the engine's plan; B: {args.variant} (see the script's docstring).",
+        "",
+        "| pair | A frames/s | B frames/s | B / A | idle A | idle B |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for i, ((a, b), ratio) in enumerate(zip(pairs, ratios)):
         lines.append(f"| {i} | {a['fps']:,.0f} | {b['fps']:,.0f} | {ratio:.3f} | {a['idle']:.3f} | {b['idle']:.3f} |")
     lines += ["", summary, ""]
-    write_result(f"scheduling_ab_{args.variant}", {"machine": machine(), "command": command, "windows": windows,
-                                                   "ratios": ratios}, "\n".join(lines), STUDY_RESULTS)
+    write_result(
+        f"scheduling_ab_{args.variant}",
+        {"machine": machine(), "command": command, "windows": windows, "ratios": ratios},
+        "\n".join(lines),
+        STUDY_RESULTS,
+    )
 
 
 if __name__ == "__main__":

@@ -55,19 +55,47 @@ def last_row(experiment_dir: str) -> dict:
 def launch(name: str, flags: list[str], seed: int, cores: list[int], args) -> dict:
     experiment = f"{name}_s{seed}"
     with open(os.path.join(args.train_dir, f"{experiment}.log"), "w") as log:  # the run writes to its own copy
-        proc = subprocess.Popen([sys.executable, "-m", "asyncrl", "train", *flags, "--seed", str(seed),
-                                 "--train_dir", args.train_dir, "--experiment", experiment],
-                                cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=lambda: os.sched_setaffinity(0, cores))  # Ctrl-C reaches the screen alone
-    return {"name": name, "seed": seed, "experiment": experiment, "proc": proc, "cores": cores,
-            "start": time.monotonic()}
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "asyncrl",
+                "train",
+                *flags,
+                "--seed",
+                str(seed),
+                "--train_dir",
+                args.train_dir,
+                "--experiment",
+                experiment,
+            ],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: os.sched_setaffinity(0, cores),
+        )  # Ctrl-C reaches the screen alone
+    return {
+        "name": name,
+        "seed": seed,
+        "experiment": experiment,
+        "proc": proc,
+        "cores": cores,
+        "start": time.monotonic(),
+    }
 
 
 def finish(run: dict, args, partial: bool) -> dict:
     row = last_row(os.path.join(args.train_dir, run["experiment"]))
-    result = {"name": run["name"], "seed": run["seed"], "return": row.get("episode_reward_mean"),
-              "env_steps": row.get("env_steps"), "wall_s": round(time.monotonic() - run["start"], 1),
-              "exit": run["proc"].returncode, "partial": partial}
+    result = {
+        "name": run["name"],
+        "seed": run["seed"],
+        "return": row.get("episode_reward_mean"),
+        "env_steps": row.get("env_steps"),
+        "wall_s": round(time.monotonic() - run["start"], 1),
+        "exit": run["proc"].returncode,
+        "partial": partial,
+    }
     with open(args.out, "a") as f:
         f.write(json.dumps(result) + "\n")
     print(json.dumps(result), flush=True)
@@ -107,8 +135,9 @@ def summary(results: list[dict]) -> None:
         scores = [r["return"] for r in done]
         spread = f" ± {statistics.stdev(scores):.2f}" if len(scores) > 1 else ""
         mean = f"{statistics.mean(scores):.2f}{spread}" if scores else "-"
-        print(f"{name}: {mean} over {len(scores)} seeds: "
-              + " / ".join(f"s{r['seed']} {r['return']:.2f}" for r in done))
+        print(
+            f"{name}: {mean} over {len(scores)} seeds: " + " / ".join(f"s{r['seed']} {r['return']:.2f}" for r in done)
+        )
 
 
 def interrupt(signum, frame):

@@ -22,15 +22,34 @@ CONFIGS = {
     "doom_basic 2x8": ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8"],
     "doom_basic 2x16": ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "16"],
     "doom_basic 2x4": ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "4"],
-    "doom_defend_the_center 2x8": ["--env", "doom_defend_the_center", "--num_workers", "2", "--num_envs_per_worker", "8"],
+    "doom_defend_the_center 2x8": [
+        "--env",
+        "doom_defend_the_center",
+        "--num_workers",
+        "2",
+        "--num_envs_per_worker",
+        "8",
+    ],
     "CartPole-v1 defaults": ["--env", "CartPole-v1"],
     "CartPole-v1 2x16": ["--env", "CartPole-v1", "--num_workers", "2", "--num_envs_per_worker", "16"],
 }
 
 
 def bench_train(flags: list[str], splits: int, args, tmp: str) -> dict:
-    result, _ = asyncrl_bench([*flags, "--mode", "train", "--worker_num_splits", str(splits), "--seconds",
-                               f"{args.seconds:g}", "--warmup_seconds", f"{args.warmup_seconds:g}"], tmp)
+    result, _ = asyncrl_bench(
+        [
+            *flags,
+            "--mode",
+            "train",
+            "--worker_num_splits",
+            str(splits),
+            "--seconds",
+            f"{args.seconds:g}",
+            "--warmup_seconds",
+            f"{args.warmup_seconds:g}",
+        ],
+        tmp,
+    )
     return {"train_fps": result["train_fps"], "efficiency": result["efficiency"]}
 
 
@@ -45,26 +64,53 @@ def main():
         for pair in range(args.pairs):
             for name, flags in CONFIGS.items():
                 one, two = (bench_train(flags, splits, args, tmp) for splits in (1, 2))
-                rows.append({"config": name, "pair": pair, "one_split": one, "two_splits": two,
-                             "ratio": one["train_fps"] / two["train_fps"]})
-                print(f"{name} pair {pair}: 1 split {one['train_fps']:,.0f}, 2 splits {two['train_fps']:,.0f} "
-                      f"frames/s, ratio {rows[-1]['ratio']:.3f}", flush=True)
+                rows.append(
+                    {
+                        "config": name,
+                        "pair": pair,
+                        "one_split": one,
+                        "two_splits": two,
+                        "ratio": one["train_fps"] / two["train_fps"],
+                    }
+                )
+                print(
+                    f"{name} pair {pair}: 1 split {one['train_fps']:,.0f}, 2 splits {two['train_fps']:,.0f} "
+                    f"frames/s, ratio {rows[-1]['ratio']:.3f}",
+                    flush=True,
+                )
     ratios = [r["ratio"] for r in rows]
-    command = (f"python benchmarks/studies/splits_ab.py --pairs {args.pairs} --seconds {args.seconds:g} "
-               f"--warmup_seconds {args.warmup_seconds:g}")
-    lines = ["# Train FPS: one env group per rollout worker vs two (double-buffered sampling)", "",
-             f"Machine: {machine()}", "", f"Command: `{command}`", "",
-             "Each row is an A/B pair: `asyncrl bench --mode train` with `--worker_num_splits 1`, then 2.", "",
-             "| configuration | pair | 1 split (frames/s) | 2 splits (frames/s) | 1 / 2 | efficiency 1 split "
-             "| efficiency 2 splits |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    command = (
+        f"python benchmarks/studies/splits_ab.py --pairs {args.pairs} --seconds {args.seconds:g} "
+        f"--warmup_seconds {args.warmup_seconds:g}"
+    )
+    lines = [
+        "# Train FPS: one env group per rollout worker vs two (double-buffered sampling)",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `{command}`",
+        "",
+        "Each row is an A/B pair: `asyncrl bench --mode train` with `--worker_num_splits 1`, then 2.",
+        "",
+        "| configuration | pair | 1 split (frames/s) | 2 splits (frames/s) | 1 / 2 | efficiency 1 split "
+        "| efficiency 2 splits |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
-        lines.append(f"| {r['config']} | {r['pair']} | {r['one_split']['train_fps']:,.0f} | "
-                     f"{r['two_splits']['train_fps']:,.0f} | {r['ratio']:.3f} | {r['one_split']['efficiency']:.3f} | "
-                     f"{r['two_splits']['efficiency']:.3f} |")
-    lines += ["", f"1 split / 2 splits: median {statistics.median(ratios):.3f}, range {min(ratios):.3f}-{max(ratios):.3f}; "
-              f"1 split at least as fast (ratio >= 0.99) in {sum(q >= 0.99 for q in ratios)} of {len(ratios)} pairs.", ""]
-    write_result("splits_ab", {"machine": machine(), "command": command, "pairs": rows}, "\n".join(lines), STUDY_RESULTS)
+        lines.append(
+            f"| {r['config']} | {r['pair']} | {r['one_split']['train_fps']:,.0f} | "
+            f"{r['two_splits']['train_fps']:,.0f} | {r['ratio']:.3f} | {r['one_split']['efficiency']:.3f} | "
+            f"{r['two_splits']['efficiency']:.3f} |"
+        )
+    lines += [
+        "",
+        f"1 split / 2 splits: median {statistics.median(ratios):.3f}, range {min(ratios):.3f}-{max(ratios):.3f}; "
+        f"1 split at least as fast (ratio >= 0.99) in {sum(q >= 0.99 for q in ratios)} of {len(ratios)} pairs.",
+        "",
+    ]
+    write_result(
+        "splits_ab", {"machine": machine(), "command": command, "pairs": rows}, "\n".join(lines), STUDY_RESULTS
+    )
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ def completes_a_line(marks: np.ndarray, square: int) -> bool:
 
 def random_position(env, rng) -> np.ndarray | None:
     """The observation of the player to move after 0-6 random moves (None if the game ended on the way)."""
-    obs, _ = env.reset(seed=int(rng.integers(2 ** 31)))
+    obs, _ = env.reset(seed=int(rng.integers(2**31)))
     for _ in range(int(rng.integers(0, 7))):
         mover = env.waits.index(False)
         obs, _, terminated, _, _ = env.step([int(rng.choice(np.flatnonzero(obs[mover][-9:])))] * 2)

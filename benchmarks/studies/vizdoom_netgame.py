@@ -52,8 +52,10 @@ def new_game(port: int, host: bool) -> vzd.DoomGame:
     game.set_mode(vzd.Mode.PLAYER)
     game.set_available_buttons([vzd.Button.ATTACK, vzd.Button.MOVE_FORWARD, vzd.Button.TURN_LEFT])
     if host:
-        game.add_game_args(f"-host 2 -port {port} -netmode 0 -deathmatch +timelimit 0.25 +sv_forcerespawn 1 "
-                           f"+sv_spawnfarthest 1 +sv_respawnprotect 1 +viz_nocheat 1")
+        game.add_game_args(
+            f"-host 2 -port {port} -netmode 0 -deathmatch +timelimit 0.25 +sv_forcerespawn 1 "
+            f"+sv_spawnfarthest 1 +sv_respawnprotect 1 +viz_nocheat 1"
+        )
     else:
         game.add_game_args(f"-join 127.0.0.1:{port}")
     return game
@@ -85,7 +87,9 @@ class Player:
             self.game.advance_action(1, True)
             finished = self.game.is_episode_finished()
             with self.changed:
-                self.tics = self.game.get_episode_time() - self.start_time  # a call may run two tics: count the engine's
+                self.tics = (
+                    self.game.get_episode_time() - self.start_time
+                )  # a call may run two tics: count the engine's
                 if (self.tics >= self.target and self.done_to < self.target) or finished:
                     self.done_to, self.finished = self.target, finished
                     self.changed.notify_all()
@@ -133,8 +137,15 @@ def run_rule(rule: str, seconds: float, frameskip: int) -> dict:
             for t in resetting:
                 t.join()
     elapsed = time.monotonic() - start - (STALL_S if stalled else 0)
-    return {"rule": rule, "steps": steps, "episodes": episodes, "stalled": stalled, "seconds": elapsed,
-            "steps_per_s": steps / elapsed, "kicks": [p.kicks for p in players]}
+    return {
+        "rule": rule,
+        "steps": steps,
+        "episodes": episodes,
+        "stalled": stalled,
+        "seconds": elapsed,
+        "steps_per_s": steps / elapsed,
+        "kicks": [p.kicks for p in players],
+    }
 
 
 def main():
@@ -149,22 +160,42 @@ def main():
     rows = []
     for rule in ("lockstep", "ahead_1", "ahead_2", "ahead_3", "kick"):
         with tempfile.TemporaryFile("w+") as out:  # not a pipe: the engines a stall leaves would hold it open
-            child = subprocess.Popen([sys.executable, __file__, "--rule", rule, "--seconds", str(args.seconds),
-                                      "--frameskip", str(args.frameskip)], stdout=out, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
+            child = subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--rule",
+                    rule,
+                    "--seconds",
+                    str(args.seconds),
+                    "--frameskip",
+                    str(args.frameskip),
+                ],
+                stdout=out,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             child.wait()
             os.killpg(child.pid, signal.SIGKILL)  # its engines, which a stalled game leaves running
             out.seek(0)
             rows.append(json.loads(out.read().strip().splitlines()[-1]))
         print(rows[-1], flush=True)
-    lines = ["# VizDoom network players stepped as one env (Mode.PLAYER, 2 players on loopback)", "",
-             f"Machine: {machine()}", "",
-             f"Command: `python benchmarks/studies/vizdoom_netgame.py --seconds {args.seconds:g} "
-             f"--frameskip {args.frameskip}` (vizdoom {vzd.__version__})", "",
-             "| rule | steps | episodes | stalled | steps/s per player | kicks (host, joiner) |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {r['rule']} | {r['steps']} | {r['episodes']} | {'yes' if r['stalled'] else 'no'} | "
-              f"{r['steps_per_s']:.0f} | {r['kicks']} |" for r in rows]
+    lines = [
+        "# VizDoom network players stepped as one env (Mode.PLAYER, 2 players on loopback)",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Command: `python benchmarks/studies/vizdoom_netgame.py --seconds {args.seconds:g} "
+        f"--frameskip {args.frameskip}` (vizdoom {vzd.__version__})",
+        "",
+        "| rule | steps | episodes | stalled | steps/s per player | kicks (host, joiner) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| {r['rule']} | {r['steps']} | {r['episodes']} | {'yes' if r['stalled'] else 'no'} | "
+        f"{r['steps_per_s']:.0f} | {r['kicks']} |"
+        for r in rows
+    ]
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "vizdoom_netgame.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

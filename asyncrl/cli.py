@@ -19,11 +19,11 @@ from asyncrl.cfg.config import (
     ConfigError,
     OneLineErrorParser,
     add_config_arguments,
-    build_config,
     experiment_dir_of,
     read_saved_config,
 )
-from asyncrl.commands.tune import with_tuned_flags
+from asyncrl.cfg.settle import Settled, settle
+from asyncrl.commands.tune import tuned_flags
 from asyncrl.core.fork_server import start_fork_server, stop_fork_server
 from asyncrl.distributed.rank import this_rank
 from asyncrl.envs import (
@@ -61,7 +61,12 @@ def show_train_help(argv: list[str]) -> NoReturn:
 
 
 def config_from_args(argv: list[str]) -> Config:
-    """Defaults < the env's defaults < the saved config of a resumed experiment < flags given now."""
+    return settings_from_args(argv).config
+
+
+def settings_from_args(argv: list[str]) -> Settled:
+    """The settings of `asyncrl train` (cfg/settle.py): the env's defaults, then `asyncrl tune`'s fastest flags with
+    --tune True, then the saved config of a resumed experiment, then the flags given now."""
     given = vars(train_parser().parse_args(argv))
     resume = given.get("restart_behavior", Config.restart_behavior) == "resume"
     saved = read_saved_config(experiment_dir_of(given)) if resume else None
@@ -72,19 +77,21 @@ def config_from_args(argv: list[str]) -> Config:
         from asyncrl.remote.client import settings_from_flags
 
         connect_remote(env_name, settings_from_flags({**(saved or {}), **given}))
-    env_defaults = with_tuned_flags(given, env_entry(env_name).default_config)
-    return build_config(given, env_defaults, saved, this_rank().world_size)
+    env_defaults = env_entry(env_name).default_config
+    tuned = tuned_flags(given, env_defaults) if given.get("tune") else None
+    return settle(given, env_defaults, tuned, saved, this_rank().world_size)
 
 
 def cmd_train(argv: list[str]) -> int:
     if wants_help(argv):
         show_train_help(argv)
     start_fork_server()  # its imports overlap ours (torch: seconds); a user error below stops it
-    cfg = config_from_args(argv)
-    cfg.validate()  # before torch's import (seconds): a bad flag, value or env is answered in a fraction of one
+    settled = settings_from_args(argv)
+    # before torch's import (seconds): a bad flag, value or env is answered in a fraction of one
+    settled.config.validate()
     from asyncrl.roles.runner import train
 
-    return train(cfg)
+    return train(settled)
 
 
 def cmd_envs(argv: list[str]) -> int:

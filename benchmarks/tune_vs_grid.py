@@ -22,7 +22,8 @@ import tempfile
 
 from _run import REPO, machine, write_result
 
-from asyncrl.cfg.config import ConfigError, build_config
+from asyncrl.cfg.config import ConfigError
+from asyncrl.cfg.settle import settle
 from asyncrl.commands.measure import engine_run
 from asyncrl.commands.tune import results_path
 from asyncrl.envs import env_entry
@@ -76,10 +77,10 @@ def main():
     )
     with open(results_path(args.env)) as f:
         tuned = json.load(f)
-    cfg = build_config(
+    cfg = settle(
         {"env": args.env, "train_dir": os.path.join(tmp, "grid"), "experiment": "point", "restart_behavior": "restart"},
         env_entry(args.env).default_config,
-    )
+    ).config
     grid = GRIDS["cheap" if tuned["costs"]["sim_ms_per_step"] < 0.05 else "costly"]
     points = []
     for values in itertools.product(*grid.values()):

@@ -3,6 +3,7 @@
 Every run a test starts is killed with its whole process group when the test ends (conftest's autouse
 fixture), whether the test passed, failed or timed out: a run left training would starve the tests after it."""
 
+import dataclasses
 import json
 import os
 import select
@@ -172,9 +173,10 @@ def serial_runner(tmp_path, **overrides):
     import torch
 
     from asyncrl.cfg.config import Config
+    from asyncrl.cfg.settle import Settled
     from asyncrl.roles.runner import (
         Runner,
-        decide_auto,
+        auto_settings,
         model_and_layout,
         prepare_experiment_dir,
         probe_env,
@@ -200,10 +202,10 @@ def serial_runner(tmp_path, **overrides):
     cfg = Config(**fields)
     cfg.validate()
     env = probe_env(cfg)
-    cfg = decide_auto(cfg, torch.device("cpu"), env)
+    cfg = dataclasses.replace(cfg, **auto_settings(cfg, torch.device("cpu"), env))
     model, layout = model_and_layout(cfg, env)
     prepare_experiment_dir(cfg, model)
-    save_config(cfg)
+    save_config(Settled.of(cfg, "test"))
     runner = Runner(cfg, env, torch.device("cpu"), layout)
     runner._start()
     return runner

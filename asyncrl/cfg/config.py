@@ -811,29 +811,6 @@ def add_config_arguments(parser: argparse.ArgumentParser, this_run: dict | None 
         )
 
 
-# A run saved before these fields existed ran as these values say (its checkpoints hold no returns normalizer):
-# resumed, it goes on that way instead of taking today's defaults.
-SAVED_BEFORE_DEFAULTS = {
-    "normalize_returns": False,
-    "normalize_input": False,
-    "encoder_conv_architecture": "convnet_simple",
-}
-
-
-def build_config(given: dict, env_defaults: dict, saved: dict | None = None, world_size: int = 1) -> Config:
-    """Precedence, lowest first: dataclass defaults, the env's own defaults, a resumed run's saved config,
-    then the flags the user gave on this command line. `world_size`: torchrun's ranks (ppo's batch is all of theirs)."""
-    values = {f.name: default_value(f) for f in dataclasses.fields(Config)}
-    values.update(env_defaults)
-    if saved:
-        known = {f.name for f in dataclasses.fields(Config)}
-        values.update({k: v for k, v in SAVED_BEFORE_DEFAULTS.items() if k not in saved})
-        values.update({k: v for k, v in saved.items() if k in known})
-    values.update(given)
-    values.update({k: v for k, v in algo_defaults(values, world_size).items() if k not in given})
-    return Config(**values)
-
-
 def algo_defaults(values: dict, world_size: int = 1) -> dict:
     """Fields whose default follows --algo: ppo and ver learn on-policy with GAE, and ppo's batch is every agent's
     --rollout steps (agents per env: 1 until the env says otherwise, which the runner then checks)."""

@@ -21,8 +21,9 @@ import os
 import sys
 import tempfile
 
-from asyncrl.cfg.config import Config, ConfigError, OneLineErrorParser, add_config_arguments, build_config
-from asyncrl.commands.tune import with_tuned_flags
+from asyncrl.cfg.config import Config, ConfigError, OneLineErrorParser, add_config_arguments
+from asyncrl.cfg.settle import settle
+from asyncrl.commands.tune import tuned_flags
 from asyncrl.envs import env_entry
 
 # torch and the engine (measure, runner) are imported once the flags are checked: a bad flag is answered in a
@@ -70,7 +71,8 @@ def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
     given.setdefault("train_dir", os.path.join(tempfile.gettempdir(), "asyncrl_bench"))
     given.setdefault("experiment", f"bench_{given['env']}")
     given["restart_behavior"] = "restart"
-    cfg = build_config(given, with_tuned_flags(given, env_entry(given["env"]).default_config))
+    env_defaults = env_entry(given["env"]).default_config
+    cfg = settle(given, env_defaults, tuned_flags(given, env_defaults) if given.get("tune") else None).config
     cfg.validate()
     return bench, cfg
 

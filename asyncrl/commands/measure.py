@@ -26,6 +26,7 @@ import psutil
 import torch
 
 from asyncrl.cfg.config import Config
+from asyncrl.cfg.settle import Settled
 from asyncrl.core.buffers import SharedBuffers, num_slots, slots_per_batch
 from asyncrl.core.fork_server import mp_context
 from asyncrl.core.processes import StopFlag, die_with_parent, keep_freed_memory_for_reuse, lead_group_with_reaper
@@ -36,7 +37,7 @@ from asyncrl.roles.env_backends import reset_vector
 from asyncrl.roles.learner import Learner
 from asyncrl.roles.policy_worker import PolicyWorker
 from asyncrl.roles.rollouts import Batch
-from asyncrl.roles.runner import decide_auto, model_and_layout, probe_env, train
+from asyncrl.roles.runner import auto_settings, model_and_layout, probe_env, train
 
 # --- raw: the env alone
 RAW_STUCK_AFTER_S = 120.0  # a raw-mode worker still running this long after its measurement should have ended is stuck
@@ -236,7 +237,7 @@ def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -
     cores_used: dict = {}
     watcher = threading.Thread(target=_watch_cpu, args=(warmup, warmup + seconds, cores_used), daemon=True)
     watcher.start()
-    if train(run_cfg) != 0:
+    if train(Settled.of(run_cfg, "measurement")) != 0:
         raise RuntimeError(f"the {name} run failed (its error is above)")
     watcher.join(timeout=5)
     with open(os.path.join(run_cfg.experiment_dir, "stats.jsonl")) as f:
@@ -316,7 +317,7 @@ def model_workloads(cfg: Config, inference_batch: int, device: torch.device = to
         workers = max(cfg.num_workers, -(-inference_batch // cfg.num_envs_per_worker))
         cfg = dataclasses.replace(cfg, train_dir=tmp, num_policies=1, num_workers=workers)
         env = probe_env(cfg)
-        cfg = decide_auto(cfg, device, env)
+        cfg = dataclasses.replace(cfg, **auto_settings(cfg, device, env))
         _, layout = model_and_layout(cfg, env)
         b, queues = SharedBuffers.allocate(layout), Queues(cfg, num_slots(cfg))
         b.traj_obs.copy_(torch.as_tensor(np.stack([env.obs_space.sample() for _ in range(b.traj_obs.shape[1])])))

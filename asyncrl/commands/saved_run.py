@@ -8,10 +8,10 @@ import os
 from asyncrl.cfg.config import (
     Config,
     ConfigError,
-    build_config,
     experiment_dir_of,
     read_saved_config,
 )
+from asyncrl.cfg.settle import settle
 from asyncrl.core.checkpoint import (
     CheckpointError,
     best_checkpoint_path,
@@ -32,7 +32,7 @@ def config_of_run(given: dict) -> Config:
             f"no run in {experiment_dir} (no config.json) and no --env: give --train_dir and "
             f"--experiment of a run, or --env with --checkpoint"
         )
-    return build_config(given, env_entry(env).default_config, saved)
+    return settle(given, env_entry(env).default_config, saved=saved).config
 
 
 def checkpoint_to_load(args: dict, cfg: Config) -> str:

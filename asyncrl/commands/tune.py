@@ -25,8 +25,8 @@ from asyncrl.cfg.config import (
     OneLineErrorParser,
     add_config_arguments,
     algo_defaults,
-    build_config,
 )
+from asyncrl.cfg.settle import settle
 from asyncrl.envs import env_entry
 
 KNOBS = ("num_envs_per_worker", "num_workers", "worker_num_splits", "policy_workers_per_policy", "batch_size")
@@ -137,13 +137,6 @@ def search(cfg: Config, times: TuneTimes, log=print) -> dict:
     }
 
 
-def with_tuned_flags(given: dict, env_defaults: dict) -> dict:
-    """The env's defaults, overridden by `asyncrl tune`'s fastest flags if the flags given say --tune True."""
-    if not given.get("tune"):
-        return env_defaults
-    return {**env_defaults, **tuned_flags(given, env_defaults)}
-
-
 def has_gpu() -> bool:
     import torch  # here, not at the top: the command line imports this module before it starts the fork server
 
@@ -172,9 +165,8 @@ def tuned_flags(given: dict, env_defaults: dict) -> dict:
 def run_tune(given: dict, env_defaults: dict, times: TuneTimes) -> dict:
     """Search from the given flags (the candidates' runs in a temporary folder), save the result and print it."""
     with tempfile.TemporaryDirectory(prefix="asyncrl_tune_") as runs_dir:
-        cfg = build_config(
-            {**given, "train_dir": runs_dir, "experiment": "candidate", "restart_behavior": "restart"}, env_defaults
-        )
+        flags = {**given, "train_dir": runs_dir, "experiment": "candidate", "restart_behavior": "restart"}
+        cfg = settle(flags, env_defaults).config
         cfg.validate()
         result = search(cfg, times)
     path = results_path(cfg.env)

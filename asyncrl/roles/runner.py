@@ -18,6 +18,7 @@ import torch
 
 from asyncrl.algo.optimizer import learner_state_floats
 from asyncrl.cfg.config import Config, ConfigError
+from asyncrl.cfg.settle import Settled
 from asyncrl.core.buffers import SharedBuffers, buffer_layout, layout_nbytes, num_agents, num_slots
 from asyncrl.core.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint
 from asyncrl.core.messages import Episodes, Fatal, LearnerStopped, Matches, Snapshot, StateExported, StateImported
@@ -85,11 +86,11 @@ def resolve_device(cfg: Config, rank: Rank = Rank()) -> torch.device:
     return device
 
 
-def for_this_rank(cfg: Config, rank: Rank) -> Config:
-    """Under torchrun: one rank's share of the run. --batch_size is the batch of all ranks together; seeds differ per
-    rank. Options a distributed run does not have are one line, exit 2."""
+def rank_settings(cfg: Config, rank: Rank) -> dict:
+    """The rank stage of the settings (cfg/settle.py): under torchrun, one rank's share of the run. --batch_size is the
+    batch of all ranks together; seeds differ per rank. Options a distributed run does not have are one line, exit 2."""
     if not rank.distributed:
-        return cfg
+        return {}
     for used, what in [
         (cfg.num_policies > 1, "--num_policies > 1 (train one policy per launch)"),
         (cfg.serial_mode, "--serial_mode True"),
@@ -104,15 +105,16 @@ def for_this_rank(cfg: Config, rank: Rank) -> Config:
             f"--batch_size ({cfg.batch_size}) is the batch of all ranks together: it must be divisible "
             f"by the number of ranks ({rank.world_size})"
         )
-    seed = None if cfg.seed is None else cfg.seed + 1_000_003 * rank.rank
-    rank_cfg = dataclasses.replace(cfg, batch_size=cfg.batch_size // rank.world_size, seed=seed)
+    values = {"batch_size": cfg.batch_size // rank.world_size}
+    if cfg.seed is not None:
+        values["seed"] = cfg.seed + 1_000_003 * rank.rank
     try:
-        rank_cfg.validate()
+        dataclasses.replace(cfg, **values).validate()
     except ConfigError as e:
         raise ConfigError(
             f"{e} (each of the {rank.world_size} ranks learns from --batch_size / {rank.world_size})"
         ) from None
-    return rank_cfg
+    return values
 
 
 def probe_env(cfg: Config) -> EnvInfo:
@@ -194,14 +196,14 @@ def prepare_experiment_dir(cfg: Config, model: torch.nn.Module) -> None:
     check_checkpoints(cfg, model)
 
 
-def save_config(cfg: Config) -> None:
+def save_config(settled: Settled) -> None:
     """This run's config.json, written once nothing else can refuse the run (checkpoints, wandb): a refused resume
     leaves the saved config as it was, and the next plain resume as it would have been."""
     try:
-        with open(os.path.join(cfg.experiment_dir, "config.json"), "w") as f:
-            json.dump(cfg.to_json(), f, indent=2)
+        with open(os.path.join(settled.config.experiment_dir, "config.json"), "w") as f:
+            json.dump(settled.to_json(), f, indent=2)
     except OSError as e:
-        raise unwritable(cfg, e) from None
+        raise unwritable(settled.config, e) from None
 
 
 def check_checkpoints(cfg: Config, model: torch.nn.Module) -> None:
@@ -543,8 +545,9 @@ def check_shared_memory(layout: dict, shm_dir: str = "/dev/shm") -> None:
         )
 
 
-def decide_auto(cfg: Config, device: torch.device, env: EnvInfo, world_size: int = 1) -> Config:
-    """The config with its automatic values decided for this run and env (config.json keeps them automatic)."""
+def auto_settings(cfg: Config, device: torch.device, env: EnvInfo, world_size: int = 1) -> dict:
+    """The auto stage of the settings (cfg/settle.py): the values --policy_workers_per_policy and --agents_per_env
+    take for this run and env (config.json keeps them automatic)."""
     policy_workers = cfg.policy_workers_per_policy
     if policy_workers == -1:  # see the flag's help: 2 only where no CPU learner needs a core; ppo/ver's budget: 1
         sampling_alone = cfg.sampler_only and device.type == "cpu" and not cfg.synchronous
@@ -554,25 +557,28 @@ def decide_auto(cfg: Config, device: torch.device, env: EnvInfo, world_size: int
             f"--agents_per_env {cfg.agents_per_env}, but env {cfg.env!r} has {env.num_agents} agent(s); "
             f"drop the flag or choose the env you mean"
         )
-    run_cfg = dataclasses.replace(cfg, policy_workers_per_policy=policy_workers, agents_per_env=env.num_agents)
-    lock_step_batch = num_agents(run_cfg) * cfg.rollout
+    values = {"policy_workers_per_policy": policy_workers, "agents_per_env": env.num_agents}
+    lock_step_batch = num_agents(dataclasses.replace(cfg, **values)) * cfg.rollout
     if cfg.algo == "ppo" and cfg.batch_size != lock_step_batch:
         raise ConfigError(
             f"--algo ppo learns from every agent's --rollout steps at once: --batch_size must be "
             f"{lock_step_batch * world_size} (workers x envs per worker x agents per env x rollout"
             f"{' x ranks' if world_size > 1 else ''}), got {cfg.batch_size * world_size}"
         )
-    return run_cfg
+    return values
 
 
-def train(cfg: Config) -> int:
-    """Validate, prepare and run. Raises ConfigError/EnvError/CheckpointError before any process starts."""
+def train(settled: Settled) -> int:
+    """Validate, settle this rank's and the automatic values, prepare and run. Raises ConfigError/EnvError/
+    CheckpointError before any process starts."""
+    cfg = settled.config
     cfg.validate()
     rank = this_rank()
-    rank_cfg = for_this_rank(cfg, rank)
+    run = settled.then("rank", rank_settings(cfg, rank))
     device = resolve_device(cfg, rank)
     env = probe_env(cfg)
-    run_cfg = decide_auto(rank_cfg, device, env, rank.world_size)
+    run = run.then("auto", auto_settings(run.config, device, env, rank.world_size))
+    run_cfg = run.config
     model, layout = model_and_layout(run_cfg, env)
     check_shared_memory(layout)
     with experiment_dir_claimed(cfg) if rank.writes else contextlib.nullcontext():
@@ -580,5 +586,6 @@ def train(cfg: Config) -> int:
         if rank.writes:
             prepare_experiment_dir(cfg, model)
             wandb = WandbRun(run_cfg, cfg.num_policies) if cfg.with_wandb else None  # may refuse the run
-            save_config(cfg)
+            save_config(settled)
+            print("\n".join(run.lines()), flush=True)
         return Runner(run_cfg, env, device, layout, rank, wandb).run()

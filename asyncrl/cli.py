@@ -89,7 +89,7 @@ def cmd_train(argv: list[str]) -> int:
     settled = settings_from_args(argv)
     # before torch's import (seconds): a bad flag, value or env is answered in a fraction of one
     settled.config.validate()
-    from asyncrl.roles.runner import train
+    from asyncrl.roles.launch import train
 
     return train(settled)
 

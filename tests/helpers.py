@@ -168,20 +168,14 @@ def wait_for_training(experiment_dir, proc, min_train_step=1, timeout=120) -> di
 
 # --- the engine's components in this process (serial mode)
 def serial_runner(tmp_path, **overrides):
-    """A started serial-mode Runner (CartPole, 2 workers x 4 envs, tiny model unless overridden): the test drives
-    it by polling runner.components."""
+    """A started SerialRunner (CartPole, 2 workers x 4 envs, tiny model unless overridden): the test drives it by
+    polling runner.components."""
     import torch
 
     from asyncrl.cfg.config import Config
     from asyncrl.cfg.settle import Settled
-    from asyncrl.roles.runner import (
-        Runner,
-        auto_settings,
-        model_and_layout,
-        prepare_experiment_dir,
-        probe_env,
-        save_config,
-    )
+    from asyncrl.roles.launch import auto_settings, model_and_layout, prepare_experiment_dir, probe_env, save_config
+    from asyncrl.roles.serial_runner import SerialRunner
 
     fields = dict(
         env="CartPole-v1",
@@ -206,7 +200,7 @@ def serial_runner(tmp_path, **overrides):
     model, layout = model_and_layout(cfg, env)
     prepare_experiment_dir(cfg, model)
     save_config(Settled.of(cfg, "test"))
-    runner = Runner(cfg, env, torch.device("cpu"), layout)
+    runner = SerialRunner(cfg, env, torch.device("cpu"), layout)
     runner._start()
     return runner
 

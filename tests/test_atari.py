@@ -8,6 +8,7 @@ from helpers import read_stats, run_cli, run_cli_error, serial_runner
 
 from asyncrl.envs import EnvError, env_entry, make_env
 from asyncrl.envs.atari import FRAMESKIP, MAX_FRAMES_PER_GAME, make_vector_game
+from asyncrl.roles.serial_runner import take_turn
 
 
 def play_one_game(env, actions, seed=1):
@@ -164,7 +165,7 @@ def test_the_learner_sees_each_life_the_stats_see_the_whole_game_unclipped(tmp_p
     lives_lost = 0
     while len(played) < 2:
         for c in runner.components:
-            c.poll(0.0)
+            take_turn(c)
             if c is worker:  # before a learner can recycle the slots the worker just wrote
                 for slot, t, reward, done in recorded:
                     assert b.traj_rewards[slot, t].item() == reward and bool(b.traj_dones[slot, t]) == done

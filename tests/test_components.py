@@ -16,9 +16,10 @@ from asyncrl.algo.optimizer import Adam
 from asyncrl.cfg.config import Config, ConfigError
 from asyncrl.core.buffers import num_slots
 from asyncrl.core.messages import Episodes, LearnerStats
+from asyncrl.population.policy_stats import PolicyStats
 from asyncrl.roles.learner import Learner
 from asyncrl.roles.rollouts import Batch
-from asyncrl.roles.stats import PolicyStats
+from asyncrl.roles.serial_runner import take_turn
 
 
 def test_slot_lifecycle_no_slot_lost_or_used_twice(tmp_path):
@@ -30,7 +31,7 @@ def test_slot_lifecycle_no_slot_lost_or_used_twice(tmp_path):
         sum(learner.train_step for learner in learners) * runner.cfg.batch_size // runner.cfg.rollout < 1_000
     ):  # ~23 uses a slot
         for c in runner.components:
-            c.poll(0.0)
+            take_turn(c)
         rounds += 1
         if rounds % 25 == 0:
             owners = slot_owners(runner)
@@ -45,7 +46,7 @@ def test_rnn_state_is_zero_at_episode_starts(tmp_path):
     checked = 0
     for _ in range(500):  # ~450 episode starts checked, over ~60 updates
         for c in runner.components:
-            c.poll(0.0)
+            take_turn(c)
         # every slot the agents are filling: a step that follows an episode end acted from a zero state
         for slot, step in zip(b.agent_slot.tolist(), b.agent_step.tolist()):
             for t in range(1, step):
@@ -357,7 +358,7 @@ def test_model_and_loss_variants_train(tmp_path, overrides):
     before = [p.detach().clone() for p in learner.model.parameters()]
     while learner.train_step < 3:
         for c in runner.components:
-            c.poll(0.0)
+            take_turn(c)
     reports = drain(runner.queues.reports)
     stats = [r.stats for r in reports if isinstance(r, LearnerStats) and "loss" in r.stats][-1]
     assert all(np.isfinite(stats[k]) for k in ("loss", "policy_loss", "value_loss", "entropy"))
@@ -612,7 +613,7 @@ def test_each_step_reward_and_done_land_in_their_slot_and_episode(tmp_path, monk
     checked = 0
     for _ in range(300):
         for c in runner.components:
-            c.poll(0.0)
+            take_turn(c)
             if isinstance(c, RolloutWorker):  # before a learner can recycle the slots it just wrote
                 for (slot, t), (reward, done, discounted) in expected.items():
                     assert b.traj_rewards[slot, t].item() == reward and bool(b.traj_dones[slot, t]) == done
@@ -637,7 +638,7 @@ def test_env_that_keeps_failing_is_recreated_and_its_slots_recycled(tmp_path):
     first_envs = list(worker.backend.envs)
     for _ in range(10 * MAX_CONSECUTIVE_ENV_ERRORS):
         for c in runner.components:
-            c.poll(0.0)
+            take_turn(c)
     assert worker.backend.env_errors >= MAX_CONSECUTIVE_ENV_ERRORS * len(first_envs)
     assert all(new is not old for new, old in zip(worker.backend.envs, first_envs)), "a failing env was not recreated"
     assert sorted(slot_owners(runner)) == list(range(num_slots(runner.cfg))), "a failed trajectory's slot was lost"
@@ -854,7 +855,7 @@ def test_truncated_episode_leaves_its_final_observation_for_the_learner(tmp_path
     T, checked = runner.cfg.rollout, 0
     for _ in range(40):
         for c in runner.components:
-            c.poll(0.0)
+            take_turn(c)
             if c is not worker:
                 continue
             for tr in truncations:  # before a learner can recycle the slots the worker just wrote
@@ -979,11 +980,12 @@ def test_learning_imports_no_torch_dynamo(tmp_path):
 import sys
 from helpers import serial_runner
 from asyncrl.roles.learner import Learner
+from asyncrl.roles.serial_runner import take_turn
 runner = serial_runner({str(tmp_path)!r})
 learner = next(c for c in runner.components if isinstance(c, Learner))
 while learner.train_step < 3:
     for c in runner.components:
-        c.poll(0.0)
+        take_turn(c)
 learner.save()
 runner._stop_children()
 print(sorted(m for m in sys.modules if m.startswith("torch._dynamo")))

@@ -8,6 +8,7 @@ from asyncrl.algo.lr_schedules import Constant, kl_adapted, lr_schedule
 from asyncrl.cfg.config import Config
 from asyncrl.distributed.collective import SingleProcess
 from asyncrl.roles.learner import Learner
+from asyncrl.roles.serial_runner import take_turn
 
 
 @pytest.mark.parametrize(
@@ -98,7 +99,7 @@ def test_a_learner_adapts_its_rate_and_a_resumed_one_goes_on_from_the_saved_rate
     rates = set()
     while learner.train_step < 3:
         for c in runner.components:
-            c.poll(0.0)
+            take_turn(c)
         rates.add(learner.optimizer.param_groups[0]["lr"])
     learner.save()
     saved = learner.lr_schedule.state()

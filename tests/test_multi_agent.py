@@ -10,6 +10,7 @@ from asyncrl.core.buffers import NO_PLAYER, num_slots
 from asyncrl.envs import make_agents
 from asyncrl.roles.learner import Learner
 from asyncrl.roles.rollout_worker import RolloutWorker
+from asyncrl.roles.serial_runner import take_turn
 
 LEAVING = {"num_agents": 3, "agent_episode_lens": [3, 5, 30], "episode_len": 8, "step_us": 0}
 
@@ -140,7 +141,7 @@ def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_aske
     b, waited, mixed = runner.buffers, 0, 0
     for _ in range(400):
         for c in runner.components:
-            c.poll(0.0)
+            take_turn(c)
         policies = b.agent_player.numpy().reshape(-1, 3)  # one row per env
         waiting = policies == NO_PLAYER
         waited += int(waiting.sum())

@@ -201,7 +201,7 @@ def test_every_policy_gets_a_decision_on_the_populations_clock(tmp_path):
     """Two policies make almost all the env steps (long episodes), two dead ones almost none: each time the mean env
     steps pass another period, all four get a decision, the dead ones included."""
     from asyncrl.population.pbt import PopulationBasedTraining
-    from asyncrl.roles.stats import PolicyStats
+    from asyncrl.population.policy_stats import PolicyStats
 
     class Hparams:  # the shared per-policy hyperparameters, as SharedBuffers keeps them
         def __init__(self, cfg):

@@ -14,6 +14,7 @@ from asyncrl.core.messages import Matches, Snapshot
 from asyncrl.population.matchmaking import draw_players
 from asyncrl.roles.learner import Learner
 from asyncrl.roles.rollout_worker import RolloutWorker
+from asyncrl.roles.serial_runner import take_turn
 
 
 def test_matchmaking_seats_one_learner_against_frozen_versions_and_prefers_close_ratings():
@@ -78,7 +79,7 @@ def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a
             agents_env.env.step = counting_step
     for _ in range(600):
         for c in runner.components:
-            c.poll(0.0)
+            take_turn(c)
             if isinstance(c, RolloutWorker):  # rows the frozen versions just filled, before any reuse of the slot
                 for agent in c.group_agents[0].tolist() + c.group_agents[1].tolist():
                     player, t = int(b.agent_player[agent]), int(b.agent_step[agent])
@@ -120,7 +121,7 @@ def test_the_frozen_pool_survives_a_resume(tmp_path):
     learner = next(c for c in runner.components if isinstance(c, Learner))
     while learner.snapshots < 4:
         for c in runner.components:
-            c.poll(0.0)
+            take_turn(c)
     learner.save()
     saved = runner.buffers.frozen_version[0].clone(), runner.buffers.frozen_weights[0].clone(), learner.snapshots
     for r in drain(runner.queues.reports):

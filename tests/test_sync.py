@@ -6,6 +6,7 @@ from helpers import drain, read_stats, run_cli, run_cli_error, serial_runner
 
 from asyncrl.roles.learner import Learner
 from asyncrl.roles.rollout_worker import RolloutWorker
+from asyncrl.roles.serial_runner import take_turn
 
 SYNTHETIC = {"step_us": 0, "episode_len": 5}  # truncated every 5 steps: final-observation rows that are no samples
 
@@ -50,7 +51,7 @@ def _run(runner, updates: int, max_rounds: int = 20_000) -> Learner:
     learner = next(c for c in runner.components if isinstance(c, Learner))
     for _ in range(max_rounds):
         for c in runner.components:
-            c.poll(0.0)
+            take_turn(c)
         if learner.train_step >= updates:
             return learner
     raise AssertionError(f"only {learner.train_step} of {updates} updates: a rollout never closed")

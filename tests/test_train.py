@@ -116,7 +116,7 @@ def test_a_second_run_of_an_experiment_in_training_is_one_line_and_touches_nothi
     """Two runs of one experiment interleaved their checkpoints and stats rows in one folder (found by a user's
     second `asyncrl train` of the same command); the running one holds the folder's lock."""
     from asyncrl.cfg.config import Config
-    from asyncrl.roles.runner import experiment_dir_claimed
+    from asyncrl.roles.launch import experiment_dir_claimed
 
     with experiment_dir_claimed(Config(env="CartPole-v1", train_dir=str(tmp_path), experiment="busy")):
         (tmp_path / "busy" / "stats.jsonl").write_text("the running run's rows\n")

@@ -10,6 +10,7 @@ from helpers import read_stats, run_cli, run_cli_error, serial_runner
 
 from asyncrl.envs import make_agents
 from asyncrl.roles.learner import Learner
+from asyncrl.roles.serial_runner import take_turn
 from tests.turn_envs import CHOICES, MOVES
 
 TAKE_TURNS = "tests.turn_envs:take_turns"
@@ -63,7 +64,7 @@ def test_each_sample_is_the_agents_own_move_with_what_it_earned(tmp_path, trunca
     learner.train = recording_train
     while len(batches) < 12:
         for c in runner.components:
-            c.poll(0.0)
+            take_turn(c)
     rows = final_rows = 0
     for b in batches:
         valid = b["valid"]

@@ -10,6 +10,7 @@ from helpers import REPO, run_cli_error, run_past_a_hanging_env, serial_runner, 
 from asyncrl.cfg.config import Config
 from asyncrl.core.buffers import num_slots
 from asyncrl.roles.env_backends import PerEnvBackend, VectorBackend
+from asyncrl.roles.serial_runner import take_turn
 
 
 @pytest.mark.parametrize(
@@ -109,7 +110,7 @@ def test_next_step_autoreset_gives_every_episode_its_steps_and_return(tmp_path, 
         vector.step = recording_step
     while len(played) < 30:
         for c in runner.components:
-            c.poll(0.0)
+            take_turn(c)
     reported = [(ret, length) for _, ret, length, _ in worker.reports.finished_episodes]
     assert sorted(reported) == sorted(played)
     assert sorted(slot_owners(runner)) == list(range(num_slots(runner.cfg)))
@@ -126,7 +127,7 @@ def test_a_vector_env_that_raises_is_made_anew_and_its_slots_recycled(tmp_path):
     first_vectors = list(worker.backend.vectors)
     for _ in range(300):
         for c in runner.components:
-            c.poll(0.0)
+            take_turn(c)
     assert worker.backend.env_errors >= 5
     assert all(new is not old for new, old in zip(worker.backend.vectors, first_vectors))
     assert sorted(slot_owners(runner)) == list(range(num_slots(runner.cfg))), "a failed trajectory's slot was lost"

@@ -80,7 +80,7 @@ def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
 # --- the command
 def run_bench(bench: BenchArgs, cfg: Config) -> dict:
     from asyncrl.commands.measure import compute_limit, engine_run, raw_fps
-    from asyncrl.roles.runner import resolve_device
+    from asyncrl.roles.launch import resolve_device
 
     result = {
         "env": cfg.env,

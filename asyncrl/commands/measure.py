@@ -34,10 +34,10 @@ from asyncrl.core.queues import Queues
 from asyncrl.envs import adopt_entry, env_entry, make_agents, portable_entry
 from asyncrl.envs.multi_agent import random_step
 from asyncrl.roles.env_backends import reset_vector
+from asyncrl.roles.launch import auto_settings, model_and_layout, probe_env, train
 from asyncrl.roles.learner import Learner
 from asyncrl.roles.policy_worker import PolicyWorker
 from asyncrl.roles.rollouts import Batch
-from asyncrl.roles.runner import auto_settings, model_and_layout, probe_env, train
 
 # --- raw: the env alone
 RAW_STUCK_AFTER_S = 120.0  # a raw-mode worker still running this long after its measurement should have ended is stuck

@@ -7,7 +7,6 @@ the best-scoring weights as best_checkpoint.pth. It runs at the lowest CPU prior
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -103,8 +102,6 @@ class Evaluator:
     def __init__(self, cfg: Config, buffers: SharedBuffers, queues: Queues, obs_space, action_space):
         self.cfg, self.buffers = cfg, buffers
         self.requests, self.reports = queues.eval_requests, queues.reports
-        if not cfg.serial_mode:  # a process of its own: never take a core from training
-            os.nice(19)
         self.model = build_model(obs_space, action_space, cfg).eval()
         self.env = make_agents(cfg.env, **cfg.env_kwargs())
         self.seeds = [EVAL_SEED_BASE + i for i in range(cfg.eval_episodes)]

@@ -100,8 +100,7 @@ class Learner:
 
     # --- lifecycle
     def poll(self, timeout: float) -> bool:
-        """Learn from one batch if one is complete; in serial mode from every complete one (there a rollout worker
-        cannot wait for the learner to free a slot)."""
+        """Learn from one batch if one is complete; returns whether it did."""
         try:
             return self._poll(timeout)
         except RankLost as e:
@@ -116,13 +115,11 @@ class Learner:
         if self.timing.due():
             self.reports.put(self.timing.report())
         self._run_commands()
-        learned = False
-        while (batch := self.source.next_batch(timeout, self.train_step)) is not None:
-            self._learn(batch)
-            learned, timeout = True, 0.0
-            if not self.cfg.serial_mode:
-                break
-        return learned
+        batch = self.source.next_batch(timeout, self.train_step)
+        if batch is None:
+            return False
+        self._learn(batch)
+        return True
 
     def _learn(self, batch: Batch) -> None:
         if self.cfg.sampler_only:
@@ -155,7 +152,7 @@ class Learner:
         """--sampler_only: count the samples and hand the slots straight back (measures sampling alone)."""
         self.env_steps += int(batch.learned(self.buffers.traj_valid[batch.slots]).sum()) * self.frameskip
         self.source.free(batch)
-        if self.cfg.synchronous:  # the next rollout needs a new version
+        if self.source.ROLLOUTS_WAIT_FOR_A_VERSION:  # no learning, but the next rollout needs a new version
             self.train_step += 1
             self._publish()
         self.reports.put(LearnerStats(self.policy_id, {"train_step": self.train_step, "env_steps": self.env_steps}))

@@ -23,18 +23,24 @@ from asyncrl.core.queues import Empty, Queues
 from asyncrl.core.timing import Timing
 from asyncrl.population.matchmaking import draw_players, owner_policies
 from asyncrl.roles.env_backends import env_backend
+from asyncrl.roles.rollouts import slot_discard
 from asyncrl.roles.turns import turns
 from asyncrl.roles.worker_reports import WorkerReports
 
 
 class RolloutWorker:
-    def __init__(self, worker_idx: int, cfg: Config, buffers: SharedBuffers, queues: Queues, stop_flag):
+    def __init__(
+        self, worker_idx: int, cfg: Config, buffers: SharedBuffers, queues: Queues, stop_flag, waits_for_slots=True
+    ):
         self.worker_idx, self.cfg, self.stop_flag = worker_idx, cfg, stop_flag
+        # without a free slot: wait for a learner to free one, or (the runner's process: SerialRunner) fail at once
+        self.waits_for_slots = waits_for_slots
         self.queues, self.actions_ready = queues, queues.actions_ready[worker_idx]
         self.shared = buffers.numpy()  # the shared tensors as numpy arrays: far cheaper to index
         base_seed = cfg.seed if cfg.seed is not None else secrets.randbits(31)
         self.rng = np.random.default_rng([base_seed, worker_idx])  # policy assignment
         self.backend = env_backend(cfg, worker_idx, queues.reports)  # the envs, and how they are stepped
+        self.discarded = slot_discard(cfg, self.shared.traj_valid, queues)  # where an env's slots go when it raises
         self.group_agents = [group_agents(cfg, worker_idx, g) for g in range(cfg.worker_num_splits)]
         self.group_local = [ids - ids[0] + g * len(ids) for g, ids in enumerate(self.group_agents)]  # this worker's
         self.pending_responses = np.zeros(cfg.worker_num_splits, np.int64)  # policies yet to answer, per group
@@ -240,19 +246,12 @@ class RolloutWorker:
         shared = self.shared
         agents, local = self._env_agents(group, env_in_group)
         old_slots = shared.agent_slot[agents].tolist()
-        if self.cfg.synchronous:  # the learner counts every action of a rollout: it gets the slots, as no samples
-            acted = shared.agent_step[agents] + self.playing[local]  # + the step that failed
-            for slot, acted_rows in zip(old_slots, acted):
-                self._pad_slot(slot, acted_rows)
-            shared.traj_valid[old_slots] = False
+        acted = shared.agent_step[agents] + self.playing[local]  # the actions each slot holds, the failed step's too
         self.episode_return[local], self.episode_length[local] = 0, 0
         shared.agent_rnn_state[agents] = 0
         for agent in agents:
             self._begin_slot(agent)
-        if self.cfg.synchronous:
-            self.queues.full_slots[0].put_many(old_slots)  # (ppo/ver train one policy)
-        else:
-            self.queues.free_slots.put_many(old_slots)  # never reach a learner: no corrupt sample is trained on
+        self.discarded.discard(old_slots, acted, self._pad_slot)  # after: the new slots are not these
         self._start_or_wait(group, env_in_group, self.backend.restart(group, env_in_group, error))
 
     def _reconnect(self, group: int) -> bool:
@@ -304,7 +303,7 @@ class RolloutWorker:
                 if self.stop_flag.is_set():
                     raise StopRequested() from None
                 self.reports.send_if_due()  # the finished episodes show meanwhile
-                if self.cfg.serial_mode:
+                if not self.waits_for_slots:
                     raise RuntimeError(
                         "no free trajectory slot in serial mode; slots are sized so this cannot happen"
                     ) from None

@@ -1,6 +1,7 @@
-"""Which samples each update learns: the learner's batch sources, and the policy workers' half of the protocol.
+"""Which samples each update learns: the learner's batch sources, the policy workers' and the rollout workers' halves of
+the protocol.
 
-Chosen once at start, from --algo (batch_source, rollout_budget):
+Chosen once at start, from --algo (batch_source, rollout_budget, slot_discard):
 
 APPO (AsyncBatches, with NoBudget in the policy workers). Collection never waits for learning: a policy worker serves
 every request with the newest weights, a rollout worker sends each slot it fills to its policy's learner (full_slots),
@@ -22,7 +23,8 @@ collected:
    carry-over): the rows their groups finished are learned where they lie (their slots stay with the rollout
    workers), and the actions in flight are samples of the next rollout. Then it learns, and goes to 1.
 A rollout worker whose env raises sends its agents' slots to the learner as no samples, so that every action handed
-out is accounted for; a restart of the workers resets the protocol (reset_after_restart).
+out is accounted for (CountDiscarded; APPO frees them instead: FreeDiscarded); a restart of the workers resets the
+protocol (reset_after_restart).
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ def rows_between(first, end, rollout: int) -> torch.Tensor:
 
 class BatchSource:
     """The learner's side of the slot queues: full slots come in, learned ones go back to the rollout workers."""
+
+    ROLLOUTS_WAIT_FOR_A_VERSION = False  # whether collection stops until the learner publishes a new version
 
     def __init__(self, cfg: Config, policy_id: int, queues: Queues, timing, queue_calls: GuardedCalls):
         self.cfg, self.timing = cfg, timing
@@ -115,6 +119,8 @@ class AsyncBatches(BatchSource):
 class RolloutBatches(BatchSource):
     """ppo/ver: the slots of the current rollout, once the policy worker has closed it and the samples of all the
     actions it handed out have arrived, except those of groups still mid-step (steps 3 and 4 of the protocol above)."""
+
+    ROLLOUTS_WAIT_FOR_A_VERSION = True  # the next rollout opens with the next version (step 1)
 
     def __init__(self, cfg: Config, policy_id: int, buffers: SharedBuffers, queues: Queues, timing, queue_calls):
         super().__init__(cfg, policy_id, queues, timing, queue_calls)
@@ -304,6 +310,35 @@ def rollout_budget(
     if not cfg.synchronous:
         return NoBudget()
     return RolloutBudget(cfg, policy_id, buffers, group_agents, queues.full_slots[policy_id])
+
+
+class FreeDiscarded:
+    """APPO: the slots of an env that raised go back to the free queue: no corrupt sample reaches a learner."""
+
+    def __init__(self, queues: Queues):
+        self.free_slots = queues.free_slots
+
+    def discard(self, slots: list[int], acted_rows, pad) -> None:
+        self.free_slots.put_many(slots)
+
+
+class CountDiscarded:
+    """ppo/ver: the learner counts every action of a rollout, so the slots of an env that raised still go to it, as
+    no samples: the rows after each slot's last action padded (`pad(slot, first_row)`), every row invalid."""
+
+    def __init__(self, traj_valid: np.ndarray, queues: Queues):
+        self.traj_valid = traj_valid
+        self.full_slots = queues.full_slots[0]  # (ppo/ver train one policy)
+
+    def discard(self, slots: list[int], acted_rows, pad) -> None:
+        for slot, rows in zip(slots, acted_rows):
+            pad(slot, rows)
+        self.traj_valid[slots] = False
+        self.full_slots.put_many(slots)
+
+
+def slot_discard(cfg: Config, traj_valid: np.ndarray, queues: Queues) -> FreeDiscarded | CountDiscarded:
+    return CountDiscarded(traj_valid, queues) if cfg.synchronous else FreeDiscarded(queues)
 
 
 def reset_after_restart(buffers: SharedBuffers) -> None:

@@ -14,7 +14,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from asyncrl.commands.bench import parse_bench_args
 from asyncrl.commands.measure import model_workloads
-from asyncrl.roles.runner import resolve_device
+from asyncrl.roles.launch import resolve_device
 
 
 def sync(device: torch.device) -> None:

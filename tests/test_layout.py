@@ -5,6 +5,7 @@ Read from the source with ast (nothing is imported), so a new module or import i
 
 import ast
 import os
+import re
 
 import pytest
 
@@ -132,3 +133,21 @@ def test_nothing_binds_modules_by_hand():
     for module, path in MODULES.items():
         with open(path) as f:
             assert "sys.modules[" not in f.read(), f"{module} assigns sys.modules: install the package instead"
+
+
+def test_the_grpc_stubs_need_the_versions_the_package_declares():
+    """The build's grpcio-tools writes stubs that refuse an older grpcio or protobuf than its own: the package must
+    declare at least those, and run the same protoc when an editable checkout rebuilds them."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)
+    declared = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0]: d for d in project["project"]["dependencies"]}
+    (tools,) = [r for r in project["build-system"]["requires"] if r.startswith("grpcio-tools")]
+    assert declared["grpcio-tools"] == tools and "==" in tools, "one exact protoc, at build and at run time"
+    remote = os.path.join(ROOT, "asyncrl", "remote")
+    with open(os.path.join(remote, "ude_pb2_grpc.py")) as f:
+        grpc_version = re.search(r"GRPC_GENERATED_VERSION = '([\d.]+)'", f.read())[1]
+    with open(os.path.join(remote, "ude_pb2.py")) as f:
+        major, minor, patch = re.search(r"Domain\.PUBLIC,\s*(\d+),\s*(\d+),\s*(\d+),", f.read()).groups()
+    assert declared["grpcio"] == f"grpcio>={grpc_version}"
+    assert declared["protobuf"] == f"protobuf>={major}.{minor}.{patch},<{int(major) + 1}"

@@ -151,3 +151,13 @@ def test_the_grpc_stubs_need_the_versions_the_package_declares():
         major, minor, patch = re.search(r"Domain\.PUBLIC,\s*(\d+),\s*(\d+),\s*(\d+),", f.read()).groups()
     assert declared["grpcio"] == f"grpcio>={grpc_version}"
     assert declared["protobuf"] == f"protobuf>={major}.{minor}.{patch},<{int(major) + 1}"
+
+
+def test_every_subpackage_is_installed():
+    """pyproject.toml lists the packages a wheel holds: a new subpackage missing there would work in a checkout and
+    be missing from every install."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    packages = {m for m, path in MODULES.items() if path.endswith("__init__.py")}
+    assert listed == packages, f"missing from pyproject.toml: {packages - listed}; listed but gone: {listed - packages}"

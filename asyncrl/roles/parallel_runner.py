@@ -13,7 +13,7 @@ from asyncrl.core.processes import RUN_STOPPED_EXIT_CODE, StopFlag, plan_cores, 
 from asyncrl.core.queues import Queues
 from asyncrl.envs import adopt_entry
 from asyncrl.roles.rollouts import reset_after_restart
-from asyncrl.roles.runner import ChildFailed, Runner, rollout_title
+from asyncrl.roles.runner import EVALUATOR_TITLE, ChildFailed, Runner, rollout_title
 
 SHUTDOWN_TIMEOUT_S = 10.0
 # On a restart the rollout and policy workers have nothing to save (their samples in flight are dropped) and one of
@@ -21,7 +21,6 @@ SHUTDOWN_TIMEOUT_S = 10.0
 WORKER_RESTART_GRACE_S = 2.0
 WORKER_TITLES = ("asyncrl-rollout-", "asyncrl-policy-")
 RESTART_WINDOW_S = 300.0
-EVALUATOR_TITLE = "asyncrl-eval"
 
 
 def evaluator_setup(env_name: str, env_entry: bytes) -> None:

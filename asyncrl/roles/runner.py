@@ -29,6 +29,8 @@ from asyncrl.roles.rollout_worker import RolloutWorker
 from asyncrl.roles.stats import StatsWriter
 from asyncrl.roles.wandb_run import WandbRun
 
+EVALUATOR_TITLE = "asyncrl-eval"
+
 
 class ChildFailed(RuntimeError):
     pass
@@ -145,7 +147,7 @@ class Runner:
             for w in range(cfg.num_workers)
         ]
         if cfg.eval_every_env_steps and self.rank.writes:
-            factories.append(("asyncrl-eval", partial(Evaluator, cfg, b, q, env.obs_space, env.action_space)))
+            factories.append((EVALUATOR_TITLE, partial(Evaluator, cfg, b, q, env.obs_space, env.action_space)))
         return factories
 
     def run(self) -> int:

@@ -166,6 +166,7 @@ def test_a_pettingzoo_env_s_agents_get_their_masks_after_their_observations():
         assert np.array_equal(o[4:], game.masks[0]) and o[:4].sum() == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "env, random_return, env_steps",
     [("legal_moves", 16 * (1 / 2 + 1 / 3) / 2, 60000), ("LegalMovesInInfo-v0", 16 / 3, 30000)],

@@ -38,6 +38,7 @@ def test_a_lost_life_is_signalled_only_by_baselines_and_the_game_goes_on(preset,
     env.close()
 
 
+@pytest.mark.slow
 def test_no_op_starts_vary_the_first_frame_of_a_game_only_with_baselines():
     for preset, varied in [("baselines", True), ("machado", False)]:
         games = make_vector_game("pong", 8, preset)
@@ -123,6 +124,7 @@ def test_the_frame_limit_is_108_000_frames_unless_an_option_says_otherwise(monke
     assert limits == [MAX_FRAMES_PER_GAME, MAX_FRAMES_PER_GAME, 500] and MAX_FRAMES_PER_GAME == 108_000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend, engine", [("per_env", "ale"), ("vector", "ale"), ("vector", "envpool")])
 def test_the_learner_sees_each_life_the_stats_see_the_whole_game_unclipped(tmp_path, monkeypatch, backend, engine):
     """Ms. Pac-Man (10 points a pellet): every step's raw reward and done (terminated or a lost life) land in the
@@ -197,6 +199,7 @@ def test_the_envpool_engine_without_envpool_is_one_line_naming_the_install(monke
         make_env("atari_pong", engine="envpool")
 
 
+@pytest.mark.slow
 def test_atari_pong_trains_with_normalized_returns_and_its_values_stay_within_the_return_bound(tmp_path, clean_machine):
     """The family's defaults (conv net, GAE, clipped rewards) with return normalization on sparse-reward Pong: a
     clipped return is within 1 / (1 - gamma) = 100 of zero, and so must every value estimate be. (Return statistics

@@ -126,6 +126,7 @@ def test_timing_reports_fractions_of_wall_time():
     assert timing.report().fractions == {}  # a report resets the timers
 
 
+@pytest.mark.slow
 def test_bench_all_modes_on_a_synthetic_env(tmp_path, clean_machine):
     out = tmp_path / "result.json"
     r = run_cli(
@@ -186,6 +187,7 @@ def test_bench_all_modes_on_a_synthetic_env(tmp_path, clean_machine):
     assert "train: CPU ms per agent step used in the run: learner" in r.stdout
 
 
+@pytest.mark.slow
 def test_bench_raw_mode_alone(tmp_path, clean_machine):
     out = tmp_path / "raw.json"
     r = run_cli(

@@ -65,6 +65,7 @@ def digests(outputs: list[str]) -> list[tuple]:
     return sorted(found)
 
 
+@pytest.mark.slow
 def test_a_killed_rank_stops_the_other_with_one_line_and_the_run_resumes(tmp_path, clean_machine):
     """... with a KL-adaptive learning rate: both ranks resume from rank 0's saved rate, and adapt it alike (any
     epoch's KL is above a threshold of 1e-9, so the rate falls after every epoch, to --lr_adaptive_min)."""
@@ -93,6 +94,7 @@ def test_a_killed_rank_stops_the_other_with_one_line_and_the_run_resumes(tmp_pat
     assert len({d[1:] for d in digests(outputs)}) == 1
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_rank_after_the_same_update_with_a_checkpoint(tmp_path, clean_machine):
     """Ctrl-C reaches every rank's runner (a terminal's process group): the ranks agree to stop after one update,
     rank 0 saves that update's checkpoint, and both print the same weights."""
@@ -108,6 +110,7 @@ def test_ctrl_c_stops_every_rank_after_the_same_update_with_a_checkpoint(tmp_pat
     assert load_checkpoint(list_checkpoints(checkpoint_dir(str(exp), 0))[-1])["train_step"] == int(step0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo, rule", [("appo", "ddppo"), ("ver", "ddppo"), ("ver", "optimal")])
 def test_a_straggling_rank_is_preempted_and_the_ranks_stay_bit_identical(tmp_path, algo, rule, clean_machine):
     """Rank 0's envs cost 20x rank 1's: with DD-PPO's rule (--preemption_threshold 0.5) rank 1's finished batches

@@ -22,6 +22,7 @@ GYM_IDS = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCarContinuous-v0
 ALL_ENVS = sorted(registered_envs()) + GYM_IDS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_ENVS)
 def test_env_steps_headless_and_passes_check_env(name):
     env = make_env(name)
@@ -140,6 +141,7 @@ def test_an_image_beside_an_entry_that_cannot_be_a_vector_is_refused_with_one_li
         adapt("mixed", Mixed())
 
 
+@pytest.mark.slow
 def test_frozen_lake_learns_through_its_one_hot_observations(tmp_path):
     """A gymnasium toy-text env (Discrete observations) trains in real processes: the deterministic FrozenLake's
     only reward is the goal, which random play reaches in ~1.5% of its episodes."""
@@ -163,6 +165,7 @@ def test_frozen_lake_learns_through_its_one_hot_observations(tmp_path):
     assert read_stats(tmp_path / "fl")[-1]["episode_reward_mean"] > 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env, random_return", [("multi_discrete", 4.7), ("multi_binary", 8.0)])
 def test_multi_discrete_and_multi_binary_actions_learn_every_dimension(tmp_path, env, random_return):
     """Real processes on an env that rewards the share of action dimensions hitting their shown targets (16 steps
@@ -253,6 +256,7 @@ def test_vizdoom_engine_is_restarted_every_n_episodes():
     env.close()
 
 
+@pytest.mark.slow
 def test_doom_duel_games_on_busy_cores_do_not_stall(clean_machine):
     """8 doom_duel games at once on 2 cores (16 engines, a raw-mode worker each). ZDoom may run two tics in one
     advance_action(1) when it catches up with tics its peers sent; counted by calls, the players' counts drifted
@@ -282,6 +286,7 @@ def test_doom_duel_games_on_busy_cores_do_not_stall(clean_machine):
     )  # stacks if stuck
 
 
+@pytest.mark.slow
 def test_doom_duel_episode_ending_on_a_tic_run_ahead_ends_the_next_step():
     """Players idle between steps run up to frameskip - 1 tics ahead; with a time limit of 420 tics (a multiple of
     frameskip 4) the episode ends on such a tic, past the step's last one. The next step must end with it, not
@@ -299,6 +304,7 @@ def test_doom_duel_episode_ending_on_a_tic_run_ahead_ends_the_next_step():
         env.close()
 
 
+@pytest.mark.slow
 def test_a_net_game_with_a_call_stuck_inside_is_not_closed():
     """A call (init, new_episode) that outlives its timeout and its engines' death may still be inside its game;
     closing a game then makes VizDoom abort, so no game is closed until the call has returned."""
@@ -366,6 +372,7 @@ def test_a_deathmatch_step_that_ends_the_episode_does_not_respawn_the_dead_playe
     assert truncated and not terminated and "win" in info["episode_stats"] and respawns == []
 
 
+@pytest.mark.slow
 def test_doom_deathmatch_full_keeps_its_bots_and_its_time_limit_every_episode():
     """4 learning players and 4 bots in one net game: each episode runs to its time limit and has all 8 players by its
     end (ZDoom lets a bot join every ~80 tics; bots added to a running game cut its next episode short, and one was
@@ -392,6 +399,7 @@ def test_doom_net_game_with_more_players_than_its_map_has_starts_is_refused():
         make_env("doom_duel", bots=1)
 
 
+@pytest.mark.slow
 def test_doom_duel_stalled_game_raises_and_the_next_reset_starts_a_new_one():
     """A player's engine that stops (SIGSTOP) fails the step after step_timeout instead of hanging it; the game's
     engines are killed, and the next reset starts a new game, on another port, that steps."""

@@ -50,6 +50,7 @@ MODELS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(MODELS))
 def test_onnx_policy_matches_the_torch_model(tmp_path, name):
     """Logits (or the Gaussian's mean and std), value and new recurrent state within 1e-4 of forward_step, for a batch

@@ -18,6 +18,7 @@ from helpers import copy_run, read_stats, run_cli, run_past_a_hanging_env, start
 DOOM_SMALL = ["--env", "doom_basic", "--num_envs_per_worker", 2, "--rnn_size", 64, "--batch_size", 256]
 
 
+@pytest.mark.slow
 def test_env_raising_on_1_percent_of_steps_does_not_stop_the_run(tmp_path, clean_machine):
     r = run_cli(
         "train",
@@ -42,6 +43,7 @@ def test_env_raising_on_1_percent_of_steps_does_not_stop_the_run(tmp_path, clean
     assert 0 < r.stderr.count("raised; its unfinished trajectory") <= 2 * 16, "each env's traceback is logged once"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "env_args,resume", [(["--env", "CartPole-v1"], False), (DOOM_SMALL, True)], ids=["cartpole-sigint", "doom-sigint"]
 )
@@ -71,6 +73,7 @@ def test_stop_signal_saves_a_checkpoint_and_leaves_nothing(tmp_path, clean_machi
     assert resumed[-1]["env_steps"] >= final["env_steps"] + 5_000
 
 
+@pytest.mark.slow
 def test_second_ctrl_c_forces_the_stop(tmp_path, clean_machine):
     """A worker stuck in an env makes the clean stop wait for it (a SIGTERM meanwhile does not cut it short); a second
     Ctrl-C ends the run at once, and the children (the stuck one included) still go with it."""
@@ -138,6 +141,7 @@ def test_ctrl_c_before_the_run_starts_is_one_line_and_leaves_nothing(tmp_path, c
     # clean_machine: nothing of the run is left
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_main_process_leaves_no_child_or_engine(tmp_path, clean_machine):
     proc = start_cli("train", *DOOM_SMALL, "--train_dir", tmp_path, "--experiment", "kill")
     wait_for_training(tmp_path / "kill", proc, min_train_step=0)
@@ -295,6 +299,7 @@ def test_queue_calls_closed_or_dropped_leave_no_thread(closed):
         time.sleep(0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("queue", ["reports", "full_slots"])
 def test_a_worker_that_dies_holding_a_queue_lock_is_replaced_and_the_run_finishes(tmp_path, clean_machine, queue):
     """faster-fifo's locks are not robust: a worker killed while it held a queue's lock leaves that queue locked for
@@ -331,11 +336,13 @@ def test_a_worker_that_dies_holding_a_queue_lock_is_replaced_and_the_run_finishe
     assert steps == sorted(steps), "the learner resumed from an older checkpoint than the one it had"
 
 
+@pytest.mark.slow
 def test_hanging_env_is_treated_as_its_worker_dying(tmp_path, clean_machine):
     out, rows = run_past_a_hanging_env(tmp_path)
     assert "an env hangs" in out and rows[-1]["worker_restarts"] == 1
 
 
+@pytest.mark.slow
 def test_dead_learner_stops_the_run_and_keeps_its_checkpoints(tmp_path, clean_machine):
     import psutil
 
@@ -368,6 +375,7 @@ def test_dead_learner_stops_the_run_and_keeps_its_checkpoints(tmp_path, clean_ma
         assert load_checkpoint(path)["train_step"] > 0
 
 
+@pytest.mark.slow
 def test_run_started_with_sigint_ignored_keeps_it_and_stops_on_sigterm(tmp_path, clean_machine):
     """A background job (`nohup asyncrl train ... &`) starts with SIGINT ignored: the run leaves that alone, and
     SIGTERM still stops it with a checkpoint."""

@@ -155,6 +155,7 @@ def test_pettingzoo_agents_with_images_beside_a_vector_are_packed_and_get_an_ima
     assert pettingzoo_defaults("cameras", TwoCameras) == {}  # an image env's defaults, not a vector env's
 
 
+@pytest.mark.slow
 def test_a_policy_of_images_beside_a_vector_and_a_mask_learns_in_real_processes(tmp_path):
     """synthetic_image_and_vector: the rewarded action is the image's band plus the vector's shift; its action mask
     allows that action and one other. Playing the legal actions at random scores 10 of 20, and so does a policy that

@@ -20,6 +20,7 @@ def test_every_box_action_env_gets_the_continuous_control_defaults_unless_flags_
     assert cfg.normalize_returns and cfg.normalize_input and not cfg.with_vtrace
 
 
+@pytest.mark.slow
 def test_a_mujoco_run_learns_from_a_gaussian_policy_and_leaves_the_folder_as_it_was(tmp_path, clean_machine):
     """Hopper for 12k steps (6 updates): episodes cut at 1000 steps at most, the stats in return units, and no
     MUJOCO_LOG.TXT (mujoco 4 warns about gymnasium's models) in the working directory, nor those warnings in the

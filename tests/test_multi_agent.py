@@ -165,6 +165,7 @@ def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_aske
     runner._stop_children()
 
 
+@pytest.mark.slow
 def test_multi_agent_runs_train_two_policies_and_a_pettingzoo_env(tmp_path):
     """Real processes: the synthetic multi-agent env with agents leaving early and two policies mixed in envs learns
     (random play scores a quarter of the steps); a PettingZoo butterfly env, imported by path, trains."""

@@ -70,6 +70,7 @@ def test_packed_state_carries_weights_and_adam_moments():
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.slow
 def test_pbt_run_copies_and_mutates_in_memory_logs_and_resumes_its_hyperparameters(tmp_path):
     """CartPole, 3 policies, policy 2 starts with a learning rate that cannot learn: PBT copies weights into bottom
     policies and mutates; pbt.jsonl holds every decision; the stats report each policy's hyperparameters; a resumed
@@ -136,6 +137,7 @@ def test_pbt_run_copies_and_mutates_in_memory_logs_and_resumes_its_hyperparamete
         assert {name: row[f"hp_{name}"] for name in PER_POLICY_HPARAMS} == pytest.approx(saved[p])
 
 
+@pytest.mark.slow
 def test_two_policies_train_and_overrides_without_pbt_reach_their_learners(tmp_path):
     """Two policies on CartPole: both train (stats, checkpoints), each with its own hyperparameters."""
 

@@ -167,6 +167,7 @@ def test_a_served_env_s_action_mask_reaches_the_client_s_space():
     client.close()
 
 
+@pytest.mark.slow
 def test_a_served_env_with_images_beside_a_vector_keeps_its_packed_layout(tmp_path):
     """Describe carries a packed observation's layout (each image's key and shape, the vector's size, the mask's), so
     the client's space unpacks what the server's env packed; a run trains through the server without a masked
@@ -204,6 +205,7 @@ def test_a_served_env_with_images_beside_a_vector_keeps_its_packed_layout(tmp_pa
     assert read_stats(tmp_path / "packed")[-1]["episode_illegal_mean"] == 0
 
 
+@pytest.mark.slow
 def test_enjoy_records_a_video_of_a_remote_env(tmp_path):
     """`asyncrl enjoy --save_video` on a remote env: the frames come from the server, one per reset and step."""
     _, address = start_server("--env", MARKED, "--num_envs", "3", "--env_options", '{"render_mode": "rgb_array"}')
@@ -309,6 +311,7 @@ def _self_signed(tmp_path):
     return tmp_path / "cert.pem", tmp_path / "key.pem"
 
 
+@pytest.mark.slow
 def test_security_token_tls_and_bad_actions(tmp_path):
     result = run_cli("env-server", "--env", "CartPole-v1", "--host", "0.0.0.0", timeout=60)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
@@ -347,6 +350,7 @@ def test_security_token_tls_and_bad_actions(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
     """10,000+ malformed, truncated, oversized, unauthenticated and ill-typed requests: each one gets an error
     status, a well-behaved client steps throughout, and the server's memory grows less than 10%."""
@@ -522,6 +526,7 @@ def _one_trajectory(rows) -> bool:
     )
 
 
+@pytest.mark.slow
 def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path, monkeypatch):
     """Two servers; one is killed mid-run and restarted. The other's envs keep training, the killed one's envs
     rejoin, and the trajectories the kill interrupted never reach a learner: with one policy a slot is sent only
@@ -572,6 +577,7 @@ def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path
     runner._stop_children()
 
 
+@pytest.mark.slow
 def test_killed_server_without_reconnect_stops_the_run_with_one_line(tmp_path):
     server, address = start_server("--env", "CartPole-v1", "--num_envs", "8")
     run = start_cli(
@@ -600,6 +606,7 @@ def test_killed_server_without_reconnect_stops_the_run_with_one_line(tmp_path):
     assert list((tmp_path / "k").glob("**/checkpoint_*.pth"))
 
 
+@pytest.mark.slow
 def test_two_clients_each_own_one_agent_of_a_two_agent_env(tmp_path):
     """UDE's distributed multi-agent case: two training runs on one server, each acting for one agent of grid_duel;
     each env steps once both runs' actions are in, and both runs train."""

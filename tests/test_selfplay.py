@@ -151,6 +151,7 @@ def test_the_frozen_pool_survives_a_resume(tmp_path):
     resumed._stop_children()
 
 
+@pytest.mark.slow
 def test_selfplay_run_rates_its_snapshots_and_match_plays_them(tmp_path):
     """A real grid_duel self-play run: ratings.json holds the snapshots and the stats the ratings; `asyncrl match`
     plays the run's latest checkpoint against the scripted opponent and against random, and refuses what cannot
@@ -232,6 +233,7 @@ def test_match_plays_an_agent_against_the_envs_bots(tmp_path, clean_machine):
     assert r.returncode == 0 and "random vs bots:" in r.stdout and "in 2 episodes" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_doom_duel_trains_two_players_of_network_games(tmp_path, clean_machine):
     """doom_duel: each env is a VizDoom network game on loopback (two engines, a port of its own), stepped as one
     env. A short self-play run on 2 workers x 2 envs (8 engines): episodes end with each player's frags, deaths

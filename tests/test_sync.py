@@ -121,6 +121,7 @@ def test_actions_carried_over_count_until_their_slot_comes_back(tmp_path):
     runner._stop_children()
 
 
+@pytest.mark.slow
 def test_ver_gives_fast_envs_more_of_the_batch_than_lock_step(tmp_path):
     """Worker 0's envs cost 30x worker 1's (synthetic_constant's worker_cost): in ver their share of the samples falls
     well below the half that lock-step ppo gives them (0.12-0.13 here, 0.12-0.15 with two more busy processes on 2
@@ -171,6 +172,7 @@ def test_ver_gives_fast_envs_more_of_the_batch_than_lock_step(tmp_path):
     assert shares["ver"] < 0.3, shares
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo", "ver"])
 def test_sync_cartpole_learns_in_real_processes(tmp_path, algo, clean_machine):
     r = run_cli(

@@ -28,6 +28,7 @@ def test_multiprocess_cartpole_learns(cartpole_run):
     assert "fps" in stdout and "reward" in stdout
 
 
+@pytest.mark.slow
 def test_serial_mode_learns_and_its_seed_repeats_the_run_bit_for_bit(tmp_path, clean_machine):
     for experiment in ("serial", "again"):
         r = run_cli(
@@ -55,6 +56,7 @@ def test_serial_mode_learns_and_its_seed_repeats_the_run_bit_for_bit(tmp_path, c
     assert all(torch.equal(first["model"][k], second["model"][k]) for k in first["model"])
 
 
+@pytest.mark.slow
 def test_resume_continues_env_steps(cartpole_run, tmp_path, clean_machine):
     first_end = read_stats(copy_run(cartpole_run, tmp_path, "res") / "res")[-1]
     wandb_folders = len(wandb_runs(tmp_path / "res" / "wandb"))  # the training run's, and any enjoy's video added
@@ -137,6 +139,7 @@ def test_a_second_run_of_an_experiment_in_training_is_one_line_and_touches_nothi
         assert (tmp_path / "busy" / "stats.jsonl").read_text() == "the running run's rows\n"
 
 
+@pytest.mark.slow
 def test_train_for_seconds_stops_the_run(tmp_path, clean_machine):
     start = time.time()
     r = run_cli(
@@ -159,6 +162,7 @@ def test_train_for_seconds_stops_the_run(tmp_path, clean_machine):
     assert wall < 40
 
 
+@pytest.mark.slow
 def test_episodes_count_when_the_run_stops_while_the_workers_wait_for_the_learner(tmp_path, clean_machine):
     # 200 epochs per batch (an update of ~4.7 s): on 2 cores the learner is still on its first batch when the run
     # stops, and the rollout workers, their slots all full, have waited for it since their first seconds
@@ -181,6 +185,7 @@ def test_episodes_count_when_the_run_stops_while_the_workers_wait_for_the_learne
     assert last["episodes"] > 0 and last["episode_reward_mean"] is not None, last
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value_bootstrap, low, high", [(True, 44.0, 52.0), (False, 15.0, 30.0)])
 def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(
     tmp_path, clean_machine, value_bootstrap, low, high
@@ -224,6 +229,7 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(
     assert low < value / reward_per_step and value < high, last[-1]
 
 
+@pytest.mark.slow
 def test_doom_basic_runs_headless(tmp_path, clean_machine):
     r = run_cli(
         "train",

@@ -90,6 +90,7 @@ def test_each_sample_is_the_agents_own_move_with_what_it_earned(tmp_path, trunca
     runner._stop_children()
 
 
+@pytest.mark.slow
 def test_a_turn_based_game_trains_without_a_forbidden_move_and_plays_a_match(tmp_path):
     """Real processes, one policy in both seats: it learns its targets (random play among the allowed moves scores
     MOVES / 2 = 2, all hits 4), although all but a player's last reward come while it waits; no move is illegal; each
@@ -149,6 +150,7 @@ def test_a_turn_based_game_trains_without_a_forbidden_move_and_plays_a_match(tmp
     assert len(returns) == 2 and all(float(r) > MOVES / 2 for pair in returns for r in pair), enjoy.stdout
 
 
+@pytest.mark.slow
 def test_pettingzoo_tic_tac_toe_trains_by_self_play_without_an_illegal_move(tmp_path):
     """PettingZoo classic's own game (its Dict observations with action masks; an illegal move would end a game with a
     warning): the policy plays itself and frozen past versions of itself, each agent's episode 3 to 5 of its own

@@ -135,6 +135,7 @@ def test_import_path_env_trains(tmp_path, installed_plugin, clean_machine):
     check_trained(tmp_path / "ip")
 
 
+@pytest.mark.slow
 def test_env_registered_in_a_users_script_reaches_the_workers(tmp_path, clean_machine):
     """register_env under `if __name__ == "__main__"`: spawned workers never run that line, so only the entry the
     runner ships to them can make the env (its class is defined in the script: shipped by value)."""

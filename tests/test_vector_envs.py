@@ -13,6 +13,7 @@ from asyncrl.roles.env_backends import PerEnvBackend, VectorBackend
 from asyncrl.roles.serial_runner import take_turn
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "env, steps, options, min_episodes",
     [
@@ -134,6 +135,7 @@ def test_a_vector_env_that_raises_is_made_anew_and_its_slots_recycled(tmp_path):
     runner._stop_children()
 
 
+@pytest.mark.slow
 def test_a_hanging_vector_env_is_treated_as_its_worker_dying(tmp_path, clean_machine):
     out, rows = run_past_a_hanging_env(tmp_path, "--env_backend", "vector")
     assert "an env hangs" in out and rows[-1]["worker_restarts"] == 1

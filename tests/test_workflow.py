@@ -33,6 +33,7 @@ def test_evaluation_during_training_writes_curves_and_keeps_the_best(cartpole_ru
     assert "evaluation p0 at" in stdout
 
 
+@pytest.mark.slow
 def test_enjoy_writes_a_video_of_the_episodes(cartpole_run):
     train_dir, _ = cartpole_run
     r = run_cli(
@@ -63,6 +64,7 @@ def test_enjoy_writes_a_video_of_the_episodes(cartpole_run):
     assert first.shape == (400, 600, 3) and first.std() > 0
 
 
+@pytest.mark.slow
 def test_enjoy_latest_checkpoint_as_gif_with_sampled_actions(cartpole_run):
     train_dir, _ = cartpole_run
     r = run_cli(
@@ -123,6 +125,7 @@ def test_plot_of_a_resumed_run_breaks_its_frames_per_second_at_the_resume(tmp_pa
     assert math.isnan(xs[2]) and math.isnan(ys[2])
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_has_the_scalars_the_config_and_the_video(cartpole_run):
     """--with_wandb True, in wandb's offline mode (as every test runs): the run's records hold every policy's scalars
     against its env steps (stats, evaluation, timing) and the config, and enjoy's video joins the same wandb run."""
@@ -175,6 +178,7 @@ def test_wandb_offline_run_has_the_scalars_the_config_and_the_video(cartpole_run
     )
 
 
+@pytest.mark.slow
 def test_export_then_the_readme_snippet_acts_without_asyncrl(cartpole_run, tmp_path):
     """`asyncrl export` on the best checkpoint, then README's snippet in a plain Python process: it acts with
     onnxruntime, never imports asyncrl, and plays the trained policy's game (a random one scores ~20)."""
@@ -200,6 +204,7 @@ def test_export_then_the_readme_snippet_acts_without_asyncrl(cartpole_run, tmp_p
     assert "asyncrl imported: False" in r.stdout and float(re.search(r"return ([\d.]+)", r.stdout).group(1)) > 100
 
 
+@pytest.mark.slow
 def test_pushed_folder_plays_from_disk_and_the_hub_unreachable_is_one_line(cartpole_run, tmp_path):
     """The folder `asyncrl push` uploads is a run: enjoy plays it from disk. Without a token, or with a token and a
     Hub that cannot be reached, push (and enjoy --hf_repository) fail in one line with exit code 2."""
@@ -264,6 +269,7 @@ def test_workflow_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_progress_is_a_live_bar_on_a_terminal_and_plain_lines_otherwise(tmp_path):
     leader, follower = pty.openpty()
     proc = start_cli(
@@ -300,6 +306,7 @@ def test_progress_is_a_live_bar_on_a_terminal_and_plain_lines_otherwise(tmp_path
     assert read_stats(tmp_path / "tty")[-1]["env_steps"] >= 15_000
 
 
+@pytest.mark.slow
 def test_tune_returns_valid_flags_that_train_uses(tmp_path, clean_machine):
     cache = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # where tuning results are kept
     r = run_cli(

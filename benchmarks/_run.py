@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -19,17 +21,53 @@ STUDY_RESULTS = os.path.join(REPO, "benchmarks", "studies", "results")  # one-of
 CLEANRL_EPISODE = re.compile(r"global_step=(\d+), episodic_return=\[?([-\d.e+]+)")
 
 
+def cpu_model() -> str:
+    """The CPU's name as the kernel gives it (/proc/cpuinfo), which tells apart machines of the same core count."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def device() -> str:
+    try:
+        import torch
+    except ImportError:
+        return "unknown"
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+
+
 def machine() -> str:
+    return (
+        f"{len(os.sched_getaffinity(0))} cores ({cpu_model()}), {psutil.virtual_memory().total / 2**30:.0f} GiB, "
+        f"{device()}"
+    )
+
+
+def provenance() -> dict:
+    """Where a result came from: the command that made it, the commit (with -dirty for uncommitted changes), the
+    date, the CPU model, the cores, torch's version and the device."""
+    git = ["git", "-C", REPO]
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    if subprocess.run([*git, "diff", "--quiet", "HEAD"]).returncode:
+        commit += "-dirty"
     try:
         import torch
 
-        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+        torch_version = torch.__version__
     except ImportError:
-        gpu = "unknown GPU"
-    return (
-        f"{psutil.cpu_count()} cores ({platform.processor() or platform.machine()}), "
-        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, {gpu}"
-    )
+        torch_version = None
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), REPO)
+    return {
+        "command": shlex.join(["python", script, *sys.argv[1:]]),
+        "commit": commit,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpu": cpu_model(),
+        "cores": len(os.sched_getaffinity(0)),
+        "torch": torch_version,
+        "device": device(),
+    }
 
 
 def _file_id(path: str) -> tuple[int | None, int]:
@@ -124,9 +162,16 @@ def peer_venv(path: str, peer: str, imports: str, packages: list[str]) -> str:
 
 
 def write_result(name: str, result: dict, markdown: str, folder: str = RESULTS) -> None:
+    """The result as NAME.json and NAME.md, each with its provenance (the JSON's "provenance", the page's last
+    line)."""
+    made = provenance()
+    markdown = markdown.rstrip("\n") + (
+        f"\n\nMade by `{made['command']}` at commit {made['commit']} on {made['date']}: {made['cpu']}, "
+        f"{made['cores']} cores, torch {made['torch']}, {made['device']}.\n"
+    )
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, f"{name}.json"), "w") as f:
-        json.dump(result, f, indent=2)
+        json.dump({**result, "provenance": made}, f, indent=2)
     with open(os.path.join(folder, f"{name}.md"), "w") as f:
         f.write(markdown)
     print(markdown)

@@ -119,6 +119,21 @@ def run_until(proc, condition, what: str, timeout=180) -> str:
     return out
 
 
+def wait_for_line(proc, text: str, timeout: float = 60) -> list[str]:
+    """Read run `proc`'s output until a line holds `text` (a run that ends first, or a deadline, fails the test);
+    returns the lines read."""
+    import time
+
+    deadline, lines = time.time() + timeout, []
+    while not lines or text not in lines[-1]:
+        if not select.select([proc.stdout], [], [], max(0.0, deadline - time.time()))[0]:
+            raise TimeoutError(f"no line with {text!r} in {timeout} s:\n" + "".join(lines[-20:]))
+        line = proc.stdout.readline()
+        assert line, "the run ended first:\n" + "".join(lines[-20:])
+        lines.append(line)
+    return lines
+
+
 def run_past_a_hanging_env(tmp_path, *flags) -> tuple[str, list[dict]]:
     """A synthetic_constant run whose first env hangs once (at its 50th step), with --env_step_timeout 3: it goes on
     until its worker was replaced and the run trained 5k more env steps after that, then Ctrl-C. (output, stats)"""

@@ -10,6 +10,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
+from asyncrl.core.processes import StopRequested
 from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS
 
 
@@ -74,3 +75,21 @@ def dies_holding_a_queue_lock(**options):
 
 
 dies_holding_a_queue_lock.default_config = dict(VECTOR_ENV_DEFAULTS)  # CartPole's, as a gymnasium id gets them
+
+
+class StopsWhileWaiting:
+    """A role whose poll ends as a rollout worker's does when the run stops while it waits for a free slot
+    (StopRequested); its stop(), a rollout worker's last report, leaves `marker`."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def poll(self, timeout: float) -> None:
+        raise StopRequested()
+
+    def stop(self) -> None:
+        open(self.marker, "w").close()
+
+
+def no_setup() -> None:
+    """A child's setup that does nothing (the role above needs no env)."""

@@ -14,16 +14,23 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
+from fault_envs import StopsWhileWaiting, no_setup
 from helpers import (
     copy_run,
     read_stats,
     run_cli,
     run_past_a_hanging_env,
+    serial_runner,
     start_cli,
     start_python,
     wait_for_line,
     wait_for_training,
 )
+
+from asyncrl.core.messages import Episodes
+from asyncrl.core.processes import StopFlag, StopRequested, start_child
+from asyncrl.core.queues import take_all
+from asyncrl.roles.rollout_worker import RolloutWorker
 
 DOOM_SMALL = ["--env", "doom_basic", "--num_envs_per_worker", 2, "--rnn_size", 64, "--batch_size", 256]
 
@@ -451,3 +458,27 @@ def test_an_engine_gone_before_its_worker_leaves_no_segment(clean_machine):
     while time.time() < deadline and left & set(os.listdir("/dev/shm")):
         time.sleep(0.1)
     assert not left & set(os.listdir("/dev/shm")), left & set(os.listdir("/dev/shm"))
+
+
+def test_a_stop_that_ends_a_wait_for_a_free_slot_still_sends_the_workers_last_report(tmp_path, clean_machine):
+    """A run that stops while its rollout workers wait for the learner to free a slot still counts their episodes:
+    the StopRequested that ends the wait goes on to the worker's stop() (its last report), and the wait itself sends
+    the reports that come due."""
+    marker = tmp_path / "stopped"
+    child = start_child("asyncrl-test-stop", partial(StopsWhileWaiting, str(marker)), StopFlag(), 1, None, no_setup)
+    child.join(timeout=60)
+    assert child.exitcode == 0 and marker.exists(), "a stop that ended a wait skipped the role's stop()"
+
+    runner = serial_runner(tmp_path)
+    worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
+    worker.waits_for_slots = True  # as in a process of its own
+    take_all(runner.queues.free_slots)  # every slot is the learner's
+    checks = iter([False, True])  # the run stops during the wait's second round
+    worker.stop_flag = SimpleNamespace(is_set=lambda: next(checks))
+    worker.reports.timing.due = lambda: True
+    worker.reports.finished_episodes.append((0, 7.0, 7, {}))
+    with pytest.raises(StopRequested):
+        worker._acquire_free_slot()
+    reports = take_all(runner.queues.reports)
+    assert any(isinstance(r, Episodes) and (0, 7.0, 7, {}) in r.episodes for r in reports), reports
+    runner._stop_children()

@@ -61,6 +61,7 @@ def show_train_help(argv: list[str]) -> NoReturn:
 
 
 def config_from_args(argv: list[str]) -> Config:
+    """The config of `asyncrl train ARGV` (settings_from_args, without where each value came from)."""
     return settings_from_args(argv).config
 
 

@@ -2,9 +2,9 @@
 main process is SIGKILLed once they have trained for as long; after each, its processes are waited for (up to 30 s)
 and the /dev/shm entries and processes it left are counted (and removed, so that the next run starts clean).
 
-    python benchmarks/shm_leftovers.py [--clean_runs 50] [--killed_runs 10] [--seconds 20]
+    python benchmarks/shm_leftovers.py [--clean_runs 50] [--killed_runs 10] [--seconds 20] [--name shm_leftovers]
 
-Writes benchmarks/results/shm_leftovers.{md,json}.
+Writes benchmarks/results/<name>.{md,json}.
 """
 
 import argparse
@@ -62,6 +62,7 @@ def main() -> None:
     parser.add_argument("--clean_runs", type=int, default=50)
     parser.add_argument("--killed_runs", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--name", default="shm_leftovers", help="The result files' name.")
     args = parser.parse_args()
     if engine_processes():
         sys.exit("another run is going on: this counts what runs leave behind, so it needs the machine to itself")
@@ -89,7 +90,7 @@ def main() -> None:
         lines.append(f"| {len(group)} | {how} | {len(leaky)} | {entries} | {lingering} |")
     names = sorted({name for r in runs for name in r["shm_left"]})
     lines += ["", f"Entries left: {', '.join(names) if names else 'none'}."]
-    write_result("shm_leftovers", {"seconds": args.seconds, "runs": runs}, "\n".join(lines) + "\n")
+    write_result(args.name, {"seconds": args.seconds, "runs": runs}, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -458,8 +458,13 @@ def assert_streams_refuse(channel, bad_payloads):
         list(stream(iter(bad_payloads[:1]), timeout=10))
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
     held = threading.Event()
-    holding = stream(iter(held.wait, True), metadata=auth)  # open, sends nothing until released
-    time.sleep(0.5)
+
+    def one_request_then_hold():
+        yield bad_payloads[0]
+        held.wait()
+
+    holding = stream(one_request_then_hold(), metadata=auth)  # stays open until released
+    next(holding)  # its reply: the server holds the stream, and counts it against the cap
     with pytest.raises(grpc.RpcError) as over_cap:
         list(stream(iter(bad_payloads[:1]), metadata=auth, timeout=10))
     assert over_cap.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -203,10 +203,14 @@ def test_agents_that_leave_early_do_not_stall_a_lock_step_rollout(tmp_path):
     """ppo with agents that die before the others: the rollout closes once every group waits, though the agents
     that wait for their env's reset took fewer than --rollout actions."""
     leaving = {"num_agents": 3, "agent_episode_lens": [3, 5, 30], "episode_len": 8, "step_us": 0}
+    lock_step = 2 * 4 * 3 * 4  # workers x envs x agents x rollout
     runner = serial_runner(
-        tmp_path, algo="ppo", env="synthetic_multi", env_options=leaving, batch_size=2 * 4 * 3 * 4, with_vtrace=False
+        tmp_path, algo="ppo", env="synthetic_multi", env_options=leaving, batch_size=lock_step, with_vtrace=False
     )
+    batches = _record_batches(next(c for c in runner.components if isinstance(c, Learner)))
     _run(runner, updates=20)
+    assert all(b["acted_versions"] == {b["version"]} and b["samples"] <= lock_step for b in batches), batches
+    assert any(b["samples"] < lock_step for b in batches), "no rollout closed with an agent short of its actions"
     runner._stop_children()
 
 

@@ -23,9 +23,12 @@ GONE_WITHIN_S = 30.0
 
 
 def engine_processes() -> list[psutil.Process]:
-    """This machine's processes of a run: asyncrl's (named by setproctitle) and VizDoom's engines."""
+    """This machine's live processes of a run: asyncrl's (named by setproctitle) and VizDoom's engines (one that
+    exited and waits to be reaped holds nothing), as tests/helpers.py counts them."""
     found = []
-    for p in psutil.process_iter(["name", "cmdline"]):
+    for p in psutil.process_iter(["name", "cmdline", "status"]):
+        if p.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
         title = " ".join(p.info["cmdline"] or [])
         if title.startswith("asyncrl-") or p.info["name"] == "vizdoom":
             found.append(p)

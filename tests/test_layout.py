@@ -61,6 +61,12 @@ def imports(path: str, known: dict[str, str]) -> list[tuple[str, bool]]:
     return found
 
 
+def pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)
+
+
 def layer(module: str) -> str:
     parts = module.split(".")
     return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else "top"
@@ -138,9 +144,7 @@ def test_nothing_binds_modules_by_hand():
 def test_the_grpc_stubs_need_the_versions_the_package_declares():
     """The build's grpcio-tools writes stubs that refuse an older grpcio or protobuf than its own: the package must
     declare at least those, and run the same protoc when an editable checkout rebuilds them."""
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-        project = tomllib.load(f)
+    project = pyproject()
     declared = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0]: d for d in project["project"]["dependencies"]}
     (tools,) = [r for r in project["build-system"]["requires"] if r.startswith("grpcio-tools")]
     assert declared["grpcio-tools"] == tools and "==" in tools, "one exact protoc, at build and at run time"
@@ -156,8 +160,6 @@ def test_the_grpc_stubs_need_the_versions_the_package_declares():
 def test_every_subpackage_is_installed():
     """pyproject.toml lists the packages a wheel holds: a new subpackage missing there would work in a checkout and
     be missing from every install."""
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    listed = set(pyproject()["tool"]["setuptools"]["packages"])
     packages = {m for m, path in MODULES.items() if path.endswith("__init__.py")}
     assert listed == packages, f"missing from pyproject.toml: {packages - listed}; listed but gone: {listed - packages}"

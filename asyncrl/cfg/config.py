@@ -701,6 +701,11 @@ def default_value(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
+def schema_defaults() -> dict:
+    """Every field's default, by name."""
+    return {f.name: default_value(f) for f in dataclasses.fields(Config)}
+
+
 def experiment_dir_of(given: dict) -> str:
     """<train_dir>/<experiment> for the flags given (the defaults where not given)."""
     return os.path.join(given.get("train_dir", Config.train_dir), given.get("experiment", Config.experiment))

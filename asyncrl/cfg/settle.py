@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from asyncrl.cfg.config import Config, algo_defaults, default_value
+from asyncrl.cfg.config import Config, algo_defaults, schema_defaults
 
 # A run saved before these fields existed ran as these values say (its checkpoints hold no returns normalizer):
 # resumed, it goes on that way instead of taking today's defaults.
@@ -23,10 +23,6 @@ SAVED_BEFORE_DEFAULTS = {
     "encoder_conv_architecture": "convnet_simple",
 }
 ORIGINS_KEY = "settings_origins"  # config.json's record of where each setting that differs from the default came from
-
-
-def schema_defaults() -> dict:
-    return {f.name: default_value(f) for f in dataclasses.fields(Config)}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import dataclasses
 import itertools
 import queue
 import threading
@@ -29,7 +28,7 @@ import grpc
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.cfg.config import Config, ConfigError, default_value
+from asyncrl.cfg.config import ConfigError, schema_defaults
 from asyncrl.envs import EnvError, EnvUnavailable
 from asyncrl.envs.gym_adapter import ObservationWithActionMask, PackedObservation
 from asyncrl.remote.wire import decode, decode_values, encode, encode_values, pb, pb_grpc
@@ -546,7 +545,7 @@ def read_token(token: str | None, token_file: str | None) -> str | None:
 def settings_from_flags(flags: dict) -> RemoteSettings:
     """The client settings of a run's flags (Config's remote_* fields and env_side_channel; their defaults where
     absent). EnvError if the token or certificate file cannot be read."""
-    values = {f.name: default_value(f) for f in dataclasses.fields(Config)}
+    values = schema_defaults()
     values.update({k: v for k, v in flags.items() if k in values})
     try:
         token = read_token(None, values["remote_auth_token_file"])

@@ -1,0 +1,186 @@
+"""Provenance of the result files in benchmarks/results, and their index (benchmarks/README.md).
+
+    python benchmarks/provenance.py backfill   # give a provenance to each result written before results had one
+    python benchmarks/provenance.py index      # write benchmarks/README.md from the results' provenance
+
+Results written by `_run.write_result` carry their provenance: the command, commit, date, CPU model, cores, torch
+version and device where they were measured. Results written before that carried at most the command and a machine
+line that did not name the CPU. `backfill` rebuilds what can be known of theirs and marks it "reconstructed":
+the command from the result's own record (its "command", or its "args" turned back into flags) or else from
+COMMANDS below, the commit that added the result to the repository (measured on that tree) and its date, the cores and
+device from its machine line; the CPU model and torch version were not recorded and are said so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import shlex
+import subprocess
+
+from _run import REPO, RESULTS
+
+# the commands of results that recorded neither a command nor their arguments (each script's usage line, with the
+# arguments its commit message gives)
+COMMANDS = {
+    "asyncrl_bench": "python benchmarks/bench_suite.py --seconds 30 --warmup_seconds 10",
+    "atari_speed_breakout": "python benchmarks/atari_speed.py --game breakout --seconds 20 --rounds 3",
+    "cartpole_solve_time": "python benchmarks/cartpole_solve_time.py --runs 3 --seconds 90",
+    "cleanrl_published_atari_curves": "python benchmarks/studies/digitize_curve.py",
+    "doom_basic_learning": "python benchmarks/vizdoom_learning_curve.py --env doom_basic",
+    "doom_defend_the_center_learning": "python benchmarks/vizdoom_learning_curve.py --env doom_defend_the_center",
+    "doom_health_gathering_learning": "python benchmarks/vizdoom_learning_curve.py --env doom_health_gathering",
+    "doom_env_speed": "python benchmarks/doom_env_speed.py --seconds 5 --rounds 3",
+    "soak": "python benchmarks/soak.py --minutes 30 --warmup_minutes 5",
+}
+# the script that writes results named NAME or NAME_<suffix>, for results that recorded their arguments only
+SCRIPTS = {"atari_learning": "atari_learning.py", "sample_factory_compare": "sample_factory_compare.py"}
+MACHINE = re.compile(r"(\d+) cores \(([^)]*)\), [\d.]+ GiB, (.+)$")
+
+
+def flags(args: dict) -> list[str]:
+    """argparse's namespace (as a result recorded it) turned back into the flags that give it."""
+    out = []
+    for key, value in args.items():
+        if value is None:
+            continue
+        out += [f"--{key}", *(map(str, value) if isinstance(value, list) else [str(value)])]
+    return out
+
+
+def recorded_command(name: str, result: dict) -> str:
+    commands = result.get("command") or result.get("commands")
+    if isinstance(commands, str):
+        return commands
+    if isinstance(commands, dict):
+        return "; ".join(commands.values())
+    if "args" in result:
+        script = next(s for prefix, s in SCRIPTS.items() if name.startswith(prefix))
+        return shlex.join(["python", f"benchmarks/{script}", *flags(result["args"])])
+    return COMMANDS[name]
+
+
+def added_in(path: str) -> tuple[str, str]:
+    """The commit that last changed the file's content, and its date."""
+    out = subprocess.run(
+        ["git", "-C", REPO, "log", "-1", "--format=%h %aI", "--", os.path.relpath(path, REPO)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return out[0], out[1]
+
+
+def machine_line(path: str, result: dict) -> str:
+    """The machine a result recorded: its JSON's "machine", else its page's "Machine: " line."""
+    if "machine" in result:
+        return result["machine"]
+    page = path[: -len(".json")] + ".md"
+    if os.path.exists(page):
+        with open(page) as f:
+            return next((line[len("Machine: ") :].strip() for line in f if line.startswith("Machine: ")), "")
+    return ""
+
+
+def reconstructed(name: str, path: str, result: dict) -> dict:
+    commit, date = added_in(path)
+    machine = MACHINE.match(machine_line(path, result))
+    return {
+        "command": recorded_command(name, result),
+        "commit": commit,
+        "date": date,
+        "cpu": f"not recorded ({machine.group(2)})" if machine else "not recorded",
+        "cores": int(machine.group(1)) if machine else None,
+        "torch": "not recorded",
+        "device": machine.group(3) if machine else "not recorded",
+        "reconstructed": "from the repository's history by benchmarks/provenance.py backfill",
+    }
+
+
+def provenance_line(made: dict) -> str:
+    """The line a result's page ends with (as _run.write_result writes it)."""
+    how = " (reconstructed from the repository's history)" if made.get("reconstructed") else ""
+    return (
+        f"Made by `{made['command']}` at commit {made['commit']} on {made['date']}: {made['cpu']}, "
+        f"{made['cores']} cores, torch {made['torch']}, {made['device']}{how}."
+    )
+
+
+def backfill() -> None:
+    for path in sorted(glob.glob(os.path.join(RESULTS, "*.json"))):
+        with open(path) as f:
+            result = json.load(f)
+        if "provenance" in result:
+            continue
+        name = os.path.basename(path)[: -len(".json")]
+        result["provenance"] = reconstructed(name, path, result)
+        with open(path, "w") as f:
+            json.dump(result, f, indent=2)
+        page = path[: -len(".json")] + ".md"
+        if os.path.exists(page):
+            with open(page) as f:
+                text = f.read().rstrip("\n")
+            with open(page, "w") as f:
+                f.write(f"{text}\n\n{provenance_line(result['provenance'])}\n")
+        print(f"{name}: {result['provenance']['command']}")
+
+
+def results() -> list[tuple[str, str, str, dict]]:
+    """(name, its page (NAME.md, else NAME.json), the page's title, provenance) of every result, by name."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(RESULTS, "*.json"))):
+        with open(path) as f:
+            made = json.load(f)["provenance"]
+        name = os.path.basename(path)[: -len(".json")]
+        page = os.path.join(RESULTS, name + ".md")
+        title = name
+        if os.path.exists(page):
+            with open(page) as f:
+                title = f.readline().lstrip("# ").strip()
+        else:
+            page = path
+        out.append((name, os.path.basename(page), title, made))
+    return out
+
+
+def index() -> str:
+    lines = [
+        "# Benchmarks",
+        "",
+        "Each result in `results/` is written by the command beside it (a script here), as NAME.json and NAME.md (most",
+        "with a NAME.png); both record where they came from: the command, commit, date, CPU model, cores, torch",
+        "version and device. Results from before provenance was recorded have it rebuilt from the repository's",
+        "history (`provenance.py backfill`), marked reconstructed: their CPU model and torch version were not",
+        "recorded. `studies/` holds one-off investigations, with their own results.",
+        "",
+        "This page is written by `python benchmarks/provenance.py index`.",
+        "",
+        "| result | what | command | commit, date | machine |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, page, title, made in results():
+        cores = "cores not recorded" if made["cores"] is None else f"{made['cores']} cores"
+        machine = f"{cores}, {made['cpu']}, {made['device']}"
+        command = made["command"].replace("|", "\\|")
+        lines.append(
+            f"| [{name}](results/{page}) | {title} | `{command}` | {made['commit']}, {made['date'][:10]} | {machine} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["backfill", "index"])
+    action = parser.parse_args().action
+    if action == "backfill":
+        backfill()
+    else:
+        with open(os.path.join(REPO, "benchmarks", "README.md"), "w") as f:
+            f.write(index())
+
+
+if __name__ == "__main__":
+    main()

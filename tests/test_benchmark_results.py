@@ -1,0 +1,35 @@
+"""Every benchmark result says where it came from, and benchmarks/README.md indexes them all."""
+
+import glob
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import provenance  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
+
+FIELDS = {"command", "commit", "date", "cpu", "cores", "torch", "device"}
+
+
+def test_every_result_records_its_command_and_provenance():
+    for path in glob.glob(os.path.join(RESULTS, "*.json")):
+        with open(path) as f:
+            made = json.load(f).get("provenance", {})
+        assert FIELDS <= made.keys(), f"{os.path.basename(path)} lacks {FIELDS - made.keys()}"
+        assert made["command"].startswith("python benchmarks/"), made["command"]
+
+
+def test_every_page_and_figure_belongs_to_a_result_a_script_wrote():
+    for path in glob.glob(os.path.join(RESULTS, "*")):
+        assert os.path.exists(os.path.splitext(path)[0] + ".json"), f"{path} has no result beside it"
+        if path.endswith(".md"):
+            with open(path) as f:
+                assert f.read().rstrip().splitlines()[-1].startswith("Made by `python benchmarks/"), path
+
+
+def test_the_index_is_up_to_date():
+    with open(os.path.join(ROOT, "benchmarks", "README.md")) as f:
+        assert f.read() == provenance.index(), "run: python benchmarks/provenance.py index"

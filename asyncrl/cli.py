@@ -22,6 +22,7 @@ from asyncrl.cfg.config import (
     experiment_dir_of,
     read_saved_config,
 )
+from asyncrl.cfg.extras import require
 from asyncrl.cfg.settle import Settled, settle
 from asyncrl.commands.tune import tuned_flags
 from asyncrl.core.fork_server import start_fork_server, stop_fork_server
@@ -75,6 +76,7 @@ def settings_from_args(argv: list[str]) -> Settled:
     if not env_name:
         raise ConfigError("--env is required (e.g. --env CartPole-v1; `asyncrl envs` lists the registered ones)")
     if env_name.startswith("remote:"):  # the servers are asked for the env's spaces and defaults, with our credentials
+        require("remote", f"--env {env_name}")
         from asyncrl.remote.client import settings_from_flags
 
         connect_remote(env_name, settings_from_flags({**(saved or {}), **given}))
@@ -153,6 +155,7 @@ def cmd_push(argv: list[str]) -> int:
 
 
 def cmd_env_server(argv: list[str]) -> int:
+    require("remote", "asyncrl env-server")
     from asyncrl.remote.server import cmd_env_server as serve
 
     return serve(argv)

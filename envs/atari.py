@@ -29,6 +29,7 @@ import functools
 import gymnasium as gym
 import numpy as np
 
+from asyncrl.cfg.extras import require
 from asyncrl.envs.registry import EnvEntry, EnvError, register_env_family
 
 PREFIX = "atari_"
@@ -86,11 +87,10 @@ def games() -> list[str]:
 
 
 def _ale():
-    try:
-        import ale_py
-        import ale_py.roms  # noqa: F401
-    except ImportError:
-        raise EnvError('atari_<game> envs need ale-py: pip install -e ".[atari]"') from None
+    require("atari", "atari_<game> envs")
+    import ale_py  # the atari extra's, checked above
+    import ale_py.roms  # noqa: F401
+
     return ale_py
 
 
@@ -156,10 +156,9 @@ def emulator_settings(preset: str) -> dict:
 def make_envpool(game: str, num_envs: int, num_threads: int, max_frames: int, preset: str, seeds: list[int]):
     """EnvPool's own vector env of a game with the preset's preprocessing (AGENT_VIEW, rewards unclipped, no
     episodic life), in sync mode (every step steps all its games), env i seeded seeds[i]."""
-    try:
-        import envpool
-    except ImportError:
-        raise EnvError('engine "envpool" needs EnvPool: pip install -e ".[envpool]"') from None
+    require("envpool", 'engine "envpool"')
+    import envpool  # the envpool extra's, checked above
+
     tasks = {task[:-3].lower(): task for task in envpool.list_all_envs() if task.endswith("-v5")}
     task = tasks.get(game.replace("_", ""))
     if task is None:

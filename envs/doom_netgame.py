@@ -1,4 +1,4 @@
-"""VizDoom network games as one multi-agent env (PettingZoo ParallelEnv): doom_duel (two learning players) and
+"""VizDoom network games as one multi-agent env (PettingZoo's parallel API): doom_duel (two learning players) and
 doom_deathmatch_full (4 learning players and 4 built-in bots, which the host adds).
 
 Each player is a VizDoom engine of its own in synchronous mode (Mode.PLAYER): the host (`-host N -port P`) and the
@@ -33,7 +33,6 @@ from functools import partial
 
 import numpy as np
 import psutil
-from pettingzoo import ParallelEnv
 
 from asyncrl.core.reaper import announce_engines, remove_vizdoom_segments, vizdoom_instance_id
 from asyncrl.envs.doom import (
@@ -46,6 +45,7 @@ from asyncrl.envs.doom import (
     frag_table,
     win_of,
 )
+from asyncrl.envs.multi_agent import ParallelEnvBase
 from asyncrl.envs.registry import EnvError, register_env
 
 KICK_AFTER_S = 0.002  # see the module docstring
@@ -201,7 +201,7 @@ class Player:
             self.changed.notify_all()
 
 
-class DoomNetGame(ParallelEnv):
+class DoomNetGame(ParallelEnvBase):
     """`players` learning players (the agents) and `bots` built-in bots in one network game."""
 
     metadata = {"name": "doom_net_game", "render_modes": []}

@@ -1,4 +1,4 @@
-"""grid_duel: a small two-player shooting duel (PettingZoo ParallelEnv), for self-play that learns in minutes.
+"""grid_duel: a small two-player shooting duel (PettingZoo's parallel API), for self-play that learns in minutes.
 
 Two agents on a size x size grid. Actions: 0 wait, 1-4 face up/down/left/right and step that way (a step off the
 grid or onto the other agent only turns), 5 shoot along the facing direction. A shot hits the other agent if it is
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-from pettingzoo import ParallelEnv
 
 from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS
+from asyncrl.envs.multi_agent import ParallelEnvBase
 from asyncrl.envs.registry import EnvError, register_env
 
 MOVES = {1: (0, -1), 2: (0, 1), 3: (-1, 0), 4: (1, 0)}  # facing direction -> (dx, dy)
@@ -28,7 +28,7 @@ OBSERVATION_SPACE = gym.spaces.Box(-1.0, 1.0, (13,), np.float32)  # one object p
 ACTION_SPACE = gym.spaces.Discrete(6)
 
 
-class GridDuel(ParallelEnv):
+class GridDuel(ParallelEnvBase):
     metadata = {"name": "grid_duel", "render_modes": []}
 
     def __init__(self, size: int = 7, max_steps: int = 40):

@@ -11,6 +11,7 @@ import warnings
 import gymnasium as gym
 import numpy as np
 
+from asyncrl.cfg.extras import require
 from asyncrl.envs.registry import EnvEntry, EnvError, register_ale_ids
 
 
@@ -344,8 +345,7 @@ def quiet_mujoco() -> None:
     """MuJoCo writes its warnings to MUJOCO_LOG.TXT in the working directory: send them to Python's warnings instead,
     less its deprecations of gymnasium's model files (mujoco 4's `settotalmass`: not the user's to act on, and
     gymnasium shows each once per process, so every rollout worker would print it)."""
-    if importlib.util.find_spec("mujoco") is None:
-        raise EnvError('MuJoCo envs need mujoco: pip install -e ".[mujoco]"')
+    require("mujoco", "MuJoCo envs")
     try:
         import mujoco
     except Exception as e:  # noqa: BLE001 - mujoco loads the OpenGL library MUJOCO_GL names as it is imported

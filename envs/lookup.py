@@ -25,6 +25,7 @@ from importlib.metadata import entry_points
 
 import gymnasium as gym
 
+from asyncrl.cfg.extras import require
 from asyncrl.envs.gym_adapter import adapt, gym_entry
 from asyncrl.envs.multi_agent import as_agents, is_agents, is_multi_agent_env, pettingzoo_defaults
 from asyncrl.envs.registry import FAMILIES, REGISTRY, EnvEntry, EnvError, register_ale_ids
@@ -54,6 +55,7 @@ def plugin_envs() -> dict[str, str]:
 
 def _remote_entry():
     """remote_entry(name, settings=None) of asyncrl.remote (see REMOTE_ENTRY)."""
+    require("remote", "remote envs (--env remote:HOST:PORT)")
     module, _, function = REMOTE_ENTRY.partition(":")
     return getattr(importlib.import_module(module), function)
 

@@ -37,6 +37,37 @@ from asyncrl.envs.gym_adapter import (
 from asyncrl.envs.registry import EnvError, env_frameskip
 
 
+class ParallelEnvBase:
+    """What PettingZoo's ParallelEnv gives an env of its parallel API besides the API itself (agent counts,
+    `unwrapped`, a `close` with nothing to release), for asyncrl's own multi-agent envs: they speak the API, and
+    pass PettingZoo's API test, without pettingzoo installed."""
+
+    metadata: dict = {}
+    agents: list
+    possible_agents: list
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def max_num_agents(self) -> int:
+        return len(self.possible_agents)
+
+    @property
+    def unwrapped(self):
+        return self
+
+    def close(self) -> None:
+        pass
+
+    def render(self):
+        raise NotImplementedError(f"{type(self).__name__} does not render")
+
+    def state(self):
+        raise NotImplementedError(f"{type(self).__name__} has no global state")
+
+
 class SingleAgent:
     """A gymnasium env as one agent."""
 
@@ -179,12 +210,14 @@ class TurnBasedAgents(ParallelEnvAgents):
 
 
 def is_multi_agent_env(env) -> bool:
-    """A PettingZoo ParallelEnv or AECEnv (pettingzoo is imported only for an env that is not a gymnasium.Env)."""
-    if isinstance(env, gym.Env):
-        return False
-    from pettingzoo import AECEnv, ParallelEnv
+    """An env in one of PettingZoo's APIs, parallel or AEC: it lists its `possible_agents`. (Told by the API, not by
+    PettingZoo's classes: asyncrl's own multi-agent envs speak it without pettingzoo installed.)"""
+    return not isinstance(env, gym.Env) and hasattr(env, "possible_agents")
 
-    return isinstance(env, (ParallelEnv, AECEnv))
+
+def is_aec_env(env) -> bool:
+    """An env in PettingZoo's AEC API (its agents act one after another, `agent_iter`)."""
+    return hasattr(env, "agent_iter")
 
 
 def is_agents(env) -> bool:
@@ -198,12 +231,10 @@ def as_agents(name: str, env):
         return env
     if isinstance(env, gym.Env):
         return SingleAgent(env)
-    from pettingzoo import AECEnv
-
-    if isinstance(env, AECEnv):
+    if is_aec_env(env):
         if not env.metadata.get("is_parallelizable", False):  # its agents take turns
             return TurnBasedAgents(name, env)
-        from pettingzoo.utils.conversions import aec_to_parallel
+        from pettingzoo.utils.conversions import aec_to_parallel  # an AEC env is PettingZoo's: it is installed
 
         env = aec_to_parallel(env)
     return ParallelEnvAgents(name, env)

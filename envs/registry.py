@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import gymnasium as gym
 
+from asyncrl.cfg.extras import require
+
 # a rollout worker sets this environment variable to its index (among every rank's workers under torchrun) before it
 # makes its envs, for an env that wants to know which worker it runs in (e.g. to give workers different levels or
 # costs; see synthetic.py's worker_cost)
@@ -69,10 +71,9 @@ def register_env_family(
 
 def register_ale_ids() -> None:
     """Gymnasium ids of ale-py's games (ALE/Pong-v5, ...), which gymnasium 1.x knows only once ale-py registers them."""
-    try:
-        import ale_py
-    except ImportError:
-        raise EnvError('ALE/ ids need ale-py: pip install -e ".[atari]"') from None
+    require("atari", "ALE/ ids")
+    import ale_py  # the atari extra's, checked above
+
     gym.register_envs(ale_py)
 
 

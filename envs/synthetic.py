@@ -8,7 +8,7 @@ simulator would (a busy loop, not a sleep).
 - synthetic_constant: every step costs `step_us` microseconds.
 - synthetic_heterogeneous: each env has its own mean cost (log-normal across envs around `step_us`)
   and each step a heavy-tailed multiple of it (Pareto), so some envs and some steps are stragglers.
-- synthetic_multi: a PettingZoo ParallelEnv of `num_agents` such agents, each with its own target; agent i's
+- synthetic_multi: an env in PettingZoo's parallel API of `num_agents` such agents, each with its own target; agent i's
   episode ends (terminated) after agent_episode_lens[i] steps if given, the others' at the time limit
   `episode_len` (truncated), so agents can leave an episode before the rest.
 `worker_cost` (a list) multiplies the cost in rollout worker i's envs by worker_cost[i] (i counts every rank's workers
@@ -25,9 +25,9 @@ import time
 
 import gymnasium as gym
 import numpy as np
-from pettingzoo import ParallelEnv
 
 from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS, PackImages, sync_vector
+from asyncrl.envs.multi_agent import ParallelEnvBase
 from asyncrl.envs.registry import WORKER_INDEX_VAR, EnvError, register_env
 
 
@@ -165,7 +165,7 @@ class ImageAndVectorEnv(gym.Env):
         return self._observe(), reward, False, truncated, info
 
 
-class SyntheticMultiAgentEnv(ParallelEnv):
+class SyntheticMultiAgentEnv(ParallelEnvBase):
     """`num_agents` synthetic agents in one env (PettingZoo's parallel API); the other options are SyntheticEnv's."""
 
     metadata = {"name": "synthetic_multi", "render_modes": []}
@@ -192,6 +192,10 @@ class SyntheticMultiAgentEnv(ParallelEnv):
         self.agents, self.t = list(self.possible_agents), 0
         obs = {a: self.sims[a].reset(seed=None if seed is None else seed + i)[0] for i, a in enumerate(self.agents)}
         return obs, {a: {} for a in self.agents}
+
+    def close(self):
+        for sim in self.sims.values():
+            sim.close()
 
     def step(self, actions):
         self.t += 1

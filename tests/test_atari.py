@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from helpers import read_stats, run_cli, run_cli_error, serial_runner
 
+from asyncrl.cfg.extras import MissingExtra
 from asyncrl.envs import EnvError, env_entry, make_env
 from asyncrl.envs.atari import FRAMESKIP, MAX_FRAMES_PER_GAME, make_vector_game
 from asyncrl.roles.serial_runner import take_turn
@@ -195,7 +196,7 @@ def test_bad_atari_input_is_one_line_and_exit_2(argv, message):
 
 def test_the_envpool_engine_without_envpool_is_one_line_naming_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "envpool", None)  # an import of it raises ImportError, as when not installed
-    with pytest.raises(EnvError, match=r'^engine "envpool" needs EnvPool: pip install -e "\.\[envpool\]"$'):
+    with pytest.raises(MissingExtra, match=r'^engine "envpool" needs envpool, .*: pip install "asyncrl\[envpool\]"$'):
         make_env("atari_pong", engine="envpool")
 
 

@@ -96,5 +96,5 @@ def test_export_without_torchs_onnx_exporter_is_one_line_naming_the_pip_command(
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxscript" else find_spec(name))
-    with pytest.raises(ConfigError, match=r"^asyncrl export needs onnxscript: pip install onnx onnxscript onnxruntime"):
+    with pytest.raises(ConfigError, match=r'^asyncrl export needs onnxscript, .*: pip install "asyncrl\[onnx\]"$'):
         export(["--env", "CartPole-v1", "--experiment", "x"])

@@ -21,6 +21,7 @@ from asyncrl.cfg.config import (
     add_config_arguments,
     parse_bool,
 )
+from asyncrl.cfg.extras import require
 from asyncrl.commands.hub import add_hub_argument, run_from_hub
 from asyncrl.commands.saved_run import checkpoint_to_load, config_of_run
 from asyncrl.core.checkpoint import (
@@ -70,6 +71,8 @@ def parse_enjoy_args(argv: list[str]) -> tuple[dict, Config]:
     }
     if args["max_num_episodes"] <= 0:
         raise ConfigError(f"--max_num_episodes must be positive, got {args['max_num_episodes']}")
+    if args["save_video"]:
+        require("video", "--save_video")
     return args, config_of_run(run_from_hub(given, args["hf_repository"]))
 
 
@@ -101,7 +104,7 @@ def make_video_env(cfg: Config):
 
 
 def write_video(frames: list[np.ndarray], path: str, fps: float) -> None:
-    import imageio.v2 as imageio
+    import imageio.v2 as imageio  # the video extra's, checked with the flags
 
     if path.endswith(".gif"):
         imageio.mimsave(path, frames, duration=1000 / fps, loop=0)

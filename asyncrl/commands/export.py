@@ -18,10 +18,10 @@ Its metadata (model.metadata_props) names the env, the action space and the recu
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
-from asyncrl.cfg.config import ConfigError, OneLineErrorParser, add_config_arguments
+from asyncrl.cfg.config import OneLineErrorParser, add_config_arguments
+from asyncrl.cfg.extras import require
 from asyncrl.commands.saved_run import checkpoint_to_load, config_of_run
 from asyncrl.core.checkpoint import load_weights
 from asyncrl.envs import make_agents
@@ -49,12 +49,7 @@ def export(argv: list[str]) -> int:
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
     args = {k: given.pop(k) for k in ("format", "load_checkpoint_kind", "checkpoint", "policy_index", "out")}
-    missing = [name for name in ("onnx", "onnxscript") if importlib.util.find_spec(name) is None]
-    if missing:  # onnxscript is torch's exporter: without it torch.onnx.export fails deep inside torch
-        raise ConfigError(
-            f"asyncrl export needs {' and '.join(missing)}: pip install onnx onnxscript onnxruntime "
-            f'(or pip install -e ".[onnx]")'
-        )
+    require("onnx", "asyncrl export")  # onnxscript is torch's exporter: without it the export fails deep in torch
     cfg = config_of_run(given)
     path = checkpoint_to_load(args, cfg)
     env = make_agents(cfg.env, **cfg.env_kwargs())

@@ -18,6 +18,7 @@ import shutil
 import tempfile
 
 from asyncrl.cfg.config import Config, ConfigError, OneLineErrorParser, add_config_arguments
+from asyncrl.cfg.extras import require
 from asyncrl.commands.saved_run import config_of_run
 from asyncrl.core.checkpoint import best_checkpoint_path, checkpoint_dir, list_checkpoints
 
@@ -25,12 +26,9 @@ VIDEOS = ("replay.mp4", "replay.gif")
 
 
 def _hub():
-    try:
-        import huggingface_hub
-    except ImportError:
-        raise ConfigError(
-            'the Hugging Face Hub needs huggingface_hub: pip install huggingface_hub (or pip install -e ".[hub]")'
-        ) from None
+    require("hub", "the Hugging Face Hub")
+    import huggingface_hub  # the hub extra's, checked above
+
     return huggingface_hub
 
 

@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from asyncrl.cfg.config import Config, ConfigError, OneLineErrorParser, add_config_arguments
+from asyncrl.cfg.extras import require
 from asyncrl.commands.hub import add_hub_argument, run_from_hub
 from asyncrl.commands.saved_run import checkpoint_to_load, config_of_run
 from asyncrl.envs import make_agents
@@ -123,6 +124,7 @@ def match(argv: list[str]) -> int:
     args = {k: given.pop(k) for k in ("players", "episodes", "policy_index", "out", "hf_repository")}
     if args["episodes"] <= 0:
         raise ConfigError(f"--episodes must be positive, got {args['episodes']}")
+    require("multiagent", "asyncrl match's ratings")  # said before any game
     cfg = config_of_run(run_from_hub(given, args["hf_repository"]))
     env = make_agents(cfg.env, **cfg.env_kwargs())
     against_bots = args["players"][1] == "bots"
@@ -143,7 +145,9 @@ def match(argv: list[str]) -> int:
             results = play_match(env, players, args["episodes"], cfg.seed or 0)
     finally:
         env.close()
-    summary = summarize(args["players"], results)
+    from openskill.models import PlackettLuce  # the multiagent extra's, checked above
+
+    summary = summarize(PlackettLuce(), args["players"], results)
     print(summary["line"], flush=True)
     if args["out"]:
         with open(args["out"], "w") as f:
@@ -151,11 +155,8 @@ def match(argv: list[str]) -> int:
     return 0
 
 
-def summarize(names: list[str], results: list[float]) -> dict:
-    """Counts, win rate, and openskill ratings of the two players after rating these games in order."""
-    from openskill.models import PlackettLuce
-
-    model = PlackettLuce()
+def summarize(model, names: list[str], results: list[float]) -> dict:
+    """Counts, win rate, and the two players' ratings by `model` (openskill's) after rating these games in order."""
     ratings = [model.rating(), model.rating()]
     for r in results:
         [[ratings[0]], [ratings[1]]] = model.rate([[ratings[0]], [ratings[1]]], scores=[r, 1 - r])

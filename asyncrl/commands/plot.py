@@ -11,6 +11,7 @@ import json
 import os
 
 from asyncrl.cfg.config import ConfigError, OneLineErrorParser
+from asyncrl.cfg.extras import require
 
 
 def read_run(run_dir: str) -> list[dict]:
@@ -62,7 +63,7 @@ def curves(run_dirs: list[str]) -> dict[str, list[dict]]:
 
 
 def plot_runs(labelled: dict[str, list[dict]], path: str, title: str = "") -> str:
-    import matplotlib
+    import matplotlib  # the plot extra's: imported only to draw
 
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
@@ -101,6 +102,7 @@ def cmd_plot(argv: list[str]) -> int:
     )
     parser.add_argument("--title", default="", help="Title above the panels.")
     args = parser.parse_args(argv)
+    require("plot", "asyncrl plot")
     out = args.out or (
         os.path.join(args.run_dirs[0], "learning_curves.png") if len(args.run_dirs) == 1 else "learning_curves.png"
     )

@@ -14,16 +14,23 @@ from __future__ import annotations
 import json
 import os
 
-from openskill.models import PlackettLuce
-
 from asyncrl.cfg.config import Config
+from asyncrl.cfg.extras import require
 from asyncrl.core.buffers import SharedBuffers, frozen_player
+
+
+def openskill_models():
+    """openskill.models (the multiagent extra's; MissingExtra if it is not installed)."""
+    require("multiagent", "rating the players of multi-agent episodes")
+    import openskill.models  # an extra's: imported once it is known to be there
+
+    return openskill.models
 
 
 class Ratings:
     def __init__(self, cfg: Config, buffers: SharedBuffers):
         self.cfg, self.buffers = cfg, buffers
-        self.model = PlackettLuce()
+        self.model = openskill_models().PlackettLuce()
         num_players = cfg.num_policies * (1 + cfg.frozen_pool_size)
         self.players = [self.model.rating() for _ in range(num_players)]  # by player
         self.names = [f"policy_{p}" for p in range(cfg.num_policies)] + [""] * (num_players - cfg.num_policies)

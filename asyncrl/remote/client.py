@@ -29,6 +29,7 @@ import gymnasium as gym
 import numpy as np
 
 from asyncrl.cfg.config import ConfigError, schema_defaults
+from asyncrl.cfg.extras import require
 from asyncrl.envs import EnvError, EnvUnavailable
 from asyncrl.envs.gym_adapter import ObservationWithActionMask, PackedObservation
 from asyncrl.remote.wire import decode, decode_values, encode, encode_values, pb, pb_grpc
@@ -482,7 +483,8 @@ class RemoteEnv(gym.Env):
 
 def remote_parallel_env(address: str, settings: RemoteSettings | None = None, **settings_kwargs):
     """A remote env as a PettingZoo ParallelEnv (dicts keyed by agent id) of this client's agents."""
-    from pettingzoo import ParallelEnv
+    require("multiagent", "remote_parallel_env")
+    from pettingzoo import ParallelEnv  # the multiagent extra's, checked above
 
     class RemoteParallelEnv(ParallelEnv):
         metadata = {"name": f"remote {address}"}

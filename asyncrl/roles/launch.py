@@ -23,11 +23,12 @@ from asyncrl.distributed.rank import Rank, this_rank
 from asyncrl.envs import make_agents, portable_entry
 from asyncrl.envs.multi_agent import SingleAgent, is_agents
 from asyncrl.model.actor_critic import build_model
+from asyncrl.population.ratings import openskill_models
 from asyncrl.roles.env_backends import BACKENDS
 from asyncrl.roles.parallel_runner import ParallelRunner
 from asyncrl.roles.runner import EnvInfo
 from asyncrl.roles.serial_runner import SerialRunner
-from asyncrl.roles.wandb_run import WandbRun
+from asyncrl.roles.wandb_run import WandbRun, require_wandb
 
 QUEUES_SHM_BYTES = 64 * 2**20  # faster-fifo queues and headroom
 
@@ -233,12 +234,16 @@ def train(settled: Settled) -> int:
     CheckpointError before any process starts."""
     cfg = settled.config
     cfg.validate()
+    if cfg.with_wandb:
+        require_wandb()
     rank = this_rank()
     run = settled.then("rank", rank_settings(cfg, rank))
     device = resolve_device(cfg, rank)
     env = probe_env(cfg)
     run = run.then("auto", auto_settings(run.config, device, env, rank.world_size))
     run_cfg = run.config
+    if run_cfg.agents_per_env > 1:  # the runner rates the players of multi-agent episodes
+        openskill_models()
     model, layout = model_and_layout(run_cfg, env)
     check_shared_memory(layout)
     with experiment_dir_claimed(cfg) if rank.writes else contextlib.nullcontext():

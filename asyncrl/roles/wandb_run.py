@@ -13,13 +13,17 @@ import os
 import uuid
 
 from asyncrl.cfg.config import Config, ConfigError
+from asyncrl.cfg.extras import require
+
+
+def require_wandb() -> None:
+    require("wandb", "--with_wandb True")
 
 
 def _wandb():
-    try:
-        import wandb
-    except ImportError:
-        raise ConfigError('--with_wandb True needs wandb: pip install wandb (or pip install -e ".[wandb]")') from None
+    require_wandb()
+    import wandb  # the wandb extra's, checked above
+
     return wandb
 
 

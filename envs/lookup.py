@@ -14,7 +14,7 @@ Rollout workers step every env as a list of agents (`make_agents`, multi_agent.p
 take turns is a turn-based game, TurnBasedAgents).
 
 The runner resolves the env once and ships its entry to the worker processes (`portable_entry`), so an env
-registered in a user's script before `asyncrl.cli.main(...)` reaches spawned workers too.
+registered in a user's script before `asyncrl.train(...)` reaches spawned workers too.
 """
 
 from __future__ import annotations

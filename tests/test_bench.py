@@ -93,8 +93,8 @@ def test_compute_limit_of_a_synchronous_ppo_run(tmp_path):
     """The costs bench and tune time in this process take the run's own config: ppo's batch is every worker's
     rollout, so the workload keeps the run's workers (one worker's worth, enough for the inference batch, failed the
     batch check: `asyncrl bench --env mujoco_hopper` stopped after its raw mode)."""
-    from asyncrl.cli import config_from_args
     from asyncrl.commands.measure import compute_limit
+    from asyncrl.commands.train import config_from_args
 
     cfg = config_from_args(
         [
@@ -268,7 +268,8 @@ def test_train_and_bench_check_their_flags_before_importing_torch():
     import sys
 
     code = (
-        "import sys; from asyncrl.cli import config_from_args; from asyncrl.commands.bench import parse_bench_args; "
+        "import sys; from asyncrl.commands.train import config_from_args; "
+        "from asyncrl.commands.bench import parse_bench_args; "
         "config_from_args(['--env', 'CartPole-v1']).validate(); parse_bench_args(['--env', 'CartPole-v1']); "
         "print('torch' in sys.modules)"
     )
@@ -313,8 +314,8 @@ def test_the_measured_window_starts_after_the_warm_up_and_the_first_samples():
 
 
 def test_tune_says_which_candidates_it_could_not_measure_and_never_picks_them(monkeypatch):
-    from asyncrl.cli import config_from_args
     from asyncrl.commands import measure
+    from asyncrl.commands.train import config_from_args
     from asyncrl.commands.tune import TuneTimes, search, tuning_report
 
     cfg = config_from_args(["--env", "CartPole-v1", "--num_workers", "2", "--num_envs_per_worker", "8"])

@@ -373,7 +373,7 @@ def test_a_separate_critic_shares_no_weight_with_the_actor(critic_layers):
     the action means' only the actor's encoder and the action head; --critic_mlp_layers sizes the critic alone."""
     import gymnasium as gym
 
-    from asyncrl.cli import config_from_args
+    from asyncrl.commands.train import config_from_args
     from asyncrl.model.actor_critic import ActorCritic
 
     cfg = config_from_args(["--env", "Pendulum-v1", "--actor_critic_share_weights", "False", *critic_layers])
@@ -393,7 +393,7 @@ def test_a_separate_critic_shares_no_weight_with_the_actor(critic_layers):
 def test_a_gaussian_policy_starts_at_initial_stddev():
     import gymnasium as gym
 
-    from asyncrl.cli import config_from_args
+    from asyncrl.commands.train import config_from_args
     from asyncrl.model.actor_critic import ActorCritic
 
     for stddev in (1.0, 0.25):
@@ -408,7 +408,7 @@ def test_rpo_learns_from_the_gaussian_with_means_shifted_by_uniform_noise():
     each mean moved by noise from U(-a, a), fresh each call, the std kept; at 0 it is the acting distribution."""
     import gymnasium as gym
 
-    from asyncrl.cli import config_from_args
+    from asyncrl.commands.train import config_from_args
     from asyncrl.model.actor_critic import ActorCritic
 
     for alpha in (0.0, 0.5):
@@ -427,7 +427,7 @@ def test_rpo_learns_from_the_gaussian_with_means_shifted_by_uniform_noise():
 
 
 def test_a_list_flag_takes_json_or_words_as_sample_factory():
-    from asyncrl.cli import config_from_args
+    from asyncrl.commands.train import config_from_args
 
     def parsed(*flags):
         return config_from_args(["--env", "Pendulum-v1", *flags])
@@ -468,7 +468,7 @@ def test_learning_hyperparameters_out_of_range_are_refused_before_the_run(name, 
 
 
 def test_an_integer_flag_takes_step_counts_as_researchers_write_them():
-    from asyncrl.cli import config_from_args
+    from asyncrl.commands.train import config_from_args
 
     cfg = config_from_args(["--env", "CartPole-v1", "--train_for_env_steps", "1e6", "--seed", "1_000"])
     assert cfg.train_for_env_steps == 1_000_000 and isinstance(cfg.train_for_env_steps, int) and cfg.seed == 1000
@@ -480,7 +480,7 @@ def test_an_integer_flag_takes_step_counts_as_researchers_write_them():
 def test_a_path_flag_expands_the_home_folder_the_shell_leaves_after_an_equals_sign(monkeypatch, tmp_path):
     """`--train_dir=~/runs` reaches the program as '~/runs' (the shell expands ~ only at a word's start): it made
     a folder named '~' in the working folder."""
-    from asyncrl.cli import config_from_args
+    from asyncrl.commands.train import config_from_args
 
     monkeypatch.setenv("HOME", str(tmp_path))
     cfg = config_from_args(["--env", "CartPole-v1", "--train_dir=~/runs", "--remote_tls_ca_cert=~/ca.pem"])

@@ -14,7 +14,7 @@ from helpers import read_stats, run_cli
 
 from asyncrl import envs
 from asyncrl.cfg.config import Config
-from asyncrl.cli import config_from_args
+from asyncrl.commands.train import config_from_args
 from asyncrl.envs import EnvError, make_env, registered_envs
 from asyncrl.envs.doom import SCENARIOS, DoomEnv, Scenario, frag_table, win_of
 

@@ -14,11 +14,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = ["cfg", "core", "envs", "model", "algo", "distributed", "population", "roles", "remote", "commands", "top"]
 # the only function-local imports of the package's own code, each with the reason it is not at the top
 LAZY = {
+    "asyncrl.api": "torch's import (seconds) comes with the first load, so that `import asyncrl` stays light",
     "asyncrl.cli": "a command's module, and torch (seconds), are imported only when that command runs",
     "asyncrl.commands.bench": "torch's import (seconds) comes after the flags are checked",
     "asyncrl.commands.enjoy": "torch's import (seconds) comes after the flags and the checkpoint's path are checked",
     "asyncrl.commands.export": "torch and onnx come after the flags and the checkpoint's path are checked",
     "asyncrl.commands.match": "torch's import (seconds) comes after the flags and the paths are checked",
+    "asyncrl.commands.train": "torch's import (seconds) comes after the flags are checked",
     "asyncrl.commands.tune": "torch's import (seconds) comes after the flags are checked",
 }
 

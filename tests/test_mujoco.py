@@ -8,7 +8,7 @@ import imageio
 import pytest
 from helpers import read_stats, run_cli, run_cli_error
 
-from asyncrl.cli import config_from_args
+from asyncrl.commands.train import config_from_args
 from asyncrl.envs.gym_adapter import CONTINUOUS_DEFAULTS
 
 

@@ -33,7 +33,7 @@ def test_parallel_env_agents_in_order_and_an_agent_that_left_stays_out():
 
 def test_pettingzoo_envs_with_vector_observations_get_a_vector_envs_defaults_and_flags_win():
     from asyncrl.cfg.config import Config
-    from asyncrl.cli import config_from_args
+    from asyncrl.commands.train import config_from_args
     from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS
 
     cfg = config_from_args(["--env", "pettingzoo.classic.tictactoe_v3:env", "--num_epochs", "2"])

@@ -293,7 +293,7 @@ def test_doom_basic_runs_headless(tmp_path, clean_machine):
         (["--env", "CartPole-v1", "--use_rnn", "True", "--shuffle_samples", "True"], "needs --use_rnn False"),
         (["--env", "Pendulum-v1", "--initial_stddev", "0"], "--initial_stddev must be positive"),
         (["--env", "CartPole-v1", "--encoder", "conv"], "--encoder conv needs image observations"),
-        (["--env", "synthetic_image_and_vector", "--encoder", "mlp"], "--encoder mlp takes vector observations"),
+        (["--env", "synthetic_image_and_vector", "--encoder", "mlp"], "--encoder mlp takes one observation"),
         (
             ["--env", "synthetic_constant", "--env_options", '{"obs_shape": [3, 16, 16]}'],
             "images of 16x16 are smaller than the conv encoder takes (36x36 at least)",

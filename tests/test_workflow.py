@@ -361,7 +361,7 @@ def test_tune_returns_valid_flags_that_train_uses(tmp_path, clean_machine):
 def test_tune_keeps_a_ppo_batch_that_follows_the_workers_and_envs():
     """--algo ppo's batch is every agent's rollout: tune's candidates change envs and workers and the batch follows
     (a candidate with the old batch failed the run's check and stopped the search), and the batch is no knob."""
-    from asyncrl.cli import config_from_args
+    from asyncrl.commands.train import config_from_args
     from asyncrl.commands.tune import candidate, flags_of, knobs, neighbours
 
     cfg = config_from_args(["--env", "Pendulum-v1", "--num_workers", "2", "--num_envs_per_worker", "4"])

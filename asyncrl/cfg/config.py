@@ -291,7 +291,16 @@ class Config:
     )
 
     # --- model
-    encoder: str = _f("auto", "auto (conv for images, mlp for vectors), conv or mlp.", choices=["auto", "conv", "mlp"])
+    encoder: str = _f(
+        "auto",
+        "auto (conv for images, mlp for vectors), conv, mlp, or the name of an encoder registered with "
+        "asyncrl.register_encoder.",
+    )
+    encoder_source: str | None = _f(
+        None,
+        "Where a registered --encoder is defined: a module's name, or a script's path; importing it registers the "
+        "encoder. A run records it by itself, for enjoy, export and asyncrl.load.",
+    )
     encoder_conv_architecture: str = _f(
         "convnet_simple",
         "The conv encoder: convnet_simple (three convs, the last "

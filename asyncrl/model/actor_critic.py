@@ -17,6 +17,7 @@ from torch.nn import functional as F
 
 from asyncrl.cfg.config import Config, ConfigError
 from asyncrl.envs.gym_adapter import ObservationWithActionMask, PackedObservation, categorical_sizes
+from asyncrl.model.custom_encoders import BUILT_IN, EncoderEntry, encoder_entry
 from asyncrl.model.distributions import MultiCategorical, gaussian_sample, gumbel_max_sample, legal_logits, most_likely
 from asyncrl.model.encoders import (
     ACTIVATIONS,
@@ -45,7 +46,9 @@ class ActorCritic(nn.Module):
             obs_space.mask_size if isinstance(obs_space, (ObservationWithActionMask, PackedObservation)) else 0
         )
         self._check_encoder(obs_space, cfg)
-        use_conv = self.packed is not None or cfg.encoder == "conv" or (cfg.encoder == "auto" and self.is_image)
+        # a user's encoder (custom_encoders.py) takes images whole and vectors flattened, as the built-in ones do
+        custom = None if cfg.encoder in BUILT_IN else encoder_entry(cfg.encoder, cfg.encoder_source)
+        use_conv = self.packed is not None or cfg.encoder == "conv" or (cfg.encoder != "mlp" and self.is_image)
         normalize_input = not self.is_image if cfg.normalize_input is None else cfg.normalize_input
         # a packed observation's normalizer sees its vector, after its images' pixels if --normalize_input is True
         # (plain image observations are normalized only when asked too)
@@ -65,6 +68,8 @@ class ActorCritic(nn.Module):
         activation = ACTIVATIONS.get(cfg.nonlinearity)  # None: auto
 
         def make_encoder(mlp_layers):
+            if custom is not None:
+                return custom_encoder(custom, obs_space, cfg)
             if self.packed is not None:
                 encoder = ImagesAndVectorEncoder(
                     self.packed,
@@ -101,9 +106,9 @@ class ActorCritic(nn.Module):
 
     def _check_encoder(self, obs_space: gym.spaces.Box, cfg: Config) -> None:
         """ConfigError for an --encoder the observations cannot take, or a --critic_mlp_layers with no MLP to size."""
-        if self.packed is not None and cfg.encoder == "mlp":
+        if self.packed is not None and cfg.encoder not in ("auto", "conv"):
             raise ConfigError(
-                f"--encoder mlp takes vector observations, and {cfg.env!r} gives images beside a vector "
+                f"--encoder {cfg.encoder} takes one observation, and {cfg.env!r} gives images beside a vector "
                 f"(a conv encoder for each image); use --encoder auto"
             )
         if cfg.encoder == "conv" and not self.is_image and self.packed is None:
@@ -346,6 +351,17 @@ class ActorCritic(nn.Module):
                 outputs.append(out)
             x = torch.stack(outputs)
         return self.heads(x, self.action_mask(obs))
+
+
+def custom_encoder(entry: EncoderEntry, obs_space: gym.spaces.Box, cfg: Config) -> tuple[nn.Module, int]:
+    """A registered encoder's (module, features), checked to be what the model needs."""
+    made = entry.factory(obs_space, cfg)
+    if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module) and made[1] > 0):
+        raise ConfigError(
+            f"--encoder {cfg.encoder}: its factory ({entry.source}) must return (torch module, number of features), "
+            f"got {type(made).__name__}"
+        )
+    return made
 
 
 def build_model(obs_space, action_space, cfg: Config) -> ActorCritic:

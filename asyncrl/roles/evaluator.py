@@ -26,17 +26,9 @@ from asyncrl.core.queues import Empty, Queues
 from asyncrl.envs import make_agents
 from asyncrl.envs.multi_agent import acting, env_actions
 from asyncrl.model.actor_critic import ActorCritic, build_model
+from asyncrl.model.policy import model_actions
 
 EVAL_SEED_BASE = 1_000_000  # fixed: the same episodes for every evaluation, of every run
-
-
-@torch.no_grad()
-def model_actions(model: ActorCritic, obs: np.ndarray, rnn_state: torch.Tensor, deterministic: bool):
-    """The model's actions for a batch of observations (argmax/mean if deterministic, else sampled) as an array, and
-    its next recurrent state."""
-    params, _, rnn_state = model.forward_step(torch.as_tensor(obs), rnn_state)
-    actions = model.greedy_actions(params) if deterministic else model.sample_actions(params)[0]
-    return actions.numpy(), rnn_state
 
 
 @torch.no_grad()

@@ -16,6 +16,7 @@ from asyncrl.cfg.config import CheckpointError, ConfigError
 from asyncrl.cfg.extras import require
 from asyncrl.commands.train import cmd_train, wants_help
 from asyncrl.core.fork_server import start_fork_server, stop_fork_server
+from asyncrl.core.log import setup_logging
 from asyncrl.envs import ENTRY_POINT_GROUP, EnvError, env_families, plugin_envs, registered_envs
 
 USER_ERRORS = (ConfigError, EnvError, CheckpointError)
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"asyncrl: error: expected a command ({names}), got {argv[0] if argv else 'nothing'}", file=sys.stderr)
         return 2
+    setup_logging()  # the engine's lines of any command (bench's runs, say); a run sets its own --log_level
     try:
         return COMMANDS[argv[0]](argv[1:])
     except USER_ERRORS as e:

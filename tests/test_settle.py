@@ -52,8 +52,8 @@ def test_a_later_stage_is_the_origin_only_of_what_it_changes():
     run = settled.then("rank", {}).then("auto", {"num_workers": 3, "agents_per_env": 1})
     assert run.origins["num_workers"] == "flags" and run.origins["agents_per_env"] == "auto"
     assert run.lines() == [
-        "asyncrl: flags: env=CartPole-v1, num_workers=3",
-        "asyncrl: auto: agents_per_env=1",
+        "flags: env=CartPole-v1, num_workers=3",
+        "auto: agents_per_env=1",
     ]
     assert Settled.of(run.config, "test").changes() == {
         "test": ["env=CartPole-v1", "num_workers=3", "agents_per_env=1"]

@@ -15,6 +15,9 @@ from asyncrl.core.checkpoint import checkpoint_dir, list_checkpoints, load_check
 def test_multiprocess_cartpole_learns(cartpole_run):
     train_dir, stdout = cartpole_run
     exp = train_dir / "cp"
+    # the engine's lines are log records, in the terminal and with their time in the run's log.txt
+    assert "asyncrl: flags: env=CartPole-v1" in stdout
+    assert re.search(r"^\S+ \S+ INFO asyncrl: flags: env=CartPole-v1", (exp / "log.txt").read_text(), re.M)
     rows = read_stats(exp)
     assert rows[-1]["env_steps"] >= 40_000
     assert rows[-1]["episode_reward_mean"] > 100, f"no learning progress: {rows[-1]}"  # random play scores ~22
@@ -355,3 +358,21 @@ def test_envs_lists_registered_envs():
     builtin = {name for name in registered_envs() if name.startswith(("doom_", "synthetic_"))}
     assert len(builtin) == 17 and builtin <= listed
     assert {"atari_<game>", "mujoco_<task>"} <= listed  # each family in one line, named as its members are
+
+
+@pytest.mark.slow
+def test_log_level_chooses_the_lines_and_every_process_writes_the_log_file(tmp_path):
+    def run(level: str):
+        r = run_cli(
+            *("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", level),
+            *("--train_for_env_steps", 2_000, "--num_workers", 1, "--log_level", level),
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout, (tmp_path / level / "log.txt").read_text()
+
+    stdout, log = run("debug")
+    for title in ("asyncrl-learner-0", "asyncrl-policy-0", "asyncrl-rollout-0"):
+        assert f"{title}: started" in stdout and re.search(f"DEBUG {title}: stopped \\(exit code 0\\)", log), log
+    assert "INFO asyncrl: flags:" in log
+    stdout, log = run("warning")
+    assert "flags:" not in stdout and "started" not in stdout and "flags:" not in log

@@ -386,6 +386,12 @@ class Config:
         5, "Seconds between progress lines, TensorBoard points and stats.jsonl rows."
     )
     stats_avg: int = _f(100, "Episodes in the moving average of reported episode stats.")
+    log_level: str = _f(
+        "info",
+        "The engine's log lines shown and written: debug, info, warning or error (the progress line is always shown).",
+        choices=["debug", "info", "warning", "error"],
+    )
+    log_to_file: bool = _f(True, "Also write the engine's log lines, with their time, to <experiment>/log.txt.")
     with_wandb: bool = _f(
         False,
         "Also log the run to Weights & Biases (wandb): the TensorBoard scalars, the config "

@@ -51,8 +51,8 @@ class Settled:
         return by_stage
 
     def lines(self) -> list[str]:
-        """The run's first lines: one per stage that left a setting off its default."""
-        return [f"asyncrl: {stage}: {', '.join(items)}" for stage, items in self.changes().items()]
+        """The run's first log lines: one per stage that left a setting off its default."""
+        return [f"{stage}: {', '.join(items)}" for stage, items in self.changes().items()]
 
     def to_json(self) -> dict:
         """config.json: the config's fields, and where the ones off their defaults came from."""

@@ -7,10 +7,10 @@ import ctypes
 import os
 import signal
 import sys
-import traceback
 from typing import NoReturn
 
 from asyncrl.core.fork_server import mp_context, release_fork_server
+from asyncrl.core.log import log
 from asyncrl.core.messages import Fatal
 from asyncrl.core.reaper import start_reaper
 
@@ -152,6 +152,7 @@ def child_main(
 
     torch.set_num_threads(torch_threads)
     setup()
+    log.debug(f"started (pid {os.getpid()}, cores {cores or 'any'}, {torch_threads} torch threads)")
 
     component, exit_code = None, 0
     try:
@@ -168,12 +169,12 @@ def child_main(
     except RunStopped:  # the component told the runner why (stop_run); no traceback
         exit_code = RUN_STOPPED_EXIT_CODE
     except Exception:
-        sys.stderr.write(f"{title} failed:\n{traceback.format_exc()}")
-        sys.stderr.flush()
+        log.error("failed:", exc_info=True)
         exit_code = 1
     finally:
         if component is not None and hasattr(component, "close"):
             component.close()
+    log.debug(f"stopped (exit code {exit_code})")
     if exit_code:
         os._exit(exit_code)  # skip interpreter teardown: queues and tensors are the runner's to release
 

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from asyncrl.algo.optimizer import learner_state_floats, pack_state, unpack_state
+from asyncrl.core.log import log
 from asyncrl.core.weights import flat_state, unflatten
 from asyncrl.distributed.rank import Rank
 
@@ -165,10 +166,9 @@ class ProcessGroup(SingleProcess):
     def report_stop(self, title: str, train_step: int, env_steps: int, model) -> None:
         """A line per rank with a hash of its weights, which is the same on every rank."""
         digest = hashlib.sha256(flat_state(model).numpy().tobytes()).hexdigest()[:16]
-        print(
-            f"{title} (rank {self.rank.rank} of {self.rank.world_size}): train step {train_step}, env steps "
-            f"{env_steps:,} (all ranks), weights {digest}",
-            flush=True,
+        log.info(
+            f"(rank {self.rank.rank} of {self.rank.world_size}): train step {train_step}, env steps "
+            f"{env_steps:,} (all ranks), weights {digest}"
         )
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ import os
 from asyncrl.cfg.config import Config
 from asyncrl.cfg.extras import require
 from asyncrl.core.buffers import SharedBuffers, frozen_player
+from asyncrl.core.log import log
 
 
 def openskill_models():
@@ -51,7 +52,7 @@ class Ratings:
         except FileNotFoundError:
             return {}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            print(f"asyncrl: {self.path} is unreadable ({type(e).__name__}): ratings start afresh", flush=True)
+            log.warning(f"{self.path} is unreadable ({type(e).__name__}): ratings start afresh")
             return {}
         for p in range(self.cfg.num_policies):
             self.players[p] = players.pop(self.names[p], self.players[p])

@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from asyncrl.cfg.config import Config
+from asyncrl.core.log import log
 from asyncrl.core.processes import stop_run
 from asyncrl.envs import EnvEntry, EnvError, EnvUnavailable, env_entry
 from asyncrl.envs.multi_agent import env_actions
@@ -59,7 +60,7 @@ class RemoteBackend(PerEnvBackend):
         if not self.cfg.remote_reconnect:
             stop_run(self.reports, f"{error}; the run stops (--remote_reconnect True waits for the server instead)")
         if not self.unavailable:
-            print(f"asyncrl-rollout-{self.worker_idx}: {error}; waiting for it (--remote_reconnect)", flush=True)
+            log.warning(f"{error}; waiting for it (--remote_reconnect)")
         self.unavailable.add(env_idx)
         return None
 
@@ -79,7 +80,7 @@ class RemoteBackend(PerEnvBackend):
             self.unavailable.discard(env_idx)
             back.append((env_idx % k, obs))
         if back:
-            print(f"asyncrl-rollout-{self.worker_idx}: envs back; {len(self.unavailable)} still waiting", flush=True)
+            log.info(f"envs back; {len(self.unavailable)} still waiting")
         return back
 
 

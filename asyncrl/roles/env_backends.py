@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
-import traceback
 from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
 
 from asyncrl.cfg.config import Config
+from asyncrl.core.log import log
 from asyncrl.distributed.rank import this_rank
 from asyncrl.envs import WORKER_INDEX_VAR, EnvError, EnvUnavailable, env_entry, make_agents
 from asyncrl.envs.multi_agent import env_actions
@@ -179,11 +178,10 @@ class PerEnvBackend(EnvBackend):
         self.consecutive_errors[env_idx] += 1
         if env_idx not in self.logged_errors and not isinstance(error, EnvUnavailable):  # that one: one line
             self.logged_errors.add(env_idx)
-            print(
-                f"asyncrl-rollout-{self.worker_idx}: env {env_idx} raised; its unfinished trajectory is discarded "
-                f"(further errors of this env are only counted):\n{''.join(traceback.format_exception(error))}",
-                file=sys.stderr,
-                flush=True,
+            log.warning(
+                f"env {env_idx} raised; its unfinished trajectory is discarded (further errors of this env are only "
+                f"counted):",
+                exc_info=error,
             )
         return self._restart_env(env_idx)
 
@@ -350,12 +348,10 @@ class VectorBackend(EnvBackend):
         if env_in_group == 0:
             self.env_errors += 1
             if self.env_errors == 1:
-                print(
-                    f"asyncrl-rollout-{self.worker_idx}: the vector env of group {group} raised; it is made anew and "
-                    f"its unfinished trajectories are discarded (further errors are only counted):\n"
-                    f"{''.join(traceback.format_exception(error))}",
-                    file=sys.stderr,
-                    flush=True,
+                log.warning(
+                    f"the vector env of group {group} raised; it is made anew and its unfinished trajectories are "
+                    f"discarded (further errors are only counted):",
+                    exc_info=error,
                 )
             try:
                 self.vectors[group].close()

@@ -18,6 +18,7 @@ from asyncrl.cfg.config import Config, ConfigError
 from asyncrl.cfg.settle import Settled
 from asyncrl.core.buffers import buffer_layout, layout_nbytes, num_agents
 from asyncrl.core.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint
+from asyncrl.core.log import log, run_log_file, setup_logging
 from asyncrl.core.weights import num_state_floats
 from asyncrl.distributed.rank import Rank, this_rank
 from asyncrl.envs import make_agents, portable_entry
@@ -184,10 +185,9 @@ def check_checkpoints(cfg: Config, model: torch.nn.Module) -> None:
                 if saved["env_steps"] >= cfg.train_for_env_steps
                 else ""
             )
-            print(
-                f"asyncrl: resuming policy {policy_id} at {saved['env_steps']:,} env steps from {paths[-1]}{done} "
-                f"(--restart_behavior restart starts over)",
-                flush=True,
+            log.info(
+                f"resuming policy {policy_id} at {saved['env_steps']:,} env steps from {paths[-1]}{done} "
+                f"(--restart_behavior restart starts over)"
             )
 
 
@@ -234,6 +234,7 @@ def train(settled: Settled) -> int:
     CheckpointError before any process starts."""
     cfg = settled.config
     cfg.validate()
+    setup_logging(cfg.log_level)
     if cfg.with_wandb:
         require_wandb()
     rank = this_rank()
@@ -250,8 +251,10 @@ def train(settled: Settled) -> int:
         wandb = None
         if rank.writes:
             prepare_experiment_dir(cfg, model)
+            setup_logging(cfg.log_level, run_log_file(cfg, rank.writes))
             wandb = WandbRun(run_cfg, cfg.num_policies) if cfg.with_wandb else None  # may refuse the run
             save_config(settled)
-            print("\n".join(run.lines()), flush=True)
+            for line in run.lines():
+                log.info(line)
         runner = SerialRunner if cfg.serial_mode else ParallelRunner
         return runner(run_cfg, env, device, layout, rank, wandb).run()

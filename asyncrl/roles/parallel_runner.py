@@ -9,6 +9,7 @@ import time
 from functools import partial
 
 from asyncrl.core.buffers import num_slots
+from asyncrl.core.log import log, run_log_file, setup_logging
 from asyncrl.core.processes import RUN_STOPPED_EXIT_CODE, StopFlag, plan_cores, start_child
 from asyncrl.core.queues import Queues
 from asyncrl.envs import adopt_entry
@@ -23,9 +24,12 @@ WORKER_TITLES = ("asyncrl-rollout-", "asyncrl-policy-")
 RESTART_WINDOW_S = 300.0
 
 
-def evaluator_setup(env_name: str, env_entry: bytes) -> None:
-    """The evaluator's process: the lowest priority (it never takes a core from training), then the run's env."""
-    os.nice(19)
+def child_setup(log_level: str, log_file: str | None, env_name: str, env_entry: bytes, lowest_priority: bool) -> None:
+    """A child's first steps: the run's logging and env; the evaluator also takes the lowest CPU priority (it never
+    takes a core from training)."""
+    if lowest_priority:
+        os.nice(19)
+    setup_logging(log_level, log_file)
     adopt_entry(env_name, env_entry)
 
 
@@ -53,7 +57,8 @@ class ParallelRunner(Runner):
             cores = plan.get(title)
             # a learner with cores of its own uses them all; everyone else keeps --torch_threads
             threads = len(cores) if cores and "learner" in title and cpu_learning else self.cfg.torch_threads
-            setup = partial(evaluator_setup if title == EVALUATOR_TITLE else adopt_entry, *self.env.portable)
+            logging = self.cfg.log_level, run_log_file(self.cfg, self.rank.writes)
+            setup = partial(child_setup, *logging, *self.env.portable, title == EVALUATOR_TITLE)
             self.processes[title] = start_child(title, factory, self.stop_flag, threads, cores, setup)
 
     def _stop_with_the_other_ranks(self) -> None:
@@ -75,10 +80,9 @@ class ParallelRunner(Runner):
         for w, beat in enumerate(self.buffers.worker_heartbeat.tolist()):
             process = self.processes.get(rollout_title(w))
             if process is not None and process.exitcode is None and 0 < beat < now - self.cfg.env_step_timeout:
-                print(
-                    f"asyncrl: {rollout_title(w)} was stuck for {now - beat:.0f} s (--env_step_timeout "
-                    f"{self.cfg.env_step_timeout:g}): an env hangs; killing the worker",
-                    flush=True,
+                log.warning(
+                    f"{rollout_title(w)} was stuck for {now - beat:.0f} s (--env_step_timeout "
+                    f"{self.cfg.env_step_timeout:g}): an env hangs; killing the worker"
                 )
                 process.kill()
                 process.join(timeout=5.0)
@@ -113,10 +117,9 @@ class ParallelRunner(Runner):
                 f"{RESTART_WINDOW_S:.0f} s, more than --max_worker_restarts "
                 f"{self.cfg.max_worker_restarts}"
             )
-        print(
-            f"asyncrl: {title} died (exit code {exitcode}); restarting the workers, "
-            f"the learners resume from the checkpoint they save now",
-            flush=True,
+        log.warning(
+            f"{title} died (exit code {exitcode}); restarting the workers, "
+            f"the learners resume from the checkpoint they save now"
         )
         self.stats.worker_restarts += 1
         self._stop_children(worker_grace_s=WORKER_RESTART_GRACE_S)
@@ -141,6 +144,6 @@ class ParallelRunner(Runner):
             grace = worker_grace_s if title.startswith(WORKER_TITLES) else SHUTDOWN_TIMEOUT_S
             process.join(timeout=max(0.0, start + grace - time.monotonic()))
             if process.is_alive():
-                print(f"asyncrl: {title} did not stop within {grace:g} s; killing it", flush=True)
+                log.warning(f"{title} did not stop within {grace:g} s; killing it")
                 process.kill()
                 process.join(timeout=1.0)

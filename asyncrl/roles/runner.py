@@ -15,6 +15,7 @@ import torch
 
 from asyncrl.cfg.config import Config
 from asyncrl.core.buffers import SharedBuffers, num_slots
+from asyncrl.core.log import log
 from asyncrl.core.messages import Episodes, Fatal, LearnerStopped, Matches, Snapshot, StateExported, StateImported
 from asyncrl.core.processes import RunStopped, StopFlag
 from asyncrl.core.queues import GuardedCalls, GuardedQueue, Queues
@@ -173,10 +174,10 @@ class Runner:
             self._stop_with_the_other_ranks()
         except KeyboardInterrupt:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a supervisor's SIGTERM after Ctrl-C must not cut the save
-            print("asyncrl: stopping, saving a checkpoint (Ctrl-C again to force)", flush=True)
+            log.info("stopping, saving a checkpoint (Ctrl-C again to force)")
             self._stop_with_the_other_ranks()
         except (ChildFailed, RunStopped) as e:  # RunStopped: from a component in this process (serial mode)
-            print(f"asyncrl: error: {e}", flush=True)
+            log.error(f"error: {e}")
             status = 1
         finally:
             signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C kills at once; children die with us

@@ -1,3 +1,4 @@
 from asyncrl.cli import run
 
-run()
+if __name__ == "__main__":
+    run()

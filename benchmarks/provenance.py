@@ -5,10 +5,11 @@
 
 Results written by `_run.write_result` carry their provenance: the command, commit, date, CPU model, cores, torch
 version and device where they were measured. Results written before that carried at most the command and a machine
-line that did not name the CPU. `backfill` rebuilds what can be known of theirs and marks it "reconstructed":
-the command from the result's own record (its "command", or its "args" turned back into flags) or else from
-COMMANDS below, the commit that added the result to the repository (measured on that tree) and its date, the cores and
-device from its machine line; the CPU model and torch version were not recorded and are said so.
+line that did not name the CPU. `backfill` rebuilds what can be known of theirs and marks it "reconstructed": the
+command from the result's own record (its "command", or its "args" turned back into flags, or its page's "Command:"
+line) or else from COMMANDS below, the commit that added the result to the repository (measured on that tree) and
+its date, the cores and device from its machine line; the CPU model and torch version were not recorded and are said
+so. (It ran once, when provenance began to be recorded: the commit that last changed a file is the backfill's since.)
 """
 
 from __future__ import annotations
@@ -23,19 +24,8 @@ import subprocess
 
 from _run import REPO, RESULTS
 
-# the commands of results that recorded neither a command nor their arguments (each script's usage line, with the
-# arguments its commit message gives)
-COMMANDS = {
-    "asyncrl_bench": "python benchmarks/bench_suite.py --seconds 30 --warmup_seconds 10",
-    "atari_speed_breakout": "python benchmarks/atari_speed.py --game breakout --seconds 20 --rounds 3",
-    "cartpole_solve_time": "python benchmarks/cartpole_solve_time.py --runs 3 --seconds 90",
-    "cleanrl_published_atari_curves": "python benchmarks/studies/digitize_curve.py",
-    "doom_basic_learning": "python benchmarks/vizdoom_learning_curve.py --env doom_basic",
-    "doom_defend_the_center_learning": "python benchmarks/vizdoom_learning_curve.py --env doom_defend_the_center",
-    "doom_health_gathering_learning": "python benchmarks/vizdoom_learning_curve.py --env doom_health_gathering",
-    "doom_env_speed": "python benchmarks/doom_env_speed.py --seconds 5 --rounds 3",
-    "soak": "python benchmarks/soak.py --minutes 30 --warmup_minutes 5",
-}
+# the commands of results that recorded none (neither in the result nor on its page)
+COMMANDS = {"cleanrl_published_atari_curves": "python benchmarks/studies/digitize_curve.py"}
 # the script that writes results named NAME or NAME_<suffix>, for results that recorded their arguments only
 SCRIPTS = {"atari_learning": "atari_learning.py", "sample_factory_compare": "sample_factory_compare.py"}
 MACHINE = re.compile(r"(\d+) cores \(([^)]*)\), [\d.]+ GiB, (.+)$")
@@ -51,7 +41,19 @@ def flags(args: dict) -> list[str]:
     return out
 
 
-def recorded_command(name: str, result: dict) -> str:
+def page_command(path: str) -> str | None:
+    """The command a result's page names on its "Command: `...`" line, if it has one."""
+    page = path[: -len(".json")] + ".md"
+    if os.path.exists(page):
+        with open(page) as f:
+            for line in f:
+                found = re.match(r"Command: `(python [^`]+)`", line)
+                if found:
+                    return found.group(1).strip()
+    return None
+
+
+def recorded_command(name: str, path: str, result: dict) -> str:
     commands = result.get("command") or result.get("commands")
     if isinstance(commands, str):
         return commands
@@ -60,7 +62,7 @@ def recorded_command(name: str, result: dict) -> str:
     if "args" in result:
         script = next(s for prefix, s in SCRIPTS.items() if name.startswith(prefix))
         return shlex.join(["python", f"benchmarks/{script}", *flags(result["args"])])
-    return COMMANDS[name]
+    return page_command(path) or COMMANDS[name]
 
 
 def added_in(path: str) -> tuple[str, str]:
@@ -89,7 +91,7 @@ def reconstructed(name: str, path: str, result: dict) -> dict:
     commit, date = added_in(path)
     machine = MACHINE.match(machine_line(path, result))
     return {
-        "command": recorded_command(name, result),
+        "command": recorded_command(name, path, result),
         "commit": commit,
         "date": date,
         "cpu": f"not recorded ({machine.group(2)})" if machine else "not recorded",

@@ -127,14 +127,14 @@ def test_the_import_graph_has_no_cycle():
 
 
 def test_architecture_names_every_module():
-    with open(os.path.join(ROOT, "ARCHITECTURE.md")) as f:
+    with open(os.path.join(ROOT, "docs", "architecture.md")) as f:
         text = f.read()
     unnamed = [
         m
         for m, path in MODULES.items()
         if not path.endswith("__init__.py") and f"`{os.path.basename(path)}`" not in text
     ]
-    assert not unnamed, f"ARCHITECTURE.md does not name {unnamed}"
+    assert not unnamed, f"docs/architecture.md does not name {unnamed}"
 
 
 def test_nothing_binds_modules_by_hand():

@@ -179,8 +179,8 @@ def test_wandb_offline_run_has_the_scalars_the_config_and_the_video(cartpole_run
 
 
 @pytest.mark.slow
-def test_export_then_the_readme_snippet_acts_without_asyncrl(cartpole_run, tmp_path):
-    """`asyncrl export` on the best checkpoint, then README's snippet in a plain Python process: it acts with
+def test_export_then_the_docs_snippet_acts_without_asyncrl(cartpole_run, tmp_path):
+    """`asyncrl export` on the best checkpoint, then the docs' snippet in a plain Python process: it acts with
     onnxruntime, never imports asyncrl, and plays the trained policy's game (a random one scores ~20)."""
     train_dir, _ = cartpole_run
     r = run_cli(
@@ -195,9 +195,9 @@ def test_export_then_the_readme_snippet_acts_without_asyncrl(cartpole_run, tmp_p
         tmp_path / "cp.onnx",
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    readme = open(os.path.join(REPO, "README.md")).read()
-    snippet = next(block for block in re.findall(r"```python\n(.*?)```", readme, re.S) if "onnxruntime" in block)
-    snippet = snippet.replace("train_dir/cartpole/policy_p0.onnx", str(tmp_path / "cp.onnx"))
+    page = open(os.path.join(REPO, "docs", "guides", "share.md")).read()
+    snippet = next(block for block in re.findall(r"```python\n(.*?)```", page, re.S) if "onnxruntime" in block)
+    snippet = snippet.replace("train_dir/cartpole_onnx/policy_p0.onnx", str(tmp_path / "cp.onnx"))
     snippet += "import sys\nprint('asyncrl imported:', any(m.startswith('asyncrl') for m in sys.modules))\n"
     r = run_python("-c", snippet, cwd=tmp_path, timeout=60)
     assert r.returncode == 0, r.stderr

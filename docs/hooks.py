@@ -1,0 +1,137 @@
+"""mkdocs hook: the pages' generated parts, made from the code and the result files at every build.
+
+A page asks for one with a line `<!-- generated: NAME ARG -->`, replaced by GENERATORS[NAME](ARG):
+- config_reference: every flag of asyncrl train (cfg/config.py), by section, with its default and help line;
+- env_defaults ENV: the flags an env family sets off the engine's defaults (its entry's default_config);
+- benchmarks: every result in benchmarks/results, with its command, commit, date and machine;
+- api PATH: an object's signature and docstring;
+- result_table NAME: the table of benchmarks/results/NAME.md, with the line that says how it was made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+import os
+import re
+
+from asyncrl.cfg.config import Config, default_value
+from asyncrl.envs import env_entry
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MARKER = re.compile(r"^<!-- generated: (\w+)(?: (\S+))? -->$", re.M)
+
+
+def cell(value) -> str:
+    text = json.dumps(value) if isinstance(value, (list, dict, bool)) or value is None else str(value)
+    return "`" + text.replace("|", "\\|") + "`"
+
+
+def sections() -> dict[str, str]:
+    """Field name -> the `# --- section` of cfg/config.py it sits under."""
+    found, section = {}, ""
+    for line in inspect.getsource(Config).splitlines():
+        heading = re.match(r"\s+# --- (.*)", line)
+        if heading:
+            section = heading.group(1)
+        field = re.match(r"    (\w+): ", line)
+        if field:
+            found[field.group(1)] = section
+    return found
+
+
+# an env of each family whose defaults the reference shows beside the engine's
+FAMILIES = {
+    "VizDoom": "doom_basic",
+    "Atari": "atari_breakout",
+    "MuJoCo": "mujoco_hopper",
+    "gymnasium vector": "CartPole-v1",
+}
+
+
+def config_reference(_: str | None) -> str:
+    by_section: dict[str, list[str]] = {}
+    where = sections()
+    overrides = {family: env_entry(env).default_config for family, env in FAMILIES.items()}
+    for f in dataclasses.fields(Config):
+        help_text = f.metadata["help"].replace("|", "\\|")
+        families = "; ".join(f"{family}: {cell(o[f.name])}" for family, o in overrides.items() if f.name in o)
+        row = f"| `--{f.name}` | {cell(default_value(f))} | {families} | {help_text} |"
+        by_section.setdefault(where.get(f.name, "other"), []).append(row)
+    out = []
+    for section, rows in by_section.items():
+        out += [f"## {section[0].upper()}{section[1:]}", ""]
+        out += ["| flag | default | env families' own | what it does |", "| --- | --- | --- | --- |", *rows, ""]
+    return "\n".join(out)
+
+
+def env_defaults(env: str) -> str:
+    defaults = {f.name: default_value(f) for f in dataclasses.fields(Config)}
+    family = env_entry(env).default_config
+    rows = [f"| `--{k}` | {cell(v)} | {cell(defaults[k])} |" for k, v in family.items() if k in defaults]
+    if not rows:
+        return f"`{env}` takes the engine's defaults."
+    return "\n".join([f"| flag | `{env}` | engine default |", "| --- | --- | --- |", *rows])
+
+
+def benchmarks(_: str | None) -> str:
+    results = os.path.join(ROOT, "benchmarks", "results")
+    rows = ["| result | command | commit, date | machine |", "| --- | --- | --- | --- |"]
+    for name in sorted(f[: -len(".json")] for f in os.listdir(results) if f.endswith(".json")):
+        with open(os.path.join(results, name + ".json")) as f:
+            made = json.load(f)["provenance"]
+        cores = "cores not recorded" if made["cores"] is None else f"{made['cores']} cores"
+        command = made["command"].replace("|", "\\|")
+        rows.append(
+            f"| {name} | `{command}` | {made['commit']}, {made['date'][:10]} | {cores}, {made['cpu']}, "
+            f"{made['device']} |"
+        )
+    return "\n".join(rows)
+
+
+def result_table(name: str) -> str:
+    """The first table of a result's page (benchmarks/results/NAME.md), and the line that says how it was made."""
+    with open(os.path.join(ROOT, "benchmarks", "results", name + ".md")) as f:
+        lines = f.read().rstrip().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return "\n".join([*lines[start:end], "", lines[-1]])
+
+
+def api(path: str) -> str:
+    """An object's signature and docstring (a class's public methods too), imported as the user imports it. (The
+    docstrings are read from the installed package: asyncrl.envs is the repository's envs/ folder, which a static
+    reader of the source tree would not find.)"""
+    module, _, name = path.rpartition(".")
+    obj = getattr(importlib.import_module(module), name)
+    kind = "class" if inspect.isclass(obj) else "def"
+    out = [f"### `{path}`", "", "```python", f"{kind} {name}{signature(obj)}", "```", "", inspect.getdoc(obj) or "", ""]
+    if inspect.isclass(obj):
+        for member, value in vars(obj).items():
+            if not member.startswith("_") and (inspect.isfunction(value) or isinstance(value, property)):
+                doc = inspect.getdoc(value) or ""
+                head = member if isinstance(value, property) else f"{member}{signature(value)}"
+                out += [f"#### `{head}`", "", doc, ""]
+    return "\n".join(out)
+
+
+def signature(obj) -> str:
+    try:
+        return str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+GENERATORS = {
+    "api": api,
+    "config_reference": config_reference,
+    "env_defaults": env_defaults,
+    "benchmarks": benchmarks,
+    "result_table": result_table,
+}
+
+
+def on_page_markdown(markdown: str, **_) -> str:
+    return MARKER.sub(lambda m: GENERATORS[m.group(1)](m.group(2)), markdown)

@@ -1,0 +1,140 @@
+"""The docs' commands and code blocks run as written, and the site builds with --strict.
+
+Every fenced bash or python block of docs/ and README.md runs, page by page in a folder of its own, in the page's
+order (a page's enjoy plays what its train trained), unless the line before it says `<!-- not run: REASON -->`.
+Runs are shortened: a training command to at most CAPS' env steps and seconds, a benchmark to a few seconds, a match
+or an enjoy to a few episodes; a python block's `asyncrl.train` gets the same caps through its keyword arguments.
+"""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGES = sorted(
+    [os.path.join(d, f) for d, _, files in os.walk(os.path.join(ROOT, "docs")) for f in files if f.endswith(".md")]
+    + [os.path.join(ROOT, "README.md")]
+)
+BLOCK = re.compile(
+    r"(?:<!-- not run: (?P<reason>[^>]*) -->\n\s*)?^(?P<indent> *)```(?P<lang>\w+)\n(?P<code>.*?)^ *```$", re.M | re.S
+)
+# flag -> the largest value a docs command runs with here
+CAPS = {
+    "--train_for_env_steps": 5_000,
+    "--train_for_seconds": 10,
+    "--seconds": 4,
+    "--warmup_seconds": 3,
+    "--episodes": 6,
+    "--max_num_episodes": 1,
+    "--cost_seconds": 0.5,
+}
+PROGRAMS = ("asyncrl", "torchrun", "python")
+
+
+def blocks(page: str) -> list[tuple[str, str, str | None]]:
+    """(language, code, reason it is not run or None) of each fenced block of a page."""
+    with open(page) as f:
+        text = f.read()
+    found = []
+    for m in BLOCK.finditer(text):
+        code = "\n".join(line[len(m["indent"]) :] for line in m["code"].splitlines())
+        found.append((m["lang"], code, m["reason"]))
+    return found
+
+
+def commands(code: str) -> list[list[str]]:
+    """A bash block's commands, continuation lines joined and comments dropped."""
+    out = []
+    for line in code.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if words:
+            out.append(words)
+    return out
+
+
+def capped(words: list[str]) -> list[str]:
+    words = list(words)
+    for i, word in enumerate(words[:-1]):
+        if word in CAPS:
+            words[i + 1] = str(min(float(words[i + 1]), CAPS[word])).removesuffix(".0")
+    if "train" in words and "--help" not in words:
+        words += [
+            f
+            for flag in ("--train_for_env_steps", "--train_for_seconds")
+            if flag not in words
+            for f in (flag, str(CAPS[flag]))
+        ]
+    return words
+
+
+def run(argv: list[str], cwd) -> subprocess.CompletedProcess:
+    if argv[0] == "asyncrl":
+        argv = [sys.executable, "-m", "asyncrl", *argv[1:]]
+    elif argv[0] == "torchrun":
+        argv = [sys.executable, "-m", "torch.distributed.run", *argv[1:]]
+    elif argv[0] == "python":
+        argv = [sys.executable, *argv[1:]]
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=240)
+
+
+PYTHON_CAPS = (
+    "import asyncrl.api\n"
+    "_train = asyncrl.api.train\n"
+    "def _capped(env=None, **flags):\n"
+    "    flags['train_for_env_steps'] = min(flags.get('train_for_env_steps', 10**10), 5_000)\n"
+    "    flags['train_for_seconds'] = min(flags.get('train_for_seconds', 10**10), 10)\n"
+    "    return _train(env, **flags)\n"
+    "asyncrl.train = asyncrl.api.train = _capped\n"
+)
+
+
+def test_no_page_names_an_issue():
+    for page in PAGES:
+        with open(page) as f:
+            assert not re.search(r"\bissue \d+", f.read(), re.I), f"{page} names an issue: say what, not which issue"
+
+
+def test_every_block_is_run_or_says_why_not():
+    for page in PAGES:
+        for lang, code, reason in blocks(page):
+            where = f"{os.path.relpath(page, ROOT)}: {code.splitlines()[0] if code else ''}"
+            assert reason is None or reason.strip(), f"{where}: a block not run must say why"
+            if reason is None and lang == "bash":
+                for words in commands(code):
+                    assert words[0] in PROGRAMS, f"{where}: {words[0]} is not run here; mark the block not run"
+            if reason is None:
+                assert lang in ("bash", "python"), f"{where}: a {lang} block cannot be run; mark it not run"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", [p for p in PAGES if any(r is None for _, _, r in blocks(p))], ids=os.path.basename)
+def test_the_pages_blocks_run(page, tmp_path, clean_machine):
+    for i, (lang, code, reason) in enumerate(blocks(page)):
+        if reason is not None:
+            continue
+        if lang == "python":
+            script = tmp_path / f"block_{i}.py"
+            script.write_text(PYTHON_CAPS + code)
+            results = [run(["python", str(script)], tmp_path)]
+        else:
+            results = [run(capped(words), tmp_path) for words in commands(code)]
+        for r in results:
+            assert r.returncode == 0, f"{page} block {i}: {r.args}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+
+
+@pytest.mark.slow
+def test_the_site_builds_strict(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        timeout=240,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "reference" / "config" / "index.html").exists()

@@ -40,14 +40,19 @@ class TrainResult:
     stats: dict[int, dict]  # each policy's last stats row (env_steps, episode_reward_mean, fps, ...)
 
 
-def flags_to_argv(flags: dict) -> list[str]:
-    """Keyword arguments as `asyncrl train`'s flags (None leaves a flag at its default). ConfigError for a name that
-    is not a flag."""
+def check_flags(flags: dict, command: str) -> None:
+    """ConfigError for a keyword argument that is no flag of `asyncrl COMMAND`, with the nearest one."""
     unknown = sorted(set(flags) - FLAGS)
     if unknown:
         near = difflib.get_close_matches(unknown[0], FLAGS, n=1)
-        hint = f" (did you mean {near[0]}?)" if near else " (`asyncrl train --help` lists them)"
+        hint = f" (did you mean {near[0]}?)" if near else f" (`asyncrl {command} --help` lists them)"
         raise ConfigError(f"unknown flag(s) {', '.join(unknown)}{hint}")
+
+
+def flags_to_argv(flags: dict) -> list[str]:
+    """Keyword arguments as `asyncrl train`'s flags (None leaves a flag at its default). ConfigError for a name that
+    is not a flag."""
+    check_flags(flags, "train")
     argv = []
     for name, value in flags.items():
         if value is None:
@@ -101,9 +106,7 @@ def load(
     in one, or a Hugging Face Hub repository USER/NAME (downloaded into train_dir/NAME, as `asyncrl enjoy
     --hf_repository` does). checkpoint: "latest", or "best" (the best evaluation's weights). `flags` override the
     run's config (e.g. env_frameskip)."""
-    unknown = sorted(set(flags) - FLAGS)
-    if unknown:
-        raise ConfigError(f"unknown flag(s) {', '.join(unknown)} (`asyncrl enjoy --help` lists them)")
+    check_flags(flags, "enjoy")
     if checkpoint not in ("latest", "best"):
         raise ConfigError(f'checkpoint must be "latest" or "best", got {checkpoint!r}')
     path = os.path.expanduser(str(path_or_repository))

@@ -161,14 +161,20 @@ def peer_venv(path: str, peer: str, imports: str, packages: list[str]) -> str:
     return python
 
 
+def provenance_line(made: dict) -> str:
+    """The line a result's page ends with: its provenance, said to be reconstructed where provenance.py rebuilt it."""
+    how = " (reconstructed from the repository's history)" if made.get("reconstructed") else ""
+    return (
+        f"Made by `{made['command']}` at commit {made['commit']} on {made['date']}: {made['cpu']}, "
+        f"{made['cores']} cores, torch {made['torch']}, {made['device']}{how}."
+    )
+
+
 def write_result(name: str, result: dict, markdown: str, folder: str = RESULTS) -> None:
     """The result as NAME.json and NAME.md, each with its provenance (the JSON's "provenance", the page's last
     line)."""
     made = provenance()
-    markdown = markdown.rstrip("\n") + (
-        f"\n\nMade by `{made['command']}` at commit {made['commit']} on {made['date']}: {made['cpu']}, "
-        f"{made['cores']} cores, torch {made['torch']}, {made['device']}.\n"
-    )
+    markdown = markdown.rstrip("\n") + f"\n\n{provenance_line(made)}\n"
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, f"{name}.json"), "w") as f:
         json.dump({**result, "provenance": made}, f, indent=2)

@@ -22,7 +22,7 @@ import re
 import shlex
 import subprocess
 
-from _run import REPO, RESULTS
+from _run import REPO, RESULTS, provenance_line
 
 # the commands of results that recorded none (neither in the result nor on its page)
 COMMANDS = {"cleanrl_published_atari_curves": "python benchmarks/studies/digitize_curve.py"}
@@ -102,15 +102,6 @@ def reconstructed(name: str, path: str, result: dict) -> dict:
     }
 
 
-def provenance_line(made: dict) -> str:
-    """The line a result's page ends with (as _run.write_result writes it)."""
-    how = " (reconstructed from the repository's history)" if made.get("reconstructed") else ""
-    return (
-        f"Made by `{made['command']}` at commit {made['commit']} on {made['date']}: {made['cpu']}, "
-        f"{made['cores']} cores, torch {made['torch']}, {made['device']}{how}."
-    )
-
-
 def backfill() -> None:
     for path in sorted(glob.glob(os.path.join(RESULTS, "*.json"))):
         with open(path) as f:
@@ -160,17 +151,22 @@ def index() -> str:
         "",
         "This page is written by `python benchmarks/provenance.py index`.",
         "",
-        "| result | what | command | commit, date | machine |",
-        "| --- | --- | --- | --- | --- |",
+        *table(link_to="results/"),
     ]
+    return "\n".join(lines) + "\n"
+
+
+def table(link_to: str | None) -> list[str]:
+    """Every result with its command, commit, date and machine, as a markdown table (this index's, and the docs'
+    benchmarks page's); with `link_to`, each name links to its page in that folder."""
+    lines = ["| result | what | command | commit, date | machine |", "| --- | --- | --- | --- | --- |"]
     for name, page, title, made in results():
         cores = "cores not recorded" if made["cores"] is None else f"{made['cores']} cores"
         machine = f"{cores}, {made['cpu']}, {made['device']}"
         command = made["command"].replace("|", "\\|")
-        lines.append(
-            f"| [{name}](results/{page}) | {title} | `{command}` | {made['commit']}, {made['date'][:10]} | {machine} |"
-        )
-    return "\n".join(lines) + "\n"
+        shown = name if link_to is None else f"[{name}]({link_to}{page})"
+        lines.append(f"| {shown} | {title} | `{command}` | {made['commit']}, {made['date'][:10]} | {machine} |")
+    return lines
 
 
 def main():

@@ -15,24 +15,13 @@ import sys
 import tempfile
 import time
 
-import psutil
 from _run import REPO, machine, write_result
+
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from helpers import engine_processes  # noqa: E402  (what a run left running, counted as the suite's tests count it)
 
 SHM = "/dev/shm"
 GONE_WITHIN_S = 30.0
-
-
-def engine_processes() -> list[psutil.Process]:
-    """This machine's live processes of a run: asyncrl's (named by setproctitle) and VizDoom's engines (one that
-    exited and waits to be reaped holds nothing), as tests/helpers.py counts them."""
-    found = []
-    for p in psutil.process_iter(["name", "cmdline", "status"]):
-        if p.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        title = " ".join(p.info["cmdline"] or [])
-        if title.startswith("asyncrl-") or p.info["name"] == "vizdoom":
-            found.append(p)
-    return found
 
 
 def one_run(index: int, killed: bool, seconds: float, train_dir: str) -> dict:

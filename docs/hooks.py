@@ -16,11 +16,15 @@ import inspect
 import json
 import os
 import re
+import sys
 
-from asyncrl.cfg.config import Config, default_value
+from asyncrl.cfg.config import Config, default_value, schema_defaults
 from asyncrl.envs import env_entry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))  # the benchmarks' scripts, a folder rather than a package
+import provenance  # noqa: E402  (the results' index, which the benchmarks page shows too)
+
 MARKER = re.compile(r"^<!-- generated: (\w+)(?: (\S+))? -->$", re.M)
 
 
@@ -68,7 +72,7 @@ def config_reference(_: str | None) -> str:
 
 
 def env_defaults(env: str) -> str:
-    defaults = {f.name: default_value(f) for f in dataclasses.fields(Config)}
+    defaults = schema_defaults()
     family = env_entry(env).default_config
     rows = [f"| `--{k}` | {cell(v)} | {cell(defaults[k])} |" for k, v in family.items() if k in defaults]
     if not rows:
@@ -77,18 +81,7 @@ def env_defaults(env: str) -> str:
 
 
 def benchmarks(_: str | None) -> str:
-    results = os.path.join(ROOT, "benchmarks", "results")
-    rows = ["| result | command | commit, date | machine |", "| --- | --- | --- | --- |"]
-    for name in sorted(f[: -len(".json")] for f in os.listdir(results) if f.endswith(".json")):
-        with open(os.path.join(results, name + ".json")) as f:
-            made = json.load(f)["provenance"]
-        cores = "cores not recorded" if made["cores"] is None else f"{made['cores']} cores"
-        command = made["command"].replace("|", "\\|")
-        rows.append(
-            f"| {name} | `{command}` | {made['commit']}, {made['date'][:10]} | {cores}, {made['cpu']}, "
-            f"{made['device']} |"
-        )
-    return "\n".join(rows)
+    return "\n".join(provenance.table(link_to=None))  # benchmarks/README.md's table, names unlinked
 
 
 def result_table(name: str) -> str:

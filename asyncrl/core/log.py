@@ -15,7 +15,6 @@ from asyncrl.cfg.config import Config
 
 log = logging.getLogger("asyncrl")
 LOG_FILE = "log.txt"  # in the experiment folder
-LEVELS = ("debug", "info", "warning", "error")  # --log_level
 
 
 class _ProcessPrefix(logging.Formatter):

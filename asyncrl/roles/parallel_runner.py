@@ -53,11 +53,11 @@ class ParallelRunner(Runner):
                 self.rank.my_cores(sorted(os.sched_getaffinity(0))),
                 cpu_learning and not self.cfg.synchronous,
             )
+        logging = self.cfg.log_level, run_log_file(self.cfg, self.rank.writes)
         for title, factory in factories:
             cores = plan.get(title)
             # a learner with cores of its own uses them all; everyone else keeps --torch_threads
             threads = len(cores) if cores and "learner" in title and cpu_learning else self.cfg.torch_threads
-            logging = self.cfg.log_level, run_log_file(self.cfg, self.rank.writes)
             setup = partial(child_setup, *logging, *self.env.portable, title == EVALUATOR_TITLE)
             self.processes[title] = start_child(title, factory, self.stop_flag, threads, cores, setup)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from datetime import timedelta
 
 from asyncrl.distributed.collective import tcp_store
 from asyncrl.distributed.rank import Rank, this_rank
@@ -125,6 +126,28 @@ class EpisodeRelay:
             return self._receive() if self.rank.writes else self._send()
         except (RuntimeError, ValueError):  # the store's errors (DistStoreError is a RuntimeError)
             self.working, self.outbox = False, []
+            return []
+
+    def finish(self) -> list:
+        """At a normal stop, once this rank's last episodes are in: a rank after rank 0 sends them and says it is
+        done; rank 0 waits (at most TIMEOUT_S) until every rank has said so and returns what they sent since its last
+        exchange, so that its last stats row counts every rank's episodes however the ranks' summaries fell."""
+        if not self.working:
+            return []
+        try:
+            self.store = self.store or tcp_store(self.TIMEOUT_S)
+            if not self.rank.writes:
+                self._send()
+                self.store.set(f"asyncrl/episodes/{self.rank.rank}/finished", "1")
+                return []
+            finished = [f"asyncrl/episodes/{rank}/finished" for rank in range(1, self.rank.world_size)]
+            try:
+                self.store.wait(finished, timedelta(seconds=self.TIMEOUT_S))
+            except RuntimeError:  # a rank that did not say so in time: what it did send still counts
+                pass
+            return self._receive()
+        except (RuntimeError, ValueError):  # the store's errors (DistStoreError is a RuntimeError)
+            self.working = False
             return []
 
     def _send(self) -> list:

@@ -172,10 +172,12 @@ class Runner:
                         self.stats.add_episodes(Episodes(self.relay.exchange()))
                     self.stats.summarize(self._seconds_left(), self._fraction_done())
             self._stop_with_the_other_ranks()
+            self._last_episodes_of_every_rank()
         except KeyboardInterrupt:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a supervisor's SIGTERM after Ctrl-C must not cut the save
             log.info("stopping, saving a checkpoint (Ctrl-C again to force)")
             self._stop_with_the_other_ranks()
+            self._last_episodes_of_every_rank()
         except (ChildFailed, RunStopped) as e:  # RunStopped: from a component in this process (serial mode)
             log.error(f"error: {e}")
             status = 1
@@ -190,6 +192,14 @@ class Runner:
             if self.ratings is not None:
                 self.ratings.save()
         return status
+
+    def _last_episodes_of_every_rank(self) -> None:
+        """Under torchrun, once the ranks agreed to stop: every rank's episodes so far reach rank 0's last stats row,
+        however the ranks' summaries fell. Before the children stop: rank 0's learner holds the process group's store,
+        which the relay goes through."""
+        if self.relay is not None:
+            self._drain_reports(timeout=0.0)
+            self.stats.add_episodes(Episodes(self.relay.finish()))
 
     def _request_evaluations(self) -> None:
         """Ask the evaluator for a policy's evaluation each time its env steps pass a multiple of

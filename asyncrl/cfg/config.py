@@ -408,7 +408,8 @@ class Config:
         0,
         "Every this many env steps (frames) of a policy, an evaluator process plays "
         "--eval_episodes with its newest weights on fixed seeds: eval/ curves in "
-        "TensorBoard, eval.jsonl, and best_checkpoint.pth by evaluation score. 0: off.",
+        "TensorBoard, eval.jsonl, and best_checkpoint.pth by evaluation score; a run that reaches its limit "
+        "evaluates its final weights too. 0: off.",
     )
     eval_episodes: int = _f(10, "Episodes per evaluation.")
     eval_deterministic: bool = _f(

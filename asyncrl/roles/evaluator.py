@@ -1,6 +1,7 @@
 """Evaluator: plays --eval_episodes with a policy's newest weights whenever the runner asks (every
 --eval_every_env_steps), on the same fixed seeds every time, so successive scores compare; reports them and keeps
 the best-scoring weights as best_checkpoint.pth. It runs at the lowest CPU priority, in the time training leaves.
+At a run's limit the runner asks for one more, of the final weights, which the evaluator plays as it stops.
 
 `play_episode` is also what `asyncrl enjoy` plays, and `ModelPlayer` a checkpoint's seat in `asyncrl match`.
 """
@@ -109,6 +110,10 @@ class Evaluator:
         for policy_id, env_steps in newest.items():
             self._evaluate(policy_id, env_steps)
         return True
+
+    def stop(self) -> None:
+        """A normal stop: the evaluation asked for last (at the run's limit: the final weights) is played."""
+        self.poll(timeout=0.0)
 
     def close(self) -> None:
         self.env.close()

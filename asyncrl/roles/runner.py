@@ -79,6 +79,7 @@ class Runner:
         self.learners_stopped = False  # under torchrun: the ranks' learners agreed to stop
         self.relay = EpisodeRelay(rank) if rank.distributed else None  # under torchrun: every rank's episodes
         self.next_evaluation: list[int | None] = [None] * cfg.num_policies  # env steps of each policy's next one
+        self.evaluated_at: list[int | None] = [None] * cfg.num_policies  # env steps of each policy's last one asked
         self.pbt = (
             PopulationBasedTraining(cfg, self.buffers, self.learner_commands, self.stats.policies)
             if cfg.with_pbt
@@ -171,6 +172,7 @@ class Runner:
                         # rank 0's stats count every rank's episodes (once the learners have joined: the store is up)
                         self.stats.add_episodes(Episodes(self.relay.exchange()))
                     self.stats.summarize(self._seconds_left(), self._fraction_done())
+            self._request_evaluations(final=True)
             self._stop_with_the_other_ranks()
             self._last_episodes_of_every_rank()
         except KeyboardInterrupt:
@@ -201,17 +203,22 @@ class Runner:
             self._drain_reports(timeout=0.0)
             self.stats.add_episodes(Episodes(self.relay.finish()))
 
-    def _request_evaluations(self) -> None:
+    def _request_evaluations(self, final: bool = False) -> None:
         """Ask the evaluator for a policy's evaluation each time its env steps pass a multiple of
-        --eval_every_env_steps (counted from where this launch started)."""
+        --eval_every_env_steps (counted from where this launch started), and (final) of its last weights once the run
+        reached its limit: the evaluator plays that one as it stops."""
         every = self.cfg.eval_every_env_steps
+        if not every or not self.rank.writes:  # under torchrun, rank 0 evaluates
+            return
         for p in self.stats.policies:
-            if every and p.launch_env_steps is not None:
+            if p.launch_env_steps is not None:
                 if self.next_evaluation[p.policy_id] is None:
                     self.next_evaluation[p.policy_id] = (p.launch_env_steps // every + 1) * every
-                if p.env_steps >= self.next_evaluation[p.policy_id]:
+                due = p.env_steps >= self.next_evaluation[p.policy_id]
+                if due or (final and self.evaluated_at[p.policy_id] != p.env_steps):
                     self.eval_requests.put((p.policy_id, p.env_steps))
                     self.next_evaluation[p.policy_id] = (p.env_steps // every + 1) * every
+                    self.evaluated_at[p.policy_id] = p.env_steps
 
     def _limit_reached(self) -> bool:
         if self.learners_stopped:  # under torchrun: another rank's limit or Ctrl-C stopped every rank

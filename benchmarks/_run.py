@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
 import datetime
 import json
 import os
 import platform
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -87,7 +89,33 @@ def train_and_watch(train_args: list[str], experiment_dir: str, timeout_s: float
     inode, offset = _file_id(stats_path)  # rows an earlier run left in the folder are not this run's
     launch = time.monotonic()
     torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)] if ranks > 1 else []
-    proc = subprocess.Popen([sys.executable, *torchrun, "-m", "asyncrl", "train", *train_args], cwd=REPO)
+    # a session of its own, so that the terminal's Ctrl-C reaches this script alone, which passes one on; and a
+    # SIGTERM (the run's own Ctrl-C) if this script dies
+    proc = subprocess.Popen(
+        [sys.executable, *torchrun, "-m", "asyncrl", "train", *train_args],
+        cwd=REPO,
+        start_new_session=True,
+        preexec_fn=_terminated_with_parent,
+    )
+    try:
+        rows = _watch(proc, stats_path, inode, offset, launch, timeout_s)
+    except KeyboardInterrupt:  # Ctrl-C: the run stops as a user's does, with its checkpoint and nothing left behind
+        proc.send_signal(signal.SIGINT)
+        proc.wait()
+        raise
+    if proc.returncode != 0:
+        raise RuntimeError(f"asyncrl train exited with {proc.returncode}")
+    return rows
+
+
+def _terminated_with_parent() -> None:
+    """In a launched run, before it starts: Linux sends it SIGTERM when this script's process dies."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _watch(proc, stats_path: str, inode, offset: int, launch: float, timeout_s: float) -> list[dict]:
+    """The stats rows of a launched run, each timestamped as it appears, until the run exits."""
     rows: list[dict] = []
     while True:
         done = proc.poll() is not None
@@ -108,8 +136,6 @@ def train_and_watch(train_args: list[str], experiment_dir: str, timeout_s: float
             proc.kill()
             raise RuntimeError(f"asyncrl train did not finish in {timeout_s} s")
         time.sleep(0.2)
-    if proc.returncode != 0:
-        raise RuntimeError(f"asyncrl train exited with {proc.returncode}")
     return rows
 
 

@@ -24,10 +24,10 @@ BLOCK = re.compile(
 )
 # flag -> the largest value a docs command runs with here
 CAPS = {
-    "--train_for_env_steps": 5_000,
+    "--train_for_env_steps": 2_000,
     "--train_for_seconds": 10,
-    "--seconds": 4,
-    "--warmup_seconds": 3,
+    "--seconds": 2,
+    "--warmup_seconds": 1,
     "--episodes": 6,
     "--max_num_episodes": 1,
     "--cost_seconds": 0.5,
@@ -85,7 +85,7 @@ PYTHON_CAPS = (
     "import asyncrl.api\n"
     "_train = asyncrl.api.train\n"
     "def _capped(env=None, **flags):\n"
-    "    flags['train_for_env_steps'] = min(flags.get('train_for_env_steps', 10**10), 5_000)\n"
+    "    flags['train_for_env_steps'] = min(flags.get('train_for_env_steps', 10**10), 2_000)\n"
     "    flags['train_for_seconds'] = min(flags.get('train_for_seconds', 10**10), 10)\n"
     "    return _train(env, **flags)\n"
     "asyncrl.train = asyncrl.api.train = _capped\n"

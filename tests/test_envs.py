@@ -277,9 +277,9 @@ def test_doom_duel_games_on_busy_cores_do_not_stall(clean_machine):
         "--worker_num_splits",
         1,
         "--seconds",
-        12,
+        6,
         "--warmup_seconds",
-        3,
+        2,
     )
     assert r.returncode == 0 and "asyncrl bench: raw" in r.stdout, (
         r.stdout[-2000:] + r.stderr[-8000:]

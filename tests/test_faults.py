@@ -218,8 +218,9 @@ def test_unwritable_train_dir_is_one_line_exit_2(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--train_dir" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("role", ["asyncrl-rollout-1", "asyncrl-policy-0"])
-def test_sigkilled_worker_is_replaced_and_the_run_finishes(tmp_path, clean_machine, role):
+def test_sigkilled_workers_are_replaced_and_the_run_finishes(tmp_path, clean_machine):
+    """A rollout worker, then (once its replacement trains) the policy worker, SIGKILLed in one run: each is
+    replaced, and the run reaches its limit."""
     import psutil
 
     proc = start_cli(
@@ -231,21 +232,31 @@ def test_sigkilled_worker_is_replaced_and_the_run_finishes(tmp_path, clean_machi
         "--experiment",
         "rk",
         "--train_for_env_steps",
-        40_000,
+        100_000,
         "--experiment_summaries_interval",
         1,
     )
-    wait_for_training(tmp_path / "rk", proc, min_train_step=5)
-    victims = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == role]
-    assert len(victims) == 1
-    victims[0].kill()
+
+    def processes(role: str) -> list:
+        return [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == role]
+
+    row = wait_for_training(tmp_path / "rk", proc, min_train_step=5)
+    for role in ("asyncrl-rollout-1", "asyncrl-policy-0"):
+        (victim,) = processes(role)
+        victim.kill()
+        deadline = time.monotonic() + 60
+        while not [p for p in processes(role) if p.pid != victim.pid]:  # its replacement
+            assert proc.poll() is None and time.monotonic() < deadline, f"{role} was not replaced"
+            time.sleep(0.1)
+        if role == "asyncrl-rollout-1":  # the replacement trains before the next victim goes
+            row = wait_for_training(tmp_path / "rk", proc, min_train_step=row["train_step"] + 3)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out[-3000:]
-    assert f"{role} died" in out
+    assert "asyncrl-rollout-1 died" in out and "asyncrl-policy-0 died" in out
     # the learner stops by itself; a worker blocked on a queue lock the dead one held is killed after 2 s, not 10
     assert "did not stop within 10 s" not in out, out[-3000:]
     rows = read_stats(tmp_path / "rk")
-    assert rows[-1]["env_steps"] >= 40_000 and rows[-1]["worker_restarts"] == 1
+    assert rows[-1]["env_steps"] >= 100_000 and rows[-1]["worker_restarts"] == 2
 
 
 def test_the_runner_gives_up_on_a_queue_a_dead_process_locked_only_once_a_child_exited():

@@ -171,7 +171,7 @@ def test_a_policy_of_images_beside_a_vector_and_a_mask_learns_in_real_processes(
         "--actor_critic_share_weights",
         "False",
         "--train_for_env_steps",
-        30_000,
+        25_000,
         "--train_dir",
         tmp_path,
         "--experiment",

@@ -352,7 +352,7 @@ def test_security_token_tls_and_bad_actions(tmp_path):
 
 @pytest.mark.slow
 def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
-    """10,000+ malformed, truncated, oversized, unauthenticated and ill-typed requests: each one gets an error
+    """5,000+ malformed, truncated, oversized, unauthenticated and ill-typed requests: each one gets an error
     status, a well-behaved client steps throughout, and the server's memory grows less than 10%."""
     server, address = start_server(
         "--env", MARKED, "--num_envs", "2", "--auth_token", "tok", "--max_message_mb", "0.05"
@@ -425,10 +425,10 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
         process = serving(server)
         assert None not in send_all([bad_message(i) for i in range(500)])  # warms up the server's allocations
         rss_before, steps_before = process.memory_info().rss, good_steps[0]
-        oversized = [("Reset", b"\x0a" + rng.bytes(60_000), auth)] * 200  # each takes gRPC ~0.2 s to refuse: fewer
-        codes = send_all([bad_message(i) for i in range(10_000)]) + send_all(oversized)
+        oversized = [("Reset", b"\x0a" + rng.bytes(60_000), auth)] * 100  # each takes gRPC ~0.2 s to refuse: fewer
+        codes = send_all([bad_message(i) for i in range(5_000)]) + send_all(oversized)
         assert None not in codes, f"message {codes.index(None)} was accepted"
-        bad_payloads = [payload for i in range(2_000) for m, payload, md in [bad_message(i)] if md == auth]
+        bad_payloads = [payload for i in range(1_000) for m, payload, md in [bad_message(i)] if md == auth]
         assert_streams_refuse(channel, bad_payloads)
     finally:  # the good client stops with the test, however it ends
         stop.set()

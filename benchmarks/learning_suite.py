@@ -323,7 +323,8 @@ def plot(out: dict, root: str, path: str) -> None:
             ax.axhline(out["tasks"][task]["normalizer"][1], color="gray", ls="--", lw=1)
         ax.set_title(task, fontsize=9)
         ax.set_xlabel("env steps")
-    axes[0][0].set_ylabel("episode return (blue: asyncrl, orange: CleanRL)")
+    axes[0][0].set_ylabel("episode return")
+    fig.suptitle("blue: asyncrl, a line per seed; orange: CleanRL run here; dashed: the normalizing score", fontsize=9)
     profile = axes[0][-1]
     if "iqm" in out:
         mine = scores_by_task(read_runs(root, name, "asyncrl"), out["iqm"]["tasks"])

@@ -122,12 +122,14 @@ def backfill() -> None:
 
 
 def results() -> list[tuple[str, str, str, dict]]:
-    """(name, its page (NAME.md, else NAME.json), the page's title, provenance) of every result, by name."""
+    """(name, its page (NAME.md, else NAME.json), the page's title, provenance) of every result, by name; a learning
+    suite's report is one (learning/SUITE), the run files it reads are not."""
     out = []
-    for path in sorted(glob.glob(os.path.join(RESULTS, "*.json"))):
+    paths = glob.glob(os.path.join(RESULTS, "*.json")) + glob.glob(os.path.join(RESULTS, "learning", "*.json"))
+    for path in sorted(paths):
         with open(path) as f:
             made = json.load(f)["provenance"]
-        name = os.path.basename(path)[: -len(".json")]
+        name = os.path.relpath(path, RESULTS)[: -len(".json")]
         page = os.path.join(RESULTS, name + ".md")
         title = name
         if os.path.exists(page):
@@ -135,7 +137,7 @@ def results() -> list[tuple[str, str, str, dict]]:
                 title = f.readline().lstrip("# ").strip()
         else:
             page = path
-        out.append((name, os.path.basename(page), title, made))
+        out.append((name, os.path.relpath(page, RESULTS), title, made))
     return out
 
 

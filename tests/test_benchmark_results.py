@@ -15,7 +15,7 @@ FIELDS = {"command", "commit", "date", "cpu", "cores", "torch", "device"}
 
 
 def test_every_result_records_its_command_and_provenance():
-    for path in glob.glob(os.path.join(RESULTS, "*.json")):
+    for path in glob.glob(os.path.join(RESULTS, "**", "*.json"), recursive=True):  # learning suites' runs too
         with open(path) as f:
             made = json.load(f).get("provenance", {})
         assert FIELDS <= made.keys(), f"{os.path.basename(path)} lacks {FIELDS - made.keys()}"
@@ -23,7 +23,8 @@ def test_every_result_records_its_command_and_provenance():
 
 
 def test_every_page_and_figure_belongs_to_a_result_a_script_wrote():
-    for path in glob.glob(os.path.join(RESULTS, "*")):
+    pages = glob.glob(os.path.join(RESULTS, "*.*")) + glob.glob(os.path.join(RESULTS, "learning", "*.*"))
+    for path in pages:
         assert os.path.exists(os.path.splitext(path)[0] + ".json"), f"{path} has no result beside it"
         if path.endswith(".md"):
             with open(path) as f:

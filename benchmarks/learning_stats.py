@@ -30,7 +30,7 @@ def bootstrap_interval(values, reps: int = REPS, seed: int = SEED) -> tuple[floa
 
 def iqm(scores) -> float:
     """The interquartile mean of every score in a runs x tasks matrix: the mean of its middle half (25% trimmed
-    from each end, Agarwal et al. eq. in section 4)."""
+    from each end, Agarwal et al., section 4)."""
     from rliable import metrics  # the report's statistics alone need rliable: the `learning` extra
 
     return float(metrics.aggregate_iqm(np.asarray(scores, dtype=float)))

@@ -221,12 +221,12 @@ def score_matrix(scores: dict[str, list[float]], norm: dict[str, tuple[float, fl
     return np.array([[(scores[t][i] - norm[t][0]) / (norm[t][1] - norm[t][0]) for t in tasks] for i in range(runs)])
 
 
-def report(name: str, root: str) -> dict:
+def report(name: str, runs: dict[str, list[dict]]) -> dict:
     """The suite's summary from its run files: per task, ours and CleanRL's (where run) with mean, median, 95%
     bootstrap interval and median wall time; over the suite, the IQM of normalized scores with its stratified
     bootstrap interval, and the probability of improvement over CleanRL run here."""
     suite = SUITES[name]
-    ours, peer_runs = read_runs(root, name, "asyncrl"), read_runs(root, name, "cleanrl")
+    ours, peer_runs = runs["asyncrl"], runs["cleanrl"]
     tasks = [t for t in suite.tasks if any(r["task"] == t for r in ours)]
     mine, peer = scores_by_task(ours, tasks), scores_by_task(peer_runs, tasks)
     norm = normalizers(suite, peer)
@@ -305,18 +305,18 @@ def markdown(out: dict, png: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(out: dict, root: str, path: str) -> None:
+def plot(out: dict, runs: dict[str, list[dict]], path: str) -> None:
     """One PNG: each task's curves (asyncrl's seeds, CleanRL's runs), and the performance profile."""
     import matplotlib  # the `plot` extra: imported by the report alone
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    name, tasks = out["suite"], list(out["tasks"])
+    tasks = list(out["tasks"])
     fig, axes = plt.subplots(1, len(tasks) + 1, figsize=(3.6 * (len(tasks) + 1), 3.2), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         for method, color in (("asyncrl", "tab:blue"), ("cleanrl", "tab:orange")):
-            for run in (r for r in read_runs(root, name, method) if r["task"] == task):
+            for run in (r for r in runs[method] if r["task"] == task):
                 steps, returns = zip(*run["curve"]) if run["curve"] else ((), ())
                 ax.plot(steps, returns, color=color, alpha=0.6, lw=1)
         if out["tasks"][task]["normalizer"]:
@@ -327,7 +327,7 @@ def plot(out: dict, root: str, path: str) -> None:
     fig.suptitle("blue: asyncrl, a line per seed; orange: CleanRL run here; dashed: the normalizing score", fontsize=9)
     profile = axes[0][-1]
     if "iqm" in out:
-        mine = scores_by_task(read_runs(root, name, "asyncrl"), out["iqm"]["tasks"])
+        mine = scores_by_task(runs["asyncrl"], out["iqm"]["tasks"])
         norm = {t: tuple(out["tasks"][t]["normalizer"]) for t in out["iqm"]["tasks"]}
         matrix = score_matrix(mine, norm, out["iqm"]["tasks"])
         taus = np.linspace(0, max(2.0, float(matrix.max())), 101)
@@ -341,8 +341,9 @@ def plot(out: dict, root: str, path: str) -> None:
 
 
 def write_report(name: str, root: str) -> dict:
-    out = report(name, root)
-    plot(out, root, os.path.join(root, f"{name}.png"))
+    runs = {method: read_runs(root, name, method) for method in ("asyncrl", "cleanrl")}  # read once, for both
+    out = report(name, runs)
+    plot(out, runs, os.path.join(root, f"{name}.png"))
     write_result(name, out, markdown(out, f"{name}.png"), folder=root)
     return out
 

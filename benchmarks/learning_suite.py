@@ -40,6 +40,8 @@ import learning_stats as stats
 import numpy as np
 from _run import CLEANRL_EPISODE, RESULTS, peer_venv, provenance, train_and_watch, write_result
 
+import asyncrl
+
 LEARNING = os.path.join(RESULTS, "learning")
 CLEANRL_PINS = ["gymnasium==0.29.1", "mujoco==2.3.3", "imageio", "tyro", "tensorboard"]
 CLEANRL_LAST_EPISODES = 10  # CleanRL's score: its last this many training episodes
@@ -107,8 +109,6 @@ def run_path(root: str, suite: str, method: str, task: str, seed: int) -> str:
 def evaluate(experiment_dir: str, episodes: int, seed: int) -> list[float]:
     """The returns of `episodes` episodes of the run's final policy, sampled actions, on the run's env with its
     options, seeds 10**6 + 1000 * seed + i (no training run uses them)."""
-    import asyncrl  # the engine: imported once a run is done (torch takes a second or two)
-
     policy = asyncrl.load(experiment_dir)
     env = policy.make_env()
     returns = []

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 
 import psutil
 
@@ -121,16 +122,20 @@ def run_until(proc, condition, what: str, timeout=180) -> str:
 
 def wait_for_line(proc, text: str, timeout: float = 60) -> list[str]:
     """Read run `proc`'s output until a line holds `text` (a run that ends first, or a deadline, fails the test);
-    returns the lines read."""
-    import time
-
-    deadline, lines = time.time() + timeout, []
-    while not lines or text not in lines[-1]:
-        if not select.select([proc.stdout], [], [], max(0.0, deadline - time.time()))[0]:
-            raise TimeoutError(f"no line with {text!r} in {timeout} s:\n" + "".join(lines[-20:]))
-        line = proc.stdout.readline()
-        assert line, "the run ended first:\n" + "".join(lines[-20:])
-        lines.append(line)
+    returns the lines read. The deadline kills the run's group, which ends the blocking read: a select() on the pipe
+    would miss lines that an earlier readline() already took into the reader's buffer."""
+    deadline = threading.Timer(timeout, os.killpg, (proc.pid, signal.SIGKILL))
+    deadline.start()
+    lines = []
+    try:
+        while not lines or text not in lines[-1]:
+            line = proc.stdout.readline()
+            if not line and not deadline.is_alive():
+                raise TimeoutError(f"no line with {text!r} in {timeout} s:\n" + "".join(lines[-20:]))
+            assert line, "the run ended first:\n" + "".join(lines[-20:])
+            lines.append(line)
+    finally:
+        deadline.cancel()
     return lines
 
 

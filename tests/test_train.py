@@ -232,35 +232,6 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(
     assert low < value / reward_per_step and value < high, last[-1]
 
 
-@pytest.mark.slow
-def test_doom_basic_runs_headless(tmp_path, clean_machine):
-    r = run_cli(
-        "train",
-        "--env",
-        "doom_basic",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "doom",
-        "--num_workers",
-        2,
-        "--num_envs_per_worker",
-        2,
-        "--rnn_size",
-        64,
-        "--batch_size",
-        256,
-        "--train_for_env_steps",
-        6_000,
-        "--experiment_summaries_interval",
-        1,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    rows = read_stats(tmp_path / "doom")
-    assert rows[-1]["env_steps"] >= 6_000 and rows[-1]["train_step"] > 0
-    assert rows[-1]["episode_reward_mean"] is not None
-
-
 @pytest.mark.parametrize(
     "args,needle",
     [

@@ -315,7 +315,7 @@ def test_tune_returns_valid_flags_that_train_uses(tmp_path, clean_machine):
         "--env",
         "CartPole-v1",
         "--budget_seconds",
-        18,
+        1,  # one candidate: the first is measured whatever the budget (the search itself: test_bench's tune test)
         "--seconds",
         2,
         "--warmup_seconds",
@@ -327,7 +327,7 @@ def test_tune_returns_valid_flags_that_train_uses(tmp_path, clean_machine):
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     result = json.loads((tmp_path / "cache" / "asyncrl" / "tune" / "CartPole-v1.json").read_text())
-    assert len(result["tried"]) >= 2 and result["best_fps"] > 0
+    assert len(result["tried"]) == 1 and result["best_fps"] > 0
     assert result["best_fps"] == max(entry["fps"] for entry in result["tried"] if entry["flags"] == result["best"])
     assert result["costs"]["sim_ms_per_step"] > 0 and result["costs"]["learn_ms_per_step"] > 0
     from asyncrl.cfg.config import Config

@@ -104,7 +104,7 @@ def test_a_turn_based_game_trains_without_a_forbidden_move_and_plays_a_match(tmp
         "--experiment",
         "t",
         "--train_for_env_steps",
-        60000,
+        30000,
         "--seed",
         1,
         "--use_rnn",

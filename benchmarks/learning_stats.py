@@ -30,10 +30,11 @@ def bootstrap_interval(values, reps: int = REPS, seed: int = SEED) -> tuple[floa
 
 def iqm(scores) -> float:
     """The interquartile mean of every score in a runs x tasks matrix: the mean of its middle half (25% trimmed
-    from each end, Agarwal et al., section 4)."""
-    from rliable import metrics  # the report's statistics alone need rliable: the `learning` extra
-
-    return float(metrics.aggregate_iqm(np.asarray(scores, dtype=float)))
+    from each end, Agarwal et al., section 4), as rliable's aggregate_iqm (scipy's trim_mean) cuts it. In numpy: a
+    bootstrap calls it 10,000 times, and scipy's call costs 0.2 ms."""
+    flat = np.sort(np.asarray(scores, dtype=float).ravel())
+    cut = int(0.25 * len(flat))
+    return float(flat[cut : len(flat) - cut].mean())
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 from helpers import REPO, engine_processes
+from rliable import metrics
 
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import learning_stats as stats  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
@@ -30,6 +31,9 @@ def test_bootstrap_interval_is_the_percentiles_of_resampled_means():
 def test_iqm_is_the_mean_of_the_middle_half_of_every_score():
     scores = np.arange(16.0).reshape(4, 4)[:, ::-1] ** 1.5  # 16 scores: the middle 8 are 4..11 to the 1.5
     assert stats.iqm(scores) == pytest.approx(np.mean(np.arange(4.0, 12.0) ** 1.5))
+    for runs, tasks in [(5, 3), (3, 1), (7, 2)]:  # where a quarter of the scores is no whole number: as rliable cuts
+        scores = np.random.default_rng(runs).normal(size=(runs, tasks))
+        assert stats.iqm(scores) == pytest.approx(metrics.aggregate_iqm(scores))
 
 
 def test_iqm_interval_is_a_bootstrap_of_runs_within_each_task():

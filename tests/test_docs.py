@@ -1,7 +1,8 @@
 """The docs' commands and code blocks run as written, and the site builds with --strict.
 
 Every fenced bash or python block of docs/ and README.md runs, page by page in a folder of its own, in the page's
-order (a page's enjoy plays what its train trained), unless the line before it says `<!-- not run: REASON -->`.
+order (a page's enjoy plays what its train trained), unless the line before it says `<!-- not run: REASON -->`; a
+training command that an earlier page ran as it is lends that page its run.
 Runs are shortened: a training command to at most CAPS' env steps and seconds, a benchmark to a few seconds, a match
 or an enjoy to a few episodes; a python block's `asyncrl.train` gets the same caps through its keyword arguments.
 """
@@ -9,6 +10,7 @@ or an enjoy to a few episodes; a python block's `asyncrl.train` gets the same ca
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -71,6 +73,29 @@ def capped(words: list[str]) -> list[str]:
     return words
 
 
+# a training command (capped) already run on an earlier page -> (its folder, its result)
+TRAINED: dict[tuple[str, ...], tuple[str, subprocess.CompletedProcess]] = {}
+
+
+def experiment_dir(argv: list[str], cwd) -> str:
+    value = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag in ("--train_dir", "--experiment")}
+    return os.path.join(cwd, value.get("--train_dir", "train_dir"), value["--experiment"])
+
+
+def run_or_copy(argv: list[str], cwd) -> subprocess.CompletedProcess:
+    """run(argv), except that a training command an earlier page ran as it is (after the caps) is not trained again:
+    its run folder is copied into this page's folder, for the page's next commands (an enjoy, an export)."""
+    if not ("train" in argv and "--experiment" in argv and "--help" not in argv):
+        return run(argv, cwd)
+    key = tuple(argv)
+    if key in TRAINED and not os.path.exists(experiment_dir(argv, cwd)):
+        earlier_cwd, result = TRAINED[key]
+        shutil.copytree(experiment_dir(argv, earlier_cwd), experiment_dir(argv, cwd))
+        return result
+    result = TRAINED[key] = (cwd, run(argv, cwd))
+    return result[1]
+
+
 def run(argv: list[str], cwd) -> subprocess.CompletedProcess:
     if argv[0] == "asyncrl":
         argv = [sys.executable, "-m", "asyncrl", *argv[1:]]
@@ -121,7 +146,7 @@ def test_the_pages_blocks_run(page, tmp_path, clean_machine):
             script.write_text(PYTHON_CAPS + code)
             results = [run(["python", str(script)], tmp_path)]
         else:
-            results = [run(capped(words), tmp_path) for words in commands(code)]
+            results = [run_or_copy(capped(words), tmp_path) for words in commands(code)]
         for r in results:
             assert r.returncode == 0, f"{page} block {i}: {r.args}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
 

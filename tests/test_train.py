@@ -45,13 +45,13 @@ def test_serial_mode_learns_and_its_seed_repeats_the_run_bit_for_bit(tmp_path, c
             "--serial_mode",
             "True",
             "--train_for_env_steps",
-            40_000,
+            20_000,
             "--seed",
             0,
         )
         assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "serial")
-    assert rows[-1]["env_steps"] >= 40_000 and rows[-1]["episode_reward_mean"] > 60, rows[-1]
+    assert rows[-1]["env_steps"] >= 20_000 and rows[-1]["episode_reward_mean"] > 60, rows[-1]  # seed 0 here: 97
     first, second = (
         load_checkpoint(list_checkpoints(checkpoint_dir(tmp_path / e, 0))[-1]) for e in ("serial", "again")
     )

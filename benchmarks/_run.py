@@ -52,7 +52,8 @@ def provenance() -> dict:
     date, the CPU model, the cores, torch's version and the device."""
     git = ["git", "-C", REPO]
     commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    if subprocess.run([*git, "diff", "--quiet", "HEAD"]).returncode:
+    # dirty: code changed since the commit (result files being written are not code)
+    if subprocess.run([*git, "diff", "--quiet", "HEAD", "--", ".", ":(exclude)benchmarks/results"]).returncode:
         commit += "-dirty"
     try:
         import torch

@@ -25,6 +25,13 @@ def _as_a_terminal_starts_it() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+# the flags of the small learning runs on the tests' own envs (seeded; an MLP of 64 x 64 without a recurrent core)
+SMALL_MLP_RUN = (
+    *("--seed", 1, "--use_rnn", "False", "--encoder_mlp_layers", 64, 64, "--num_epochs", 4),
+    *("--num_batches_per_epoch", 4, "--learning_rate", 0.001, "--num_envs_per_worker", 16),
+)
+
+
 def start_python(*args, **popen_kwargs) -> subprocess.Popen:
     """`python ARGS` in a session of its own (its group is killed at the test's end); output merged into stdout
     unless popen_kwargs say otherwise."""

@@ -5,7 +5,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import read_stats, run_cli
+from helpers import SMALL_MLP_RUN, read_stats, run_cli
 
 from asyncrl.cfg.config import Config
 from asyncrl.envs import EnvError, make_env
@@ -185,21 +185,7 @@ def test_training_never_takes_a_forbidden_action_and_learns(tmp_path, env, rando
         "m",
         "--train_for_env_steps",
         env_steps,
-        "--seed",
-        1,
-        "--use_rnn",
-        "False",
-        "--encoder_mlp_layers",
-        64,
-        64,
-        "--num_epochs",
-        4,
-        "--num_batches_per_epoch",
-        4,
-        "--learning_rate",
-        0.001,
-        "--num_envs_per_worker",
-        16,
+        *SMALL_MLP_RUN,
         timeout=180,
     )
     assert r.returncode == 0, r.stderr[-3000:]

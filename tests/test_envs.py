@@ -10,7 +10,7 @@ import psutil
 import pytest
 import vizdoom
 from gymnasium.utils.env_checker import check_env
-from helpers import read_stats, run_cli
+from helpers import SMALL_MLP_RUN, read_stats, run_cli
 
 from asyncrl import envs
 from asyncrl.cfg.config import Config
@@ -180,21 +180,7 @@ def test_multi_discrete_and_multi_binary_actions_learn_every_dimension(tmp_path,
         env,
         "--train_for_env_steps",
         40000,
-        "--seed",
-        1,
-        "--use_rnn",
-        "False",
-        "--encoder_mlp_layers",
-        64,
-        64,
-        "--num_epochs",
-        4,
-        "--num_batches_per_epoch",
-        4,
-        "--learning_rate",
-        0.001,
-        "--num_envs_per_worker",
-        16,
+        *SMALL_MLP_RUN,
         timeout=180,
     )
     assert r.returncode == 0, r.stderr[-3000:]

@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from helpers import read_stats, run_cli, run_cli_error, serial_runner
+from helpers import SMALL_MLP_RUN, read_stats, run_cli, run_cli_error, serial_runner
 
 from asyncrl.envs import make_agents
 from asyncrl.roles.learner import Learner
@@ -105,21 +105,7 @@ def test_a_turn_based_game_trains_without_a_forbidden_move_and_plays_a_match(tmp
         "t",
         "--train_for_env_steps",
         30000,
-        "--seed",
-        1,
-        "--use_rnn",
-        "False",
-        "--encoder_mlp_layers",
-        64,
-        64,
-        "--num_epochs",
-        4,
-        "--num_batches_per_epoch",
-        4,
-        "--learning_rate",
-        0.001,
-        "--num_envs_per_worker",
-        16,
+        *SMALL_MLP_RUN,
         timeout=180,
     )
     assert r.returncode == 0, r.stderr[-3000:]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import datetime
 import json
 import os
@@ -13,8 +12,11 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 
 import psutil
+
+from asyncrl.core.processes import parent_death_signal
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "benchmarks", "results")  # the instruments' results
@@ -96,7 +98,7 @@ def train_and_watch(train_args: list[str], experiment_dir: str, timeout_s: float
         [sys.executable, *torchrun, "-m", "asyncrl", "train", *train_args],
         cwd=REPO,
         start_new_session=True,
-        preexec_fn=_terminated_with_parent,
+        preexec_fn=partial(parent_death_signal, signal.SIGTERM),
     )
     try:
         rows = _watch(proc, stats_path, inode, offset, launch, timeout_s)
@@ -107,12 +109,6 @@ def train_and_watch(train_args: list[str], experiment_dir: str, timeout_s: float
     if proc.returncode != 0:
         raise RuntimeError(f"asyncrl train exited with {proc.returncode}")
     return rows
-
-
-def _terminated_with_parent() -> None:
-    """In a launched run, before it starts: Linux sends it SIGTERM when this script's process dies."""
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _watch(proc, stats_path: str, inode, offset: int, launch: float, timeout_s: float) -> list[dict]:

@@ -52,15 +52,20 @@ class StopFlag:
         return bool(self._flag[0])
 
 
+def parent_death_signal(signum: int) -> None:
+    """Ask Linux to send this process `signum` when its parent dies (prctl PR_SET_PDEATHSIG; elsewhere nothing)."""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signum)
+
+
 def die_with_parent(owner_pid: int | None = None) -> bool:
     """Ask Linux to SIGKILL this process when its parent dies (a child's parent is the fork server, which exits with
     the process that started it), so a killed runner leaves no orphans. False if that came too late: the parent, or
     the owner (the process that asked for this child), is gone already."""
     release_fork_server()
     parent = os.getppid()
-    if sys.platform.startswith("linux"):
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    parent_death_signal(signal.SIGKILL)
     return os.getppid() == parent and (owner_pid is None or _alive(owner_pid))
 
 

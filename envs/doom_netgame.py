@@ -51,6 +51,7 @@ from asyncrl.envs.registry import EnvError, register_env
 KICK_AFTER_S = 0.002  # see the module docstring
 START_ATTEMPTS = 3
 START_TIMEOUT_S = 20.0  # the engines give up connecting after 10 s (+viz_connect_timeout)
+STUCK_CALL_GRACE_S = 5.0  # how long a call timed out is given to return once its engines are killed
 NET_ARGS = (
     "-deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 +sv_spawnfarthest 1 "
     "+sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1"
@@ -310,7 +311,7 @@ class DoomNetGame(ParallelEnvBase):
         if stuck:
             kill_engines(self.port)  # a call inside a game whose engine died raises at once
             for t in stuck:
-                t.join(5.0)
+                t.join(STUCK_CALL_GRACE_S)
             self.stuck += [t for t in stuck if t.is_alive()]
             errors.insert(0, TimeoutError(f"not done in {timeout:g} s"))
         return errors

@@ -160,8 +160,10 @@ def test_ctrl_c_before_the_run_starts_is_one_line_and_leaves_nothing(tmp_path, c
 
 @pytest.mark.slow
 def test_sigkill_of_the_main_process_leaves_no_child_or_engine(tmp_path, clean_machine):
-    proc = start_cli("train", *DOOM_SMALL, "--train_dir", tmp_path, "--experiment", "kill")
-    wait_for_training(tmp_path / "kill", proc, min_train_step=0)
+    proc = start_cli(
+        "train", *DOOM_SMALL, "--train_dir", tmp_path, "--experiment", "kill", "--experiment_summaries_interval", 1
+    )
+    wait_for_training(tmp_path / "kill", proc)  # a first update: every child and engine is up
     proc.kill()
     proc.wait(timeout=5)
     # clean_machine waits up to 5 s for every asyncrl child and VizDoom engine to be gone
@@ -421,7 +423,7 @@ def test_run_started_with_sigint_ignored_keeps_it_and_stops_on_sigterm(tmp_path,
     )
     wait_for_training(tmp_path / "bg", proc)
     proc.send_signal(signal.SIGINT)
-    time.sleep(2.0)
+    time.sleep(1.0)  # a second of nothing happening, as in test_second_ctrl_c_forces_the_stop
     assert proc.poll() is None, "an inherited SIGINT ignore should be kept"
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=15)

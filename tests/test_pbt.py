@@ -97,7 +97,7 @@ def test_pbt_run_copies_and_mutates_in_memory_logs_and_resumes_its_hyperparamete
         "--seed",
         1,
         "--experiment_summaries_interval",
-        2,
+        1,
         "--num_envs_per_worker",
         8,
     ]

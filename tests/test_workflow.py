@@ -317,9 +317,9 @@ def test_tune_returns_valid_flags_that_train_uses(tmp_path, clean_machine):
         "--budget_seconds",
         1,  # one candidate: the first is measured whatever the budget (the search itself: test_bench's tune test)
         "--seconds",
-        2,
+        1.5,
         "--warmup_seconds",
-        2,
+        1,
         "--cost_seconds",
         0.4,
         timeout=240,

@@ -4,6 +4,7 @@ report of the scores with confidence intervals beside a reference.
     python benchmarks/learning_suite.py run --suite mujoco [--seeds 5] [--tasks mujoco_hopper,...]
     python benchmarks/learning_suite.py cleanrl --suite mujoco --cleanrl_script PATH/cleanrl/ppo_continuous_action.py
     python benchmarks/learning_suite.py report --suite mujoco
+    python benchmarks/learning_suite.py readme
 
 `run` trains the suite's runs one at a time, so that each has the machine to itself and the wall times compare:
 `asyncrl train --env TASK --seed S --train_for_env_steps N` and nothing else. It then scores the run by
@@ -20,6 +21,8 @@ last training episodes (its script keeps no policy to evaluate).
 
 `report` reads the run files alone, so the same files give the same report however they were made, and writes
 results/learning/<suite>.{md,json,png} (learning_stats.py has the statistics).
+
+`readme` writes README.md's table of the learning suites from their reports alone: a row per suite that has one.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from functools import partial
 
 import learning_stats as stats
 import numpy as np
-from _run import CLEANRL_EPISODE, RESULTS, peer_venv, provenance, train_and_watch, write_result
+from _run import CLEANRL_EPISODE, REPO, RESULTS, peer_venv, provenance, train_and_watch, write_result
 
 import asyncrl
 
@@ -46,6 +49,12 @@ LEARNING = os.path.join(RESULTS, "learning")
 CLEANRL_PINS = ["gymnasium==0.29.1", "mujoco==2.3.3", "imageio", "tyro", "tensorboard"]
 CLEANRL_LAST_EPISODES = 10  # CleanRL's score: its last this many training episodes
 TIMEOUT_S = 4 * 3600  # a run that takes longer than this has hung
+README = os.path.join(REPO, "README.md")
+# the lines between which README.md holds the learning suites' table
+README_TABLE = (
+    "<!-- learning suites: python benchmarks/learning_suite.py readme -->",
+    "<!-- end of learning suites -->",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -348,16 +357,61 @@ def write_report(name: str, root: str) -> dict:
     return out
 
 
+def readme_table(root: str = LEARNING, links: bool = True) -> str:
+    """README's table of the learning suites, a row per suite report in `root`: its IQM and interval, its runs, and
+    the median wall time of a run beside the reference's run here; each links its report unless `links` is False
+    (the docs site, which holds no result file)."""
+    lines = [
+        "| suite | runs | IQM of normalized scores [95% interval] | normalized by | wall time of a run (median per "
+        "task) | result |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in SUITES:
+        path = os.path.join(root, f"{name}.json")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            out = json.load(f)
+        if "iqm" not in out:
+            continue
+        iqm, rows = out["iqm"], out["tasks"].values()
+        ours = [row["asyncrl"]["wall_s_median"] for row in rows]
+        wall = f"{min(ours):,.0f}-{max(ours):,.0f} s"
+        ratios = [row["wall_ratio"] for row in rows if "wall_ratio" in row]
+        if ratios:
+            wall += f"; {min(ratios):.2f}-{max(ratios):.2f}x CleanRL's script here"
+        link = f"[learning/{name}](benchmarks/results/learning/{name}.md)" if links else f"learning/{name}"
+        lines.append(
+            f"| `{name}`: {len(out['tasks'])} tasks, {out['env_steps']:,} env steps | {iqm['runs_per_task']} seeds "
+            f"| {iqm['value']:.2f} [{iqm['interval'][0]:.2f}, {iqm['interval'][1]:.2f}] | {out['normalized_by']} "
+            f"| {wall} | {link} |"
+        )
+    return "\n".join(lines)
+
+
+def write_readme_table() -> None:
+    with open(README) as f:
+        text = f.read()
+    start, end = text.index(README_TABLE[0]) + len(README_TABLE[0]), text.index(README_TABLE[1])
+    with open(README, "w") as f:
+        f.write(text[:start] + "\n" + readme_table() + "\n" + text[end:])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["run", "cleanrl", "report"])
-    parser.add_argument("--suite", choices=list(SUITES), required=True)
+    parser.add_argument("action", choices=["run", "cleanrl", "report", "readme"])
+    parser.add_argument("--suite", choices=list(SUITES), help="the suite to run or report (all but readme)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds 1..N (default: the suite's)")
     parser.add_argument("--tasks", default=None, help="a comma-separated part of the suite's tasks (default: all)")
     parser.add_argument("--root", default=LEARNING, help="the folder of the run files and the report")
     parser.add_argument("--cleanrl_script", help="CleanRL's cleanrl/ppo_continuous_action.py, from a clone of it")
     parser.add_argument("--cleanrl_venv", default=os.path.expanduser("~/.cache/asyncrl/cleanrl_venv"))
     args = parser.parse_args()
+    if args.action == "readme":
+        write_readme_table()
+        return
+    if args.suite is None:
+        parser.error(f"{args.action} needs --suite")
     suite = SUITES[args.suite]
     tasks = args.tasks.split(",") if args.tasks else list(suite.tasks)
     unknown = sorted(set(tasks) - set(suite.tasks))

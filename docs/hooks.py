@@ -5,7 +5,8 @@ A page asks for one with a line `<!-- generated: NAME ARG -->`, replaced by GENE
 - env_defaults ENV: the flags an env family sets off the engine's defaults (its entry's default_config);
 - benchmarks: every result in benchmarks/results, with its command, commit, date and machine;
 - api PATH: an object's signature and docstring;
-- result_table NAME: the table of benchmarks/results/NAME.md, with the line that says how it was made.
+- result_table NAME: the table of benchmarks/results/NAME.md, with the line that says how it was made;
+- learning_suites: README's table of the learning suites' reports.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from asyncrl.envs import env_entry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))  # the benchmarks' scripts, a folder rather than a package
+import learning_suite  # noqa: E402  (the learning suites' table, as README shows it)
 import provenance  # noqa: E402  (the results' index, which the benchmarks page shows too)
 
 MARKER = re.compile(r"^<!-- generated: (\w+)(?: (\S+))? -->$", re.M)
@@ -93,6 +95,10 @@ def result_table(name: str) -> str:
     return "\n".join([*lines[start:end], "", lines[-1]])
 
 
+def learning_suites(_: str | None) -> str:
+    return learning_suite.readme_table(links=False)
+
+
 def api(path: str) -> str:
     """An object's signature and docstring (a class's public methods too), imported as the user imports it. (The
     docstrings are read from the installed package: asyncrl.envs is the repository's envs/ folder, which a static
@@ -123,6 +129,7 @@ GENERATORS = {
     "env_defaults": env_defaults,
     "benchmarks": benchmarks,
     "result_table": result_table,
+    "learning_suites": learning_suites,
 }
 
 

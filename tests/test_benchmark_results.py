@@ -9,7 +9,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-import provenance  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
+import learning_suite  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
+import provenance  # noqa: E402
 
 FIELDS = {"command", "commit", "date", "cpu", "cores", "torch", "device"}
 
@@ -34,3 +35,12 @@ def test_every_page_and_figure_belongs_to_a_result_a_script_wrote():
 def test_the_index_is_up_to_date():
     with open(os.path.join(ROOT, "benchmarks", "README.md")) as f:
         assert f.read() == provenance.index(), "run: python benchmarks/provenance.py index"
+
+
+def test_readmes_learning_table_is_made_from_the_suites_reports():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    start, end = (text.index(marker) for marker in learning_suite.README_TABLE)
+    table = text[start + len(learning_suite.README_TABLE[0]) : end].strip()
+    assert table == learning_suite.readme_table(), "run: python benchmarks/learning_suite.py readme"
+    assert "| `mujoco`: 5 tasks, 1,000,000 env steps | 5 seeds |" in table

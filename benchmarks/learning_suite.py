@@ -289,7 +289,7 @@ def markdown(out: dict, png: str) -> str:
     ]
     for task, row in out["tasks"].items():
         a, c = row["asyncrl"], row.get("cleanrl")
-        here = f"{c['mean']:,.0f} ({c['seeds']} seeds)" if c else "-"
+        here = f"{c['mean']:,.0f} ({c['seeds']} seed{'s' if c['seeds'] > 1 else ''})" if c else "-"
         norm = f"{row['normalizer'][1]:,.0f}" if row["normalizer"] else "-"
         c_wall = f"{c['wall_s_median']:,.0f} s" if c else "-"
         ratio = f"{row['wall_ratio']:.2f}" if c else "-"
@@ -379,7 +379,7 @@ def readme_table(root: str = LEARNING, links: bool = True) -> str:
         wall = f"{min(ours):,.0f}-{max(ours):,.0f} s"
         ratios = [row["wall_ratio"] for row in rows if "wall_ratio" in row]
         if ratios:
-            wall += f"; {min(ratios):.2f}-{max(ratios):.2f}x CleanRL's script here"
+            wall += f"; {min(ratios):.2f}-{max(ratios):.2f}x CleanRL's script here ({len(ratios)} of the tasks)"
         link = f"[learning/{name}](benchmarks/results/learning/{name}.md)" if links else f"learning/{name}"
         lines.append(
             f"| `{name}`: {len(out['tasks'])} tasks, {out['env_steps']:,} env steps | {iqm['runs_per_task']} seeds "

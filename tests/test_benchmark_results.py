@@ -40,7 +40,7 @@ def test_the_index_is_up_to_date():
 def test_readmes_learning_table_is_made_from_the_suites_reports():
     with open(os.path.join(ROOT, "README.md")) as f:
         text = f.read()
-    start, end = (text.index(marker) for marker in learning_suite.README_TABLE)
-    table = text[start + len(learning_suite.README_TABLE[0]) : end].strip()
+    start, end = learning_suite.readme_table_span(text)
+    table = text[start:end].strip()
     assert table == learning_suite.readme_table(), "run: python benchmarks/learning_suite.py readme"
     assert "| `mujoco`: 5 tasks, 1,000,000 env steps | 5 seeds |" in table

@@ -295,7 +295,6 @@ def test_a_net_game_with_a_call_stuck_inside_is_not_closed(monkeypatch):
     """A call (init, new_episode) that outlives its timeout and its engines' death may still be inside its game;
     closing a game then makes VizDoom abort, so no game is closed until the call has returned."""
     from asyncrl.envs import doom_netgame
-    from asyncrl.envs.doom_netgame import DoomNetGame
 
     monkeypatch.setattr(doom_netgame, "STUCK_CALL_GRACE_S", 0.1)  # this call returns only when the test says so
 
@@ -305,7 +304,7 @@ def test_a_net_game_with_a_call_stuck_inside_is_not_closed(monkeypatch):
         def close(self):
             self.closed = True
 
-    net, release = DoomNetGame(), threading.Event()
+    net, release = doom_netgame.DoomNetGame(), threading.Event()
     errors = net._in_threads([partial(release.wait, 30)], timeout=0.1)  # no engine to kill: it stays inside
     game = Game()
     net._close(game)

@@ -74,8 +74,8 @@ ATARI_NOTE = (
     "policy's whole-game Breakout score (about 1.2, as asyncrl reports it), as if counted per life: frames/s "
     "is the comparison here."
 )
-# Sample Factory's doom wrapper scales rewards by 0.01
-SF_REWARD_UNIT = {"doom_basic": 100.0, "CartPole-v1": 1.0, "atari_breakout": 1.0}
+# Sample Factory's VizDoom envs scale doom_basic's and doom_deadly_corridor's rewards by 0.01 (1 elsewhere)
+SF_REWARD_UNIT = {"doom_basic": 100.0, "doom_deadly_corridor": 100.0, "CartPole-v1": 1.0, "atari_breakout": 1.0}
 TARGET_REWARD = {"doom_basic": 70.0, "CartPole-v1": 475.0, "atari_breakout": 10.0}
 SECONDS = {
     "doom_basic": 300.0,

@@ -24,7 +24,7 @@ from asyncrl.envs import env_entry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))  # the benchmarks' scripts, a folder rather than a package
-import learning_suite  # noqa: E402  (the learning suites' table, as README shows it)
+import learning_report  # noqa: E402  (the learning suites' table, as README shows it)
 import provenance  # noqa: E402  (the results' index, which the benchmarks page shows too)
 
 MARKER = re.compile(r"^<!-- generated: (\w+)(?: (\S+))? -->$", re.M)
@@ -96,7 +96,7 @@ def result_table(name: str) -> str:
 
 
 def learning_suites(_: str | None) -> str:
-    return learning_suite.readme_table(links=False)
+    return learning_report.readme_table(links=False)
 
 
 def api(path: str) -> str:

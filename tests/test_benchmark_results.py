@@ -9,7 +9,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-import learning_suite  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
+import learning_report  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
 import provenance  # noqa: E402
 
 FIELDS = {"command", "commit", "date", "cpu", "cores", "torch", "device"}
@@ -40,7 +40,7 @@ def test_the_index_is_up_to_date():
 def test_readmes_learning_table_is_made_from_the_suites_reports():
     with open(os.path.join(ROOT, "README.md")) as f:
         text = f.read()
-    start, end = learning_suite.readme_table_span(text)
+    start, end = learning_report.readme_table_span(text)
     table = text[start:end].strip()
-    assert table == learning_suite.readme_table(), "run: python benchmarks/learning_suite.py readme"
+    assert table == learning_report.readme_table(), "run: python benchmarks/learning_suite.py readme"
     assert "| `mujoco`: 5 tasks, 1,000,000 env steps | 5 seeds |" in table

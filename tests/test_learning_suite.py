@@ -111,6 +111,8 @@ def test_a_suite_stopped_by_ctrl_c_runs_only_what_is_missing_and_reports_the_sam
     assert run["train_command"] == "asyncrl train --env CartPole-v1 --seed 1 --train_for_env_steps 10000"
     assert {"command", "commit", "date", "cpu", "cores", "torch", "device"} <= set(run["provenance"])
 
+    random = _suite(tmp_path, "random")  # the smoke suite's normalizing low: a random policy's score
+    assert random.communicate(timeout=120)[0] and random.returncode == 0
     made_in_run = json.loads((tmp_path / "smoke.json").read_text())
     report = _suite(tmp_path, "report")
     assert report.communicate(timeout=120)[0] and report.returncode == 0
@@ -120,4 +122,7 @@ def test_a_suite_stopped_by_ctrl_c_runs_only_what_is_missing_and_reports_the_sam
     scores = [json.loads(p.read_text())["score"] for p in sorted(runs.glob("*.json"))]
     assert again["tasks"]["CartPole-v1"]["asyncrl"]["scores"] == scores
     assert again["iqm"]["runs_per_task"] == 2 and again["iqm"]["tasks"] == ["CartPole-v1"]
+    randoms = [json.loads(p.read_text())["score"] for p in sorted((tmp_path / "smoke" / "random").glob("*.json"))]
+    assert len(randoms) == 2 and 5 < np.mean(randoms) < 50  # a random CartPole policy lasts ~22 steps
+    assert again["tasks"]["CartPole-v1"]["normalizer"] == pytest.approx([np.mean(randoms), 500.0])
     assert (tmp_path / "smoke.png").stat().st_size > 0 and (tmp_path / "smoke.md").exists()

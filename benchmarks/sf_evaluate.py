@@ -1,0 +1,61 @@
+"""Evaluate a Sample Factory VizDoom run's final policy as learning_suite.py evaluates asyncrl's: --episodes
+episodes with sampled actions, at the training frameskip, each printed as a line `episode RETURN` in the scenario's
+own reward (its true objective where Sample Factory reports one, as for the gathering scenarios' shaped reward;
+else its reward with Sample Factory's scaling undone).
+
+Runs in Sample Factory's virtualenv (learning_peers.py starts it):
+    python benchmarks/sf_evaluate.py --env=doom_basic --train_dir=DIR --experiment=NAME --episodes=10
+"""
+
+import argparse
+import functools
+import sys
+
+import gymnasium as gym
+from sample_factory.cfg.arguments import parse_full_cfg, parse_sf_args
+from sample_factory.enjoy import enjoy
+from sample_factory.envs.env_utils import register_env
+from sf_examples.vizdoom.doom.doom_params import add_doom_env_args, doom_override_defaults
+from sf_examples.vizdoom.doom.doom_utils import DOOM_ENVS, make_doom_env_from_spec
+from sf_examples.vizdoom.train_vizdoom import register_vizdoom_components
+
+
+class PrintReturns(gym.Wrapper):
+    def __init__(self, env, scaling: float):
+        super().__init__(env)
+        self.scaling, self.total = scaling, 0.0
+
+    def reset(self, **kwargs):
+        self.total = 0.0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.total += float(reward)
+        if terminated or truncated:
+            print(f"episode {info.get('true_objective', self.total / self.scaling)}", flush=True)
+        return obs, reward, terminated, truncated, info
+
+
+def make_printing(spec, name, cfg, env_config, render_mode=None, **kwargs):
+    env = make_doom_env_from_spec(spec, name, cfg, env_config, render_mode, **kwargs)
+    return PrintReturns(env, spec.reward_scaling)
+
+
+def main() -> int:
+    register_vizdoom_components()
+    for spec in DOOM_ENVS:  # the same envs, each episode's return printed
+        register_env(spec.name, functools.partial(make_printing, spec))
+    ours = argparse.ArgumentParser()
+    ours.add_argument("--episodes", type=int, default=10)
+    args, argv = ours.parse_known_args()
+    argv += ["--no_render", f"--max_num_episodes={args.episodes}", "--eval_env_frameskip=4"]
+    parser, _ = parse_sf_args(argv=argv, evaluation=True)
+    add_doom_env_args(parser)
+    doom_override_defaults(parser)
+    status, _ = enjoy(parse_full_cfg(parser, argv))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -125,10 +125,10 @@ def markdown(out: dict, png: str) -> str:
         f"![curves and performance profile]({png})",
         "",
         "Scores: asyncrl's are the mean return of evaluation episodes of a run's final policy (sampled actions); "
-        f"{peer['name']}'s {peer['scored_by']}. Intervals are 95% bootstrap intervals of the mean over seeds.",
+        f"{peer['name']}: {peer['scored_by']}. Intervals are 95% bootstrap intervals of the mean over seeds.",
         "",
         f"| task | seeds | asyncrl mean [95% interval] | median | {peer['name']} here | normalized from, to "
-        f"| asyncrl wall time (median) | {peer['name']}'s | ratio |",
+        f"| asyncrl wall time (median) | {peer['name']} wall time | ratio |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for task, row in out["tasks"].items():

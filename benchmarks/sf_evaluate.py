@@ -33,7 +33,7 @@ class PrintReturns(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.total += float(reward)
         if terminated or truncated:
-            print(f"episode {info.get('true_objective', self.total / self.scaling)}", flush=True)
+            print(f"episode {round(info.get('true_objective', self.total / self.scaling), 4)}", flush=True)
         return obs, reward, terminated, truncated, info
 
 

@@ -12,6 +12,7 @@ import functools
 import sys
 
 import gymnasium as gym
+import torch
 from sample_factory.cfg.arguments import parse_full_cfg, parse_sf_args
 from sample_factory.enjoy import enjoy
 from sample_factory.envs.env_utils import register_env
@@ -43,6 +44,9 @@ def make_printing(spec, name, cfg, env_config, render_mode=None, **kwargs):
 
 
 def main() -> int:
+    # the checkpoint Sample Factory just wrote holds numpy scalars, which torch >= 2.6's default weights_only load
+    # refuses (Sample Factory 2.1.1 predates it): it is this run's own file, so it loads whole
+    torch.load = functools.partial(torch.load, weights_only=False)
     register_vizdoom_components()
     for spec in DOOM_ENVS:  # the same envs, each episode's return printed
         register_env(spec.name, functools.partial(make_printing, spec))

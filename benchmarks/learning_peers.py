@@ -11,6 +11,7 @@ Each run returns the fields of its run file (learning_suite.py writes it).
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -63,9 +64,15 @@ def sf_python(venv: str) -> str:
     return ensure_sf_venv(venv)
 
 
+def _vizdoom_segments() -> set[str]:
+    return set(glob.glob("/dev/shm/ViZDoomMQ*"))
+
+
 def _run_group(args: list[str], cwd: str) -> str:
     """Run a command in a session of its own and return what it printed; the whole group (Sample Factory's workers
-    and their VizDoom engines) is killed however it ends."""
+    and their VizDoom engines) is killed however it ends, and the VizDoom segments that appeared meanwhile and
+    outlive it (an engine killed before it closed its queues) are removed."""
+    before = _vizdoom_segments()
     proc = subprocess.Popen(
         args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
@@ -77,6 +84,8 @@ def _run_group(args: list[str], cwd: str) -> str:
         except ProcessLookupError:
             pass
         proc.wait()
+        for segment in _vizdoom_segments() - before:
+            os.remove(segment)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args[:4])}... exited with {proc.returncode}; it printed:\n{printed[-3000:]}")
     return printed

@@ -23,7 +23,7 @@ import time
 import numpy as np
 from _run import CLEANRL_EPISODE, peer_venv
 from learning_tasks import CLEANRL_LAST_EPISODES, Suite
-from sample_factory_compare import SF_REWARD_UNIT, ensure_sf_venv
+from sample_factory_compare import SF_REWARD_UNIT
 
 CLEANRL_PINS = ["gymnasium==0.29.1", "mujoco==2.3.3", "imageio", "tyro", "tensorboard"]
 TIMEOUT_S = 4 * 3600  # a run that takes longer than this has hung
@@ -58,10 +58,6 @@ def cleanrl_run(suite: Suite, task: str, seed: int, python: str, script: str) ->
         "curve": episodes,
         "train_command": "python " + " ".join([os.path.basename(script), *command[1:]]),
     }
-
-
-def sf_python(venv: str) -> str:
-    return ensure_sf_venv(venv)
 
 
 def _vizdoom_segments() -> set[str]:
@@ -103,9 +99,8 @@ def samplefactory_run(suite: Suite, task: str, seed: int, python: str, device: s
         printed = _run_group([python, "-m", "sf_examples.vizdoom.train_vizdoom", *flags, *where], train_dir)
         wall_s = time.monotonic() - start
         evaluation = [python, os.path.join(HERE, "sf_evaluate.py"), f"--env={env}", *where, f"--device={device}"]
-        returns = [
-            float(r) for r in SF_EPISODE.findall(_run_group([*evaluation, f"--episodes={suite.episodes}"], HERE))
-        ]
+        evaluated = _run_group([*evaluation, f"--episodes={suite.episodes}"], HERE)
+        returns = [float(r) for r in SF_EPISODE.findall(evaluated)]
     finally:
         shutil.rmtree(train_dir, ignore_errors=True)
     curve, frames = [], 0

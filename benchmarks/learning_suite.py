@@ -37,14 +37,13 @@ from functools import partial
 
 import numpy as np
 from _run import provenance, train_and_watch
-from learning_peers import cleanrl_python, cleanrl_run, samplefactory_run, sf_python
+from learning_peers import TIMEOUT_S, cleanrl_python, cleanrl_run, samplefactory_run
 from learning_report import LEARNING, run_path, write_readme_table, write_report
 from learning_tasks import SUITES, Suite
+from sample_factory_compare import ensure_sf_venv
 
 import asyncrl
 from asyncrl.envs import env_entry
-
-TIMEOUT_S = 4 * 3600  # a run that takes longer than this has hung
 
 
 def eval_seed(run_seed: int, episode: int) -> int:
@@ -163,7 +162,7 @@ def main():
             run_one = partial(cleanrl_run, suite, python=cleanrl_python(args.cleanrl_venv), script=script)
             run_suite(args.suite, "cleanrl", tasks, args.seeds or 1, args.root, run_one)
         elif args.action == "samplefactory":
-            run_one = partial(samplefactory_run, suite, python=sf_python(args.sf_venv), device=args.device)
+            run_one = partial(samplefactory_run, suite, python=ensure_sf_venv(args.sf_venv), device=args.device)
             run_suite(args.suite, "samplefactory", tasks, args.seeds or 1, args.root, run_one)
     except KeyboardInterrupt:
         print("stopped: the finished runs' files are kept; the same command runs the rest", file=sys.stderr)

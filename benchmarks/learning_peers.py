@@ -23,13 +23,11 @@ import time
 import numpy as np
 from _run import CLEANRL_EPISODE, peer_venv
 from learning_tasks import CLEANRL_LAST_EPISODES, Suite
-from sample_factory_compare import SF_REWARD_UNIT
+from sample_factory_compare import SF_FRAMES, SF_REWARD, SF_REWARD_UNIT
 
 CLEANRL_PINS = ["gymnasium==0.29.1", "mujoco==2.3.3", "imageio", "tyro", "tensorboard"]
 TIMEOUT_S = 4 * 3600  # a run that takes longer than this has hung
 HERE = os.path.dirname(os.path.abspath(__file__))
-SF_FRAMES = re.compile(r"Total num frames: (\d+)")
-SF_REWARD = re.compile(r"Avg episode reward: \[\(0, '(-?[\d.]+)'\)\]")
 SF_EPISODE = re.compile(r"^episode (-?[\d.e+-]+)$", re.M)
 
 
@@ -39,7 +37,7 @@ def cleanrl_python(venv: str) -> str:
 
 def cleanrl_run(suite: Suite, task: str, seed: int, python: str, script: str) -> dict:
     """CleanRL's script as its README runs it, for the suite's env steps; its episodes read from what it prints."""
-    command = [script, "--env-id", suite.peer_ids[task], "--seed", str(seed)]
+    command = [script, "--env-id", suite.peer_id(task), "--seed", str(seed)]
     command += ["--total-timesteps", str(suite.env_steps)]
     work_dir = tempfile.mkdtemp(prefix="cleanrl_suite_")
     try:
@@ -90,7 +88,7 @@ def _run_group(args: list[str], cwd: str) -> str:
 def samplefactory_run(suite: Suite, task: str, seed: int, python: str, device: str) -> dict:
     """Sample Factory's VizDoom example with its defaults for the suite's env frames, then its final policy's
     evaluation episodes."""
-    env = suite.peer_ids[task]
+    env = suite.peer_id(task)
     flags = [f"--env={env}", f"--seed={seed}", f"--train_for_env_steps={suite.env_steps}", f"--device={device}"]
     train_dir = tempfile.mkdtemp(prefix="sf_suite_")
     where = [f"--train_dir={train_dir}", "--experiment=run"]

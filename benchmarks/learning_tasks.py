@@ -37,7 +37,10 @@ class Suite:
     seeds: int  # seeds 1..seeds
     episodes: int = 10  # evaluation episodes per run
     peer: str | None = None  # the key in PEERS of the reference run beside asyncrl
-    peer_ids: dict = dataclasses.field(default_factory=dict)  # task -> the env the peer trains
+    peer_ids: dict = dataclasses.field(default_factory=dict)  # task -> the env the peer trains, where its name differs
+
+    def peer_id(self, task: str) -> str:
+        return self.peer_ids.get(task, task)
 
 
 SUITES = {
@@ -77,13 +80,7 @@ SUITES = {
         normalized_by="a random policy's mean score here (0) and Sample Factory 2.1.1's mean score here (1)",
         env_steps=1_000_000,
         seeds=3,
-        peer="samplefactory",
-        peer_ids={
-            "doom_basic": "doom_basic",
-            "doom_defend_the_center": "doom_defend_the_center",
-            "doom_health_gathering": "doom_health_gathering",
-            "doom_deadly_corridor": "doom_deadly_corridor",
-        },
+        peer="samplefactory",  # its VizDoom envs have asyncrl's names
     ),
     # random and human scores of the DQN papers (Mnih et al., 2015), as the Atari 100k literature uses them
     "atari": Suite(

@@ -76,6 +76,9 @@ ATARI_NOTE = (
 )
 # Sample Factory's VizDoom envs scale doom_basic's and doom_deadly_corridor's rewards by 0.01 (1 elsewhere)
 SF_REWARD_UNIT = {"doom_basic": 100.0, "doom_deadly_corridor": 100.0, "CartPole-v1": 1.0, "atari_breakout": 1.0}
+# what Sample Factory logs as it trains: the frames so far, and its policy 0's mean episode reward (in its scaling)
+SF_FRAMES = re.compile(r"Total num frames: (\d+)")
+SF_REWARD = re.compile(r"Avg episode reward: \[\(0, '(-?[\d.]+)'\)\]")
 TARGET_REWARD = {"doom_basic": 70.0, "CartPole-v1": 475.0, "atari_breakout": 10.0}
 SECONDS = {
     "doom_basic": 300.0,
@@ -132,10 +135,10 @@ def sf_run(python: str, env: str, seconds: float, train_dir: str, device: str) -
     for line in proc.stdout:
         log.append(line)
         wall = round(time.monotonic() - launch, 2)
-        if m := re.search(r"Total num frames: (\d+)", line):
+        if m := SF_FRAMES.search(line):
             frames = int(m.group(1))
             rows.append({"wall_s": wall, "env_steps": frames, "reward": None})
-        if (m := re.search(r"Avg episode reward: \[\(0, '(-?[\d.]+)'\)\]", line)) and frames is not None:
+        if (m := SF_REWARD.search(line)) and frames is not None:
             rows[-1]["reward"] = float(m.group(1)) * SF_REWARD_UNIT[env]
     proc.wait()
     killer.cancel()

@@ -1,7 +1,8 @@
 """Evaluate a Sample Factory VizDoom run's final policy as learning_suite.py evaluates asyncrl's: --episodes
-episodes with sampled actions, at the training frameskip, each printed as a line `episode RETURN` in the scenario's
-own reward (its true objective where Sample Factory reports one, as for the gathering scenarios' shaped reward;
-else its reward with Sample Factory's scaling undone).
+episodes with sampled actions, at the training frameskip, each printed as a line `episode RETURN` in the reward of
+VizDoom's own scenario file, which asyncrl trains on and is scored in (its true objective where Sample Factory
+reports one, as for the gathering scenarios' shaped reward; else its reward with Sample Factory's scaling undone;
+either in VizDoom's own terms where Sample Factory's scenario file pays otherwise).
 
 Runs in Sample Factory's virtualenv (learning_peers.py starts it):
     python benchmarks/sf_evaluate.py --env=doom_basic --train_dir=DIR --experiment=NAME --episodes=10
@@ -20,11 +21,23 @@ from sf_examples.vizdoom.doom.doom_params import add_doom_env_args, doom_overrid
 from sf_examples.vizdoom.doom.doom_utils import DOOM_ENVS, make_doom_env_from_spec
 from sf_examples.vizdoom.train_vizdoom import register_vizdoom_components
 
+# Sample Factory's scenario files that pay otherwise than VizDoom's own: name -> (their living reward a tic, VizDoom's
+# living reward a tic, VizDoom's death penalty); Sample Factory's health_gathering.cfg pays 0.01 a tic and no penalty
+OTHER_CFG = {"doom_health_gathering": (0.01, 1.0, 100.0)}
+
 
 class PrintReturns(gym.Wrapper):
-    def __init__(self, env, scaling: float):
+    def __init__(self, env, name: str, scaling: float):
         super().__init__(env)
-        self.scaling, self.total = scaling, 0.0
+        self.name, self.scaling, self.total = name, scaling, 0.0
+
+    def vizdoom_return(self, info: dict) -> float:
+        """The episode's return in VizDoom's own scenario file's reward."""
+        ret = info.get("true_objective", self.total / self.scaling)
+        if self.name not in OTHER_CFG:
+            return ret
+        theirs, vizdoom, death_penalty = OTHER_CFG[self.name]
+        return ret / theirs * vizdoom - death_penalty * self.env.unwrapped.game.is_player_dead()
 
     def reset(self, **kwargs):
         self.total = 0.0
@@ -34,13 +47,13 @@ class PrintReturns(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.total += float(reward)
         if terminated or truncated:
-            print(f"episode {round(info.get('true_objective', self.total / self.scaling), 4)}", flush=True)
+            print(f"episode {round(self.vizdoom_return(info), 4)}", flush=True)
         return obs, reward, terminated, truncated, info
 
 
 def make_printing(spec, name, cfg, env_config, render_mode=None, **kwargs):
     env = make_doom_env_from_spec(spec, name, cfg, env_config, render_mode, **kwargs)
-    return PrintReturns(env, spec.reward_scaling)
+    return PrintReturns(env, spec.name, spec.reward_scaling)
 
 
 def main() -> int:

@@ -90,7 +90,8 @@ def report(name: str, runs: dict[str, list[dict]]) -> dict:
     norm = normalizers(suite, peer, scores_by_task(runs["random"], tasks))
     out = {"suite": name, "normalized_by": suite.normalized_by, "env_steps": suite.env_steps, "tasks": {}}
     if suite.peer:
-        out["peer"] = {"method": suite.peer, "name": PEERS[suite.peer].name, "scored_by": PEERS[suite.peer].scored_by}
+        known = PEERS[suite.peer]
+        out["peer"] = {"method": suite.peer, "name": known.name, "scored_by": known.scored_by, "curve": known.curve}
     for task in tasks:
         row = {"asyncrl": summary(mine[task], [r for r in ours if r["task"] == task])}
         if peer[task]:
@@ -118,14 +119,15 @@ def num(x: float) -> str:
 
 
 def markdown(out: dict, png: str) -> str:
-    peer = out.get("peer", {"name": "the peer", "scored_by": "-"})
+    peer = out.get("peer", {"name": "the peer", "scored_by": "-", "curve": "-"})
     lines = [
         f"# Learning suite `{out['suite']}`: {out['env_steps']:,} env steps per run, the defaults",
         "",
         f"![curves and performance profile]({png})",
         "",
         "Scores: asyncrl's are the mean return of evaluation episodes of a run's final policy (sampled actions); "
-        f"{peer['name']}: {peer['scored_by']}. Intervals are 95% bootstrap intervals of the mean over seeds.",
+        f"{peer['name']}: {peer['scored_by']}. Intervals are 95% bootstrap intervals of the mean over seeds. "
+        f"Curves: asyncrl's logged mean return of training episodes; {peer['name']}: {peer['curve']}.",
         "",
         f"| task | seeds | asyncrl mean [95% interval] | median | {peer['name']} here | normalized from, to "
         f"| asyncrl wall time (median) | {peer['name']} wall time | ratio |",

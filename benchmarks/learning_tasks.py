@@ -15,14 +15,22 @@ class Peer:
     method: str  # the name of its run files' folder, and its action of learning_suite.py
     name: str  # how a report names it
     scored_by: str  # how one of its runs is scored
+    curve: str  # what its curve in a run file is
 
 
 PEERS = {
-    "cleanrl": Peer("cleanrl", "CleanRL's script", f"the mean of its last {CLEANRL_LAST_EPISODES} training episodes"),
+    "cleanrl": Peer(
+        "cleanrl",
+        "CleanRL's script",
+        f"the mean of its last {CLEANRL_LAST_EPISODES} training episodes",
+        "its training episodes' returns",
+    ),
     "samplefactory": Peer(
         "samplefactory",
         "Sample Factory 2.1.1",
-        "evaluation episodes of its final policy (sampled actions), in the scenario's own reward",
+        "evaluation episodes of its final policy (sampled actions), in the reward of VizDoom's own scenario file",
+        "the mean training reward it logs, in its own scenario files' reward and shaping (health_gathering's pays "
+        "0.01 a tic alive and 1 a medkit, so that curve runs near 0 on the plot's scale)",
     ),
 }
 

@@ -4,7 +4,8 @@
   pins them, so its tasks are the v4 ones of its published scores. Its script keeps no policy to evaluate: its score
   is the mean of its last training episodes, read from what it prints.
 - Sample Factory 2.1.1 (VizDoom): its VizDoom example with its defaults (sample_factory_compare.py makes the venv),
-  then its final policy evaluated by sf_evaluate.py, which prints each episode's return in the scenario's own reward.
+  then its final policy evaluated by sf_evaluate.py, which prints each episode's return in the reward of
+  VizDoom's own scenario file.
 
 Each run returns the fields of its run file (learning_suite.py writes it).
 """

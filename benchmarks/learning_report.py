@@ -7,6 +7,7 @@ the performance profile; and README's table of every suite's report.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -90,8 +91,7 @@ def report(name: str, runs: dict[str, list[dict]]) -> dict:
     norm = normalizers(suite, peer, scores_by_task(runs["random"], tasks))
     out = {"suite": name, "normalized_by": suite.normalized_by, "env_steps": suite.env_steps, "tasks": {}}
     if suite.peer:
-        known = PEERS[suite.peer]
-        out["peer"] = {"method": suite.peer, "name": known.name, "scored_by": known.scored_by, "curve": known.curve}
+        out["peer"] = dataclasses.asdict(PEERS[suite.peer])
     for task in tasks:
         row = {"asyncrl": summary(mine[task], [r for r in ours if r["task"] == task])}
         if peer[task]:

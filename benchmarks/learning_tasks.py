@@ -76,8 +76,8 @@ SUITES = {
         },
     ),
     # Sample Factory's VizDoom example with its defaults, at the same env frames (frameskip 4 counted, as both count
-    # them); a score is the scenario's own reward (no shaping, no scaling); 0 is a random policy's score here, 1
-    # Sample Factory's mean score here
+    # them); a score is in the reward of VizDoom's own scenario file (no shaping, no scaling); 0 is a random policy's
+    # score here, 1 Sample Factory's mean score here
     "doom": Suite(
         tasks={
             "doom_basic": (None, None),

@@ -31,9 +31,9 @@ from asyncrl.envs import env_entry
 
 KNOBS = ("num_envs_per_worker", "num_workers", "worker_num_splits", "policy_workers_per_policy", "batch_size")
 MARGIN = 1.03  # a change must be this much faster to be taken: smaller differences are within a run's noise
-# each candidate's time past its warm-up and measured seconds: measure.ROLES_TAIL_S (2 s) and ~1.5 s to start and stop
-# the run (CartPole on 2 cores)
-RUN_OVERHEAD_S = 3.5
+# each candidate's time past its warm-up and measured seconds: measure.ROLES_TAIL_S (0.5 s) and ~1.5 s to start and
+# stop the run (CartPole on 2 cores)
+RUN_OVERHEAD_S = 2.0
 
 
 @dataclasses.dataclass(frozen=True)

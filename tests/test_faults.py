@@ -303,7 +303,9 @@ def test_a_guarded_queue_has_faster_fifos_face():
     start = time.monotonic()
     with pytest.raises(Empty):
         q.get_many(timeout=0.3)
-    assert time.monotonic() - start >= 0.3
+    # it waited for the timeout rather than giving up at once; faster-fifo times its wait on the wall clock
+    # (gettimeofday), which can end it a millisecond or two short of 0.3 s on the monotonic one
+    assert time.monotonic() - start >= 0.25
     q.calls.close()
 
 

@@ -1,8 +1,8 @@
 """Evaluate a Sample Factory VizDoom run's final policy as learning_suite.py evaluates asyncrl's: --episodes
 episodes with sampled actions, at the training frameskip, each printed as a line `episode RETURN` in the reward of
-VizDoom's own scenario file, which asyncrl trains on and is scored in (its true objective where Sample Factory
-reports one, as for the gathering scenarios' shaped reward; else its reward with Sample Factory's scaling undone;
-either in VizDoom's own terms where Sample Factory's scenario file pays otherwise).
+VizDoom's own scenario file, which asyncrl trains on and is scored in: Sample Factory's true objective where it
+reports one (the gathering scenarios' shaped reward), else its reward with its scaling undone, converted where its
+scenario file pays otherwise (OTHER_CFG).
 
 Runs in Sample Factory's virtualenv (learning_peers.py starts it):
     python benchmarks/sf_evaluate.py --env=doom_basic --train_dir=DIR --experiment=NAME --episodes=10

@@ -31,9 +31,7 @@ from asyncrl.envs import env_entry
 
 KNOBS = ("num_envs_per_worker", "num_workers", "worker_num_splits", "policy_workers_per_policy", "batch_size")
 MARGIN = 1.03  # a change must be this much faster to be taken: smaller differences are within a run's noise
-# each candidate's time past its warm-up and measured seconds: measure.ROLES_TAIL_S (0.5 s) and ~1.5 s to start and
-# stop the run (CartPole on 2 cores)
-RUN_OVERHEAD_S = 2.0
+START_STOP_S = 1.5  # a candidate's run's start and stop (CartPole on 2 cores), besides its seconds and tail
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +86,7 @@ def flags_of(cfg: Config) -> dict:
 def search(cfg: Config, times: TuneTimes, log=print) -> dict:
     """Coordinate descent over KNOBS from cfg, each candidate one short training run; returns the costs, every
     candidate tried with its frames/s, and the fastest flags."""
-    from asyncrl.commands.measure import compute_limit, engine_run
+    from asyncrl.commands.measure import ROLES_TAIL_S, compute_limit, engine_run
 
     cores = len(os.sched_getaffinity(0))
     costs = compute_limit(cfg, cfg.envs_per_group, seconds=times.cost_s)
@@ -100,6 +98,7 @@ def search(cfg: Config, times: TuneTimes, log=print) -> dict:
     )
     tried: dict[tuple, float | None] = {}
     deadline = time.monotonic() + times.budget_s
+    run_s = times.warmup_s + times.seconds + ROLES_TAIL_S + START_STOP_S  # a candidate's run, start to stop
 
     def measure(c: Config) -> float | None:
         """c's frames/s, or None if its run gave none to measure (no candidate is faster than a measured one)."""
@@ -120,7 +119,7 @@ def search(cfg: Config, times: TuneTimes, log=print) -> dict:
         for knob in knobs(cfg):
             for value in neighbours(best, knob, cores):
                 c = candidate(best, **{knob: value})
-                if c is None or time.monotonic() + times.warmup_s + times.seconds + RUN_OVERHEAD_S > deadline:
+                if c is None or time.monotonic() + run_s > deadline:
                     continue
                 fps = measure(c)
                 if fps is not None and fps > MARGIN * best_fps:

@@ -10,7 +10,9 @@ from setuptools.command.build_py import build_py
 
 class BuildPyWithProto(build_py):
     def run(self):
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "asyncrl", "remote", "protoc.py")
+        path = os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "asyncrl", "remote", "protoc.py"
+        )
         spec = importlib.util.spec_from_file_location("asyncrl_protoc", path)
         protoc = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(protoc)

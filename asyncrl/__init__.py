@@ -1,7 +1,9 @@
-"""asyncrl: asynchronous APPO at the throughput one machine can give, in the style of Sample Factory.
+"""asyncrl: asynchronous APPO at the throughput one machine can give, in the style of Sample
+Factory.
 
-From Python: `train` (as `asyncrl train`), `load` (a trained policy that acts in your own loop), `register_env` and
-`register_encoder` (your own env or encoder, chosen by --env and --encoder), `make_env` (an env as the run makes it).
+From Python: `train` (as `asyncrl train`), `load` (a trained policy that acts in your own loop),
+`register_env` and `register_encoder` (your own env or encoder, chosen by --env and --encoder),
+`make_env` (an env as the run makes it).
 """
 
 from asyncrl.api import TrainResult, load, train

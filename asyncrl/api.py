@@ -1,4 +1,5 @@
-"""asyncrl from Python: `train` as `asyncrl train` does, `load` a trained policy to act in your own loop.
+"""asyncrl from Python: `train` as `asyncrl train` does, `load` a trained policy to act in your own
+loop.
 
     import gymnasium as gym
     import asyncrl
@@ -10,7 +11,8 @@
         obs, _ = env.reset()
         action, state = policy.act(obs, deterministic=True)
 
-torch is imported by the first call, not by `import asyncrl`: the command line answers a bad flag before its import.
+torch is imported by the first call, not by `import asyncrl`: the command line answers a bad flag
+before its import.
 """
 
 from __future__ import annotations
@@ -36,22 +38,27 @@ FLAGS = {f.name for f in dataclasses.fields(Config)}
 
 @dataclass(frozen=True)
 class TrainResult:
-    experiment_dir: str  # the run's folder: config.json, checkpoints, stats.jsonl, TensorBoard events
-    stats: dict[int, dict]  # each policy's last stats row (env_steps, episode_reward_mean, fps, ...)
+    # the run's folder: config.json, checkpoints, stats.jsonl, TensorBoard events
+    experiment_dir: str
+    # each policy's last stats row (env_steps, episode_reward_mean, fps, ...)
+    stats: dict[int, dict]
 
 
 def check_flags(flags: dict, command: str) -> None:
-    """ConfigError for a keyword argument that is no flag of `asyncrl COMMAND`, with the nearest one."""
+    """ConfigError for a keyword argument that is no flag of `asyncrl COMMAND`, with the nearest
+    one."""
     unknown = sorted(set(flags) - FLAGS)
     if unknown:
         near = difflib.get_close_matches(unknown[0], FLAGS, n=1)
-        hint = f" (did you mean {near[0]}?)" if near else f" (`asyncrl {command} --help` lists them)"
+        hint = (
+            f" (did you mean {near[0]}?)" if near else f" (`asyncrl {command} --help` lists them)"
+        )
         raise ConfigError(f"unknown flag(s) {', '.join(unknown)}{hint}")
 
 
 def flags_to_argv(flags: dict) -> list[str]:
-    """Keyword arguments as `asyncrl train`'s flags (None leaves a flag at its default). ConfigError for a name that
-    is not a flag."""
+    """Keyword arguments as `asyncrl train`'s flags (None leaves a flag at its default). ConfigError
+    for a name that is not a flag."""
     check_flags(flags, "train")
     argv = []
     for name, value in flags.items():
@@ -66,20 +73,24 @@ def flags_to_argv(flags: dict) -> list[str]:
 
 
 def train(env: str | None = None, **flags) -> TrainResult:
-    """Train as `asyncrl train --env ENV --flag value ...` does: the same flags as keyword arguments, the same
-    defaults (the env family's, then yours), run folder (train_dir/experiment), resume (an experiment that exists
-    goes on from its last checkpoint unless restart_behavior="restart") and stop rules (train_for_env_steps,
-    train_for_seconds, Ctrl-C: a checkpoint is saved). A bad flag or value raises ConfigError (a ValueError) before
-    any process starts; a run that fails raises RuntimeError. Returns the run's folder and each policy's last stats.
-    An encoder registered with `register_encoder` is found again by enjoy and `load` through its source module."""
+    """Train as `asyncrl train --env ENV --flag value ...` does: the same flags as keyword
+    arguments, the same defaults (the env family's, then yours), run folder (train_dir/experiment),
+    resume (an experiment that exists goes on from its last checkpoint unless
+    restart_behavior="restart") and stop rules (train_for_env_steps, train_for_seconds, Ctrl-C: a
+    checkpoint is saved). A bad flag or value raises ConfigError (a ValueError) before any process
+    starts; a run that fails raises RuntimeError. Returns the run's folder and each policy's last
+    stats. An encoder registered with `register_encoder` is found again by enjoy and `load` through
+    its source module."""
     if flags.get("encoder") in ENCODERS and not flags.get("encoder_source"):
         flags["encoder_source"] = ENCODERS[flags["encoder"]].source
     settled = settings_from_args(flags_to_argv({"env": env, **flags}))
     settled.config.validate()
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}  # the run sets its own
+    # the run sets its own
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     start_fork_server()
     try:
-        from asyncrl.roles.launch import train as launch  # torch (seconds): at the first call, not at import
+        # torch (seconds): at the first call, not at import
+        from asyncrl.roles.launch import train as launch
 
         status = launch(settled)
     finally:
@@ -88,7 +99,9 @@ def train(env: str | None = None, **flags) -> TrainResult:
             signal.signal(s, handler)
     experiment_dir = settled.config.experiment_dir
     if status != 0:
-        raise RuntimeError(f"the run in {experiment_dir} stopped with an error (above); its checkpoints stay")
+        raise RuntimeError(
+            f"the run in {experiment_dir} stopped with an error (above); its checkpoints stay"
+        )
     stats: dict[int, dict] = {}
     for row in read_run(experiment_dir):
         stats[row.get("policy_id", 0)] = row
@@ -112,13 +125,20 @@ def load(
     path = os.path.expanduser(str(path_or_repository))
     file = None
     if os.path.isfile(path):
-        file, path = path, run_folder_of(path)
+        file = path
+        path = run_folder_of(path)
     if os.path.isdir(path):
-        given = {"train_dir": os.path.dirname(os.path.abspath(path)), "experiment": os.path.basename(path), **flags}
+        given = {
+            "train_dir": os.path.dirname(os.path.abspath(path)),
+            "experiment": os.path.basename(path),
+            **flags,
+        }
     elif re.fullmatch(r"[\w.-]+/[\w.-]+", path):
         given = run_from_hub(flags, path)
     else:
-        raise ConfigError(f"{path_or_repository!r} is no run folder, checkpoint file or Hub repository (USER/NAME)")
+        raise ConfigError(
+            f"{path_or_repository!r} is no run folder, checkpoint file or Hub repository (USER/NAME)"
+        )
     cfg = config_of_run(given)
     file = file or checkpoint_to_load(
         {"checkpoint": None, "load_checkpoint_kind": checkpoint, "policy_index": policy_index}, cfg
@@ -127,8 +147,8 @@ def load(
 
 
 def run_folder_of(checkpoint_file: str) -> str:
-    """The run folder a checkpoint file sits in (checkpoint_p<i>/, or its milestones/): the nearest folder above it
-    with a config.json. ConfigError if there is none."""
+    """The run folder a checkpoint file sits in (checkpoint_p<i>/, or its milestones/): the nearest
+    folder above it with a config.json. ConfigError if there is none."""
     folder = os.path.dirname(os.path.abspath(checkpoint_file))
     while folder != os.path.dirname(folder):
         if os.path.isfile(os.path.join(folder, "config.json")):

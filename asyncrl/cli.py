@@ -1,4 +1,5 @@
-"""`asyncrl` command line: `asyncrl train|enjoy|match|export|push|bench|tune|envs|plot|env-server ...`.
+"""`asyncrl` command line: `asyncrl train|enjoy|match|export|push|bench|tune|envs|plot|env-server
+...`.
 
 Every user error (bad flag, impossible config, unknown env, unusable checkpoint or train_dir) is one
 line on stderr and exit code 2, before any worker process starts.
@@ -35,9 +36,15 @@ def cmd_envs(argv: list[str]) -> int:
     width = max(len(name) for name in entries)
     for name, description in sorted(entries.items()):
         print(f"{name:<{width}}  {description}")
-    print(f"{'<gymnasium id>':<{width}}  any installed gymnasium env, e.g. CartPole-v1, LunarLander-v3")
-    print(f"{'<module>:<factory>':<{width}}  your own env's factory by import path, e.g. my_pkg.envs:make_env")
-    print(f"{'remote:<host>:<port>':<{width}}  envs served by `asyncrl env-server` (several servers: comma-separated)")
+    print(
+        f"{'<gymnasium id>':<{width}}  any installed gymnasium env, e.g. CartPole-v1, LunarLander-v3"
+    )
+    print(
+        f"{'<module>:<factory>':<{width}}  your own env's factory by import path, e.g. my_pkg.envs:make_env"
+    )
+    print(
+        f"{'remote:<host>:<port>':<{width}}  envs served by `asyncrl env-server` (several servers: comma-separated)"
+    )
     return 0
 
 
@@ -88,7 +95,8 @@ def cmd_env_server(argv: list[str]) -> int:
 
 def cmd_tune(argv: list[str]) -> int:
     if not wants_help(argv):
-        start_fork_server()  # ready by the first candidate's run, which would otherwise wait seconds for its imports
+        # ready by the first candidate's run, which would otherwise wait seconds for its imports
+        start_fork_server()
     from asyncrl.commands.tune import cmd_tune as tune
 
     return tune(argv)
@@ -118,27 +126,36 @@ def main(argv: list[str] | None = None) -> int:
                 f"(`asyncrl train --help`: every training flag)"
             )
             return 0
-        print(f"asyncrl: error: expected a command ({names}), got {argv[0] if argv else 'nothing'}", file=sys.stderr)
+        print(
+            f"asyncrl: error: expected a command ({names}), got {argv[0] if argv else 'nothing'}",
+            file=sys.stderr,
+        )
         return 2
-    setup_logging()  # the engine's lines of any command (bench's runs, say); a run sets its own --log_level
+    # the engine's lines of any command (bench's runs, say); a run sets its own --log_level
+    setup_logging()
     try:
         return COMMANDS[argv[0]](argv[1:])
     except USER_ERRORS as e:
         print(f"asyncrl: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C before the run's own handler is in place (imports, the env's probe)
+    # Ctrl-C before the run's own handler is in place (imports, the env's probe)
+    except KeyboardInterrupt:
         print("asyncrl: interrupted", file=sys.stderr)
-        return 130  # the shell's code for SIGINT
+        # the shell's code for SIGINT
+        return 130
     finally:
-        stop_fork_server()  # the command's children are gone (or never started); the server would linger a second
+        # the command's children are gone (or never started); the server would linger a second
+        stop_fork_server()
 
 
 def run() -> NoReturn:
-    """The `asyncrl` command: main(), then exit as Python would, less the teardown of torch's modules, which
-    adds most of a second of CPU to every command and has nothing to release (files, children and shared memory
-    are closed by then; atexit handlers, wandb's and logging's among them, still run)."""
+    """The `asyncrl` command: main(), then exit as Python would, less the teardown of torch's
+    modules, which adds most of a second of CPU to every command and has nothing to release (files,
+    children and shared memory are closed by then; atexit handlers, wandb's and logging's among
+    them, still run)."""
     code = main()
-    for thread in threading.enumerate():  # as interpreter shutdown does: non-daemon threads finish first
+    # as interpreter shutdown does: non-daemon threads finish first
+    for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()
     atexit._run_exitfuncs()

@@ -1,4 +1,5 @@
-"""Shared by the benchmark scripts: launch `asyncrl train` and timestamp each stats row as it appears."""
+"""Shared by the benchmark scripts: launch `asyncrl train` and timestamp each stats row as it
+appears."""
 
 from __future__ import annotations
 
@@ -19,17 +20,22 @@ import psutil
 from asyncrl.core.processes import parent_death_signal
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(REPO, "benchmarks", "results")  # the instruments' results
-STUDY_RESULTS = os.path.join(REPO, "benchmarks", "studies", "results")  # one-off investigations' results
+# the instruments' results
+RESULTS = os.path.join(REPO, "benchmarks", "results")
+# one-off investigations' results
+STUDY_RESULTS = os.path.join(REPO, "benchmarks", "studies", "results")
 # what CleanRL's scripts print per finished episode: (global step, return)
 CLEANRL_EPISODE = re.compile(r"global_step=(\d+), episodic_return=\[?([-\d.e+]+)")
 
 
 def cpu_model() -> str:
-    """The CPU's name as the kernel gives it (/proc/cpuinfo), which tells apart machines of the same core count."""
+    """The CPU's name as the kernel gives it (/proc/cpuinfo), which tells apart machines of the same
+    core count."""
     try:
         with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            return next(
+                line.split(":", 1)[1].strip() for line in f if line.startswith("model name")
+            )
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
 
@@ -50,12 +56,16 @@ def machine() -> str:
 
 
 def provenance() -> dict:
-    """Where a result came from: the command that made it, the commit (with -dirty for uncommitted changes), the
-    date, the CPU model, the cores, torch's version and the device."""
+    """Where a result came from: the command that made it, the commit (with -dirty for uncommitted
+    changes), the date, the CPU model, the cores, torch's version and the device."""
     git = ["git", "-C", REPO]
-    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     # dirty: code changed since the commit (result files being written are not code)
-    if subprocess.run([*git, "diff", "--quiet", "HEAD", "--", ".", ":(exclude)benchmarks/results"]).returncode:
+    if subprocess.run(
+        [*git, "diff", "--quiet", "HEAD", "--", ".", ":(exclude)benchmarks/results"]
+    ).returncode:
         commit += "-dirty"
     try:
         import torch
@@ -84,16 +94,23 @@ def _file_id(path: str) -> tuple[int | None, int]:
     return stat.st_ino, stat.st_size
 
 
-def train_and_watch(train_args: list[str], experiment_dir: str, timeout_s: float, ranks: int = 1) -> list[dict]:
-    """Run `asyncrl train ARGS` (ranks > 1: under `torchrun --standalone --nproc_per_node RANKS`); returns its stats
-    rows, each with `wall_s`: seconds since launch when the row appeared (so start-up time counts, as it does for a
-    user)."""
+def train_and_watch(
+    train_args: list[str], experiment_dir: str, timeout_s: float, ranks: int = 1
+) -> list[dict]:
+    """Run `asyncrl train ARGS` (ranks > 1: under `torchrun --standalone --nproc_per_node RANKS`);
+    returns its stats rows, each with `wall_s`: seconds since launch when the row appeared (so
+    start-up time counts, as it does for a user)."""
     stats_path = os.path.join(experiment_dir, "stats.jsonl")
-    inode, offset = _file_id(stats_path)  # rows an earlier run left in the folder are not this run's
+    # rows an earlier run left in the folder are not this run's
+    inode, offset = _file_id(stats_path)
     launch = time.monotonic()
-    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)] if ranks > 1 else []
-    # a session of its own, so that the terminal's Ctrl-C reaches this script alone, which passes one on; and a
-    # SIGTERM (the run's own Ctrl-C) if this script dies
+    torchrun = (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)]
+        if ranks > 1
+        else []
+    )
+    # a session of its own, so that the terminal's Ctrl-C reaches this script alone, which passes
+    # one on; and a SIGTERM (the run's own Ctrl-C) if this script dies
     proc = subprocess.Popen(
         [sys.executable, *torchrun, "-m", "asyncrl", "train", *train_args],
         cwd=REPO,
@@ -102,7 +119,8 @@ def train_and_watch(train_args: list[str], experiment_dir: str, timeout_s: float
     )
     try:
         rows = _watch(proc, stats_path, inode, offset, launch, timeout_s)
-    except KeyboardInterrupt:  # Ctrl-C: the run stops as a user's does, with its checkpoint and nothing left behind
+    # Ctrl-C: the run stops as a user's does, with its checkpoint and nothing left behind
+    except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)
         proc.wait()
         raise
@@ -111,20 +129,25 @@ def train_and_watch(train_args: list[str], experiment_dir: str, timeout_s: float
     return rows
 
 
-def _watch(proc, stats_path: str, inode, offset: int, launch: float, timeout_s: float) -> list[dict]:
+def _watch(
+    proc, stats_path: str, inode, offset: int, launch: float, timeout_s: float
+) -> list[dict]:
     """The stats rows of a launched run, each timestamped as it appears, until the run exits."""
     rows: list[dict] = []
     while True:
         done = proc.poll() is not None
         now_inode, size = _file_id(stats_path)
         if now_inode != inode or size < offset:
-            inode, offset = now_inode, 0  # the run emptied the folder (--restart_behavior restart): a new file
+            # the run emptied the folder (--restart_behavior restart): a new file
+            inode = now_inode
+            offset = 0
         if now_inode is not None:
             with open(stats_path, "rb") as f:
                 f.seek(offset)
                 for line in f.readlines():
                     if not line.endswith(b"\n"):
-                        break  # a row still being written: read whole next time
+                        # a row still being written: read whole next time
+                        break
                     offset += len(line)
                     rows.append({**json.loads(line), "wall_s": round(time.monotonic() - launch, 2)})
         if done:
@@ -137,8 +160,8 @@ def _watch(proc, stats_path: str, inode, offset: int, launch: float, timeout_s: 
 
 
 def first_reaching(rows: list[dict], target: float) -> tuple[dict | None, float | None]:
-    """The first stats row whose mean episode return reaches target, and the lowest mean return from then on
-    (None, None if it never does)."""
+    """The first stats row whose mean episode return reaches target, and the lowest mean return from
+    then on (None, None if it never does)."""
     scored = [r for r in rows if r["episode_reward_mean"] is not None]
     first = next((i for i, r in enumerate(scored) if r["episode_reward_mean"] >= target), None)
     if first is None:
@@ -149,7 +172,8 @@ def first_reaching(rows: list[dict], target: float) -> tuple[dict | None, float 
 def env_steps_per_second(rows: list[dict], warmup_s: float = 0.0) -> float:
     """A run's env steps per second between its first stats row after warmup_s and its last."""
     after = [r for r in rows if r["time_s"] >= warmup_s]
-    first, last = after[0], after[-1]
+    first = after[0]
+    last = after[-1]
     return (last["env_steps"] - first["env_steps"]) / (last["time_s"] - first["time_s"])
 
 
@@ -169,10 +193,14 @@ def asyncrl_bench(flags: list[str], train_dir: str, repo: str = REPO) -> tuple[d
 
 
 def peer_venv(path: str, peer: str, imports: str, packages: list[str]) -> str:
-    """The python of a virtualenv at `path` for another project's code (made once): torch at the version installed
-    here (its CPU wheel, as this project installs it), then `packages`; `imports` is what a made venv can import."""
+    """The python of a virtualenv at `path` for another project's code (made once): torch at the
+    version installed here (its CPU wheel, as this project installs it), then `packages`; `imports`
+    is what a made venv can import."""
     python = os.path.join(path, "bin", "python")
-    if os.path.exists(python) and subprocess.run([python, "-c", f"import {imports}"]).returncode == 0:
+    if (
+        os.path.exists(python)
+        and subprocess.run([python, "-c", f"import {imports}"]).returncode == 0
+    ):
         return python
     import torch
 
@@ -185,7 +213,8 @@ def peer_venv(path: str, peer: str, imports: str, packages: list[str]) -> str:
 
 
 def provenance_line(made: dict) -> str:
-    """The line a result's page ends with: its provenance, said to be reconstructed where provenance.py rebuilt it."""
+    """The line a result's page ends with: its provenance, said to be reconstructed where
+    provenance.py rebuilt it."""
     how = " (reconstructed from the repository's history)" if made.get("reconstructed") else ""
     return (
         f"Made by `{made['command']}` at commit {made['commit']} on {made['date']}: {made['cpu']}, "
@@ -194,8 +223,8 @@ def provenance_line(made: dict) -> str:
 
 
 def write_result(name: str, result: dict, markdown: str, folder: str = RESULTS) -> None:
-    """The result as NAME.json and NAME.md, each with its provenance (the JSON's "provenance", the page's last
-    line)."""
+    """The result as NAME.json and NAME.md, each with its provenance (the JSON's "provenance", the
+    page's last line)."""
     made = provenance()
     markdown = markdown.rstrip("\n") + f"\n\n{provenance_line(made)}\n"
     os.makedirs(folder, exist_ok=True)

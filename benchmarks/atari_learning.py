@@ -1,19 +1,21 @@
-"""Atari learning at equal wall time: asyncrl (atari_<game>, defaults) vs CleanRL's ppo_atari_envpool.py, one after
-the other on this machine, each for --seconds from launch.
+"""Atari learning at equal wall time: asyncrl (atari_<game>, defaults) vs CleanRL's
+ppo_atari_envpool.py, one after the other on this machine, each for --seconds from launch.
 
     python benchmarks/atari_learning.py --cleanrl_script PATH/cleanrl/ppo_atari_envpool.py [--games pong breakout]
         [--seconds 1800]
 
-Both sides: the baselines preprocessing (84x84 gray, 4 stacked, frameskip 4, no-op starts, life loss ends the
-learner's episode, rewards clipped for learning), the Nature conv net, 128-step rollouts, 4 epochs of 4 minibatches,
-clip 0.1, learning rate 2.5e-4 decaying linearly. asyncrl: `asyncrl train --env atari_<game>` with no other flag
-(2 workers x 8 envs on 2 cores); CleanRL: its script with its defaults (8 envs, CPU), in a virtualenv of its own made
-on first use (--cleanrl_venv: torch as installed here, envpool 0.8.4 and gym 0.23.1 as the script expects), stopped
-at --seconds. Scores are whole games, unclipped: asyncrl's mean of the last 100 episodes as it reports it, CleanRL's
-the mean of the last 100 games it printed. Frames count every emulator frame (CleanRL's global_step x 4).
-Beside both: CleanRL's published curve and its spread over seeds at the same frames (read off openrlbenchmark's
-figure: results/cleanrl_published_atari_curves.json says how). Writes benchmarks/results/atari_learning_<games>.
-{md,json,png}; --from_json PATH writes them again from a saved result (after a change in the published reference).
+Both sides: the baselines preprocessing (84x84 gray, 4 stacked, frameskip 4, no-op starts, life loss
+ends the learner's episode, rewards clipped for learning), the Nature conv net, 128-step rollouts, 4
+epochs of 4 minibatches, clip 0.1, learning rate 2.5e-4 decaying linearly. asyncrl: `asyncrl train
+--env atari_<game>` with no other flag (2 workers x 8 envs on 2 cores); CleanRL: its script with its
+defaults (8 envs, CPU), in a virtualenv of its own made on first use (--cleanrl_venv: torch as
+installed here, envpool 0.8.4 and gym 0.23.1 as the script expects), stopped at --seconds. Scores
+are whole games, unclipped: asyncrl's mean of the last 100 episodes as it reports it, CleanRL's the
+mean of the last 100 games it printed. Frames count every emulator frame (CleanRL's global_step x
+4). Beside both: CleanRL's published curve and its spread over seeds at the same frames (read off
+openrlbenchmark's figure: results/cleanrl_published_atari_curves.json says how). Writes
+benchmarks/results/atari_learning_<games>. {md,json,png}; --from_json PATH writes them again from a
+saved result (after a change in the published reference).
 """
 
 import argparse
@@ -38,7 +40,10 @@ def published_curves() -> dict:
     with open(PUBLISHED) as f:
         games = json.load(f)["games"]
     return {
-        game: [{"frames": r["steps"] * FRAMESKIP, **{k: r[k] for k in ("mean", "low", "high")}} for r in rows]
+        game: [
+            {"frames": r["steps"] * FRAMESKIP, **{k: r[k] for k in ("mean", "low", "high")}}
+            for r in rows
+        ]
         for game, rows in games.items()
     }
 
@@ -79,9 +84,11 @@ def asyncrl_run(game: str, seconds: float, train_dir: str, seed: int | None) -> 
     ]
 
 
-def cleanrl_run(python: str, script: str, game: str, seconds: float, work_dir: str, seed: int | None) -> list[dict]:
-    """CleanRL's script from launch until `seconds` have passed (it has no time limit: stopped then); one row per game
-    it finished: the mean score of the last 100 games so far."""
+def cleanrl_run(
+    python: str, script: str, game: str, seconds: float, work_dir: str, seed: int | None
+) -> list[dict]:
+    """CleanRL's script from launch until `seconds` have passed (it has no time limit: stopped
+    then); one row per game it finished: the mean score of the last 100 games so far."""
     launch = time.monotonic()
     proc = subprocess.Popen(
         [python, script, "--env-id", CLEANRL_IDS[game], "--no-cuda", *seed_flag(seed)],
@@ -92,7 +99,8 @@ def cleanrl_run(python: str, script: str, game: str, seconds: float, work_dir: s
     )
     stopper = threading.Timer(seconds, proc.terminate)
     stopper.start()
-    rows, games = [], []
+    rows = []
+    games = []
     for line in proc.stdout:
         if m := CLEANRL_EPISODE.search(line):
             games.append(float(m.group(2)))
@@ -127,13 +135,36 @@ def plot(results: dict, published: dict, path: str) -> None:
     for (left, right), (game, sides) in zip(axes, results.items()):
         for side, color in (("asyncrl", "tab:blue"), ("cleanrl", "tab:orange")):
             rows = sides[side]["rows"]
-            left.plot([r["wall_s"] / 60 for r in rows], [r["score"] for r in rows], color=color, label=side)
-            right.plot([r["frames"] / 1e6 for r in rows], [r["score"] for r in rows], color=color, label=side)
-        last = max(rows[-1]["frames"] for rows in (sides["asyncrl"]["rows"], sides["cleanrl"]["rows"]))
+            left.plot(
+                [r["wall_s"] / 60 for r in rows],
+                [r["score"] for r in rows],
+                color=color,
+                label=side,
+            )
+            right.plot(
+                [r["frames"] / 1e6 for r in rows],
+                [r["score"] for r in rows],
+                color=color,
+                label=side,
+            )
+        last = max(
+            rows[-1]["frames"] for rows in (sides["asyncrl"]["rows"], sides["cleanrl"]["rows"])
+        )
         curve = [r for r in published[game] if r["frames"] <= last * 1.05]
         frames = [r["frames"] / 1e6 for r in curve]
-        right.plot(frames, [r["mean"] for r in curve], color="tab:gray", label="CleanRL published (spread over seeds)")
-        right.fill_between(frames, [r["low"] for r in curve], [r["high"] for r in curve], color="tab:gray", alpha=0.2)
+        right.plot(
+            frames,
+            [r["mean"] for r in curve],
+            color="tab:gray",
+            label="CleanRL published (spread over seeds)",
+        )
+        right.fill_between(
+            frames,
+            [r["low"] for r in curve],
+            [r["high"] for r in curve],
+            color="tab:gray",
+            alpha=0.2,
+        )
         left.set_xlabel("minutes since launch")
         right.set_xlabel("frames (millions)")
         for ax in (left, right):
@@ -145,7 +176,8 @@ def plot(results: dict, published: dict, path: str) -> None:
 
 
 def summary(rows_a: list[dict], rows_c: list[dict]) -> dict:
-    a, c = rows_a[-1], rows_c[-1]
+    a = rows_a[-1]
+    c = rows_c[-1]
     return {
         "asyncrl_score": a["score"],
         "asyncrl_frames": a["frames"],
@@ -156,7 +188,11 @@ def summary(rows_a: list[dict], rows_c: list[dict]) -> dict:
 
 
 def result_name(args) -> str:
-    return "atari_learning_" + "_".join(args.games) + ("" if args.seed is None else f"_seed{args.seed}")
+    return (
+        "atari_learning_"
+        + "_".join(args.games)
+        + ("" if args.seed is None else f"_seed{args.seed}")
+    )
 
 
 def markdown(results: dict, published: dict, args) -> str:
@@ -205,15 +241,24 @@ def report(results: dict, args) -> None:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cleanrl_script", help="cleanrl/ppo_atari_envpool.py, from a clone of CleanRL")
-    parser.add_argument("--games", nargs="+", default=list(CLEANRL_IDS), choices=list(CLEANRL_IDS))
-    parser.add_argument("--seconds", type=float, default=1800.0, help="wall time per run, from launch")
     parser.add_argument(
-        "--seed", type=int, help="both sides' seed (default: each side's own: asyncrl a random one, CleanRL 1)"
+        "--cleanrl_script", help="cleanrl/ppo_atari_envpool.py, from a clone of CleanRL"
     )
-    parser.add_argument("--cleanrl_venv", default=os.path.expanduser("~/.cache/asyncrl/cleanrl_atari_venv"))
+    parser.add_argument("--games", nargs="+", default=list(CLEANRL_IDS), choices=list(CLEANRL_IDS))
     parser.add_argument(
-        "--from_json", help="a saved result (results/atari_learning_*.json): write its md and png again, with no runs"
+        "--seconds", type=float, default=1800.0, help="wall time per run, from launch"
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="both sides' seed (default: each side's own: asyncrl a random one, CleanRL 1)",
+    )
+    parser.add_argument(
+        "--cleanrl_venv", default=os.path.expanduser("~/.cache/asyncrl/cleanrl_atari_venv")
+    )
+    parser.add_argument(
+        "--from_json",
+        help="a saved result (results/atari_learning_*.json): write its md and png again, with no runs",
     )
     args = parser.parse_args()
     if args.from_json:
@@ -231,7 +276,11 @@ def main():
     for game in args.games:
         rows_a = asyncrl_run(game, args.seconds, train_dir, args.seed)
         rows_c = cleanrl_run(python, script, game, args.seconds, train_dir, args.seed)
-        results[game] = {"asyncrl": {"rows": rows_a}, "cleanrl": {"rows": rows_c}, "summary": summary(rows_a, rows_c)}
+        results[game] = {
+            "asyncrl": {"rows": rows_a},
+            "cleanrl": {"rows": rows_c},
+            "summary": summary(rows_a, rows_c),
+        }
         print(game, results[game]["summary"], flush=True)
     shutil.rmtree(train_dir, ignore_errors=True)
     args.machine = machine()

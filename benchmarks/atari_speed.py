@@ -1,4 +1,5 @@
-"""Atari raw speed: asyncrl's per-env path vs its vector path vs the vector envs' own loops, one after the other.
+"""Atari raw speed: asyncrl's per-env path vs its vector path vs the vector envs' own loops, one
+after the other.
 
     python benchmarks/atari_speed.py [--game breakout] [--seconds 20] [--rounds 3]
 
@@ -28,10 +29,13 @@ NUM_ENVS = 16
 
 
 def own_loop_fps(make, seconds: float) -> float:
-    envs = make()  # a gymnasium VectorEnv (EnvPool's too, since 1.2)
-    envs.reset()  # random seeds (EnvPool's are fixed when made)
+    # a gymnasium VectorEnv (EnvPool's too, since 1.2)
+    envs = make()
+    # random seeds (EnvPool's are fixed when made)
+    envs.reset()
     n = envs.single_action_space.n
-    rng, steps = np.random.default_rng(0), 0
+    rng = np.random.default_rng(0)
+    steps = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         envs.step(rng.integers(0, n, NUM_ENVS))
@@ -48,10 +52,13 @@ def ale_vector(game: str):
 
 
 def envpool_vector(game: str):
-    """EnvPool's own vector env with the baselines preset, as the envpool engine makes it (its wrapper left out)."""
+    """EnvPool's own vector env with the baselines preset, as the envpool engine makes it (its
+    wrapper left out)."""
     from asyncrl.envs.atari import MAX_FRAMES_PER_GAME, make_envpool
 
-    return make_envpool(game, NUM_ENVS, psutil.cpu_count(), MAX_FRAMES_PER_GAME, "baselines", list(range(NUM_ENVS)))
+    return make_envpool(
+        game, NUM_ENVS, psutil.cpu_count(), MAX_FRAMES_PER_GAME, "baselines", list(range(NUM_ENVS))
+    )
 
 
 def ours(game: str, mode: str, backend: str, seconds: float, engine: str = "ale") -> float:
@@ -88,16 +95,23 @@ def main() -> None:
         "ours raw per-env": lambda: ours(args.game, "raw", "per_env", args.seconds),
         "ours raw vector": lambda: ours(args.game, "raw", "vector", args.seconds),
         "ours sampler vector": lambda: ours(args.game, "sampler", "vector", args.seconds),
-        "ALE vector env, own loop": lambda: own_loop_fps(lambda: ale_vector(args.game), args.seconds),
+        "ALE vector env, own loop": lambda: own_loop_fps(
+            lambda: ale_vector(args.game), args.seconds
+        ),
     }
     try:
         envpool_vector(args.game).close()
-        sides["EnvPool, own loop"] = lambda: own_loop_fps(lambda: envpool_vector(args.game), args.seconds)
-        sides["ours raw vector, envpool engine"] = lambda: ours(args.game, "raw", "vector", args.seconds, "envpool")
+        sides["EnvPool, own loop"] = lambda: own_loop_fps(
+            lambda: envpool_vector(args.game), args.seconds
+        )
+        sides["ours raw vector, envpool engine"] = lambda: ours(
+            args.game, "raw", "vector", args.seconds, "envpool"
+        )
         sides["ours sampler vector, envpool engine"] = lambda: ours(
             args.game, "sampler", "vector", args.seconds, "envpool"
         )
-    except EnvError as e:  # EnvPool not installed, or without this game
+    # EnvPool not installed, or without this game
+    except EnvError as e:
         print(f"EnvPool's sides are left out: {e}")
     fps = {side: [] for side in sides}
     for r in range(args.rounds):
@@ -114,16 +128,24 @@ def main() -> None:
     ratios = [
         ("vector path / per-env path", "ours raw vector", "ours raw per-env"),
         ("vector path / ALE's own loop", "ours raw vector", "ALE vector env, own loop"),
-        ("envpool engine's vector path / EnvPool's own loop", "ours raw vector, envpool engine", "EnvPool, own loop"),
+        (
+            "envpool engine's vector path / EnvPool's own loop",
+            "ours raw vector, envpool engine",
+            "EnvPool, own loop",
+        ),
     ]
-    ratio_line = "; ".join(f"{what}: {median[a] / median[b]:.2f}" for what, a, b in ratios if b in median)
+    ratio_line = "; ".join(
+        f"{what}: {median[a] / median[b]:.2f}" for what, a, b in ratios if b in median
+    )
     markdown = (
         f"# Atari raw speed: atari_{args.game}, {NUM_ENVS} envs\n\nMachine: {machine()}\n\n"
         f"Command: `python benchmarks/atari_speed.py --game {args.game} --seconds {args.seconds:g} "
         f"--rounds {args.rounds}`\n\n| side | frames/s per round | median | / {reference} |\n"
         f"| --- | --- | --- | --- |\n{rows}\n\n{ratio_line}\n"
     )
-    write_result(f"atari_speed_{args.game}", {"fps": fps, "median": median, "reference": reference}, markdown)
+    write_result(
+        f"atari_speed_{args.game}", {"fps": fps, "median": median, "reference": reference}, markdown
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""`asyncrl bench` on the configurations the README quotes, one after the other, into one results file.
+"""`asyncrl bench` on the configurations the README quotes, one after the other, into one results
+file.
 
     python benchmarks/bench_suite.py [--seconds 30] [--warmup_seconds 10]
 
@@ -50,7 +51,14 @@ SUITE = {
         "--num_envs_per_worker",
         "16",
     ],
-    "doom_basic, SF's model, --tune True": ["--env", "doom_basic", "--mode", "sampler,train", "--tune", "True"],
+    "doom_basic, SF's model, --tune True": [
+        "--env",
+        "doom_basic",
+        "--mode",
+        "sampler,train",
+        "--tune",
+        "True",
+    ],
     "doom_basic, small model, 2x16": [
         "--env",
         "doom_basic",
@@ -82,10 +90,17 @@ def main():
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--warmup_seconds", type=float, default=10)
     args = parser.parse_args()
-    results, lines = {}, []
+    results = {}
+    lines = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, flags in SUITE.items():
-            flags = [*flags, "--seconds", f"{args.seconds:g}", "--warmup_seconds", f"{args.warmup_seconds:g}"]
+            flags = [
+                *flags,
+                "--seconds",
+                f"{args.seconds:g}",
+                "--warmup_seconds",
+                f"{args.warmup_seconds:g}",
+            ]
             results[name], printed = asyncrl_bench(flags, tmp)
             summary = printed[printed.index("asyncrl bench: " + results[name]["env"]) :]
             print(summary, flush=True)
@@ -116,7 +131,11 @@ def main():
             f"{fmt(r.get('sampler_over_raw'), '.3f')} | {fmt(r.get('train_over_raw'), '.3f')} | "
             f"{fmt(r.get('efficiency'), '.3f')} | {fmt(r.get('sampler_efficiency'), '.3f')} |"
         )
-    write_result("asyncrl_bench", {"machine": machine(), "results": results}, "\n".join(header + [""] + lines))
+    write_result(
+        "asyncrl_bench",
+        {"machine": machine(), "results": results},
+        "\n".join(header + [""] + lines),
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""How fast does `asyncrl train --env CartPole-v1` (default settings) solve CartPole, and does it stay solved?
+"""How fast does `asyncrl train --env CartPole-v1` (default settings) solve CartPole, and does it
+stay solved?
 
     python benchmarks/cartpole_solve_time.py [--runs 3] [--seconds 90]
 
@@ -75,7 +76,9 @@ def main():
             f"{r['env_steps']:,} | {r['mean_fps']:,.0f} |"
         )
     write_result(
-        "cartpole_solve_time", {"machine": machine(), "seconds": args.seconds, "runs": runs}, "\n".join(lines) + "\n"
+        "cartpole_solve_time",
+        {"machine": machine(), "seconds": args.seconds, "runs": runs},
+        "\n".join(lines) + "\n",
     )
 
 

@@ -1,4 +1,5 @@
-"""DD-PPO over torch.distributed on this machine: straggler preemption with one slow rank, and 1 vs 2 ranks.
+"""DD-PPO over torch.distributed on this machine: straggler preemption with one slow rank, and 1 vs
+2 ranks.
 
     python benchmarks/ddppo.py [--env_steps 300000] [--seeds 2]
 
@@ -32,7 +33,8 @@ SLOW_RANK_0 = [
     "2",
     "--env_options",
     '{"step_s": 0.001, "worker_cost": [3, 3, 1, 1]}',
-]  # workers 0, 1: rank 0's
+    # workers 0, 1: rank 0's
+]
 RULES = {
     "none": ["--preemption_threshold", "1"],
     "ddppo": ["--preemption_threshold", "0.5"],
@@ -64,7 +66,11 @@ def preemption(train_dir: str, seeds: int, env_steps: int) -> list[dict]:
     for seed in range(seeds):
         for rule, rule_flags in RULES.items():
             rows = run(
-                train_dir, f"preempt_{rule}_{seed}", [*SLOW_RANK_0, *rule_flags, "--seed", str(seed)], 2, env_steps
+                train_dir,
+                f"preempt_{rule}_{seed}",
+                [*SLOW_RANK_0, *rule_flags, "--seed", str(seed)],
+                2,
+                env_steps,
             )
             runs.append(
                 {
@@ -83,7 +89,9 @@ def preemption(train_dir: str, seeds: int, env_steps: int) -> list[dict]:
 def scaling(train_dir: str, env_steps: int) -> list[dict]:
     runs = []
     for ranks in (1, 2):
-        rows = run(train_dir, f"scaling_{ranks}", ["--env", "CartPole-v1", "--seed", "0"], ranks, env_steps)
+        rows = run(
+            train_dir, f"scaling_{ranks}", ["--env", "CartPole-v1", "--seed", "0"], ranks, env_steps
+        )
         solved, _ = first_reaching(rows, 475)
         runs.append(
             {
@@ -124,7 +132,9 @@ def report(command: str, preempt: list[dict], scale: list[dict]) -> str:
     lines += [
         "",
         "Median ratio to no preemption: "
-        + ", ".join(f"{rule} **{statistics.median(values):.2f}**" for rule, values in ratios.items()),
+        + ", ".join(
+            f"{rule} **{statistics.median(values):.2f}**" for rule, values in ratios.items()
+        ),
         "",
         "## 1 vs 2 ranks, plain CartPole-v1",
         "",

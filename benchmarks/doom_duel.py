@@ -1,4 +1,5 @@
-"""doom_duel on this machine: its speed against single-agent VizDoom, and a 5-minute run stopped twice.
+"""doom_duel on this machine: its speed against single-agent VizDoom, and a 5-minute run stopped
+twice.
 
     python benchmarks/doom_duel.py [--pairs 3] [--seconds 60] [--run_minutes 5]
 
@@ -49,8 +50,10 @@ def speed_pairs(pairs: int, seconds: float, warmup: float) -> list[dict]:
 
 
 def left_behind(shm_before: set[str]) -> dict:
-    """VizDoom engines and asyncrl processes on this machine, and /dev/shm entries that were not there before."""
-    engines, children = 0, 0
+    """VizDoom engines and asyncrl processes on this machine, and /dev/shm entries that were not
+    there before."""
+    engines = 0
+    children = 0
     for p in psutil.process_iter(["name", "cmdline"]):
         engines += p.info["name"] == "vizdoom"
         children += ((p.info["cmdline"] or [""])[0]).startswith("asyncrl-")
@@ -78,7 +81,8 @@ def stop_and_look(proc: subprocess.Popen, sig: int, shm_before: set[str]) -> dic
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         code = "did not stop in 120 s"
-    time.sleep(5)  # the reapers kill what a SIGKILLed run's children started
+    # the reapers kill what a SIGKILLed run's children started
+    time.sleep(5)
     return {"exit_code": code, **left_behind(shm_before)}
 
 
@@ -99,7 +103,8 @@ def five_minute_run(minutes: float) -> dict:
             "--train_for_seconds",
             "100000",
         ]
-        # a session of its own, so that only the signals sent here reach it; SIGINT at its default, as in a terminal
+        # a session of its own, so that only the signals sent here reach it; SIGINT at its default,
+        # as in a terminal
         run = subprocess.Popen(
             command,
             cwd=REPO,
@@ -111,10 +116,13 @@ def five_minute_run(minutes: float) -> dict:
         ctrl_c = stop_and_look(run, signal.SIGINT, shm_before)
         rows = stats_rows(experiment_dir)
         ctrl_c["checkpoints"] = sorted(os.listdir(os.path.join(experiment_dir, "checkpoint_p0")))
-        resumed = subprocess.Popen(command, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL)
+        resumed = subprocess.Popen(
+            command, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 300
         while len(stats_rows(experiment_dir)) < len(rows) + 3 and time.monotonic() < deadline:
-            time.sleep(1)  # trains again (two reports after the first)
+            # trains again (two reports after the first)
+            time.sleep(1)
         resumed_steps = stats_rows(experiment_dir)[-1]["env_steps"]
         sigkill = stop_and_look(resumed, signal.SIGKILL, shm_before)
     fps = [r["fps"] for r in rows if r["time_s"] > 30]
@@ -127,7 +135,9 @@ def five_minute_run(minutes: float) -> dict:
         "reports": len(fps),
         "env_errors": last["env_errors"],
         "worker_restarts": last["worker_restarts"],
-        "episode_stats": {k: last[k] for k in last if k.startswith("episode_") and k.endswith("_mean")},
+        "episode_stats": {
+            k: last[k] for k in last if k.startswith("episode_") and k.endswith("_mean")
+        },
         "after_ctrl_c": ctrl_c,
         "resumed_to_env_steps": resumed_steps,
         "after_sigkill": sigkill,
@@ -167,7 +177,10 @@ def report(pairs: list[dict], run: dict, command: str) -> str:
         "| stop | exit code | VizDoom engines left | asyncrl processes left | new /dev/shm entries |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for name, key in (("Ctrl-C after the run", "after_ctrl_c"), ("SIGKILL of the resumed run", "after_sigkill")):
+    for name, key in (
+        ("Ctrl-C after the run", "after_ctrl_c"),
+        ("SIGKILL of the resumed run", "after_sigkill"),
+    ):
         s = run[key]
         lines.append(
             f"| {name} | {s['exit_code']} | {s['vizdoom_engines']} | {s['asyncrl_processes']} | "
@@ -195,7 +208,9 @@ def main():
     pairs = speed_pairs(args.pairs, args.seconds, args.warmup_seconds)
     run = five_minute_run(args.run_minutes)
     write_result(
-        "doom_duel", {"machine": machine(), "command": command, "pairs": pairs, "run": run}, report(pairs, run, command)
+        "doom_duel",
+        {"machine": machine(), "command": command, "pairs": pairs, "run": run},
+        report(pairs, run, command),
     )
 
 

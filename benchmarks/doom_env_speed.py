@@ -2,10 +2,11 @@
 
     python benchmarks/doom_env_speed.py [--seconds 5] [--rounds 3]
 
-Both sides: one process, random actions, frameskip 4, 256x144 CRCGCB rendering, window and sound off,
-the screen read every step. Raw = a bare DoomGame loop; ours = `asyncrl.make_env(name)` (which also
-picks actions from its table, returns the 128x72 strided view and fills `info` at episode ends).
-Rounds alternate raw/ours so machine noise hits both alike. Prints frames/s and ours/raw per scenario.
+Both sides: one process, random actions, frameskip 4, 256x144 CRCGCB rendering, window and sound
+off, the screen read every step. Raw = a bare DoomGame loop; ours = `asyncrl.make_env(name)` (which
+also picks actions from its table, returns the 128x72 strided view and fills `info` at episode
+ends). Rounds alternate raw/ours so machine noise hits both alike. Prints frames/s and ours/raw per
+scenario.
 """
 
 import argparse
@@ -32,7 +33,8 @@ def raw_fps(cfg_file: str, seconds: float) -> float:
     n = game.get_available_buttons_size()
     actions = np.eye(n).tolist()
     rng = np.random.default_rng(0)
-    frames, start = 0, time.perf_counter()
+    frames = 0
+    start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         if game.is_episode_finished():
             game.new_episode()
@@ -53,7 +55,8 @@ def our_fps(name: str, seconds: float) -> float:
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     n = env.action_space.n
-    frames, start = 0, time.perf_counter()
+    frames = 0
+    start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         _, _, terminated, truncated, _ = env.step(int(rng.integers(n)))
         if terminated or truncated:
@@ -73,7 +76,8 @@ def main():
 
     results = {}
     for name in SCENARIOS:
-        raw, ours = [], []
+        raw = []
+        ours = []
         for _ in range(args.rounds):
             raw.append(raw_fps(TABLE[name].cfg, args.seconds))
             ours.append(our_fps(name, args.seconds))
@@ -101,7 +105,12 @@ def main():
         lines.append(f"| {name} | {r['raw_fps']:,.0f} | {r['ours_fps']:,.0f} | {r['ratio']:.3f} |")
     write_result(
         "doom_env_speed",
-        {"machine": machine(), "seconds": args.seconds, "rounds": args.rounds, "scenarios": results},
+        {
+            "machine": machine(),
+            "seconds": args.seconds,
+            "rounds": args.rounds,
+            "scenarios": results,
+        },
         "\n".join(lines) + "\n",
     )
 

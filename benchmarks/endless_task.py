@@ -1,5 +1,5 @@
-"""How fast the value of a large return is learned: an endless task cut by a time limit, with and without return
-normalization and time-limit bootstrapping, side by side.
+"""How fast the value of a large return is learned: an endless task cut by a time limit, with and
+without return normalization and time-limit bootstrapping, side by side.
 
     python benchmarks/endless_task.py [--seconds 60] [--gamma 0.99] [--episode_len 100]
 
@@ -27,7 +27,8 @@ RUNS = {
 
 
 def value_at(rows: list[dict], seconds: float, episode_len: int) -> tuple[float, float]:
-    """(mean value, value per unit of reward) of the last stats row before `seconds` of the run's own clock."""
+    """(mean value, value per unit of reward) of the last stats row before `seconds` of the run's
+    own clock."""
     row = [r for r in rows if r["time_s"] <= seconds and r["episode_reward_mean"] is not None][-1]
     return row["value"], row["value"] / (row["episode_reward_mean"] / episode_len)
 
@@ -71,7 +72,8 @@ def main():
             timeout_s=args.seconds + 300,
         )
         results[name] = {
-            f"{fraction:g}": value_at(rows, fraction * args.seconds, args.episode_len) for fraction in (0.25, 0.5, 1.0)
+            f"{fraction:g}": value_at(rows, fraction * args.seconds, args.episode_len)
+            for fraction in (0.25, 0.5, 1.0)
         }
         print(name, results[name], flush=True)
     shutil.rmtree(train_dir, ignore_errors=True)
@@ -89,13 +91,19 @@ def main():
         f"True value with bootstrapping: {1 / (1 - args.gamma):.1f} r; without, "
         f"the time-limited return averaged over an episode.",
         "",
-        "| run | " + " | ".join(f"value (per r) at {f * args.seconds:.0f} s" for f in (0.25, 0.5, 1.0)) + " |",
+        "| run | "
+        + " | ".join(f"value (per r) at {f * args.seconds:.0f} s" for f in (0.25, 0.5, 1.0))
+        + " |",
         "| --- | --- | --- | --- |",
     ]
     for name, at in results.items():
-        lines.append(f"| {name} | " + " | ".join(f"{v:.1f} ({per_r:.1f})" for v, per_r in at.values()) + " |")
+        lines.append(
+            f"| {name} | " + " | ".join(f"{v:.1f} ({per_r:.1f})" for v, per_r in at.values()) + " |"
+        )
     write_result(
-        "endless_task", {"machine": machine(), "command": command, "results": results}, "\n".join(lines) + "\n"
+        "endless_task",
+        {"machine": machine(), "command": command, "results": results},
+        "\n".join(lines) + "\n",
     )
 
 

@@ -1,11 +1,13 @@
-"""Does evaluation during training slow training down? Train frames/s with and without it, in A/B pairs.
+"""Does evaluation during training slow training down? Train frames/s with and without it, in A/B
+pairs.
 
     python benchmarks/eval_overhead.py [--pairs 3] [--seconds 60] [--eval_every_env_steps 100000]
 
-Each pair runs `asyncrl bench --mode train` on doom_basic (2 workers x 8 envs, Sample Factory's model) without
-evaluation, then with --eval_every_env_steps and --eval_episodes 10, back to back, so the VM's drift between
-runs stays out of each ratio. The evaluator plays its episodes at the lowest CPU priority; the ratio of the
-medians is what evaluation costs. Writes benchmarks/results/eval_overhead.{md,json}.
+Each pair runs `asyncrl bench --mode train` on doom_basic (2 workers x 8 envs, Sample Factory's
+model) without evaluation, then with --eval_every_env_steps and --eval_episodes 10, back to back, so
+the VM's drift between runs stays out of each ratio. The evaluator plays its episodes at the lowest
+CPU priority; the ratio of the medians is what evaluation costs. Writes
+benchmarks/results/eval_overhead.{md,json}.
 """
 
 import argparse
@@ -14,7 +16,16 @@ import tempfile
 
 from _run import asyncrl_bench, machine, write_result
 
-FLAGS = ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8", "--mode", "train"]
+FLAGS = [
+    "--env",
+    "doom_basic",
+    "--num_workers",
+    "2",
+    "--num_envs_per_worker",
+    "8",
+    "--mode",
+    "train",
+]
 
 
 def main():
@@ -61,8 +72,15 @@ def main():
         lines.append(
             f"| {i} | {p['off_fps']:,.0f} | {p['on_fps']:,.0f} | {p['ratio']:.3f} | {p['evaluator_cores']:.3f} |"
         )
-    lines += ["", f"Median on / off: {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f})."]
-    write_result("eval_overhead", {"machine": machine(), "command": command, "pairs": pairs}, "\n".join(lines) + "\n")
+    lines += [
+        "",
+        f"Median on / off: {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}).",
+    ]
+    write_result(
+        "eval_overhead",
+        {"machine": machine(), "command": command, "pairs": pairs},
+        "\n".join(lines) + "\n",
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The reference systems of the learning suites, each run here in a virtualenv of its own, made on first use:
+"""The reference systems of the learning suites, each run here in a virtualenv of its own, made on
+first use:
 
 - CleanRL's ppo_continuous_action.py (MuJoCo): torch as installed here, gymnasium 0.29.1 and mujoco 2.3.3 as CleanRL
   pins them, so its tasks are the v4 ones of its published scores. Its script keeps no policy to evaluate: its score
@@ -27,7 +28,8 @@ from learning_tasks import CLEANRL_LAST_EPISODES, Suite
 from sample_factory_compare import SF_FRAMES, SF_REWARD, SF_REWARD_UNIT
 
 CLEANRL_PINS = ["gymnasium==0.29.1", "mujoco==2.3.3", "imageio", "tyro", "tensorboard"]
-TIMEOUT_S = 4 * 3600  # a run that takes longer than this has hung
+# a run that takes longer than this has hung
+TIMEOUT_S = 4 * 3600
 HERE = os.path.dirname(os.path.abspath(__file__))
 SF_EPISODE = re.compile(r"^episode (-?[\d.e+-]+)$", re.M)
 
@@ -37,13 +39,16 @@ def cleanrl_python(venv: str) -> str:
 
 
 def cleanrl_run(suite: Suite, task: str, seed: int, python: str, script: str) -> dict:
-    """CleanRL's script as its README runs it, for the suite's env steps; its episodes read from what it prints."""
+    """CleanRL's script as its README runs it, for the suite's env steps; its episodes read from
+    what it prints."""
     command = [script, "--env-id", suite.peer_id(task), "--seed", str(seed)]
     command += ["--total-timesteps", str(suite.env_steps)]
     work_dir = tempfile.mkdtemp(prefix="cleanrl_suite_")
     try:
         start = time.monotonic()
-        printed = subprocess.run([python, *command], cwd=work_dir, check=True, capture_output=True, text=True).stdout
+        printed = subprocess.run(
+            [python, *command], cwd=work_dir, check=True, capture_output=True, text=True
+        ).stdout
         wall_s = time.monotonic() - start
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
@@ -64,12 +69,18 @@ def _vizdoom_segments() -> set[str]:
 
 
 def _run_group(args: list[str], cwd: str) -> str:
-    """Run a command in a session of its own and return what it printed; the whole group (Sample Factory's workers
-    and their VizDoom engines) is killed however it ends, and the VizDoom segments that appeared meanwhile and
-    outlive it (an engine killed before it closed its queues) are removed."""
+    """Run a command in a session of its own and return what it printed; the whole group (Sample
+    Factory's workers and their VizDoom engines) is killed however it ends, and the VizDoom segments
+    that appeared meanwhile and outlive it (an engine killed before it closed its queues) are
+    removed."""
     before = _vizdoom_segments()
     proc = subprocess.Popen(
-        args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        args,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     try:
         printed, _ = proc.communicate(timeout=TIMEOUT_S)
@@ -82,27 +93,43 @@ def _run_group(args: list[str], cwd: str) -> str:
         for segment in _vizdoom_segments() - before:
             os.remove(segment)
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(args[:4])}... exited with {proc.returncode}; it printed:\n{printed[-3000:]}")
+        raise RuntimeError(
+            f"{' '.join(args[:4])}... exited with {proc.returncode}; it printed:\n{printed[-3000:]}"
+        )
     return printed
 
 
 def samplefactory_run(suite: Suite, task: str, seed: int, python: str, device: str) -> dict:
-    """Sample Factory's VizDoom example with its defaults for the suite's env frames, then its final policy's
-    evaluation episodes."""
+    """Sample Factory's VizDoom example with its defaults for the suite's env frames, then its final
+    policy's evaluation episodes."""
     env = suite.peer_id(task)
-    flags = [f"--env={env}", f"--seed={seed}", f"--train_for_env_steps={suite.env_steps}", f"--device={device}"]
+    flags = [
+        f"--env={env}",
+        f"--seed={seed}",
+        f"--train_for_env_steps={suite.env_steps}",
+        f"--device={device}",
+    ]
     train_dir = tempfile.mkdtemp(prefix="sf_suite_")
     where = [f"--train_dir={train_dir}", "--experiment=run"]
     try:
         start = time.monotonic()
-        printed = _run_group([python, "-m", "sf_examples.vizdoom.train_vizdoom", *flags, *where], train_dir)
+        printed = _run_group(
+            [python, "-m", "sf_examples.vizdoom.train_vizdoom", *flags, *where], train_dir
+        )
         wall_s = time.monotonic() - start
-        evaluation = [python, os.path.join(HERE, "sf_evaluate.py"), f"--env={env}", *where, f"--device={device}"]
+        evaluation = [
+            python,
+            os.path.join(HERE, "sf_evaluate.py"),
+            f"--env={env}",
+            *where,
+            f"--device={device}",
+        ]
         evaluated = _run_group([*evaluation, f"--episodes={suite.episodes}"], HERE)
         returns = [float(r) for r in SF_EPISODE.findall(evaluated)]
     finally:
         shutil.rmtree(train_dir, ignore_errors=True)
-    curve, frames = [], 0
+    curve = []
+    frames = 0
     for line in printed.splitlines():
         if m := SF_FRAMES.search(line):
             frames = int(m.group(1))
@@ -113,6 +140,7 @@ def samplefactory_run(suite: Suite, task: str, seed: int, python: str, device: s
         "eval_returns": returns,
         "env_steps": frames,
         "wall_s": round(wall_s, 1),
-        "curve": curve,  # its logged training reward (health_gathering: with its shaping)
+        # its logged training reward (health_gathering: with its shaping)
+        "curve": curve,
         "train_command": "python -m sf_examples.vizdoom.train_vizdoom " + " ".join(flags),
     }

@@ -1,7 +1,8 @@
-"""A learning suite's report, made from its run files alone (results/learning/<suite>/<method>/*.json), so the same
-files give the same report however they were made: per task, asyncrl's and the peer's scores (mean, median, 95%
-bootstrap interval, median wall time); over the suite, the IQM of normalized scores with its stratified bootstrap
-interval and the probability that an asyncrl run beats the peer's (learning_stats.py); one PNG with the curves and
+"""A learning suite's report, made from its run files alone
+(results/learning/<suite>/<method>/*.json), so the same files give the same report however they were
+made: per task, asyncrl's and the peer's scores (mean, median, 95% bootstrap interval, median wall
+time); over the suite, the IQM of normalized scores with its stratified bootstrap interval and the
+probability that an asyncrl run beats the peer's (learning_stats.py); one PNG with the curves and
 the performance profile; and README's table of every suite's report.
 """
 
@@ -45,8 +46,8 @@ def scores_by_task(runs: list[dict], tasks: list[str]) -> dict[str, list[float]]
 
 
 def normalizers(suite: Suite, peer: dict[str, list[float]], random: dict[str, list[float]]) -> dict:
-    """Each task's (low, high): a low the suite leaves open is a random policy's mean score here, a high the peer's
-    (a task without the runs to make one is left out)."""
+    """Each task's (low, high): a low the suite leaves open is a random policy's mean score here, a
+    high the peer's (a task without the runs to make one is left out)."""
     out = {}
     for task, (low, high) in suite.tasks.items():
         if low is None and random.get(task):
@@ -58,10 +59,17 @@ def normalizers(suite: Suite, peer: dict[str, list[float]], random: dict[str, li
     return out
 
 
-def score_matrix(scores: dict[str, list[float]], norm: dict[str, tuple[float, float]], tasks: list[str]):
+def score_matrix(
+    scores: dict[str, list[float]], norm: dict[str, tuple[float, float]], tasks: list[str]
+):
     """Runs x tasks of normalized scores, as many runs as the task with the fewest has."""
     runs = min(len(scores[t]) for t in tasks)
-    return np.array([[(scores[t][i] - norm[t][0]) / (norm[t][1] - norm[t][0]) for t in tasks] for i in range(runs)])
+    return np.array(
+        [
+            [(scores[t][i] - norm[t][0]) / (norm[t][1] - norm[t][0]) for t in tasks]
+            for i in range(runs)
+        ]
+    )
 
 
 def summary(scores: list[float], runs: list[dict]) -> dict:
@@ -85,11 +93,18 @@ def methods(name: str) -> list[str]:
 def report(name: str, runs: dict[str, list[dict]]) -> dict:
     """The suite's summary from its run files (runs: method -> its runs)."""
     suite = SUITES[name]
-    ours, peer_runs = runs["asyncrl"], runs.get(suite.peer, [])
+    ours = runs["asyncrl"]
+    peer_runs = runs.get(suite.peer, [])
     tasks = [t for t in suite.tasks if any(r["task"] == t for r in ours)]
-    mine, peer = scores_by_task(ours, tasks), scores_by_task(peer_runs, tasks)
+    mine = scores_by_task(ours, tasks)
+    peer = scores_by_task(peer_runs, tasks)
     norm = normalizers(suite, peer, scores_by_task(runs["random"], tasks))
-    out = {"suite": name, "normalized_by": suite.normalized_by, "env_steps": suite.env_steps, "tasks": {}}
+    out = {
+        "suite": name,
+        "normalized_by": suite.normalized_by,
+        "env_steps": suite.env_steps,
+        "tasks": {},
+    }
     if suite.peer:
         out["peer"] = dataclasses.asdict(PEERS[suite.peer])
     for task in tasks:
@@ -103,13 +118,22 @@ def report(name: str, runs: dict[str, list[dict]]) -> dict:
     if normalized:
         matrix = score_matrix(mine, norm, normalized)
         point, low, high = stats.iqm_interval(matrix)
-        out["iqm"] = {"value": point, "interval": [low, high], "tasks": normalized, "runs_per_task": len(matrix)}
+        out["iqm"] = {
+            "value": point,
+            "interval": [low, high],
+            "tasks": normalized,
+            "runs_per_task": len(matrix),
+        }
     compared = [t for t in normalized if peer[t]]
     if compared:
         value, low, high = stats.probability_of_improvement(
             score_matrix(mine, norm, compared), score_matrix(peer, norm, compared)
         )
-        out["probability_of_improvement"] = {"value": value, "interval": [low, high], "tasks": compared}
+        out["probability_of_improvement"] = {
+            "value": value,
+            "interval": [low, high],
+            "tasks": compared,
+        }
     return out
 
 
@@ -134,9 +158,14 @@ def markdown(out: dict, png: str) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for task, row in out["tasks"].items():
-        a, p = row["asyncrl"], row.get("peer")
+        a = row["asyncrl"]
+        p = row.get("peer")
         here = f"{num(p['mean'])} ({p['seeds']} seed{'s' if p['seeds'] > 1 else ''})" if p else "-"
-        norm = f"{num(row['normalizer'][0])}, {num(row['normalizer'][1])}" if row["normalizer"] else "-"
+        norm = (
+            f"{num(row['normalizer'][0])}, {num(row['normalizer'][1])}"
+            if row["normalizer"]
+            else "-"
+        )
         p_wall = f"{p['wall_s_median']:,.0f} s" if p else "-"
         ratio = f"{row['wall_ratio']:.2f}" if p else "-"
         lines.append(
@@ -161,15 +190,19 @@ def markdown(out: dict, png: str) -> str:
 
 
 def plot(out: dict, runs: dict[str, list[dict]], path: str) -> None:
-    """One PNG: each task's curves (asyncrl's seeds, the peer's runs), and the performance profile."""
-    import matplotlib  # the `plot` extra: imported by the report alone
+    """One PNG: each task's curves (asyncrl's seeds, the peer's runs), and the performance
+    profile."""
+    # the `plot` extra: imported by the report alone
+    import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     tasks = list(out["tasks"])
     peer = out.get("peer", {"method": None, "name": "the peer"})
-    fig, axes = plt.subplots(1, len(tasks) + 1, figsize=(3.6 * (len(tasks) + 1), 3.2), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(tasks) + 1, figsize=(3.6 * (len(tasks) + 1), 3.2), squeeze=False
+    )
     for ax, task in zip(axes[0], tasks):
         for method, color in (("asyncrl", "tab:blue"), (peer["method"], "tab:orange")):
             for run in (r for r in runs.get(method, []) if r["task"] == task):
@@ -198,7 +231,8 @@ def plot(out: dict, runs: dict[str, list[dict]], path: str) -> None:
 
 
 def write_report(name: str, root: str) -> dict:
-    runs = {method: read_runs(root, name, method) for method in methods(name)}  # read once, for report and plot
+    # read once, for report and plot
+    runs = {method: read_runs(root, name, method) for method in methods(name)}
     out = report(name, runs)
     plot(out, runs, os.path.join(root, f"{name}.png"))
     write_result(name, out, markdown(out, f"{name}.png"), folder=root)
@@ -206,9 +240,9 @@ def write_report(name: str, root: str) -> dict:
 
 
 def readme_table(root: str = LEARNING, links: bool = True) -> str:
-    """README's table of the learning suites, a row per suite report in `root`: its IQM and interval, its runs, and
-    the median wall time of a run beside the peer's run here; each links its report unless `links` is False
-    (the docs site, which holds no result file)."""
+    """README's table of the learning suites, a row per suite report in `root`: its IQM and
+    interval, its runs, and the median wall time of a run beside the peer's run here; each links its
+    report unless `links` is False (the docs site, which holds no result file)."""
     lines = [
         "| suite | runs | IQM of normalized scores [95% interval] | normalized by | wall time of a run (median per "
         "task) | result |",
@@ -222,13 +256,18 @@ def readme_table(root: str = LEARNING, links: bool = True) -> str:
             out = json.load(f)
         if "iqm" not in out:
             continue
-        iqm, rows = out["iqm"], out["tasks"].values()
+        iqm = out["iqm"]
+        rows = out["tasks"].values()
         ours = [row["asyncrl"]["wall_s_median"] for row in rows]
         wall = f"{min(ours):,.0f}-{max(ours):,.0f} s"
         ratios = [row["wall_ratio"] for row in rows if "wall_ratio" in row]
         if ratios:
             wall += f"; {min(ratios):.2f}-{max(ratios):.2f}x {out['peer']['name']} here ({len(ratios)} of the tasks)"
-        link = f"[learning/{name}](benchmarks/results/learning/{name}.md)" if links else f"learning/{name}"
+        link = (
+            f"[learning/{name}](benchmarks/results/learning/{name}.md)"
+            if links
+            else f"learning/{name}"
+        )
         lines.append(
             f"| `{name}`: {len(out['tasks'])} tasks, {out['env_steps']:,} env steps | {iqm['runs_per_task']} seeds "
             f"| {iqm['value']:.2f} [{iqm['interval'][0]:.2f}, {iqm['interval'][1]:.2f}] | {out['normalized_by']} "
@@ -238,7 +277,8 @@ def readme_table(root: str = LEARNING, links: bool = True) -> str:
 
 
 def readme_table_span(text: str) -> tuple[int, int]:
-    """Where README's text holds the learning suites' table: between the ends of README_TABLE's two lines."""
+    """Where README's text holds the learning suites' table: between the ends of README_TABLE's two
+    lines."""
     return text.index(README_TABLE[0]) + len(README_TABLE[0]), text.index(README_TABLE[1])
 
 

@@ -1,11 +1,12 @@
-"""The statistics of a learning suite's report, as Agarwal et al. recommend them ("Deep Reinforcement Learning at the
-Edge of the Statistical Precipice", NeurIPS 2021) and compute them in their library, rliable: scores are a matrix of
-runs x tasks, normalized by a reference score per task; the suite's figure is the interquartile mean (IQM) with a
-stratified bootstrap interval (runs resampled within each task); two methods compare by the probability that one's
-run beats the other's on a task; the performance profile is the fraction of runs above each normalized score.
+"""The statistics of a learning suite's report, as Agarwal et al. recommend them ("Deep
+Reinforcement Learning at the Edge of the Statistical Precipice", NeurIPS 2021) and compute them in
+their library, rliable: scores are a matrix of runs x tasks, normalized by a reference score per
+task; the suite's figure is the interquartile mean (IQM) with a stratified bootstrap interval (runs
+resampled within each task); two methods compare by the probability that one's run beats the other's
+on a task; the performance profile is the fraction of runs above each normalized score.
 
-Each interval is seeded, so the same run files give the same report. tests/test_learning_suite.py checks these
-against slow loops written from the definitions.
+Each interval is seeded, so the same run files give the same report. tests/test_learning_suite.py
+checks these against slow loops written from the definitions.
 """
 
 from __future__ import annotations
@@ -14,13 +15,17 @@ import contextlib
 
 import numpy as np
 
-REPS = 10_000  # bootstrap resamples of every interval
-LEVEL = 0.95  # the intervals' confidence level
-SEED = 0  # the bootstraps' seed
+# bootstrap resamples of every interval
+REPS = 10_000
+# the intervals' confidence level
+LEVEL = 0.95
+# the bootstraps' seed
+SEED = 0
 
 
 def bootstrap_interval(values, reps: int = REPS, seed: int = SEED) -> tuple[float, float]:
-    """The percentile bootstrap interval of the mean of `values` (Efron & Tibshirani, 1993, ch. 13)."""
+    """The percentile bootstrap interval of the mean of `values` (Efron & Tibshirani, 1993, ch.
+    13)."""
     rng = np.random.default_rng(seed)
     values = np.asarray(values, dtype=float)
     means = rng.choice(values, size=(reps, len(values)), replace=True).mean(axis=1)
@@ -29,9 +34,10 @@ def bootstrap_interval(values, reps: int = REPS, seed: int = SEED) -> tuple[floa
 
 
 def iqm(scores) -> float:
-    """The interquartile mean of every score in a runs x tasks matrix: the mean of its middle half (25% trimmed
-    from each end, Agarwal et al., section 4), as rliable's aggregate_iqm (scipy's trim_mean) cuts it. In numpy: a
-    bootstrap calls it 10,000 times, and scipy's call costs 0.2 ms."""
+    """The interquartile mean of every score in a runs x tasks matrix: the mean of its middle half
+    (25% trimmed from each end, Agarwal et al., section 4), as rliable's aggregate_iqm (scipy's
+    trim_mean) cuts it. In numpy: a bootstrap calls it 10,000 times, and scipy's call costs 0.2
+    ms."""
     flat = np.sort(np.asarray(scores, dtype=float).ravel())
     cut = int(0.25 * len(flat))
     return float(flat[cut : len(flat) - cut].mean())
@@ -39,8 +45,8 @@ def iqm(scores) -> float:
 
 @contextlib.contextmanager
 def _seeded(seed: int):
-    """numpy's global generator seeded for a while: rliable's bootstraps draw from it (their random_state does not
-    reach every draw), so an interval repeats only this way."""
+    """numpy's global generator seeded for a while: rliable's bootstraps draw from it (their
+    random_state does not reach every draw), so an interval repeats only this way."""
     state = np.random.get_state()
     np.random.seed(seed)
     try:
@@ -51,7 +57,8 @@ def _seeded(seed: int):
 
 def iqm_interval(scores, reps: int = REPS, seed: int = SEED) -> tuple[float, float, float]:
     """(IQM, low, high): the IQM of a runs x tasks matrix with its stratified bootstrap interval."""
-    from rliable import library as rly  # the `learning` extra
+    # the `learning` extra
+    from rliable import library as rly
 
     with _seeded(seed):
         point, interval = rly.get_interval_estimates(
@@ -63,11 +70,15 @@ def iqm_interval(scores, reps: int = REPS, seed: int = SEED) -> tuple[float, flo
     return float(point["x"][0]), float(interval["x"][0, 0]), float(interval["x"][1, 0])
 
 
-def probability_of_improvement(x, y, reps: int = REPS, seed: int = SEED) -> tuple[float, float, float]:
-    """(P(X > Y), low, high): the probability that a run of X scores above a run of Y on the same task (the
-    Mann-Whitney U statistic over the pairs, ties counting half, averaged over tasks), with its stratified bootstrap
-    interval; x and y are runs x tasks matrices with the same tasks, their runs' counts may differ."""
-    from rliable import library as rly  # the `learning` extra
+def probability_of_improvement(
+    x, y, reps: int = REPS, seed: int = SEED
+) -> tuple[float, float, float]:
+    """(P(X > Y), low, high): the probability that a run of X scores above a run of Y on the same
+    task (the Mann-Whitney U statistic over the pairs, ties counting half, averaged over tasks),
+    with its stratified bootstrap interval; x and y are runs x tasks matrices with the same tasks,
+    their runs' counts may differ."""
+    # the `learning` extra
+    from rliable import library as rly
     from rliable import metrics
 
     with _seeded(seed):
@@ -77,7 +88,11 @@ def probability_of_improvement(x, y, reps: int = REPS, seed: int = SEED) -> tupl
             reps=reps,
             confidence_interval_size=LEVEL,
         )
-    return float(point["x_over_y"][0]), float(interval["x_over_y"][0, 0]), float(interval["x_over_y"][1, 0])
+    return (
+        float(point["x_over_y"][0]),
+        float(interval["x_over_y"][0, 0]),
+        float(interval["x_over_y"][1, 0]),
+    )
 
 
 def performance_profile(scores, taus) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""Learning suites: named sets of tasks (learning_tasks.py), each trained over seeds with the defaults, one result
-file per run, and a report of the scores with confidence intervals beside a reference system run here.
+"""Learning suites: named sets of tasks (learning_tasks.py), each trained over seeds with the
+defaults, one result file per run, and a report of the scores with confidence intervals beside a
+reference system run here.
 
     python benchmarks/learning_suite.py run --suite doom [--seeds 3] [--tasks doom_basic,...]
     python benchmarks/learning_suite.py random --suite doom
@@ -16,12 +17,13 @@ return, the curve, the env steps, the wall time from launch to exit, and the pro
 kept, so a suite stopped part-way (Ctrl-C stops the run in progress, whose file is not written) and started again
 runs only what is missing.
 
-`random` scores a uniformly random policy the same way (a suite's normalizing low where it leaves it open).
-`cleanrl` and `samplefactory` run the suite's reference system (learning_peers.py), one file per run in
-results/learning/<suite>/<method>/ (default: one seed a task).
+`random` scores a uniformly random policy the same way (a suite's normalizing low where it leaves it
+open). `cleanrl` and `samplefactory` run the suite's reference system (learning_peers.py), one file
+per run in results/learning/<suite>/<method>/ (default: one seed a task).
 
-`report` reads the run files alone and writes results/learning/<suite>.{md,json,png} (learning_report.py);
-every other action ends with it too. `readme` writes README.md's table of the learning suites from their reports.
+`report` reads the run files alone and writes results/learning/<suite>.{md,json,png}
+(learning_report.py); every other action ends with it too. `readme` writes README.md's table of the
+learning suites from their reports.
 """
 
 from __future__ import annotations
@@ -47,22 +49,26 @@ from asyncrl.envs import env_entry
 
 
 def eval_seed(run_seed: int, episode: int) -> int:
-    """The env seed of a run's evaluation episode: 10**6 + 1000 * seed + i (no training run uses them)."""
+    """The env seed of a run's evaluation episode: 10**6 + 1000 * seed + i (no training run uses
+    them)."""
     return 10**6 + 1000 * run_seed + episode
 
 
 def play(env, act, episodes: int, seed: int) -> list[float]:
-    """The returns of `episodes` episodes of `env` played by act(obs, state) -> (action, state), each episode's env
-    seeded with eval_seed; the env is closed after."""
+    """The returns of `episodes` episodes of `env` played by act(obs, state) -> (action, state),
+    each episode's env seeded with eval_seed; the env is closed after."""
     returns = []
     try:
         for i in range(episodes):
             obs, _ = env.reset(seed=eval_seed(seed, i))
-            state, total, done = None, 0.0, False
+            state = None
+            total = 0.0
+            done = False
             while not done:
                 action, state = act(obs, state)
                 obs, reward, terminated, truncated, _ = env.step(action)
-                total, done = total + float(reward), terminated or truncated
+                total = total + float(reward)
+                done = terminated or truncated
             returns.append(total)
     finally:
         env.close()
@@ -70,8 +76,8 @@ def play(env, act, episodes: int, seed: int) -> list[float]:
 
 
 def evaluate(experiment_dir: str, episodes: int, seed: int) -> list[float]:
-    """The returns of `episodes` episodes of the run's final policy, sampled actions, on the run's env with its
-    options."""
+    """The returns of `episodes` episodes of the run's final policy, sampled actions, on the run's
+    env with its options."""
     policy = asyncrl.load(experiment_dir)
     return play(policy.make_env(), policy.act, episodes, seed)
 
@@ -82,7 +88,9 @@ def asyncrl_run(suite: Suite, task: str, seed: int) -> dict:
     train_dir = tempfile.mkdtemp(prefix="asyncrl_suite_")
     try:
         start = time.monotonic()
-        rows = train_and_watch([*flags, "--train_dir", train_dir, "--experiment", "run"], f"{train_dir}/run", TIMEOUT_S)
+        rows = train_and_watch(
+            [*flags, "--train_dir", train_dir, "--experiment", "run"], f"{train_dir}/run", TIMEOUT_S
+        )
         wall_s = time.monotonic() - start
         returns = evaluate(os.path.join(train_dir, "run"), suite.episodes, seed)
     finally:
@@ -100,41 +108,77 @@ def asyncrl_run(suite: Suite, task: str, seed: int) -> dict:
 
 
 def random_run(suite: Suite, task: str, seed: int) -> dict:
-    """A uniformly random policy on the task's env (its default options), scored as asyncrl_run scores a run."""
+    """A uniformly random policy on the task's env (its default options), scored as asyncrl_run
+    scores a run."""
     env = env_entry(task).make_fn()
     env.action_space.seed(seed)
     start = time.monotonic()
     returns = play(env, lambda obs, state: (env.action_space.sample(), None), suite.episodes, seed)
-    return {"score": float(np.mean(returns)), "eval_returns": returns, "wall_s": round(time.monotonic() - start, 1)}
+    return {
+        "score": float(np.mean(returns)),
+        "eval_returns": returns,
+        "wall_s": round(time.monotonic() - start, 1),
+    }
 
 
 def run_suite(name: str, method: str, tasks: list[str], seeds: int, root: str, run_one) -> None:
-    """Run every (task, seed) of the suite that has no file yet, seed-major (a suite stopped part-way has each
-    task's first seeds), and write each run's file whole once it is done."""
+    """Run every (task, seed) of the suite that has no file yet, seed-major (a suite stopped
+    part-way has each task's first seeds), and write each run's file whole once it is done."""
     every = [(task, seed) for seed in range(1, seeds + 1) for task in tasks]
-    todo = [(task, seed) for task, seed in every if not os.path.exists(run_path(root, name, method, task, seed))]
+    todo = [
+        (task, seed)
+        for task, seed in every
+        if not os.path.exists(run_path(root, name, method, task, seed))
+    ]
     kept = len(every) - len(todo)
-    print(f"{name} ({method}): {len(todo)} runs to make, {kept} kept from before; one at a time", flush=True)
+    print(
+        f"{name} ({method}): {len(todo)} runs to make, {kept} kept from before; one at a time",
+        flush=True,
+    )
     for i, (task, seed) in enumerate(todo, 1):
-        result = {"suite": name, "method": method, "task": task, "seed": seed, **run_one(task, seed)}
+        result = {
+            "suite": name,
+            "method": method,
+            "task": task,
+            "seed": seed,
+            **run_one(task, seed),
+        }
         result["provenance"] = provenance()
         path = run_path(root, name, method, task, seed)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path + ".tmp", "w") as f:
             json.dump(result, f, indent=1)
-        os.replace(path + ".tmp", path)  # a run's file is there whole or not at all
-        print(f"[{i}/{len(todo)}] {task} seed {seed}: {result['score']:.1f} in {result['wall_s']:.0f} s", flush=True)
+        # a run's file is there whole or not at all
+        os.replace(path + ".tmp", path)
+        print(
+            f"[{i}/{len(todo)}] {task} seed {seed}: {result['score']:.1f} in {result['wall_s']:.0f} s",
+            flush=True,
+        )
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["run", "random", "cleanrl", "samplefactory", "report", "readme"])
-    parser.add_argument("--suite", choices=list(SUITES), help="the suite to run or report (all but readme)")
-    parser.add_argument("--seeds", type=int, default=None, help="seeds 1..N (default: the suite's; a peer: 1)")
-    parser.add_argument("--tasks", default=None, help="a comma-separated part of the suite's tasks (default: all)")
-    parser.add_argument("--root", default=LEARNING, help="the folder of the run files and the report")
-    parser.add_argument("--cleanrl_script", help="CleanRL's cleanrl/ppo_continuous_action.py, from a clone of it")
-    parser.add_argument("--cleanrl_venv", default=os.path.expanduser("~/.cache/asyncrl/cleanrl_venv"))
+    parser.add_argument(
+        "action", choices=["run", "random", "cleanrl", "samplefactory", "report", "readme"]
+    )
+    parser.add_argument(
+        "--suite", choices=list(SUITES), help="the suite to run or report (all but readme)"
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="seeds 1..N (default: the suite's; a peer: 1)"
+    )
+    parser.add_argument(
+        "--tasks", default=None, help="a comma-separated part of the suite's tasks (default: all)"
+    )
+    parser.add_argument(
+        "--root", default=LEARNING, help="the folder of the run files and the report"
+    )
+    parser.add_argument(
+        "--cleanrl_script", help="CleanRL's cleanrl/ppo_continuous_action.py, from a clone of it"
+    )
+    parser.add_argument(
+        "--cleanrl_venv", default=os.path.expanduser("~/.cache/asyncrl/cleanrl_venv")
+    )
     parser.add_argument("--sf_venv", default=os.path.expanduser("~/.cache/asyncrl/sf_venv"))
     parser.add_argument("--device", default="cpu", help="Sample Factory's --device: cpu or gpu")
     args = parser.parse_args()
@@ -147,25 +191,50 @@ def main():
     tasks = args.tasks.split(",") if args.tasks else list(suite.tasks)
     unknown = sorted(set(tasks) - set(suite.tasks))
     if unknown:
-        parser.error(f"--tasks: {', '.join(unknown)} not in suite {args.suite}: {', '.join(suite.tasks)}")
+        parser.error(
+            f"--tasks: {', '.join(unknown)} not in suite {args.suite}: {', '.join(suite.tasks)}"
+        )
     if args.action in ("cleanrl", "samplefactory") and suite.peer != args.action:
-        parser.error(f"suite {args.suite} has {suite.peer or 'no reference system'} beside it, not {args.action}")
+        parser.error(
+            f"suite {args.suite} has {suite.peer or 'no reference system'} beside it, not {args.action}"
+        )
     if args.action == "cleanrl" and not args.cleanrl_script:
         parser.error("cleanrl needs --cleanrl_script")
     try:
         if args.action == "run":
-            run_suite(args.suite, "asyncrl", tasks, args.seeds or suite.seeds, args.root, partial(asyncrl_run, suite))
+            run_suite(
+                args.suite,
+                "asyncrl",
+                tasks,
+                args.seeds or suite.seeds,
+                args.root,
+                partial(asyncrl_run, suite),
+            )
         elif args.action == "random":
-            run_suite(args.suite, "random", tasks, args.seeds or suite.seeds, args.root, partial(random_run, suite))
+            run_suite(
+                args.suite,
+                "random",
+                tasks,
+                args.seeds or suite.seeds,
+                args.root,
+                partial(random_run, suite),
+            )
         elif args.action == "cleanrl":
             script = os.path.abspath(args.cleanrl_script)
-            run_one = partial(cleanrl_run, suite, python=cleanrl_python(args.cleanrl_venv), script=script)
+            run_one = partial(
+                cleanrl_run, suite, python=cleanrl_python(args.cleanrl_venv), script=script
+            )
             run_suite(args.suite, "cleanrl", tasks, args.seeds or 1, args.root, run_one)
         elif args.action == "samplefactory":
-            run_one = partial(samplefactory_run, suite, python=ensure_sf_venv(args.sf_venv), device=args.device)
+            run_one = partial(
+                samplefactory_run, suite, python=ensure_sf_venv(args.sf_venv), device=args.device
+            )
             run_suite(args.suite, "samplefactory", tasks, args.seeds or 1, args.root, run_one)
     except KeyboardInterrupt:
-        print("stopped: the finished runs' files are kept; the same command runs the rest", file=sys.stderr)
+        print(
+            "stopped: the finished runs' files are kept; the same command runs the rest",
+            file=sys.stderr,
+        )
         sys.exit(130)
     write_report(args.suite, args.root)
 

@@ -1,21 +1,27 @@
-"""The learning suites: each suite's tasks, budget, seeds and normalizing scores, and the reference system that runs
-beside asyncrl. learning_suite.py runs them, learning_report.py reports them."""
+"""The learning suites: each suite's tasks, budget, seeds and normalizing scores, and the reference
+system that runs beside asyncrl. learning_suite.py runs them, learning_report.py reports them."""
 
 from __future__ import annotations
 
 import dataclasses
 
-CLEANRL_LAST_EPISODES = 10  # CleanRL's score: its last this many training episodes
+# CleanRL's score: its last this many training episodes
+CLEANRL_LAST_EPISODES = 10
 
 
 @dataclasses.dataclass(frozen=True)
 class Peer:
-    """A reference system run here beside asyncrl; its run files are results/learning/<suite>/<method>/."""
+    """A reference system run here beside asyncrl; its run files are
+    results/learning/<suite>/<method>/."""
 
-    method: str  # the name of its run files' folder, and its action of learning_suite.py
-    name: str  # how a report names it
-    scored_by: str  # how one of its runs is scored
-    curve: str  # what its curve in a run file is
+    # the name of its run files' folder, and its action of learning_suite.py
+    method: str
+    # how a report names it
+    name: str
+    # how one of its runs is scored
+    scored_by: str
+    # what its curve in a run file is
+    curve: str
 
 
 PEERS = {
@@ -37,23 +43,31 @@ PEERS = {
 
 @dataclasses.dataclass(frozen=True)
 class Suite:
-    # task (an asyncrl env) -> (low, high): a score is normalized as (score - low) / (high - low); a low of None is
-    # the mean score of a random policy here (`random` runs), a high of None the peer's mean score here
+    # task (an asyncrl env) -> (low, high): a score is normalized as (score - low) / (high - low); a
+    # low of None is the mean score of a random policy here (`random` runs), a high of None the
+    # peer's mean score here
     tasks: dict
-    normalized_by: str  # what low and high are
-    env_steps: int  # per run
-    seeds: int  # seeds 1..seeds
-    episodes: int = 10  # evaluation episodes per run
-    peer: str | None = None  # the key in PEERS of the reference run beside asyncrl
-    peer_ids: dict = dataclasses.field(default_factory=dict)  # task -> the env the peer trains, where its name differs
+    # what low and high are
+    normalized_by: str
+    # per run
+    env_steps: int
+    # seeds 1..seeds
+    seeds: int
+    # evaluation episodes per run
+    episodes: int = 10
+    # the key in PEERS of the reference run beside asyncrl
+    peer: str | None = None
+    # task -> the env the peer trains, where its name differs
+    peer_ids: dict = dataclasses.field(default_factory=dict)
 
     def peer_id(self, task: str) -> str:
         return self.peer_ids.get(task, task)
 
 
 SUITES = {
-    # CleanRL's ppo_continuous_action.py, mean at 1M steps over its seeds (gymnasium v4 tasks; its benchmark page,
-    # docs/benchmark/ppo_continuous_action.md); Ant has no published row, so its high is CleanRL's mean run here
+    # CleanRL's ppo_continuous_action.py, mean at 1M steps over its seeds (gymnasium v4 tasks; its
+    # benchmark page, docs/benchmark/ppo_continuous_action.md); Ant has no published row, so its
+    # high is CleanRL's mean run here
     "mujoco": Suite(
         tasks={
             "mujoco_halfcheetah": (0.0, 1442.64),
@@ -75,9 +89,9 @@ SUITES = {
             "mujoco_humanoid": "Humanoid-v4",
         },
     ),
-    # Sample Factory's VizDoom example with its defaults, at the same env frames (frameskip 4 counted, as both count
-    # them); a score is in the reward of VizDoom's own scenario file (no shaping, no scaling); 0 is a random policy's
-    # score here, 1 Sample Factory's mean score here
+    # Sample Factory's VizDoom example with its defaults, at the same env frames (frameskip 4
+    # counted, as both count them); a score is in the reward of VizDoom's own scenario file (no
+    # shaping, no scaling); 0 is a random policy's score here, 1 Sample Factory's mean score here
     "doom": Suite(
         tasks={
             "doom_basic": (None, None),
@@ -88,9 +102,11 @@ SUITES = {
         normalized_by="a random policy's mean score here (0) and Sample Factory 2.1.1's mean score here (1)",
         env_steps=1_000_000,
         seeds=3,
-        peer="samplefactory",  # its VizDoom envs have asyncrl's names
+        # its VizDoom envs have asyncrl's names
+        peer="samplefactory",
     ),
-    # random and human scores of the DQN papers (Mnih et al., 2015), as the Atari 100k literature uses them
+    # random and human scores of the DQN papers (Mnih et al., 2015), as the Atari 100k literature
+    # uses them
     "atari": Suite(
         tasks={
             "atari_pong": (-20.7, 14.6),
@@ -101,7 +117,8 @@ SUITES = {
         env_steps=2_000_000,
         seeds=3,
     ),
-    "smoke": Suite(  # what the tests run: one task, two seeds, seconds each
+    # what the tests run: one task, two seeds, seconds each
+    "smoke": Suite(
         tasks={"CartPole-v1": (None, 500.0)},
         normalized_by="a random policy's mean score here (0) and CartPole-v1's most return (1)",
         env_steps=10_000,

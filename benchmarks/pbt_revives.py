@@ -1,4 +1,5 @@
-"""Does PBT revive policies that cannot learn? CartPole-v1, 4 policies, 2 of them started with learning rate 1e-7.
+"""Does PBT revive policies that cannot learn? CartPole-v1, 4 policies, 2 of them started with
+learning rate 1e-7.
 
     python benchmarks/pbt_revives.py [--env_steps 3000000] [--period 50000] [--seconds 600] [--pbt_only]
 
@@ -23,8 +24,10 @@ DEAD = {"2": {"learning_rate": 1e-7}, "3": {"learning_rate": 1e-7}}
 
 
 def curves(rows: list[dict]) -> dict[int, list[tuple[int, float]]]:
-    """Per policy: (env steps of all policies together, that policy's mean return) at each summary."""
-    latest, out = {}, {p: [] for p in range(POLICIES)}
+    """Per policy: (env steps of all policies together, that policy's mean return) at each
+    summary."""
+    latest = {}
+    out = {p: [] for p in range(POLICIES)}
     for row in rows:
         latest[row["policy_id"]] = row["env_steps"]
         if row["episode_reward_mean"] is not None and len(latest) == POLICIES:
@@ -60,9 +63,15 @@ def run(pbt: bool, args, train_dir: str) -> dict:
     ]
     rows = train_and_watch(flags, os.path.join(train_dir, name), timeout_s=args.seconds + 120)
     per_policy = curves(rows)
-    within = {p: [point for point in c if point[0] <= args.env_steps] or c[:1] for p, c in per_policy.items()}
-    latest, all_at_400 = {}, None
-    for p, (steps, ret) in sorted(((p, point) for p, c in within.items() for point in c), key=lambda x: x[1][0]):
+    within = {
+        p: [point for point in c if point[0] <= args.env_steps] or c[:1]
+        for p, c in per_policy.items()
+    }
+    latest = {}
+    all_at_400 = None
+    for p, (steps, ret) in sorted(
+        ((p, point) for p, c in within.items() for point in c), key=lambda x: x[1][0]
+    ):
         latest[p] = ret
         if all_at_400 is None and len(latest) == POLICIES and min(latest.values()) >= 400:
             all_at_400 = steps
@@ -96,7 +105,9 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(results), figsize=(5.5 * len(results), 4), sharey=True, squeeze=False
+    )
     axes = axes[0]
     for ax, result in zip(axes, results):
         for p, points in result["curves"].items():
@@ -107,7 +118,9 @@ def main():
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("mean return (last 100 episodes)")
     axes[0].legend()
-    fig.suptitle(f"CartPole-v1, 4 policies, 2 started with learning rate 1e-7 — {machine()}", fontsize=9)
+    fig.suptitle(
+        f"CartPole-v1, 4 policies, 2 started with learning rate 1e-7 — {machine()}", fontsize=9
+    )
     name = "pbt_revives" + ("" if args.period == 50_000 else f"_{args.period // 1000}k")
     fig.savefig(os.path.join(RESULTS, f"{name}.png"), dpi=100, bbox_inches="tight")
 
@@ -137,10 +150,20 @@ def main():
             + " | ".join(f"{r['final'][p]:.0f}" for p in range(POLICIES))
             + " |"
         )
-    lines += ["", f"With PBT every policy >= 400: {revived}. Without PBT policies 2 and 3 < 100: {stayed_dead}.", ""]
+    lines += [
+        "",
+        f"With PBT every policy >= 400: {revived}. Without PBT policies 2 and 3 < 100: {stayed_dead}.",
+        "",
+    ]
     write_result(
         name,
-        {"machine": machine(), "command": command, "results": results, "revived": revived, "stayed_dead": stayed_dead},
+        {
+            "machine": machine(),
+            "command": command,
+            "results": results,
+            "revived": revived,
+            "stayed_dead": stayed_dead,
+        },
         "\n".join(lines),
     )
 

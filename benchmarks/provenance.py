@@ -3,13 +3,15 @@
     python benchmarks/provenance.py backfill   # give a provenance to each result written before results had one
     python benchmarks/provenance.py index      # write benchmarks/README.md from the results' provenance
 
-Results written by `_run.write_result` carry their provenance: the command, commit, date, CPU model, cores, torch
-version and device where they were measured. Results written before that carried at most the command and a machine
-line that did not name the CPU. `backfill` rebuilds what can be known of theirs and marks it "reconstructed": the
-command from the result's own record (its "command", or its "args" turned back into flags, or its page's "Command:"
-line) or else from COMMANDS below, the commit that added the result to the repository (measured on that tree) and
-its date, the cores and device from its machine line; the CPU model and torch version were not recorded and are said
-so. (It ran once, when provenance began to be recorded: the commit that last changed a file is the backfill's since.)
+Results written by `_run.write_result` carry their provenance: the command, commit, date, CPU model,
+cores, torch version and device where they were measured. Results written before that carried at
+most the command and a machine line that did not name the CPU. `backfill` rebuilds what can be known
+of theirs and marks it "reconstructed": the command from the result's own record (its "command", or
+its "args" turned back into flags, or its page's "Command:" line) or else from COMMANDS below, the
+commit that added the result to the repository (measured on that tree) and its date, the cores and
+device from its machine line; the CPU model and torch version were not recorded and are said so. (It
+ran once, when provenance began to be recorded: the commit that last changed a file is the
+backfill's since.)
 """
 
 from __future__ import annotations
@@ -26,8 +28,12 @@ from _run import REPO, RESULTS, provenance_line
 
 # the commands of results that recorded none (neither in the result nor on its page)
 COMMANDS = {"cleanrl_published_atari_curves": "python benchmarks/studies/digitize_curve.py"}
-# the script that writes results named NAME or NAME_<suffix>, for results that recorded their arguments only
-SCRIPTS = {"atari_learning": "atari_learning.py", "sample_factory_compare": "sample_factory_compare.py"}
+# the script that writes results named NAME or NAME_<suffix>, for results that recorded their
+# arguments only
+SCRIPTS = {
+    "atari_learning": "atari_learning.py",
+    "sample_factory_compare": "sample_factory_compare.py",
+}
 MACHINE = re.compile(r"(\d+) cores \(([^)]*)\), [\d.]+ GiB, (.+)$")
 
 
@@ -83,7 +89,9 @@ def machine_line(path: str, result: dict) -> str:
     page = path[: -len(".json")] + ".md"
     if os.path.exists(page):
         with open(page) as f:
-            return next((line[len("Machine: ") :].strip() for line in f if line.startswith("Machine: ")), "")
+            return next(
+                (line[len("Machine: ") :].strip() for line in f if line.startswith("Machine: ")), ""
+            )
     return ""
 
 
@@ -122,10 +130,12 @@ def backfill() -> None:
 
 
 def results() -> list[tuple[str, str, str, dict]]:
-    """(name, its page (NAME.md, else NAME.json), the page's title, provenance) of every result, by name; a learning
-    suite's report is one (learning/SUITE), the run files it reads are not."""
+    """(name, its page (NAME.md, else NAME.json), the page's title, provenance) of every result, by
+    name; a learning suite's report is one (learning/SUITE), the run files it reads are not."""
     out = []
-    paths = glob.glob(os.path.join(RESULTS, "*.json")) + glob.glob(os.path.join(RESULTS, "learning", "*.json"))
+    paths = glob.glob(os.path.join(RESULTS, "*.json")) + glob.glob(
+        os.path.join(RESULTS, "learning", "*.json")
+    )
     for path in sorted(paths):
         with open(path) as f:
             made = json.load(f)["provenance"]
@@ -159,15 +169,20 @@ def index() -> str:
 
 
 def table(link_to: str | None) -> list[str]:
-    """Every result with its command, commit, date and machine, as a markdown table (this index's, and the docs'
-    benchmarks page's); with `link_to`, each name links to its page in that folder."""
-    lines = ["| result | what | command | commit, date | machine |", "| --- | --- | --- | --- | --- |"]
+    """Every result with its command, commit, date and machine, as a markdown table (this index's,
+    and the docs' benchmarks page's); with `link_to`, each name links to its page in that folder."""
+    lines = [
+        "| result | what | command | commit, date | machine |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for name, page, title, made in results():
         cores = "cores not recorded" if made["cores"] is None else f"{made['cores']} cores"
         machine = f"{cores}, {made['cpu']}, {made['device']}"
         command = made["command"].replace("|", "\\|")
         shown = name if link_to is None else f"[{name}]({link_to}{page})"
-        lines.append(f"| {shown} | {title} | `{command}` | {made['commit']}, {made['date'][:10]} | {machine} |")
+        lines.append(
+            f"| {shown} | {title} | `{command}` | {made['commit']}, {made['date'][:10]} | {machine} |"
+        )
     return lines
 
 

@@ -1,12 +1,14 @@
-"""Remote envs vs local envs, side by side: learning at equal env steps, and sampling throughput on loopback.
+"""Remote envs vs local envs, side by side: learning at equal env steps, and sampling throughput on
+loopback.
 
     python benchmarks/remote_envs.py [--pairs 3] [--seconds 60] [--cartpole_steps 150000] [--doom_steps 400000]
 
-Learning: CartPole-v1 and doom_basic trained with the same flags and seed, once with local envs and once
-through an `asyncrl env-server` on 127.0.0.1 (--env remote:...); curves in one PNG.
-Throughput: doom_basic, --sampler_only, 2 workers x 16 envs: local (2 rollout workers run the 32 envs) vs through
-2 env servers (16 envs each; the 2 rollout workers only relay), in --pairs interleaved A/B pairs of --seconds each;
-the ratio of frames/s (remote / local) per pair. Writes benchmarks/results/remote_envs.{md,json,png}.
+Learning: CartPole-v1 and doom_basic trained with the same flags and seed, once with local envs and
+once through an `asyncrl env-server` on 127.0.0.1 (--env remote:...); curves in one PNG. Throughput:
+doom_basic, --sampler_only, 2 workers x 16 envs: local (2 rollout workers run the 32 envs) vs
+through 2 env servers (16 envs each; the 2 rollout workers only relay), in --pairs interleaved A/B
+pairs of --seconds each; the ratio of frames/s (remote / local) per pair. Writes
+benchmarks/results/remote_envs.{md,json,png}.
 """
 
 import argparse
@@ -26,7 +28,18 @@ def serve(env: str, num_envs: int, log_dir: str) -> tuple[subprocess.Popen, str]
     """An env server on a free loopback port, and its address once it serves."""
     log = open(os.path.join(log_dir, f"server_{time.monotonic_ns()}.log"), "w+")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "asyncrl", "env-server", "--env", env, "--num_envs", str(num_envs), "--port", "0"],
+        [
+            sys.executable,
+            "-m",
+            "asyncrl",
+            "env-server",
+            "--env",
+            env,
+            "--num_envs",
+            str(num_envs),
+            "--port",
+            "0",
+        ],
         cwd=REPO,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -41,7 +54,9 @@ def serve(env: str, num_envs: int, log_dir: str) -> tuple[subprocess.Popen, str]
     raise RuntimeError(f"env server did not start: {open(log.name).read()}")
 
 
-def train(env_flag: str, name: str, train_dir: str, flags: list[str], timeout_s: float) -> list[dict]:
+def train(
+    env_flag: str, name: str, train_dir: str, flags: list[str], timeout_s: float
+) -> list[dict]:
     return train_and_watch(
         [
             "--env",
@@ -73,21 +88,28 @@ def with_servers(env: str, count: int, envs_each: int, train_dir: str, run):
 def learning(env: str, steps: int, train_dir: str) -> dict:
     flags = ["--train_for_env_steps", str(steps), "--seed", "1", "--num_workers", "2"]
     local = train(env, f"{env}_local", train_dir, flags, 1800)
-    envs = 2 * (16 if env == "CartPole-v1" else 8)  # the env's default envs per worker, 2 workers
-    remote = with_servers(env, 1, envs, train_dir, lambda e: train(e, f"{env}_remote", train_dir, flags, 1800))
+    # the env's default envs per worker, 2 workers
+    envs = 2 * (16 if env == "CartPole-v1" else 8)
+    remote = with_servers(
+        env, 1, envs, train_dir, lambda e: train(e, f"{env}_remote", train_dir, flags, 1800)
+    )
     return {"local": local, "remote": remote}
 
 
 def first_samples_s(rows: list[dict]) -> float:
-    """Seconds from the run's start to its first counted samples (start-up: engines, connections, first resets)."""
+    """Seconds from the run's start to its first counted samples (start-up: engines, connections,
+    first resets)."""
     return next(r["time_s"] for r in rows if r["env_steps"] > 0)
 
 
 def steady_fps(rows: list[dict], settle_s: float = 5.0) -> float:
-    """Frames/s from settle_s after the first samples to the last stats row: sampling, not start-up (the remote
-    run's first samples come ~3 s later than the local one's, which a fixed skip would count as sampling time)."""
+    """Frames/s from settle_s after the first samples to the last stats row: sampling, not start-up
+    (the remote run's first samples come ~3 s later than the local one's, which a fixed skip would
+    count as sampling time)."""
     later = [r for r in rows if r["time_s"] >= first_samples_s(rows) + settle_s]
-    return (later[-1]["env_steps"] - later[0]["env_steps"]) / (later[-1]["time_s"] - later[0]["time_s"])
+    return (later[-1]["env_steps"] - later[0]["env_steps"]) / (
+        later[-1]["time_s"] - later[0]["time_s"]
+    )
 
 
 def throughput(pairs: int, seconds: float, train_dir: str) -> list[dict]:
@@ -113,7 +135,8 @@ def throughput(pairs: int, seconds: float, train_dir: str) -> list[dict]:
             train_dir,
             lambda e, pair=pair: train(e, f"fps_remote_{pair}", train_dir, flags, seconds + 300),
         )
-        local_fps, remote_fps = steady_fps(local), steady_fps(remote)
+        local_fps = steady_fps(local)
+        remote_fps = steady_fps(remote)
         results.append(
             {
                 "local_fps": local_fps,
@@ -137,7 +160,11 @@ def plot(curves: dict, path: str) -> None:
     for ax, (env, runs) in zip(axes, curves.items()):
         for where, rows in runs.items():
             scored = [r for r in rows if r["episode_reward_mean"] is not None]
-            ax.plot([r["env_steps"] for r in scored], [r["episode_reward_mean"] for r in scored], label=where)
+            ax.plot(
+                [r["env_steps"] for r in scored],
+                [r["episode_reward_mean"] for r in scored],
+                label=where,
+            )
         ax.set(title=env, xlabel="env steps (frames)", ylabel="mean episode return")
         ax.legend()
     fig.suptitle(f"local envs vs envs served over gRPC on loopback — {machine()}")
@@ -211,13 +238,20 @@ def main():
         )
     summary = {
         env: {
-            where: {"env_steps": rows[-1]["env_steps"], "final_mean": final_mean(rows)} for where, rows in runs.items()
+            where: {"env_steps": rows[-1]["env_steps"], "final_mean": final_mean(rows)}
+            for where, rows in runs.items()
         }
         for env, runs in curves.items()
     }
     write_result(
         "remote_envs",
-        {"machine": machine(), "command": command, "throughput": pairs, "median_ratio": median, "learning": summary},
+        {
+            "machine": machine(),
+            "command": command,
+            "throughput": pairs,
+            "median_ratio": median,
+            "learning": summary,
+        },
         "\n".join(lines) + "\n",
     )
 

@@ -1,15 +1,15 @@
-"""asyncrl vs Sample Factory 2.1.1, side by side: same env, model size, workers, envs per worker, rollout,
-batch size and wall time, one after the other in one invocation.
+"""asyncrl vs Sample Factory 2.1.1, side by side: same env, model size, workers, envs per worker,
+rollout, batch size and wall time, one after the other in one invocation.
 
     python benchmarks/sample_factory_compare.py [--envs doom_basic CartPole-v1] [--seconds S] [--rounds 1]
 
-Sample Factory pins numpy<2 and gymnasium 0.29, so it runs from its own virtualenv, which this script creates
-on first use (default ~/.cache/asyncrl/sf_venv: torch at the version installed here, sample-factory==2.1.1,
-vizdoom at the version installed here, ale-py 0.9.1 for its Atari example). Both sides run on the same device (CPU
-here; with a GPU both use it).
-Frames/s of each side = frames counted by the system itself over the wall-clock window after --warmup_seconds
-since launch; rewards are the env's own (Sample Factory's VizDoom wrapper reports doom_basic x 0.01: undone).
-Writes benchmarks/results/sample_factory_compare.{md,json,png}.
+Sample Factory pins numpy<2 and gymnasium 0.29, so it runs from its own virtualenv, which this
+script creates on first use (default ~/.cache/asyncrl/sf_venv: torch at the version installed here,
+sample-factory==2.1.1, vizdoom at the version installed here, ale-py 0.9.1 for its Atari example).
+Both sides run on the same device (CPU here; with a GPU both use it). Frames/s of each side = frames
+counted by the system itself over the wall-clock window after --warmup_seconds since launch; rewards
+are the env's own (Sample Factory's VizDoom wrapper reports doom_basic x 0.01: undone). Writes
+benchmarks/results/sample_factory_compare.{md,json,png}.
 """
 
 import argparse
@@ -27,9 +27,10 @@ from _run import RESULTS, machine, peer_venv, train_and_watch, write_result
 
 SF_VERSION = "2.1.1"
 
-# The shared settings per env (Sample Factory's flag names, which asyncrl shares), and each side's extras.
-# doom_basic: Sample Factory's default VizDoom model (convnet_simple + 512 GRU) on both sides.
-# CartPole-v1: asyncrl's CartPole defaults (MLP 64x64, no RNN, 4 epochs x 4 minibatches), given to both.
+# The shared settings per env (Sample Factory's flag names, which asyncrl shares), and each side's
+# extras. doom_basic: Sample Factory's default VizDoom model (convnet_simple + 512 GRU) on both
+# sides. CartPole-v1: asyncrl's CartPole defaults (MLP 64x64, no RNN, 4 epochs x 4 minibatches),
+# given to both.
 COMMON = {
     "doom_basic": {
         "num_workers": 2,
@@ -50,8 +51,9 @@ COMMON = {
         "learning_rate": 0.001,
         "reward_scale": 0.1,
     },
-    # Atari: asyncrl's atari defaults (Sample Factory's Atari example settings) at 2 workers x 8 envs; 1024 samples
-    # per update in 4 minibatches (Sample Factory's --batch_size is the minibatch: 256, in SF_EXTRA)
+    # Atari: asyncrl's atari defaults (Sample Factory's Atari example settings) at 2 workers x 8
+    # envs; 1024 samples per update in 4 minibatches (Sample Factory's --batch_size is the
+    # minibatch: 256, in SF_EXTRA)
     "atari_breakout": {
         "num_workers": 2,
         "num_envs_per_worker": 8,
@@ -62,9 +64,25 @@ COMMON = {
 }
 SF_EXTRA = {
     "doom_basic": ["-m", "sf_examples.vizdoom.train_vizdoom"],
-    "CartPole-v1": ["-m", "sf_examples.train_gym_env", "--encoder_mlp_layers", "64", "64", "--recurrence", "1"],
-    # its example trains synchronously by default; asyncrl is asynchronous: SF's asynchronous mode is the like one
-    "atari_breakout": ["-m", "sf_examples.atari.train_atari", "--async_rl", "True", "--batch_size", "256"],
+    "CartPole-v1": [
+        "-m",
+        "sf_examples.train_gym_env",
+        "--encoder_mlp_layers",
+        "64",
+        "64",
+        "--recurrence",
+        "1",
+    ],
+    # its example trains synchronously by default; asyncrl is asynchronous: SF's asynchronous mode
+    # is the like one
+    "atari_breakout": [
+        "-m",
+        "sf_examples.atari.train_atari",
+        "--async_rl",
+        "True",
+        "--batch_size",
+        "256",
+    ],
 }
 ATARI_NOTE = (
     "atari_breakout: both sides with the settings of Sample Factory's Atari example (Nature conv net, "
@@ -74,9 +92,16 @@ ATARI_NOTE = (
     "policy's whole-game Breakout score (about 1.2, as asyncrl reports it), as if counted per life: frames/s "
     "is the comparison here."
 )
-# Sample Factory's VizDoom envs scale doom_basic's and doom_deadly_corridor's rewards by 0.01 (1 elsewhere)
-SF_REWARD_UNIT = {"doom_basic": 100.0, "doom_deadly_corridor": 100.0, "CartPole-v1": 1.0, "atari_breakout": 1.0}
-# what Sample Factory logs as it trains: the frames so far, and its policy 0's mean episode reward (in its scaling)
+# Sample Factory's VizDoom envs scale doom_basic's and doom_deadly_corridor's rewards by 0.01 (1
+# elsewhere)
+SF_REWARD_UNIT = {
+    "doom_basic": 100.0,
+    "doom_deadly_corridor": 100.0,
+    "CartPole-v1": 1.0,
+    "atari_breakout": 1.0,
+}
+# what Sample Factory logs as it trains: the frames so far, and its policy 0's mean episode reward
+# (in its scaling)
 SF_FRAMES = re.compile(r"Total num frames: (\d+)")
 SF_REWARD = re.compile(r"Avg episode reward: \[\(0, '(-?[\d.]+)'\)\]")
 TARGET_REWARD = {"doom_basic": 70.0, "CartPole-v1": 475.0, "atari_breakout": 10.0}
@@ -84,7 +109,8 @@ SECONDS = {
     "doom_basic": 300.0,
     "CartPole-v1": 120.0,
     "atari_breakout": 240.0,
-}  # per run, unless --seconds says otherwise
+    # per run, unless --seconds says otherwise
+}
 
 
 def ensure_sf_venv(path: str) -> str:
@@ -96,8 +122,9 @@ def ensure_sf_venv(path: str) -> str:
         "sample_factory, vizdoom, ale_py",
         [f"sample-factory=={SF_VERSION}", f"vizdoom=={vizdoom.__version__}", "ale-py==0.9.1"],
     )
-    # ale-py 0.9 ships its ROMs (the 0.8 that SF's [atari] extra pins downloads them) but registers its gymnasium ids
-    # only when imported: a .pth line imports it in every process of the venv, SF's spawned workers included
+    # ale-py 0.9 ships its ROMs (the 0.8 that SF's [atari] extra pins downloads them) but registers
+    # its gymnasium ids only when imported: a .pth line imports it in every process of the venv,
+    # SF's spawned workers included
     site = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True,
@@ -110,7 +137,8 @@ def ensure_sf_venv(path: str) -> str:
 
 
 def sf_run(python: str, env: str, seconds: float, train_dir: str, device: str) -> list[dict]:
-    """Run Sample Factory; returns rows {wall_s, env_steps, reward} parsed from its log as lines appear."""
+    """Run Sample Factory; returns rows {wall_s, env_steps, reward} parsed from its log as lines
+    appear."""
     args = [
         python,
         *SF_EXTRA[env],
@@ -123,14 +151,22 @@ def sf_run(python: str, env: str, seconds: float, train_dir: str, device: str) -
     ]
     args += [f"--{k}={v}" for k, v in COMMON[env].items()]
     launch = time.monotonic()
-    # its own session: its children (and their VizDoom engines) outlive a killed parent, so we stop the group
+    # its own session: its children (and their VizDoom engines) outlive a killed parent, so we stop
+    # the group
     proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=train_dir, start_new_session=True
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=train_dir,
+        start_new_session=True,
     )
     stop_group = lambda: os.killpg(proc.pid, signal.SIGKILL)  # noqa: E731
-    rows, log = [], []
+    rows = []
+    log = []
     frames = None
-    killer = threading.Timer(seconds + 30, stop_group)  # it does not always stop at --train_for_seconds
+    # it does not always stop at --train_for_seconds
+    killer = threading.Timer(seconds + 30, stop_group)
     killer.start()
     for line in proc.stdout:
         log.append(line)
@@ -147,7 +183,9 @@ def sf_run(python: str, env: str, seconds: float, train_dir: str, device: str) -
     except ProcessLookupError:
         pass
     if not rows:
-        raise RuntimeError("Sample Factory reported no frames; its log ends with:\n" + "".join(log[-30:]))
+        raise RuntimeError(
+            "Sample Factory reported no frames; its log ends with:\n" + "".join(log[-30:])
+        )
     return rows
 
 
@@ -171,19 +209,27 @@ def asyncrl_run(env: str, seconds: float, train_dir: str, device: str) -> list[d
     for k, v in COMMON[env].items():
         args += [f"--{k}", str(v)]
     rows = train_and_watch(args, os.path.join(train_dir, f"asyncrl_{env}"), timeout_s=seconds + 180)
-    return [{"wall_s": r["wall_s"], "env_steps": r["env_steps"], "reward": r["episode_reward_mean"]} for r in rows]
+    return [
+        {"wall_s": r["wall_s"], "env_steps": r["env_steps"], "reward": r["episode_reward_mean"]}
+        for r in rows
+    ]
 
 
 def window_fps(rows: list[dict], warmup: float) -> float:
-    """Frames per second between the first row after the warm-up and the last row before the run's end."""
+    """Frames per second between the first row after the warm-up and the last row before the run's
+    end."""
     window = [r for r in rows if r["wall_s"] >= warmup]
     if len(window) < 2:
         return float("nan")
-    return (window[-1]["env_steps"] - window[0]["env_steps"]) / (window[-1]["wall_s"] - window[0]["wall_s"])
+    return (window[-1]["env_steps"] - window[0]["env_steps"]) / (
+        window[-1]["wall_s"] - window[0]["wall_s"]
+    )
 
 
 def time_to(rows: list[dict], target: float):
-    return next((r["wall_s"] for r in rows if r["reward"] is not None and r["reward"] >= target), None)
+    return next(
+        (r["wall_s"] for r in rows if r["reward"] is not None and r["reward"] >= target), None
+    )
 
 
 def plot(results: dict, path: str) -> None:
@@ -214,10 +260,14 @@ def main():
     parser.add_argument("--envs", nargs="+", default=list(COMMON), choices=list(COMMON))
     parser.add_argument("--seconds", type=float, default=None, help=f"per run (default: {SECONDS})")
     parser.add_argument("--warmup_seconds", type=float, default=30)
-    parser.add_argument("--rounds", type=int, default=1, help="alternating asyncrl / Sample Factory runs per env")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="alternating asyncrl / Sample Factory runs per env"
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sf_venv", default=os.path.expanduser("~/.cache/asyncrl/sf_venv"))
-    parser.add_argument("--out", default="sample_factory_compare", help="name of the result files in results/")
+    parser.add_argument(
+        "--out", default="sample_factory_compare", help="name of the result files in results/"
+    )
     args = parser.parse_args()
     python = ensure_sf_venv(args.sf_venv)
     train_dir = tempfile.mkdtemp(prefix="asyncrl_vs_sf_")
@@ -232,7 +282,10 @@ def main():
         for side, rounds in runs.items():
             fps = [window_fps(rows, args.warmup_seconds) for rows in rounds]
             reach = [time_to(rows, TARGET_REWARD[env]) for rows in rounds]
-            final = [next((r["reward"] for r in reversed(rows) if r["reward"] is not None), None) for rows in rounds]
+            final = [
+                next((r["reward"] for r in reversed(rows) if r["reward"] is not None), None)
+                for rows in rounds
+            ]
             results[env][side] = {
                 "fps": float(np.median(fps)),
                 "fps_runs": fps,
@@ -240,7 +293,8 @@ def main():
                 "final_reward": final,
                 "rounds": rounds,
             }
-        a, s = results[env]["asyncrl"], results[env]["sample_factory"]
+        a = results[env]["asyncrl"]
+        s = results[env]["sample_factory"]
         results[env]["fps_ratio"] = a["fps"] / s["fps"]
         print(
             f"{env}: asyncrl {a['fps']:,.0f} frames/s, Sample Factory {s['fps']:,.0f} frames/s, "
@@ -282,7 +336,8 @@ def markdown(results: dict, args) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for env, r in results.items():
-        a, s = r["asyncrl"], r["sample_factory"]
+        a = r["asyncrl"]
+        s = r["sample_factory"]
         ta = [t for t in a["time_to_target_s"] if t is not None]
         ts = [t for t in s["time_to_target_s"] if t is not None]
         ratio = f"{np.median(ta) / np.median(ts):.2f}" if ta and ts else "-"

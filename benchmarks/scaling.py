@@ -1,9 +1,10 @@
-"""Frames/s against --num_workers (1 ... cores) and --num_envs_per_worker, each point one `asyncrl bench` run.
+"""Frames/s against --num_workers (1 ... cores) and --num_envs_per_worker, each point one `asyncrl
+bench` run.
 
     python benchmarks/scaling.py [--env doom_basic] [--workers 1 2] [--envs_per_worker 8 16] [--seconds 20]
 
-Each point measures raw, sampler and train side by side (`asyncrl bench --mode all`) and the train run's
-efficiency against the compute limit. Writes benchmarks/results/scaling_<env>.{md,json}.
+Each point measures raw, sampler and train side by side (`asyncrl bench --mode all`) and the train
+run's efficiency against the compute limit. Writes benchmarks/results/scaling_<env>.{md,json}.
 """
 
 import argparse
@@ -20,7 +21,9 @@ def main():
     cores = len(os.sched_getaffinity(0))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="doom_basic")
-    parser.add_argument("--workers", type=int, nargs="+", default=sorted({1, cores // 2 or 1, cores}))
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=sorted({1, cores // 2 or 1, cores})
+    )
     parser.add_argument("--envs_per_worker", type=int, nargs="+", default=[8, 16])
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--warmup_seconds", type=float, default=10)
@@ -101,7 +104,9 @@ def main():
             f"{p['compute_limited_fps']:,.0f} | {p['efficiency']:.3f} | {p['sampler_efficiency']:.3f} |"
         )
     write_result(
-        f"scaling_{args.env}", {"machine": machine(), "command": command, "points": points}, "\n".join(lines) + "\n"
+        f"scaling_{args.env}",
+        {"machine": machine(), "command": command, "points": points},
+        "\n".join(lines) + "\n",
     )
 
 

@@ -1,12 +1,13 @@
-"""Does self-play alone learn real skill? grid_duel, trained only against itself and its frozen past versions.
+"""Does self-play alone learn real skill? grid_duel, trained only against itself and its frozen past
+versions.
 
     python benchmarks/selfplay_duel.py [--seconds 300] [--episodes 500]
 
-Trains `asyncrl train --env grid_duel` (one policy, snapshots every 50k env steps, half the episodes against the
-frozen pool) for --seconds, then plays `asyncrl match` with the final policy against the env's scripted opponent
-(never seen in training), and a random player against the same opponent. Reports both win rates and how the
-snapshots' ratings (ratings.json) rise with their version (Spearman's rank correlation).
-Writes benchmarks/results/selfplay_duel.{md,json}.
+Trains `asyncrl train --env grid_duel` (one policy, snapshots every 50k env steps, half the episodes
+against the frozen pool) for --seconds, then plays `asyncrl match` with the final policy against the
+env's scripted opponent (never seen in training), and a random player against the same opponent.
+Reports both win rates and how the snapshots' ratings (ratings.json) rise with their version
+(Spearman's rank correlation). Writes benchmarks/results/selfplay_duel.{md,json}.
 """
 
 import argparse
@@ -54,7 +55,8 @@ def spearman(xs: list[float], ys: list[float]) -> float:
             r[i] = float(rank)
         return r
 
-    rx, ry = ranks(xs), ranks(ys)
+    rx = ranks(xs)
+    ry = ranks(ys)
     n = len(xs)
     return 1 - 6 * sum((a - b) ** 2 for a, b in zip(rx, ry)) / (n * (n * n - 1))
 
@@ -89,7 +91,9 @@ def main():
     versions = sorted(snapshots, key=lambda name: int(name.split("@")[1]))
     ordinals = [snapshots[v]["ordinal"] for v in versions]
     rho = spearman([int(v.split("@")[1]) for v in versions], ordinals)
-    command = f"python benchmarks/selfplay_duel.py --seconds {args.seconds} --episodes {args.episodes}"
+    command = (
+        f"python benchmarks/selfplay_duel.py --seconds {args.seconds} --episodes {args.episodes}"
+    )
     lines = [
         "# Self-play on grid_duel: skill against an opponent never seen in training",
         "",

@@ -1,12 +1,13 @@
-"""VER's sequence packing: the learner's columns with part-filled slots packed together vs one column per slot.
+"""VER's sequence packing: the learner's columns with part-filled slots packed together vs one
+column per slot.
 
     python benchmarks/sequence_packing.py [--pairs 3] [--seconds 90]
 
-`--algo ver` on synthetic_heterogeneous (worker 0's envs 3x slower on average, 2 workers x 8 envs, 512 samples per
-update) with image observations (3x72x128, Doom's size: the conv encoder and GRU make the learner the bottleneck, so
-its time per update sets the samples/s), `--pack_sequences True` vs `False` in alternating pairs: samples/s after a
-warm-up, and the fraction of the learner's rows that held no sample.
-Writes benchmarks/results/sequence_packing.{md,json}.
+`--algo ver` on synthetic_heterogeneous (worker 0's envs 3x slower on average, 2 workers x 8 envs,
+512 samples per update) with image observations (3x72x128, Doom's size: the conv encoder and GRU
+make the learner the bottleneck, so its time per update sets the samples/s), `--pack_sequences True`
+vs `False` in alternating pairs: samples/s after a warm-up, and the fraction of the learner's rows
+that held no sample. Writes benchmarks/results/sequence_packing.{md,json}.
 """
 
 import argparse
@@ -69,7 +70,9 @@ def run_pairs(train_dir: str, pairs: int, seconds: float) -> list[dict]:
                     "pack": pack == "True",
                     "pair": pair,
                     "samples_per_s": env_steps_per_second(rows, WARMUP_S),
-                    "padded_fraction": statistics.mean(r["padded_fraction"] for r in after_warmup(rows)),
+                    "padded_fraction": statistics.mean(
+                        r["padded_fraction"] for r in after_warmup(rows)
+                    ),
                 }
             )
             print(runs[-1], flush=True)
@@ -92,7 +95,9 @@ def report(command: str, runs: list[dict]) -> str:
     ]
     ratios = []
     for pair in sorted({r["pair"] for r in runs}):
-        off, on = (next(r for r in runs if r["pair"] == pair and r["pack"] == p) for p in (False, True))
+        off, on = (
+            next(r for r in runs if r["pair"] == pair and r["pack"] == p) for p in (False, True)
+        )
         ratios.append(on["samples_per_s"] / off["samples_per_s"])
         lines.append(
             f"| {pair} | {off['samples_per_s']:,.0f} | {on['samples_per_s']:,.0f} | {ratios[-1]:.2f} | "
@@ -110,8 +115,14 @@ def main():
     train_dir = tempfile.mkdtemp(prefix="asyncrl_packing_")
     runs = run_pairs(train_dir, args.pairs, args.seconds)
     shutil.rmtree(train_dir, ignore_errors=True)
-    command = f"python benchmarks/sequence_packing.py --pairs {args.pairs} --seconds {args.seconds:g}"
-    write_result("sequence_packing", {"machine": machine(), "command": command, "runs": runs}, report(command, runs))
+    command = (
+        f"python benchmarks/sequence_packing.py --pairs {args.pairs} --seconds {args.seconds:g}"
+    )
+    write_result(
+        "sequence_packing",
+        {"machine": machine(), "command": command, "runs": runs},
+        report(command, runs),
+    )
 
 
 if __name__ == "__main__":

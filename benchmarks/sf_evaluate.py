@@ -1,8 +1,8 @@
-"""Evaluate a Sample Factory VizDoom run's final policy as learning_suite.py evaluates asyncrl's: --episodes
-episodes with sampled actions, at the training frameskip, each printed as a line `episode RETURN` in the reward of
-VizDoom's own scenario file, which asyncrl trains on and is scored in: Sample Factory's true objective where it
-reports one (the gathering scenarios' shaped reward), else its reward with its scaling undone, converted where its
-scenario file pays otherwise (OTHER_CFG).
+"""Evaluate a Sample Factory VizDoom run's final policy as learning_suite.py evaluates asyncrl's:
+--episodes episodes with sampled actions, at the training frameskip, each printed as a line `episode
+RETURN` in the reward of VizDoom's own scenario file, which asyncrl trains on and is scored in:
+Sample Factory's true objective where it reports one (the gathering scenarios' shaped reward), else
+its reward with its scaling undone, converted where its scenario file pays otherwise (OTHER_CFG).
 
 Runs in Sample Factory's virtualenv (learning_peers.py starts it):
     python benchmarks/sf_evaluate.py --env=doom_basic --train_dir=DIR --experiment=NAME --episodes=10
@@ -21,15 +21,18 @@ from sf_examples.vizdoom.doom.doom_params import add_doom_env_args, doom_overrid
 from sf_examples.vizdoom.doom.doom_utils import DOOM_ENVS, make_doom_env_from_spec
 from sf_examples.vizdoom.train_vizdoom import register_vizdoom_components
 
-# Sample Factory's scenario files that pay otherwise than VizDoom's own: name -> (their living reward a tic, VizDoom's
-# living reward a tic, VizDoom's death penalty); Sample Factory's health_gathering.cfg pays 0.01 a tic and no penalty
+# Sample Factory's scenario files that pay otherwise than VizDoom's own: name -> (their living
+# reward a tic, VizDoom's living reward a tic, VizDoom's death penalty); Sample Factory's
+# health_gathering.cfg pays 0.01 a tic and no penalty
 OTHER_CFG = {"doom_health_gathering": (0.01, 1.0, 100.0)}
 
 
 class PrintReturns(gym.Wrapper):
     def __init__(self, env, name: str, scaling: float):
         super().__init__(env)
-        self.name, self.scaling, self.total = name, scaling, 0.0
+        self.name = name
+        self.scaling = scaling
+        self.total = 0.0
 
     def vizdoom_return(self, info: dict) -> float:
         """The episode's return in VizDoom's own scenario file's reward."""
@@ -57,11 +60,13 @@ def make_printing(spec, name, cfg, env_config, render_mode=None, **kwargs):
 
 
 def main() -> int:
-    # the checkpoint Sample Factory just wrote holds numpy scalars, which torch >= 2.6's default weights_only load
-    # refuses (Sample Factory 2.1.1 predates it): it is this run's own file, so it loads whole
+    # the checkpoint Sample Factory just wrote holds numpy scalars, which torch >= 2.6's default
+    # weights_only load refuses (Sample Factory 2.1.1 predates it): it is this run's own file, so it
+    # loads whole
     torch.load = functools.partial(torch.load, weights_only=False)
     register_vizdoom_components()
-    for spec in DOOM_ENVS:  # the same envs, each episode's return printed
+    # the same envs, each episode's return printed
+    for spec in DOOM_ENVS:
         register_env(spec.name, functools.partial(make_printing, spec))
     ours = argparse.ArgumentParser()
     ours.add_argument("--episodes", type=int, default=10)

@@ -1,6 +1,7 @@
-"""Does a doom_basic run leave anything behind? Runs that stop by themselves at --train_for_seconds, then runs whose
-main process is SIGKILLed once they have trained for as long; after each, its processes are waited for (up to 30 s)
-and the /dev/shm entries and processes it left are counted (and removed, so that the next run starts clean).
+"""Does a doom_basic run leave anything behind? Runs that stop by themselves at --train_for_seconds,
+then runs whose main process is SIGKILLed once they have trained for as long; after each, its
+processes are waited for (up to 30 s) and the /dev/shm entries and processes it left are counted
+(and removed, so that the next run starts clean).
 
     python benchmarks/shm_leftovers.py [--clean_runs 50] [--killed_runs 10] [--seconds 20] [--name shm_leftovers]
 
@@ -27,13 +28,31 @@ GONE_WITHIN_S = 30.0
 def one_run(index: int, killed: bool, seconds: float, train_dir: str) -> dict:
     before = set(os.listdir(SHM))
     experiment = os.path.join(train_dir, f"run{index}")
-    limit = seconds + 3600 if killed else seconds  # a killed run is stopped from here, at `seconds` of training
-    command = [sys.executable, "-m", "asyncrl", "train", "--env", "doom_basic", "--train_dir", train_dir]
-    command += ["--experiment", f"run{index}", "--train_for_seconds", str(limit), "--restart_behavior", "restart"]
+    # a killed run is stopped from here, at `seconds` of training
+    limit = seconds + 3600 if killed else seconds
+    command = [
+        sys.executable,
+        "-m",
+        "asyncrl",
+        "train",
+        "--env",
+        "doom_basic",
+        "--train_dir",
+        train_dir,
+    ]
+    command += [
+        "--experiment",
+        f"run{index}",
+        "--train_for_seconds",
+        str(limit),
+        "--restart_behavior",
+        "restart",
+    ]
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if killed:
         while not os.path.exists(os.path.join(experiment, "stats.jsonl")) and proc.poll() is None:
-            time.sleep(0.2)  # training has started once the first stats row is written
+            # training has started once the first stats row is written
+            time.sleep(0.2)
         time.sleep(seconds)
         proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -46,7 +65,13 @@ def one_run(index: int, killed: bool, seconds: float, train_dir: str) -> dict:
     left = sorted(set(os.listdir(SHM)) - before)
     for name in left:
         os.unlink(os.path.join(SHM, name))
-    return {"run": index, "killed": killed, "exit_code": proc.returncode, "shm_left": left, "processes_left": processes}
+    return {
+        "run": index,
+        "killed": killed,
+        "exit_code": proc.returncode,
+        "shm_left": left,
+        "processes_left": processes,
+    }
 
 
 def main() -> None:
@@ -57,7 +82,9 @@ def main() -> None:
     parser.add_argument("--name", default="shm_leftovers", help="The result files' name.")
     args = parser.parse_args()
     if engine_processes():
-        sys.exit("another run is going on: this counts what runs leave behind, so it needs the machine to itself")
+        sys.exit(
+            "another run is going on: this counts what runs leave behind, so it needs the machine to itself"
+        )
     runs = []
     with tempfile.TemporaryDirectory(prefix="asyncrl_shm_") as train_dir:
         for i in range(args.clean_runs + args.killed_runs):

@@ -2,13 +2,13 @@
 
     python benchmarks/soak.py [--minutes 30] [--warmup_minutes 5]
 
-Passes when no process's private memory (RSS less the shared-memory pages it has touched) grows by more than
-5% from just after warm-up to just before the end: each is the median of the samples in a window of 10% of the
-post-warm-up time (the learner's RSS swings by hundreds of MiB between updates, so single samples say nothing).
-Samples taken once the run began to shut down are left out. The shared part is reported beside it: it grows
-while the faster-fifo queues' ring buffers are first written round (each process counts the pages it has
-touched, up to the queues' size, 20 MiB), which is not a leak. `--analyze FILE` redoes the table and plot
-from a saved soak.json.
+Passes when no process's private memory (RSS less the shared-memory pages it has touched) grows by
+more than 5% from just after warm-up to just before the end: each is the median of the samples in a
+window of 10% of the post-warm-up time (the learner's RSS swings by hundreds of MiB between updates,
+so single samples say nothing). Samples taken once the run began to shut down are left out. The
+shared part is reported beside it: it grows while the faster-fifo queues' ring buffers are first
+written round (each process counts the pages it has touched, up to the queues' size, 20 MiB), which
+is not a leak. `--analyze FILE` redoes the table and plot from a saved soak.json.
 """
 
 import argparse
@@ -31,9 +31,10 @@ def shared_mib(pid: int) -> float:
 
 
 def sample_rss(main: psutil.Process) -> tuple[dict[str, float], dict[str, float]]:
-    """MiB of resident memory per process of the run, by process title (VizDoom engines summed per worker),
-    and the shared-memory part of it."""
-    rss, shared = {}, {}
+    """MiB of resident memory per process of the run, by process title (VizDoom engines summed per
+    worker), and the shared-memory part of it."""
+    rss = {}
+    shared = {}
     for process in [main, *main.children(recursive=True)]:
         try:
             name = "asyncrl-main" if process is main else process.name()
@@ -50,7 +51,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30)
     parser.add_argument("--warmup_minutes", type=float, default=5)
-    parser.add_argument("--analyze", help="a soak.json from an earlier run: only redo the table and plot")
+    parser.add_argument(
+        "--analyze", help="a soak.json from an earlier run: only redo the table and plot"
+    )
     args = parser.parse_args()
     if args.analyze:
         with open(args.analyze) as f:
@@ -75,7 +78,9 @@ def main():
         cwd=REPO,
         stdout=subprocess.DEVNULL,
     )
-    main_process, start, samples = psutil.Process(proc.pid), time.monotonic(), []
+    main_process = psutil.Process(proc.pid)
+    start = time.monotonic()
+    samples = []
     while proc.poll() is None:
         try:
             rss, shared = sample_rss(main_process)
@@ -91,13 +96,15 @@ def main():
 
 def report(samples, fps, args):
     full = max(len(s["rss_mib"]) for s in samples)
-    running = [s for s in samples if len(s["rss_mib"]) == full]  # drop start-up and shut-down samples
+    # drop start-up and shut-down samples
+    running = [s for s in samples if len(s["rss_mib"]) == full]
     warm = [s for s in running if s["t_s"] >= args.warmup_minutes * 60]
     window = max(1, len(warm) // 10)
     names = sorted(n for n in warm[0]["rss_mib"] if not n.startswith("asyncrl-reaper"))
 
     def median(samples, key, n):
-        return float(np.median([s.get(key, {}).get(n, 0.0) for s in samples]))  # older soak.json: no shared_mib
+        # older soak.json: no shared_mib
+        return float(np.median([s.get(key, {}).get(n, 0.0) for s in samples]))
 
     start = {n: median(warm[:window], "rss_mib", n) for n in names}
     end = {n: median(warm[-window:], "rss_mib", n) for n in names}
@@ -127,7 +134,9 @@ def report(samples, fps, args):
     verdict = all(g < 0.05 for g in growth.values())
     lines += ["", f"Private memory growth < 5% for every process: {'yes' if verdict else 'NO'}"]
     write_result(
-        "soak", {"machine": machine(), "samples": samples, "fps": fps, "growth": growth}, "\n".join(lines) + "\n"
+        "soak",
+        {"machine": machine(), "samples": samples, "fps": fps, "growth": growth},
+        "\n".join(lines) + "\n",
     )
 
 
@@ -139,7 +148,9 @@ def plot(samples, fps, path):
 
     fig, (ax_rss, ax_fps) = plt.subplots(1, 2, figsize=(12, 4))
     for name in sorted({n for s in samples for n in s["rss_mib"]}):
-        ax_rss.plot([s["t_s"] / 60 for s in samples], [s["rss_mib"].get(name) for s in samples], label=name)
+        ax_rss.plot(
+            [s["t_s"] / 60 for s in samples], [s["rss_mib"].get(name) for s in samples], label=name
+        )
     ax_rss.set_xlabel("minutes")
     ax_rss.set_ylabel("RSS (MiB)")
     ax_rss.legend(fontsize=6)

@@ -1,4 +1,5 @@
-"""VER against lock-step PPO (samples/s with workers of unequal speed) and against APPO (env steps to learn CartPole).
+"""VER against lock-step PPO (samples/s with workers of unequal speed) and against APPO (env steps
+to learn CartPole).
 
     python benchmarks/sync_algos.py [--pairs 3] [--seconds 40] [--seeds 3]
 
@@ -18,7 +19,14 @@ import shutil
 import statistics
 import tempfile
 
-from _run import RESULTS, env_steps_per_second, first_reaching, machine, train_and_watch, write_result
+from _run import (
+    RESULTS,
+    env_steps_per_second,
+    first_reaching,
+    machine,
+    train_and_watch,
+    write_result,
+)
 
 WARMUP_S = 10
 HETEROGENEOUS = [
@@ -127,13 +135,18 @@ def report(commands: dict, fast: list[dict], learn: list[dict]) -> str:
     ]
     ratios = []
     for pair in sorted({r["pair"] for r in fast}):
-        ppo, ver = (next(r for r in fast if r["pair"] == pair and r["algo"] == a) for a in ("ppo", "ver"))
+        ppo, ver = (
+            next(r for r in fast if r["pair"] == pair and r["algo"] == a) for a in ("ppo", "ver")
+        )
         ratios.append(ver["samples_per_s"] / ppo["samples_per_s"])
         lines.append(
             f"| {pair} | {ppo['samples_per_s']:,.0f} | {ver['samples_per_s']:,.0f} | {ratios[-1]:.2f} | "
             f"{ppo['slow_worker_share']:.2f} | {ver['slow_worker_share']:.2f} |"
         )
-    lags = {algo: [round(r["lag_mean"], 4) for r in fast if r["algo"] == algo] for algo in ("ppo", "ver")}
+    lags = {
+        algo: [round(r["lag_mean"], 4) for r in fast if r["algo"] == algo]
+        for algo in ("ppo", "ver")
+    }
     lines += [
         "",
         f"Median ver / ppo: **{statistics.median(ratios):.2f}** (mean policy lag of the last update: ppo "
@@ -149,11 +162,19 @@ def report(commands: dict, fast: list[dict], learn: list[dict]) -> str:
         return "never" if v is None else f"{v:,}"
 
     for seed in sorted({r["seed"] for r in learn}):
-        appo, ver = (next(r for r in learn if r["seed"] == seed and r["algo"] == a) for a in ("appo", "ver"))
-        lines.append(f"| {seed} | {fmt(appo['env_steps_to_475'])} | {fmt(ver['env_steps_to_475'])} |")
+        appo, ver = (
+            next(r for r in learn if r["seed"] == seed and r["algo"] == a) for a in ("appo", "ver")
+        )
+        lines.append(
+            f"| {seed} | {fmt(appo['env_steps_to_475'])} | {fmt(ver['env_steps_to_475'])} |"
+        )
     medians = {}
     for algo in ("appo", "ver"):
-        steps = [r["env_steps_to_475"] for r in learn if r["algo"] == algo and r["env_steps_to_475"] is not None]
+        steps = [
+            r["env_steps_to_475"]
+            for r in learn
+            if r["algo"] == algo and r["env_steps_to_475"] is not None
+        ]
         medians[algo] = statistics.median(steps) if steps else None
     if all(medians.values()):
         lines += [
@@ -182,8 +203,16 @@ def main():
     if args.part != "all":
         with open(os.path.join(RESULTS, "sync_algos.json")) as f:
             previous = json.load(f)
-    fast = throughput(train_dir, args.pairs, args.seconds) if args.part != "learning" else previous["throughput"]
-    learn = learning(train_dir, args.seeds, args.env_steps) if args.part != "throughput" else previous["learning"]
+    fast = (
+        throughput(train_dir, args.pairs, args.seconds)
+        if args.part != "learning"
+        else previous["throughput"]
+    )
+    learn = (
+        learning(train_dir, args.seeds, args.env_steps)
+        if args.part != "throughput"
+        else previous["learning"]
+    )
     shutil.rmtree(train_dir, ignore_errors=True)
     commands = {
         "throughput": f"python benchmarks/sync_algos.py --part throughput --pairs {args.pairs} "
@@ -191,7 +220,8 @@ def main():
         "learning": f"python benchmarks/sync_algos.py --part learning --seeds {args.seeds} "
         f"--env_steps {args.env_steps}",
     }
-    if args.part != "all":  # the other part's command stays the one that produced its numbers
+    # the other part's command stays the one that produced its numbers
+    if args.part != "all":
         commands = {**previous["commands"], args.part: commands[args.part]}
     write_result(
         "sync_algos",

@@ -1,11 +1,13 @@
-"""Does bootstrapping at time limits learn at least as fast as treating them as deaths? CartPole-v1 side by side.
+"""Does bootstrapping at time limits learn at least as fast as treating them as deaths? CartPole-v1
+side by side.
 
     python benchmarks/time_limit_bootstrap.py [--seeds 3] [--env_steps 1000000]
 
-CartPole-v1 ends every episode a good policy plays at its 500-step time limit (truncated). Runs `asyncrl train`
-with --value_bootstrap True and False, interleaved, on the same seeds, and reports per run the env steps (and
-seconds after launch) until the mean return over the last 100 episodes first reaches 475, the lowest mean after
-that, and the mean over the second half of the run. Writes benchmarks/results/time_limit_bootstrap.{md,json,png}.
+CartPole-v1 ends every episode a good policy plays at its 500-step time limit (truncated). Runs
+`asyncrl train` with --value_bootstrap True and False, interleaved, on the same seeds, and reports
+per run the env steps (and seconds after launch) until the mean return over the last 100 episodes
+first reaches 475, the lowest mean after that, and the mean over the second half of the run. Writes
+benchmarks/results/time_limit_bootstrap.{md,json,png}.
 """
 
 import argparse
@@ -22,7 +24,9 @@ from asyncrl.commands.plot import plot_runs
 def summarize(rows: list[dict]) -> dict:
     scored = [r for r in rows if r["episode_reward_mean"] is not None]
     solved, lowest_after = first_reaching(rows, 475)
-    second_half = [r["episode_reward_mean"] for r in scored if r["env_steps"] >= scored[-1]["env_steps"] / 2]
+    second_half = [
+        r["episode_reward_mean"] for r in scored if r["env_steps"] >= scored[-1]["env_steps"] / 2
+    ]
     return {
         "env_steps_to_475": solved and solved["env_steps"],
         "seconds_to_475": solved and solved["wall_s"],
@@ -38,7 +42,8 @@ def main():
     parser.add_argument("--env_steps", type=int, default=1_000_000)
     args = parser.parse_args()
     train_dir = tempfile.mkdtemp(prefix="asyncrl_time_limit_")
-    runs, curves = [], {}
+    runs = []
+    curves = {}
     for seed in range(args.seeds):
         for bootstrap in (True, False):
             name = f"bootstrap_{bootstrap}_seed{seed}"
@@ -105,7 +110,9 @@ def main():
             f"{statistics.mean(r['second_half_mean'] for r in mine):.1f}"
         )
     write_result(
-        "time_limit_bootstrap", {"machine": machine(), "command": command, "runs": runs}, "\n".join(lines) + "\n"
+        "time_limit_bootstrap",
+        {"machine": machine(), "command": command, "runs": runs},
+        "\n".join(lines) + "\n",
     )
 
 

@@ -1,4 +1,5 @@
-"""Is `asyncrl tune`'s pick as fast as the best of a grid search? Both measured on this machine, then side by side.
+"""Is `asyncrl tune`'s pick as fast as the best of a grid search? Both measured on this machine,
+then side by side.
 
     python benchmarks/tune_vs_grid.py --env doom_basic [--budget_seconds 300] [--pairs 3]
 
@@ -28,7 +29,8 @@ from asyncrl.commands.measure import engine_run
 from asyncrl.commands.tune import results_path
 from asyncrl.envs import env_entry
 
-GRIDS = {  # envs per worker: cheap envs want more of them per worker
+# envs per worker: cheap envs want more of them per worker
+GRIDS = {
     "cheap": {
         "num_workers": [2, 4],
         "num_envs_per_worker": [8, 16, 32],
@@ -78,7 +80,12 @@ def main():
     with open(results_path(args.env)) as f:
         tuned = json.load(f)
     cfg = settle(
-        {"env": args.env, "train_dir": os.path.join(tmp, "grid"), "experiment": "point", "restart_behavior": "restart"},
+        {
+            "env": args.env,
+            "train_dir": os.path.join(tmp, "grid"),
+            "experiment": "point",
+            "restart_behavior": "restart",
+        },
         env_entry(args.env).default_config,
     ).config
     grid = GRIDS["cheap" if tuned["costs"]["sim_ms_per_step"] < 0.05 else "costly"]
@@ -96,7 +103,9 @@ def main():
     for _ in range(args.pairs):
         tune_fps = fps(cfg, tuned["best"], args.warmup_seconds, args.seconds)
         grid_fps = fps(cfg, best["flags"], args.warmup_seconds, args.seconds)
-        pairs.append({"tune_fps": tune_fps, "grid_best_fps": grid_fps, "ratio": tune_fps / grid_fps})
+        pairs.append(
+            {"tune_fps": tune_fps, "grid_best_fps": grid_fps, "ratio": tune_fps / grid_fps}
+        )
         print(pairs[-1], flush=True)
     ratio = statistics.median(p["ratio"] for p in pairs)
     command = (
@@ -124,7 +133,8 @@ def main():
         "| --- | --- | --- | --- |",
     ]
     lines += [
-        f"| {i} | {p['tune_fps']:,.0f} | {p['grid_best_fps']:,.0f} | {p['ratio']:.3f} |" for i, p in enumerate(pairs)
+        f"| {i} | {p['tune_fps']:,.0f} | {p['grid_best_fps']:,.0f} | {p['ratio']:.3f} |"
+        for i, p in enumerate(pairs)
     ]
     lines += [
         "",
@@ -135,10 +145,14 @@ def main():
         "| frames/s | flags |",
         "| --- | --- |",
     ]
-    lines += [f"| {p['fps']:,.0f} | `{flag_text(p['flags'])}` |" for p in sorted(points, key=lambda p: -p["fps"])]
+    lines += [
+        f"| {p['fps']:,.0f} | `{flag_text(p['flags'])}` |"
+        for p in sorted(points, key=lambda p: -p["fps"])
+    ]
     lines += ["", "## Tune's candidates", "", "| frames/s | flags |", "| --- | --- |"]
     lines += [
-        f"| {e['fps']:,.0f} | `{flag_text(e['flags'])}` |" for e in sorted(tuned["tried"], key=lambda e: -e["fps"])
+        f"| {e['fps']:,.0f} | `{flag_text(e['flags'])}` |"
+        for e in sorted(tuned["tried"], key=lambda e: -e["fps"])
     ]
     write_result(
         f"tune_vs_grid_{args.env}",

@@ -1,9 +1,11 @@
-"""A VizDoom scenario from pixels: reward against env steps and against wall time, as JSON and a PNG.
+"""A VizDoom scenario from pixels: reward against env steps and against wall time, as JSON and a
+PNG.
 
     python benchmarks/vizdoom_learning_curve.py [--env doom_basic] [--seconds 600] [extra asyncrl train flags...]
 
-Uses the VizDoom defaults (2 workers x 8 envs, conv encoder + 512-unit GRU). Rewards are the env's own
-(Sample Factory reports doom_basic's x0.01: its "0.7" is 70 here). Writes benchmarks/results/<env>_learning.*
+Uses the VizDoom defaults (2 workers x 8 envs, conv encoder + 512-unit GRU). Rewards are the env's
+own (Sample Factory reports doom_basic's x0.01: its "0.7" is 70 here). Writes
+benchmarks/results/<env>_learning.*
 """
 
 import argparse
@@ -78,8 +80,14 @@ def main():
         "| --- | --- | --- | --- |",
     ]
     for r in scored[:: max(1, len(scored) // 15)] + scored[-1:]:
-        lines.append(f"| {r['wall_s']:.0f} | {r['env_steps']:,} | {r['episode_reward_mean']:.1f} | {r['fps']:,.0f} |")
-    write_result(f"{args.env}_learning", {"machine": machine(), "env": args.env, "rows": rows}, "\n".join(lines) + "\n")
+        lines.append(
+            f"| {r['wall_s']:.0f} | {r['env_steps']:,} | {r['episode_reward_mean']:.1f} | {r['fps']:,.0f} |"
+        )
+    write_result(
+        f"{args.env}_learning",
+        {"machine": machine(), "env": args.env, "rows": rows},
+        "\n".join(lines) + "\n",
+    )
 
 
 if __name__ == "__main__":

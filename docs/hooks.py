@@ -23,7 +23,8 @@ from asyncrl.cfg.config import Config, default_value, schema_defaults
 from asyncrl.envs import env_entry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))  # the benchmarks' scripts, a folder rather than a package
+# the benchmarks' scripts, a folder rather than a package
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import learning_report  # noqa: E402  (the learning suites' table, as README shows it)
 import provenance  # noqa: E402  (the results' index, which the benchmarks page shows too)
 
@@ -31,13 +32,16 @@ MARKER = re.compile(r"^<!-- generated: (\w+)(?: (\S+))? -->$", re.M)
 
 
 def cell(value) -> str:
-    text = json.dumps(value) if isinstance(value, (list, dict, bool)) or value is None else str(value)
+    text = (
+        json.dumps(value) if isinstance(value, (list, dict, bool)) or value is None else str(value)
+    )
     return "`" + text.replace("|", "\\|") + "`"
 
 
 def sections() -> dict[str, str]:
     """Field name -> the `# --- section` of cfg/config.py it sits under."""
-    found, section = {}, ""
+    found = {}
+    section = ""
     for line in inspect.getsource(Config).splitlines():
         heading = re.match(r"\s+# --- (.*)", line)
         if heading:
@@ -63,31 +67,42 @@ def config_reference(_: str | None) -> str:
     overrides = {family: env_entry(env).default_config for family, env in FAMILIES.items()}
     for f in dataclasses.fields(Config):
         help_text = f.metadata["help"].replace("|", "\\|")
-        families = "; ".join(f"{family}: {cell(o[f.name])}" for family, o in overrides.items() if f.name in o)
+        families = "; ".join(
+            f"{family}: {cell(o[f.name])}" for family, o in overrides.items() if f.name in o
+        )
         row = f"| `--{f.name}` | {cell(default_value(f))} | {families} | {help_text} |"
         by_section.setdefault(where.get(f.name, "other"), []).append(row)
     out = []
     for section, rows in by_section.items():
         out += [f"## {section[0].upper()}{section[1:]}", ""]
-        out += ["| flag | default | env families' own | what it does |", "| --- | --- | --- | --- |", *rows, ""]
+        out += [
+            "| flag | default | env families' own | what it does |",
+            "| --- | --- | --- | --- |",
+            *rows,
+            "",
+        ]
     return "\n".join(out)
 
 
 def env_defaults(env: str) -> str:
     defaults = schema_defaults()
     family = env_entry(env).default_config
-    rows = [f"| `--{k}` | {cell(v)} | {cell(defaults[k])} |" for k, v in family.items() if k in defaults]
+    rows = [
+        f"| `--{k}` | {cell(v)} | {cell(defaults[k])} |" for k, v in family.items() if k in defaults
+    ]
     if not rows:
         return f"`{env}` takes the engine's defaults."
     return "\n".join([f"| flag | `{env}` | engine default |", "| --- | --- | --- |", *rows])
 
 
 def benchmarks(_: str | None) -> str:
-    return "\n".join(provenance.table(link_to=None))  # benchmarks/README.md's table, names unlinked
+    # benchmarks/README.md's table, names unlinked
+    return "\n".join(provenance.table(link_to=None))
 
 
 def result_table(name: str) -> str:
-    """The first table of a result's page (benchmarks/results/NAME.md), and the line that says how it was made."""
+    """The first table of a result's page (benchmarks/results/NAME.md), and the line that says how
+    it was made."""
     with open(os.path.join(ROOT, "benchmarks", "results", name + ".md")) as f:
         lines = f.read().rstrip().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
@@ -100,16 +115,27 @@ def learning_suites(_: str | None) -> str:
 
 
 def api(path: str) -> str:
-    """An object's signature and docstring (a class's public methods too), imported as the user imports it. (The
-    docstrings are read from the installed package: asyncrl.envs is the repository's envs/ folder, which a static
-    reader of the source tree would not find.)"""
+    """An object's signature and docstring (a class's public methods too), imported as the user
+    imports it. (The docstrings are read from the installed package: asyncrl.envs is the
+    repository's envs/ folder, which a static reader of the source tree would not find.)"""
     module, _, name = path.rpartition(".")
     obj = getattr(importlib.import_module(module), name)
     kind = "class" if inspect.isclass(obj) else "def"
-    out = [f"### `{path}`", "", "```python", f"{kind} {name}{signature(obj)}", "```", "", inspect.getdoc(obj) or "", ""]
+    out = [
+        f"### `{path}`",
+        "",
+        "```python",
+        f"{kind} {name}{signature(obj)}",
+        "```",
+        "",
+        inspect.getdoc(obj) or "",
+        "",
+    ]
     if inspect.isclass(obj):
         for member, value in vars(obj).items():
-            if not member.startswith("_") and (inspect.isfunction(value) or isinstance(value, property)):
+            if not member.startswith("_") and (
+                inspect.isfunction(value) or isinstance(value, property)
+            ):
                 doc = inspect.getdoc(value) or ""
                 head = member if isinstance(value, property) else f"{member}{signature(value)}"
                 out += [f"#### `{head}`", "", doc, ""]

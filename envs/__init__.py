@@ -1,10 +1,10 @@
 """Environments: every env asyncrl can train on is made through `make_env(name, **options)`.
 
-`registry.py` holds the names (`register_env`, `register_env_family`), `lookup.py` turns an `--env` name into its
-entry and its env, and each family module registers its envs on import: the VizDoom scenarios (doom.py, multiplayer in
-doom_netgame.py), atari_<game> (atari.py), mujoco_<task> (mujoco.py), the synthetic test envs (synthetic.py) and
-the duel (duel.py). `gym_adapter.py` and `multi_agent.py` turn a gymnasium or PettingZoo env into what the rollout
-workers step.
+`registry.py` holds the names (`register_env`, `register_env_family`), `lookup.py` turns an `--env`
+name into its entry and its env, and each family module registers its envs on import: the VizDoom
+scenarios (doom.py, multiplayer in doom_netgame.py), atari_<game> (atari.py), mujoco_<task>
+(mujoco.py), the synthetic test envs (synthetic.py) and the duel (duel.py). `gym_adapter.py` and
+`multi_agent.py` turn a gymnasium or PettingZoo env into what the rollout workers step.
 """
 
 from asyncrl.envs import atari, doom, doom_netgame, duel, mujoco, synthetic  # noqa: F401  (each registers its envs)

@@ -1,8 +1,10 @@
-"""Atari 2600 games through ale-py: `atari_<game>` for every ROM ale-py ships (`atari_pong`, `atari_breakout`, ...).
+"""Atari 2600 games through ale-py: `atari_<game>` for every ROM ale-py ships (`atari_pong`,
+`atari_breakout`, ...).
 
-Every game is ALE's own C++ preprocessing (ale_py.vector_env.AtariVectorEnv): a rollout worker steps a group's games
-as one vector env (`--env_backend vector`, the Atari default: env_backends.VectorBackend), or each game as a vector
-env of one (`--env_backend per_env`, AtariGame below). Both give the same observations for the same seeds and actions.
+Every game is ALE's own C++ preprocessing (ale_py.vector_env.AtariVectorEnv): a rollout worker steps
+a group's games as one vector env (`--env_backend vector`, the Atari default:
+env_backends.VectorBackend), or each game as a vector env of one (`--env_backend per_env`, AtariGame
+below). Both give the same observations for the same seeds and actions.
 
 Two presets, chosen with `--env_options '{"preset": "..."}'`:
 - "baselines" (the default; what CleanRL and Sample Factory report): 4 frames per step, max-pooled over the last two;
@@ -17,8 +19,9 @@ max_frames). Rewards come unclipped: the reported return is the game's score ove
 them (--reward_clip 1, the family's default config). With render_mode="rgb_array" (enjoy --save_video) a twin of the
 game at full size in color plays in lockstep for the frames (ALE's vector env renders nothing of its own).
 
-The option `"engine": "envpool"` runs the same presets on EnvPool's C++ Atari instead of ALE's vector env (EnvPoolGames
-below; pip install -e ".[envpool]"): the same games and settings, not the same pixels (each resizes its own way).
+The option `"engine": "envpool"` runs the same presets on EnvPool's C++ Atari instead of ALE's
+vector env (EnvPoolGames below; pip install -e ".[envpool]"): the same games and settings, not the
+same pixels (each resizes its own way).
 """
 
 from __future__ import annotations
@@ -51,10 +54,11 @@ PRESETS = {
     },
 }
 FRAMESKIP = 4
-# Sample Factory's Atari settings (sf_examples/atari, chosen there to match CleanRL's PPO): the Nature conv encoder,
-# no RNN, 128-step rollouts, 4 epochs of 4 minibatches, GAE targets, clipped rewards, a linearly decaying rate; and
-# CleanRL's raw value targets: clipped rewards keep returns small, and on Breakout return normalization learned half
-# as much per frame (3.5 against 6.2 at 0.68M frames, where CleanRL's script had 6.1).
+# Sample Factory's Atari settings (sf_examples/atari, chosen there to match CleanRL's PPO): the
+# Nature conv encoder, no RNN, 128-step rollouts, 4 epochs of 4 minibatches, GAE targets, clipped
+# rewards, a linearly decaying rate; and CleanRL's raw value targets: clipped rewards keep returns
+# small, and on Breakout return normalization learned half as much per frame (3.5 against 6.2 at
+# 0.68M frames, where CleanRL's script had 6.1).
 ATARI_DEFAULTS = {
     "encoder": "conv",
     "encoder_conv_architecture": "convnet_atari",
@@ -88,14 +92,16 @@ def games() -> list[str]:
 
 def _ale():
     require("atari", "atari_<game> envs")
-    import ale_py  # the atari extra's, checked above
+    # the atari extra's, checked above
+    import ale_py
     import ale_py.roms  # noqa: F401
 
     return ale_py
 
 
 AGENT_VIEW = {"img_height": 84, "img_width": 84, "grayscale": True, "stack_num": 4}
-SCREEN_VIEW = {"img_height": 210, "img_width": 160, "grayscale": False, "stack_num": 1}  # the game's own screen
+# the game's own screen
+SCREEN_VIEW = {"img_height": 210, "img_width": 160, "grayscale": False, "stack_num": 1}
 
 
 def make_vector_game(
@@ -107,9 +113,10 @@ def make_vector_game(
     view: dict = AGENT_VIEW,
     engine: str = "ale",
 ) -> gym.vector.VectorEnv:
-    """`num_envs` copies of one game with the preset's preprocessing, reset as their episodes end (same step: the
-    final observation is in info["final_obs"]), with info["life_lost"] per env; a game is cut (truncated) after
-    max_frames frames. `view` sets the observations only: for the same seeds and actions, the games are the same."""
+    """`num_envs` copies of one game with the preset's preprocessing, reset as their episodes end
+    (same step: the final observation is in info["final_obs"]), with info["life_lost"] per env; a
+    game is cut (truncated) after max_frames frames. `view` sets the observations only: for the same
+    seeds and actions, the games are the same."""
     if engine == "envpool":
         env = EnvPoolGames(game, num_envs, num_threads, max_frames, preset)
     elif engine == "ale":
@@ -136,11 +143,13 @@ def make_vector_game(
     return AtariGames(env, settings["life_loss"], fire)
 
 
-@functools.cache  # loading the ROM into an interface takes ~0.1 s: once per game in a process, not once per env
+# loading the ROM into an interface takes ~0.1 s: once per game in a process, not once per env
+@functools.cache
 def fire_action(game: str, full_action_space: bool) -> int | None:
     """The index of FIRE in the game's action set (None if the game has no FIRE)."""
     ale_py = _ale()
-    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # before the interface: no banner
+    # before the interface: no banner
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
     ale = ale_py.ALEInterface()
     ale.loadROM(ale_py.roms.get_rom_path(game))
     actions = list(ale.getLegalActionSet() if full_action_space else ale.getMinimalActionSet())
@@ -148,23 +157,28 @@ def fire_action(game: str, full_action_space: bool) -> int | None:
 
 
 def emulator_settings(preset: str) -> dict:
-    """The preset's settings of the emulator itself (ALE's names; EnvPool takes the same), less the life-loss
-    signal, which AtariGames gives."""
+    """The preset's settings of the emulator itself (ALE's names; EnvPool takes the same), less the
+    life-loss signal, which AtariGames gives."""
     return {k: v for k, v in _preset(preset).items() if k != "life_loss"}
 
 
-def make_envpool(game: str, num_envs: int, num_threads: int, max_frames: int, preset: str, seeds: list[int]):
-    """EnvPool's own vector env of a game with the preset's preprocessing (AGENT_VIEW, rewards unclipped, no
-    episodic life), in sync mode (every step steps all its games), env i seeded seeds[i]."""
+def make_envpool(
+    game: str, num_envs: int, num_threads: int, max_frames: int, preset: str, seeds: list[int]
+):
+    """EnvPool's own vector env of a game with the preset's preprocessing (AGENT_VIEW, rewards
+    unclipped, no episodic life), in sync mode (every step steps all its games), env i seeded
+    seeds[i]."""
     require("envpool", 'engine "envpool"')
-    import envpool  # the envpool extra's, checked above
+    # the envpool extra's, checked above
+    import envpool
 
     tasks = {task[:-3].lower(): task for task in envpool.list_all_envs() if task.endswith("-v5")}
     task = tasks.get(game.replace("_", ""))
     if task is None:
         raise EnvError(f"EnvPool has no Atari game {game!r}; use the engine ale")
     settings = emulator_settings(preset)
-    settings["noop_max"] = max(1, settings["noop_max"])  # 1 is no no-op either; EnvPool 1.2 crashes on 0
+    # 1 is no no-op either; EnvPool 1.2 crashes on 0
+    settings["noop_max"] = max(1, settings["noop_max"])
     return envpool.make_gymnasium(
         task,
         num_envs=num_envs,
@@ -184,20 +198,24 @@ def make_envpool(game: str, num_envs: int, num_threads: int, max_frames: int, pr
 
 
 class EnvPoolGames(gym.vector.VectorEnv):
-    """EnvPool's Atari (sync mode: every step steps all its games) with ALE's vector env's face: same-step autoreset
-    (EnvPool resets an ended game in its next step; here the ended games are reset at once, each alone, and their
-    final observations go in info["final_obs"]), and seeds per reset (EnvPool fixes them when made: a reset with
-    seeds makes it anew with them)."""
+    """EnvPool's Atari (sync mode: every step steps all its games) with ALE's vector env's face:
+    same-step autoreset (EnvPool resets an ended game in its next step; here the ended games are
+    reset at once, each alone, and their final observations go in info["final_obs"]), and seeds per
+    reset (EnvPool fixes them when made: a reset with seeds makes it anew with them)."""
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 
     def __init__(self, game: str, num_envs: int, num_threads: int, max_frames: int, preset: str):
-        self.make_pool = lambda seeds: make_envpool(game, num_envs, num_threads, max_frames, preset, seeds)
+        self.make_pool = lambda seeds: make_envpool(
+            game, num_envs, num_threads, max_frames, preset, seeds
+        )
         self.num_envs = num_envs
         self.pool = self.make_pool(list(range(num_envs)))
         self.single_observation_space = self.pool.observation_space
         self.single_action_space = self.pool.action_space
-        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, num_envs
+        )
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
 
     def reset(self, *, seed=None, options=None):
@@ -211,11 +229,14 @@ class EnvPoolGames(gym.vector.VectorEnv):
         obs, rewards, terminated, truncated, info = self.pool.step(np.asarray(actions))
         ended = np.flatnonzero(terminated | truncated)
         if len(ended):
-            obs, info["final_obs"] = obs.copy(), obs.copy()  # copies: the reset below reuses EnvPool's buffers
+            # copies: the reset below reuses EnvPool's buffers
+            info["final_obs"] = obs.copy()
+            obs = obs.copy()
             first_obs, first_info = self.pool.reset(env_id=ended)
             obs[ended] = first_obs
             info["lives"] = info["lives"].copy()
-            info["lives"][ended] = first_info["lives"]  # as ALE's: the next game's lives
+            # as ALE's: the next game's lives
+            info["lives"][ended] = first_info["lives"]
         return obs, rewards, terminated, truncated, info
 
     def close(self, **kwargs):
@@ -229,17 +250,20 @@ def _preset(preset: str) -> dict:
 
 
 class AtariGames(gym.vector.VectorWrapper):
-    """ALE's vector env with info["life_lost"][i]: env i's player lost a life and its game goes on (a learner treats
-    that step as terminal; the reported episode is the whole game); always False without the signal (the machado
-    preset). With `fire` (FIRE's action index) the step after a lost life presses FIRE whatever action was taken: the
-    new life starts as a game does, and the learner's record stays the policy's own (at that state every action has
-    the same effect). Seeds are taken modulo 2**31 (ALE's are C ints)."""
+    """ALE's vector env with info["life_lost"][i]: env i's player lost a life and its game goes on
+    (a learner treats that step as terminal; the reported episode is the whole game); always False
+    without the signal (the machado preset). With `fire` (FIRE's action index) the step after a lost
+    life presses FIRE whatever action was taken: the new life starts as a game does, and the
+    learner's record stays the policy's own (at that state every action has the same effect). Seeds
+    are taken modulo 2**31 (ALE's are C ints)."""
 
     def __init__(self, env: gym.vector.VectorEnv, signal: bool, fire: int | None = None):
         super().__init__(env)
-        self.signal, self.fire = signal, fire
+        self.signal = signal
+        self.fire = fire
         self.lives = np.zeros(env.num_envs, np.int64)
-        self.relaunch = np.zeros(env.num_envs, bool)  # env i lost a life in its last step: its next one is FIRE
+        # env i lost a life in its last step: its next one is FIRE
+        self.relaunch = np.zeros(env.num_envs, bool)
 
     def reset(self, *, seed=None, options=None):
         if seed is not None:
@@ -255,18 +279,20 @@ class AtariGames(gym.vector.VectorWrapper):
         obs, rewards, terminated, truncated, info = self.env.step(actions)
         lives = info["lives"]
         info["life_lost"] = (lives < self.lives) & ~(terminated | truncated) & self.signal
-        self.lives[:] = lives  # after a game's end: the next game's lives (it was reset in this step)
+        # after a game's end: the next game's lives (it was reset in this step)
+        self.lives[:] = lives
         self.relaunch[:] = info["life_lost"]
         return obs, rewards, terminated, truncated, info
 
 
 class AtariGame(gym.Env):
-    """One game as a gymnasium.Env: a vector env of one, so this path and the vector path preprocess alike. A game
-    that ends is reset at once (in its last step); reset() without a seed then returns that new game. With
-    render_mode="rgb_array" a twin of the game in SCREEN_VIEW takes the same seeds and actions, for render() (engine
-    ale; EnvPool's games render the agent's view)."""
+    """One game as a gymnasium.Env: a vector env of one, so this path and the vector path preprocess
+    alike. A game that ends is reset at once (in its last step); reset() without a seed then returns
+    that new game. With render_mode="rgb_array" a twin of the game in SCREEN_VIEW takes the same
+    seeds and actions, for render() (engine ale; EnvPool's games render the agent's view)."""
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 60}  # the console's frames a second: videos in real time
+    # the console's frames a second: videos in real time
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 60}
 
     def __init__(
         self,
@@ -285,23 +311,30 @@ class AtariGame(gym.Env):
         )
         self.observation_space = self.game.single_observation_space
         self.action_space = self.game.single_action_space
-        self.frameskip, self.render_mode = FRAMESKIP, render_mode
-        self.next_game = None  # (obs, info) of the game started as the last one ended
+        self.frameskip = FRAMESKIP
+        self.render_mode = render_mode
+        # (obs, info) of the game started as the last one ended
+        self.next_game = None
         self.last_obs = None
-        self.last_screen, self.next_screen = None, None  # the twin's frames, as last_obs and next_game's
+        # the twin's frames, as last_obs and next_game's
+        self.last_screen = None
+        self.next_screen = None
 
     def reset(self, *, seed: int | None = None, options=None):
         if seed is None and self.next_game is not None:
-            (self.last_obs, info), self.next_game = self.next_game, None
+            self.last_obs, info = self.next_game
+            self.next_game = None
             self.last_screen = self.next_screen
             return self.last_obs, info
         if seed is None and self.screen is not None:
-            seed = int(np.random.randint(2**31))  # the twin must start the same game
+            # the twin must start the same game
+            seed = int(np.random.randint(2**31))
         seeds = None if seed is None else np.array([seed])
         obs, _ = self.game.reset(seed=seeds)
         if self.screen is not None:
             self.last_screen = self.screen.reset(seed=seeds)[0][0, -1]
-        self.next_game, self.last_obs = None, obs[0]
+        self.next_game = None
+        self.last_obs = obs[0]
         return obs[0], {}
 
     def step(self, action):
@@ -325,11 +358,12 @@ class AtariGame(gym.Env):
             )
         self.last_screen = screen[0, -1]
         if terminated[0] or truncated[0]:
-            self.next_screen, self.last_screen = self.last_screen, info["final_obs"][0][-1]
+            self.next_screen = self.last_screen
+            self.last_screen = info["final_obs"][0][-1]
 
     def render(self):
-        """With render_mode="rgb_array" and engine ale the game's screen (210x160 RGB, max-pooled as the agent's frames
-        are); else the newest 84x84 frame the agent saw, gray as RGB."""
+        """With render_mode="rgb_array" and engine ale the game's screen (210x160 RGB, max-pooled as
+        the agent's frames are); else the newest 84x84 frame the agent saw, gray as RGB."""
         if self.screen is not None:
             return self.last_screen
         return np.repeat(self.last_obs[-1][:, :, None], 3, axis=2)
@@ -346,7 +380,11 @@ def atari_entry(name: str) -> EnvEntry:
     known = games()
     if game not in known:
         near = difflib.get_close_matches(game, known, n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(PREFIX + g for g in near)}?" if near else "; see `asyncrl envs`"
+        hint = (
+            f"; did you mean {', '.join(PREFIX + g for g in near)}?"
+            if near
+            else "; see `asyncrl envs`"
+        )
         raise EnvError(f"unknown Atari game {game!r}{hint}")
 
     def make(
@@ -358,7 +396,8 @@ def atari_entry(name: str) -> EnvEntry:
         **options,
     ) -> AtariGame:
         _check_options(name, options)
-        return AtariGame(game, preset, render_mode, max_frames, engine)  # a vector env of one: one thread
+        # a vector env of one: one thread
+        return AtariGame(game, preset, render_mode, max_frames, engine)
 
     def make_vector(
         num_envs: int,

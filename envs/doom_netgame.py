@@ -1,27 +1,30 @@
-"""VizDoom network games as one multi-agent env (PettingZoo's parallel API): doom_duel (two learning players) and
-doom_deathmatch_full (4 learning players and 4 built-in bots, which the host adds).
+"""VizDoom network games as one multi-agent env (PettingZoo's parallel API): doom_duel (two learning
+players) and doom_deathmatch_full (4 learning players and 4 built-in bots, which the host adds).
 
-Each player is a VizDoom engine of its own in synchronous mode (Mode.PLAYER): the host (`-host N -port P`) and the
-others (`-join 127.0.0.1:P`) on loopback UDP, on a port the OS hands out (bound and released just before the
-host starts; a failed start retries on a new one). A thread per player ticks its engine one tic at a time, so
-the players' engines run at once (advance_action releases the GIL). An env step gives each player its action and
-waits until every player's engine has run `frameskip` tics.
+Each player is a VizDoom engine of its own in synchronous mode (Mode.PLAYER): the host (`-host N
+-port P`) and the others (`-join 127.0.0.1:P`) on loopback UDP, on a port the OS hands out (bound
+and released just before the host starts; a failed start retries on a new one). A thread per player
+ticks its engine one tic at a time, so the players' engines run at once (advance_action releases the
+GIL). An env step gives each player its action and waits until every player's engine has run
+`frameskip` tics.
 
-Why a thread per player that may run a little ahead: an engine that waits for its controller stops exchanging tics
-with the others, so a player that has waited KICK_AFTER_S for its next action runs one more tic with its last action
-(at most frameskip - 1 past the step; those tics count towards the next step). Stepped in lock-step, two players
-played slower (benchmarks/studies/vizdoom_netgame.py).
+Why a thread per player that may run a little ahead: an engine that waits for its controller stops
+exchanging tics with the others, so a player that has waited KICK_AFTER_S for its next action runs
+one more tic with its last action (at most frameskip - 1 past the step; those tics count towards the
+next step). Stepped in lock-step, two players played slower (benchmarks/studies/vizdoom_netgame.py).
 
-Tics are counted on the engine's clock (get_episode_time), not by calls: one advance_action(1) may run two game tics
-when ZDoom catches up with tics its peers already sent. Counted by calls, two players' counts drifted apart under
-CPU contention, and each thread waited for a tic the other had already run (8 games on 2 cores stalled every ~10 s;
-none in 28,000 steps since). Because a call may jump past the step's last tic, the last two tics are rendered.
+Tics are counted on the engine's clock (get_episode_time), not by calls: one advance_action(1) may
+run two game tics when ZDoom catches up with tics its peers already sent. Counted by calls, two
+players' counts drifted apart under CPU contention, and each thread waited for a tic the other had
+already run (8 games on 2 cores stalled every ~10 s; none in 28,000 steps since). Because a call may
+jump past the step's last tic, the last two tics are rendered.
 
-A step that does not end within `step_timeout` seconds (a peer died or the game stalled) raises EnvError; the
-game is then broken and the next reset starts a new one (new engines, new port). Rewards: +1 a frag, -1 a death.
-An episode ends at the time limit, for every player at once (truncated: a deathmatch has no terminal state), with
-each player's frags, deaths, damage and win (the most frags of all players, bots included: 1, 0.5 tied, 0) in
-info["episode_stats"]; win is also the true_objective that PBT and the ratings use.
+A step that does not end within `step_timeout` seconds (a peer died or the game stalled) raises
+EnvError; the game is then broken and the next reset starts a new one (new engines, new port).
+Rewards: +1 a frag, -1 a death. An episode ends at the time limit, for every player at once
+(truncated: a deathmatch has no terminal state), with each player's frags, deaths, damage and win
+(the most frags of all players, bots included: 1, 0.5 tied, 0) in info["episode_stats"]; win is also
+the true_objective that PBT and the ratings use.
 """
 
 from __future__ import annotations
@@ -48,10 +51,13 @@ from asyncrl.envs.doom import (
 from asyncrl.envs.multi_agent import ParallelEnvBase
 from asyncrl.envs.registry import EnvError, register_env
 
-KICK_AFTER_S = 0.002  # see the module docstring
+# see the module docstring
+KICK_AFTER_S = 0.002
 START_ATTEMPTS = 3
-START_TIMEOUT_S = 20.0  # the engines give up connecting after 10 s (+viz_connect_timeout)
-STUCK_CALL_GRACE_S = 5.0  # how long a call timed out is given to return once its engines are killed
+# the engines give up connecting after 10 s (+viz_connect_timeout)
+START_TIMEOUT_S = 20.0
+# how long a call timed out is given to return once its engines are killed
+STUCK_CALL_GRACE_S = 5.0
 NET_ARGS = (
     "-deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 +sv_spawnfarthest 1 "
     "+sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1"
@@ -72,7 +78,8 @@ DEATHMATCH = Scenario(
     buttons=DEATHMATCH_BUTTONS,
     objective="win",
 )
-MAP_STARTS = {DUEL: 2, DEATHMATCH: 8}  # players the map has starts for, bots included (a third duel player crashed)
+# players the map has starts for, bots included (a third duel player crashed)
+MAP_STARTS = {DUEL: 2, DEATHMATCH: 8}
 
 
 def free_udp_port() -> int:
@@ -82,41 +89,53 @@ def free_udp_port() -> int:
 
 
 def kill_engines(port: int) -> None:
-    """SIGKILL this process's VizDoom engines of the game on `port` (host: -port P, the others: -join HOST:P) and
-    remove their /dev/shm segments (a game whose thread is stuck inside it is never closed, which would remove them)."""
+    """SIGKILL this process's VizDoom engines of the game on `port` (host: -port P, the others:
+    -join HOST:P) and remove their /dev/shm segments (a game whose thread is stuck inside it is
+    never closed, which would remove them)."""
     instance_ids = set()
     for child in psutil.Process().children():
         try:
             args = child.cmdline()
-            if (("-port", str(port)) in zip(args, args[1:]) or f"127.0.0.1:{port}" in args) and "-iwad" in args:
+            if (
+                ("-port", str(port)) in zip(args, args[1:]) or f"127.0.0.1:{port}" in args
+            ) and "-iwad" in args:
                 child.kill()
                 instance_ids.add(vizdoom_instance_id(args))
         except psutil.Error:
-            pass  # gone already
+            # gone already
+            pass
     remove_vizdoom_segments(instance_ids - {None})
 
 
 class Player:
-    """One engine and the thread that ticks it. The step's caller raises `target` (the tic its step ends on) by
-    frameskip; the thread reports the step's observation and reward once it has run that tic."""
+    """One engine and the thread that ticks it. The step's caller raises `target` (the tic its step
+    ends on) by frameskip; the thread reports the step's observation and reward once it has run that
+    tic."""
 
     def __init__(self, env: DoomEnv):
         import vizdoom as vzd
 
-        self.env, self.game, self.frameskip = env, env.game, env.frameskip
+        self.env = env
+        self.game = env.game
+        self.frameskip = env.frameskip
         self.changed = threading.Condition()
         self.action = env._actions[0]
         self.tics = self.target = self.done_to = 0
-        self.reward, self.step_reward = 0.0, 0.0
-        self.finished = self.closed = self.busy = False  # busy: the thread is inside a tic
+        self.reward = 0.0
+        self.step_reward = 0.0
+        # busy: the thread is inside a tic
+        self.finished = self.closed = self.busy = False
         self.error: Exception | None = None
         self.obs = np.zeros(env.observation_space.shape, np.uint8)
         self.at_start = np.zeros(len(env._stat_variables))
-        self.number = int(self.game.get_game_variable(vzd.GameVariable.PLAYER_NUMBER))  # its index in frag_table
+        # its index in frag_table
+        self.number = int(self.game.get_game_variable(vzd.GameVariable.PLAYER_NUMBER))
         self.thread = threading.Thread(target=self._run, daemon=True, name="asyncrl-doom-player")
 
     def start(self) -> None:
-        self.obs, self.at_start, self.start_time = self.env._observe(), self._counters(), self.game.get_episode_time()
+        self.obs = self.env._observe()
+        self.at_start = self._counters()
+        self.start_time = self.game.get_episode_time()
         self.thread.start()
 
     def _may_tick(self, extra: int) -> bool:
@@ -130,10 +149,14 @@ class Player:
                     while not self._may_tick(extra):
                         if self.closed:
                             return
-                        may_kick = not self.finished and self.tics - self.target < self.frameskip - 1
+                        may_kick = (
+                            not self.finished and self.tics - self.target < self.frameskip - 1
+                        )
                         if not self.changed.wait(KICK_AFTER_S if may_kick else None) and may_kick:
-                            extra += 1  # waited in vain: one more tic with the last action (module docstring)
-                    action, boundary = self.action, self.target - 2 <= self.tics < self.target
+                            # waited in vain: one more tic with the last action (module docstring)
+                            extra += 1
+                    action = self.action
+                    boundary = self.target - 2 <= self.tics < self.target
                     self.busy = True
                 try:
                     self._tick(action, boundary)
@@ -141,7 +164,8 @@ class Player:
                     with self.changed:
                         self.busy = False
                         self.changed.notify_all()
-        except Exception as e:  # the engine died (or was killed at close): the waiting step hears of it
+        # the engine died (or was killed at close): the waiting step hears of it
+        except Exception as e:
             with self.changed:
                 self.error = e
                 self.changed.notify_all()
@@ -149,26 +173,33 @@ class Player:
     def _tick(self, action, boundary: bool) -> None:
         game = self.game
         game.set_action(action)
-        game.advance_action(1, boundary)  # render only the step's last tic
-        reward, finished = game.get_last_reward(), game.is_episode_finished()  # the dead respawn (sv_forcerespawn)
+        # render only the step's last tic
+        game.advance_action(1, boundary)
+        # the dead respawn (sv_forcerespawn)
+        reward = game.get_last_reward()
+        finished = game.is_episode_finished()
         obs = self.env._observe() if boundary or finished else None
         with self.changed:
-            self.tics = game.get_episode_time() - self.start_time  # the engine's count: see the module docstring
+            # the engine's count: see the module docstring
+            self.tics = game.get_episode_time() - self.start_time
             self.reward += reward
             if (self.tics >= self.target and self.done_to < self.target) or finished:
                 self.obs = obs if obs is not None else self.obs
-                self.step_reward, self.reward = self.reward, 0.0
-                self.done_to, self.finished = self.target, finished
+                self.step_reward = self.reward
+                self.reward = 0.0
+                self.done_to = self.target
+                self.finished = finished
                 self.changed.notify_all()
 
     def send(self, action) -> None:
         with self.changed:
-            self.action, self.target = action, self.target + self.frameskip
+            self.action = action
+            self.target = self.target + self.frameskip
             self.changed.notify_all()
 
     def wait_step(self, timeout: float) -> bool:
-        """Whether the step ended in time. A finished episode ends every step: it may have ended on a tic run ahead
-        (past the previous step), and its engine runs no more."""
+        """Whether the step ended in time. A finished episode ends every step: it may have ended on
+        a tic run ahead (past the previous step), and its engine runs no more."""
         with self.changed:
             self.changed.wait_for(lambda: self._step_done() or self.error is not None, timeout)
             return self._step_done()
@@ -177,23 +208,26 @@ class Player:
         return self.done_to == self.target or self.finished
 
     def new_episode(self, timeout: float) -> None:
-        with self.changed:  # no tic may run during new_episode(): two threads inside one game crash VizDoom
+        # no tic may run during new_episode(): two threads inside one game crash VizDoom
+        with self.changed:
             self.finished = True
             if not self.changed.wait_for(lambda: not self.busy, timeout):
                 raise TimeoutError(f"a tic did not end in {timeout:g} s")
         self.game.new_episode()
         with self.changed:
             self.tics = self.target = self.done_to = 0
-            self.reward, self.finished = 0.0, False
-            self.obs, self.at_start = self.env._observe(), self._counters()
+            self.reward = 0.0
+            self.finished = False
+            self.obs = self.env._observe()
+            self.at_start = self._counters()
             self.start_time = self.game.get_episode_time()
 
     def _counters(self) -> np.ndarray:
         return np.array([self.game.get_game_variable(v) for v in self.env._stat_variables.values()])
 
     def stats(self) -> dict:
-        """The episode's frags, deaths and damage (the scenario's stats; the engine's counters may run on over
-        episodes)."""
+        """The episode's frags, deaths and damage (the scenario's stats; the engine's counters may
+        run on over episodes)."""
         return dict(zip(self.env._stat_variables, (self._counters() - self.at_start).tolist()))
 
     def stop(self) -> None:
@@ -226,15 +260,22 @@ class DoomNetGame(ParallelEnvBase):
                 f"doom net game: {players} players and {bots} bots, but {scenario.cfg}'s map has starts "
                 f"for {MAP_STARTS[scenario]}"
             )
-        self.scenario, self.num_players, self.bots, self.frameskip = scenario, players, bots, frameskip
-        self.timelimit_minutes, self.step_timeout = timelimit_minutes, step_timeout
+        self.scenario = scenario
+        self.num_players = players
+        self.bots = bots
+        self.frameskip = frameskip
+        self.timelimit_minutes = timelimit_minutes
+        self.step_timeout = step_timeout
         self.possible_agents = [f"player_{i}" for i in range(players)]
         self.agents: list[str] = []
-        probe = DoomEnv(scenario, frameskip=frameskip)  # spaces only: no engine starts
-        self._observation_space, self._action_space = probe.observation_space, probe.action_space
+        # spaces only: no engine starts
+        probe = DoomEnv(scenario, frameskip=frameskip)
+        self._observation_space = probe.observation_space
+        self._action_space = probe.action_space
         self.players: list[Player] = []
         self.port = 0
-        self.stuck: list[threading.Thread] = []  # _in_threads' calls that did not return even after their engines died
+        # _in_threads' calls that did not return even after their engines died
+        self.stuck: list[threading.Thread] = []
 
     def observation_space(self, agent):
         return self._observation_space
@@ -246,12 +287,15 @@ class DoomNetGame(ParallelEnvBase):
     def _start(self, seed: int | None) -> None:
         for _ in range(START_ATTEMPTS):
             port = free_udp_port()
-            envs = [DoomEnv(self.scenario, frameskip=self.frameskip) for _ in range(self.num_players)]
+            envs = [
+                DoomEnv(self.scenario, frameskip=self.frameskip) for _ in range(self.num_players)
+            ]
             for i, env in enumerate(envs):
                 env.game.set_frag_reward(1.0)
                 env.game.set_death_penalty(1.0)
                 if seed is not None:
-                    env.game.set_seed(int(seed) % (2**31))  # one game: every engine draws the same numbers
+                    # one game: every engine draws the same numbers
+                    env.game.set_seed(int(seed) % (2**31))
                 if i == 0:
                     env.game.add_game_args(
                         f"-host {self.num_players} -port {port} -netmode 0 {NET_ARGS} "
@@ -270,12 +314,15 @@ class DoomNetGame(ParallelEnvBase):
             kill_engines(port)
             for env in envs:
                 self._close(env.game)
-        raise EnvError(f"doom net game: the players did not connect in {START_ATTEMPTS} tries ({errors[0]})")
+        raise EnvError(
+            f"doom net game: the players did not connect in {START_ATTEMPTS} tries ({errors[0]})"
+        )
 
     def _stop(self) -> None:
         for player in self.players:
             player.stop()
-        kill_engines(self.port)  # first: close() would wait for a stalled engine; a player's tic then raises
+        # first: close() would wait for a stalled engine; a player's tic then raises
+        kill_engines(self.port)
         for player in self.players:
             player.thread.join(timeout=5.0)
             if not player.thread.is_alive():
@@ -283,16 +330,18 @@ class DoomNetGame(ParallelEnvBase):
         self.players = []
 
     def _close(self, game) -> None:
-        """Close a game unless a call may still be inside it: closing it then makes VizDoom abort. Its engine is dead
-        (kill_engines), so a game left open holds only its controller's memory."""
+        """Close a game unless a call may still be inside it: closing it then makes VizDoom abort.
+        Its engine is dead (kill_engines), so a game left open holds only its controller's
+        memory."""
         self.stuck = [t for t in self.stuck if t.is_alive()]
         if not self.stuck:
             game.close()
 
     def _in_threads(self, calls: list, timeout: float) -> list[Exception]:
-        """Run the calls at once (each player's engine waits for the others); the errors raised. A call still running
-        after `timeout` is a TimeoutError, and the game's engines are killed so that it returns: a game may be closed
-        only once no thread is inside it (or VizDoom aborts), and it was closed while an init() went on."""
+        """Run the calls at once (each player's engine waits for the others); the errors raised. A
+        call still running after `timeout` is a TimeoutError, and the game's engines are killed so
+        that it returns: a game may be closed only once no thread is inside it (or VizDoom aborts),
+        and it was closed while an init() went on."""
         errors: list[Exception] = []
 
         def call(fn):
@@ -309,7 +358,8 @@ class DoomNetGame(ParallelEnvBase):
             t.join(max(0.0, deadline - time.monotonic()))
         stuck = [t for t in threads if t.is_alive()]
         if stuck:
-            kill_engines(self.port)  # a call inside a game whose engine died raises at once
+            # a call inside a game whose engine died raises at once
+            kill_engines(self.port)
             for t in stuck:
                 t.join(STUCK_CALL_GRACE_S)
             self.stuck += [t for t in stuck if t.is_alive()]
@@ -317,9 +367,9 @@ class DoomNetGame(ParallelEnvBase):
         return errors
 
     def _new_episode(self, restart: bool) -> list[Exception]:
-        """Every player starts a new episode at once (`restart`; a game just started has one). With bots, the host
-        then adds them and the episode starts once more: bots added to a running net game cut its next episode
-        short, and one was lost across a restart."""
+        """Every player starts a new episode at once (`restart`; a game just started has one). With
+        bots, the host then adds them and the episode starts once more: bots added to a running net
+        game cut its next episode short, and one was lost across a restart."""
 
         def all_players():
             new_episodes = [partial(p.new_episode, self.step_timeout) for p in self.players]
@@ -343,7 +393,9 @@ class DoomNetGame(ParallelEnvBase):
         errors = self._new_episode(restart=not fresh)
         if errors:
             self._stop()
-            raise EnvError(f"doom net game: new episode failed ({errors[0]}); the next reset starts a new game")
+            raise EnvError(
+                f"doom net game: new episode failed ({errors[0]}); the next reset starts a new game"
+            )
         if fresh:
             for player in self.players:
                 player.start()
@@ -368,11 +420,15 @@ class DoomNetGame(ParallelEnvBase):
         obs = {a: p.obs for a, p in zip(self.possible_agents, self.players)}
         rewards = {a: p.step_reward for a, p in zip(self.possible_agents, self.players)}
         infos = {a: {} for a in self.possible_agents}
-        if over:  # every player is finished: no thread is inside a game
-            frags = frag_table(self.players[0].game)  # bots' too
+        # every player is finished: no thread is inside a game
+        if over:
+            # bots' too
+            frags = frag_table(self.players[0].game)
             for agent, player in zip(self.possible_agents, self.players):
                 stats = {**player.stats(), "win": win_of(frags, player.number)}
-                infos[agent] = {"episode_stats": {**stats, "true_objective": stats[self.scenario.objective]}}
+                infos[agent] = {
+                    "episode_stats": {**stats, "true_objective": stats[self.scenario.objective]}
+                }
             self.agents = []
         terminated = {a: False for a in self.possible_agents}
         truncated = {a: over for a in self.possible_agents}

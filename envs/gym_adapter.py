@@ -1,5 +1,5 @@
-"""Gymnasium envs as the engine takes them: any gymnasium id, and every env's spaces checked, with image
-observations made CHW uint8 once, here, not in the model."""
+"""Gymnasium envs as the engine takes them: any gymnasium id, and every env's spaces checked, with
+image observations made CHW uint8 once, here, not in the model."""
 
 from __future__ import annotations
 
@@ -27,12 +27,13 @@ class ChannelsFirst(gym.ObservationWrapper):
 
 
 class FlatObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
-    """Discrete, MultiDiscrete, MultiBinary, Tuple and Dict observations (gymnasium's toy-text envs: FrozenLake, Taxi,
-    Blackjack) as one float32 vector, each Discrete part one-hot, as gymnasium's spaces.flatten lays them out: an
-    MLP's input."""
+    """Discrete, MultiDiscrete, MultiBinary, Tuple and Dict observations (gymnasium's toy-text envs:
+    FrozenLake, Taxi, Blackjack) as one float32 vector, each Discrete part one-hot, as gymnasium's
+    spaces.flatten lays them out: an MLP's input."""
 
     def __init__(self, env: gym.Env):
-        gym.utils.RecordConstructorArgs.__init__(self)  # so that gymnasium can remake the env from its spec
+        # so that gymnasium can remake the env from its spec
+        gym.utils.RecordConstructorArgs.__init__(self)
         gym.ObservationWrapper.__init__(self, env)
         self.observation_space = flat_space(env.observation_space)
 
@@ -40,15 +41,17 @@ class FlatObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         return flatten(self.env.observation_space, observation)
 
 
-ACTION_MASK = "action_mask"  # the key of an env's action mask: in a Dict observation, or in the info dict
+# the key of an env's action mask: in a Dict observation, or in the info dict
+ACTION_MASK = "action_mask"
 
 
 class ObservationWithActionMask(gym.spaces.Box):
-    """A float32 vector observation whose last `mask_size` entries are the env's action mask: 1 for each action the
-    agent may take now, 0 for the others (for MultiDiscrete actions each dimension's choices one after another). The
-    model keeps its policy off the illegal actions (distributions.legal_logits); its encoder sees the mask as features
-    too. The mask travels inside the observation, so shared memory, the learner's batches, remote envs and the ONNX
-    graph carry it as they carry observations."""
+    """A float32 vector observation whose last `mask_size` entries are the env's action mask: 1 for
+    each action the agent may take now, 0 for the others (for MultiDiscrete actions each dimension's
+    choices one after another). The model keeps its policy off the illegal actions
+    (distributions.legal_logits); its encoder sees the mask as features too. The mask travels inside
+    the observation, so shared memory, the learner's batches, remote envs and the ONNX graph carry
+    it as they carry observations."""
 
     def __init__(self, features: gym.spaces.Box, mask_size: int):
         low, high = (
@@ -60,8 +63,8 @@ class ObservationWithActionMask(gym.spaces.Box):
 
 
 class ObservedWithInfo(gym.Wrapper):
-    """A wrapper whose observation is made from the env's and the step's info (gymnasium's ObservationWrapper sees no
-    info): `_observe(obs, info)` at every reset and step."""
+    """A wrapper whose observation is made from the env's and the step's info (gymnasium's
+    ObservationWrapper sees no info): `_observe(obs, info)` at every reset and step."""
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
@@ -73,10 +76,10 @@ class ObservedWithInfo(gym.Wrapper):
 
 
 class ActionMaskInObservation(ObservedWithInfo, gym.utils.RecordConstructorArgs):
-    """An env's action mask appended to its observation, flattened into one vector (ObservationWithActionMask). The
-    mask comes from a Dict observation's "action_mask" entry (Sample Factory's and PettingZoo's convention), or, with
-    from_info, from info["action_mask"] at every reset and step (gymnasium's Taxi); a step without one allows every
-    action."""
+    """An env's action mask appended to its observation, flattened into one vector
+    (ObservationWithActionMask). The mask comes from a Dict observation's "action_mask" entry
+    (Sample Factory's and PettingZoo's convention), or, with from_info, from info["action_mask"] at
+    every reset and step (gymnasium's Taxi); a step without one allows every action."""
 
     def __init__(self, env: gym.Env, name: str, from_info: bool = False):
         gym.utils.RecordConstructorArgs.__init__(self, name=name, from_info=from_info)
@@ -94,18 +97,24 @@ class ActionMaskInObservation(ObservedWithInfo, gym.utils.RecordConstructorArgs)
 
 
 class PackedObservation(gym.spaces.Box):
-    """Images beside other entries (a Dict observation with an image; an image with an action mask) as one uint8
-    vector: each image's CHW bytes in turn, then, from a 4-byte boundary, the other entries as one float32 vector
-    (gymnasium's spaces.flatten of them, in the Dict's order) whose last `mask_size` floats are the env's action mask.
-    Shared memory, the learner's batches and the vector envs carry it as any uint8 observation, and the model reads
-    its parts back as views (model.unpack_observation), as PufferLib's emulation packs structured observations into
-    one buffer. `unpack` gives the parts by name: each image's key, and "vector"."""
+    """Images beside other entries (a Dict observation with an image; an image with an action mask)
+    as one uint8 vector: each image's CHW bytes in turn, then, from a 4-byte boundary, the other
+    entries as one float32 vector (gymnasium's spaces.flatten of them, in the Dict's order) whose
+    last `mask_size` floats are the env's action mask. Shared memory, the learner's batches and the
+    vector envs carry it as any uint8 observation, and the model reads its parts back as views
+    (model.unpack_observation), as PufferLib's emulation packs structured observations into one
+    buffer. `unpack` gives the parts by name: each image's key, and "vector"."""
 
-    def __init__(self, image_shapes: dict[str, tuple[int, ...]], vector_size: int, mask_size: int = 0):
-        self.image_shapes, self.vector_size, self.mask_size = dict(image_shapes), vector_size, mask_size
+    def __init__(
+        self, image_shapes: dict[str, tuple[int, ...]], vector_size: int, mask_size: int = 0
+    ):
+        self.image_shapes = dict(image_shapes)
+        self.vector_size = vector_size
+        self.mask_size = mask_size
         ends = np.cumsum([0] + [int(np.prod(shape)) for shape in self.image_shapes.values()])
         self.image_offsets = ends[:-1].tolist()
-        self.vector_offset = -(-int(ends[-1]) // 4) * 4  # a float32 view needs its first byte 4-aligned
+        # a float32 view needs its first byte 4-aligned
+        self.vector_offset = -(-int(ends[-1]) // 4) * 4
         super().__init__(0, 255, (self.vector_offset + 4 * vector_size,), np.uint8)
 
     def __repr__(self) -> str:
@@ -119,8 +128,9 @@ class PackedObservation(gym.spaces.Box):
         return packed
 
     def unpack(self, packed: np.ndarray) -> dict[str, np.ndarray]:
-        """Views of the parts of one observation or a batch [..., bytes]: each image [..., C, H, W] by its key, and
-        the float32 "vector" [..., vector_size] (as the ONNX graph of `asyncrl export` takes them)."""
+        """Views of the parts of one observation or a batch [..., bytes]: each image [..., C, H, W]
+        by its key, and the float32 "vector" [..., vector_size] (as the ONNX graph of `asyncrl
+        export` takes them)."""
         lead = packed.shape[:-1]
         parts = {
             key: packed[..., offset : offset + int(np.prod(shape))].reshape(*lead, *shape)
@@ -130,26 +140,42 @@ class PackedObservation(gym.spaces.Box):
         return parts
 
     def sample(self, *args, **kwargs) -> np.ndarray:
-        """Random images and a standard normal vector (random bytes would read back as NaNs among the floats)."""
-        images = [self.np_random.integers(0, 256, shape, dtype=np.uint8) for shape in self.image_shapes.values()]
-        return self.pack(images, self.np_random.standard_normal(self.vector_size).astype(np.float32))
+        """Random images and a standard normal vector (random bytes would read back as NaNs among
+        the floats)."""
+        images = [
+            self.np_random.integers(0, 256, shape, dtype=np.uint8)
+            for shape in self.image_shapes.values()
+        ]
+        return self.pack(
+            images, self.np_random.standard_normal(self.vector_size).astype(np.float32)
+        )
 
 
 class ImagesAndVector:
-    """Turns an env's observations with images beside other entries (and an action mask: in the Dict, or in the info
-    with from_info) into a PackedObservation's: HWC images made CHW, the rest flattened, the mask after it."""
+    """Turns an env's observations with images beside other entries (and an action mask: in the
+    Dict, or in the info with from_info) into a PackedObservation's: HWC images made CHW, the rest
+    flattened, the mask after it."""
 
-    def __init__(self, name: str, space: gym.Space, action_space: gym.Space, from_info: bool = False):
+    def __init__(
+        self, name: str, space: gym.Space, action_space: gym.Space, from_info: bool = False
+    ):
         entries = dict(space.spaces) if isinstance(space, gym.spaces.Dict) else {"obs": space}
         self.images = [key for key, entry in entries.items() if is_image_space(entry)]
         self.to_chw = [is_hwc_image(entries[key]) for key in self.images]
         self.rest = gym.spaces.Dict(
-            {key: entry for key, entry in entries.items() if key not in self.images and key != ACTION_MASK}
+            {
+                key: entry
+                for key, entry in entries.items()
+                if key not in self.images and key != ACTION_MASK
+            }
         )
         if not is_flattenable(self.rest):
-            raise EnvError(f"env {name!r}: the observation entries {self.rest} beside its images cannot be one vector")
+            raise EnvError(
+                f"env {name!r}: the observation entries {self.rest} beside its images cannot be one vector"
+            )
         mask_size = mask_size_of(name, action_space) if from_info or ACTION_MASK in entries else 0
-        self.from_info, self.dict_obs = from_info, isinstance(space, gym.spaces.Dict)
+        self.from_info = from_info
+        self.dict_obs = isinstance(space, gym.spaces.Dict)
         shapes = {
             key: channels_first(entries[key]).shape if chw else entries[key].shape
             for key, chw in zip(self.images, self.to_chw)
@@ -160,7 +186,8 @@ class ImagesAndVector:
     def observe(self, obs, info: dict | None = None) -> np.ndarray:
         entries = obs if self.dict_obs else {"obs": obs}
         images = [
-            np.transpose(entries[key], (2, 0, 1)) if chw else entries[key] for key, chw in zip(self.images, self.to_chw)
+            np.transpose(entries[key], (2, 0, 1)) if chw else entries[key]
+            for key, chw in zip(self.images, self.to_chw)
         ]
         rest = {key: entries[key] for key in self.rest.spaces}
         vector = flatten(self.rest, rest) if rest else np.zeros(0, np.float32)
@@ -171,7 +198,8 @@ class ImagesAndVector:
 
 
 class PackImages(ObservedWithInfo, gym.utils.RecordConstructorArgs):
-    """An env whose observations have images beside other entries, observed as a PackedObservation (ImagesAndVector)."""
+    """An env whose observations have images beside other entries, observed as a PackedObservation
+    (ImagesAndVector)."""
 
     def __init__(self, env: gym.Env, name: str, from_info: bool = False):
         gym.utils.RecordConstructorArgs.__init__(self, name=name, from_info=from_info)
@@ -182,13 +210,16 @@ class PackImages(ObservedWithInfo, gym.utils.RecordConstructorArgs):
 
 
 def with_mask_from_info(env: gym.Env, name: str) -> gym.Env:
-    """An env whose action mask comes in its info (gymnasium's Taxi), the mask appended to its observation (packed
-    beside an image)."""
-    return (PackImages if is_image_space(env.observation_space) else ActionMaskInObservation)(env, name, from_info=True)
+    """An env whose action mask comes in its info (gymnasium's Taxi), the mask appended to its
+    observation (packed beside an image)."""
+    return (PackImages if is_image_space(env.observation_space) else ActionMaskInObservation)(
+        env, name, from_info=True
+    )
 
 
 def has_images_beside(space: gym.Space) -> bool:
-    """A Dict observation with an image entry (it is packed: PackImages), not one of vectors alone."""
+    """A Dict observation with an image entry (it is packed: PackImages), not one of vectors
+    alone."""
     return isinstance(space, gym.spaces.Dict) and any(map(is_image_space, space.spaces.values()))
 
 
@@ -197,8 +228,8 @@ def has_action_mask(space: gym.Space) -> bool:
 
 
 def split_mask(parts: dict, as_dict=dict) -> tuple:
-    """(features, mask) of a Dict observation or of its space's entries: the one other entry, or the others as one
-    as_dict."""
+    """(features, mask) of a Dict observation or of its space's entries: the one other entry, or the
+    others as one as_dict."""
     rest = {key: part for key, part in parts.items() if key != ACTION_MASK}
     return (next(iter(rest.values())) if len(rest) == 1 else as_dict(rest)), parts[ACTION_MASK]
 
@@ -206,9 +237,9 @@ def split_mask(parts: dict, as_dict=dict) -> tuple:
 def masked_observation_space(
     name: str, space: gym.Space, action_space: gym.Space, from_info: bool = False
 ) -> tuple[gym.Space, ObservationWithActionMask]:
-    """(the space of the observation's features, the vector space of features and mask) of an env whose mask is in
-    its Dict observation, or in its info (from_info). EnvError if the features cannot be one vector or the actions
-    take no mask."""
+    """(the space of the observation's features, the vector space of features and mask) of an env
+    whose mask is in its Dict observation, or in its info (from_info). EnvError if the features
+    cannot be one vector or the actions take no mask."""
     features = space if from_info else split_mask(space.spaces, gym.spaces.Dict)[0]
     mask_size = mask_size_of(name, action_space)
     if not is_flattenable(features):
@@ -220,8 +251,8 @@ def masked_observation_space(
 
 
 def mask_size_of(name: str, action_space: gym.Space) -> int:
-    """The entries of an action mask for these actions (each categorical dimension's choices); EnvError if the
-    actions take no mask."""
+    """The entries of an action mask for these actions (each categorical dimension's choices);
+    EnvError if the actions take no mask."""
     sizes = categorical_sizes(action_space)
     if sizes is None:
         raise EnvError(
@@ -236,22 +267,26 @@ def observe_with_mask(features: gym.Space, obs, mask, mask_size: int) -> np.ndar
 
 
 def mask_vector(mask, mask_size: int) -> np.ndarray:
-    """An env's action mask as mask_size floats (None: every action allowed; a tuple: one array per action
-    dimension)."""
+    """An env's action mask as mask_size floats (None: every action allowed; a tuple: one array per
+    action dimension)."""
     if mask is None:
         mask = np.ones(mask_size, np.float32)
     elif isinstance(mask, (tuple, list)):
         mask = np.concatenate([np.ravel(part) for part in mask])
     mask = np.asarray(mask, np.float32).ravel()
     if mask.size != mask_size:
-        raise EnvError(f"the env's action mask has {mask.size} entries, and its actions {mask_size} choices")
+        raise EnvError(
+            f"the env's action mask has {mask.size} entries, and its actions {mask_size} choices"
+        )
     return mask
 
 
 def flat_space(space: gym.Space) -> gym.spaces.Box:
     """The float32 vector space of a flattenable one (is_flattenable)."""
     flat = gym.spaces.flatten_space(space)
-    return gym.spaces.Box(flat.low.astype(np.float32), flat.high.astype(np.float32), dtype=np.float32)
+    return gym.spaces.Box(
+        flat.low.astype(np.float32), flat.high.astype(np.float32), dtype=np.float32
+    )
 
 
 def flatten(space: gym.Space, observation) -> np.ndarray:
@@ -259,19 +294,26 @@ def flatten(space: gym.Space, observation) -> np.ndarray:
 
 
 def is_flattenable(space: gym.Space) -> bool:
-    """Observations that become one vector (FlatObservation, and a PettingZoo env's agents): of discrete parts and
-    arrays, but no image (it would lose its layout)."""
+    """Observations that become one vector (FlatObservation, and a PettingZoo env's agents): of
+    discrete parts and arrays, but no image (it would lose its layout)."""
     if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
         return True
     if isinstance(space, gym.spaces.Box):
         return not is_image_space(space)
     if isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)):
-        return all(map(is_flattenable, space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces))
+        return all(
+            map(
+                is_flattenable,
+                space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces,
+            )
+        )
     return False
 
 
 def channels_first(space: gym.spaces.Box) -> gym.spaces.Box:
-    return gym.spaces.Box(np.transpose(space.low, (2, 0, 1)), np.transpose(space.high, (2, 0, 1)), dtype=np.uint8)
+    return gym.spaces.Box(
+        np.transpose(space.low, (2, 0, 1)), np.transpose(space.high, (2, 0, 1)), dtype=np.uint8
+    )
 
 
 def is_image_space(space: gym.Space) -> bool:
@@ -279,8 +321,8 @@ def is_image_space(space: gym.Space) -> bool:
 
 
 def has_image(space: gym.Space) -> bool:
-    """An image observation, or a Dict observation with one, packed or not (the engine's defaults then suit it, not a
-    vector's)."""
+    """An image observation, or a Dict observation with one, packed or not (the engine's defaults
+    then suit it, not a vector's)."""
     return is_image_space(space) or has_images_beside(space) or isinstance(space, PackedObservation)
 
 
@@ -289,14 +331,16 @@ def is_hwc_image(space: gym.Space) -> bool:
 
 
 def adapt(name: str, env: gym.Env) -> gym.Env:
-    """Any env as the engine takes it: spaces checked, HWC image observations turned CHW, discrete and composite
-    ones flattened into a vector, an action mask in a Dict observation appended to the rest, images beside other
-    entries packed with them into one observation (PackImages)."""
+    """Any env as the engine takes it: spaces checked, HWC image observations turned CHW, discrete
+    and composite ones flattened into a vector, an action mask in a Dict observation appended to the
+    rest, images beside other entries packed with them into one observation (PackImages)."""
     if has_images_beside(env.observation_space):
         env = PackImages(env, name)
     elif has_action_mask(env.observation_space):
         env = ActionMaskInObservation(env, name)
-    elif not isinstance(env.observation_space, gym.spaces.Box) and is_flattenable(env.observation_space):
+    elif not isinstance(env.observation_space, gym.spaces.Box) and is_flattenable(
+        env.observation_space
+    ):
         env = FlatObservation(env)
     check_spaces(name, env.observation_space, env.action_space)
     return ChannelsFirst(env) if is_hwc_image(env.observation_space) else env
@@ -316,12 +360,16 @@ def check_spaces(name: str, obs: gym.Space, act: gym.Space) -> None:
 
 
 def categorical_sizes(space: gym.Space) -> list[int] | None:
-    """The sizes of the categorical distributions an action is drawn from: [n] for Discrete, one per dimension for a
-    1-D MultiDiscrete or MultiBinary (drawn independently, Sample Factory's and CleanRL's factorized policy); None for
-    anything else (a Box's actions are a Gaussian's)."""
+    """The sizes of the categorical distributions an action is drawn from: [n] for Discrete, one per
+    dimension for a 1-D MultiDiscrete or MultiBinary (drawn independently, Sample Factory's and
+    CleanRL's factorized policy); None for anything else (a Box's actions are a Gaussian's)."""
     if isinstance(space, gym.spaces.Discrete):
         return [int(space.n)]
-    if isinstance(space, gym.spaces.MultiDiscrete) and len(space.shape) == 1 and not space.start.any():
+    if (
+        isinstance(space, gym.spaces.MultiDiscrete)
+        and len(space.shape) == 1
+        and not space.start.any()
+    ):
         return space.nvec.tolist()
     if isinstance(space, gym.spaces.MultiBinary) and len(space.shape) == 1:
         return [2] * space.shape[0]
@@ -329,8 +377,9 @@ def categorical_sizes(space: gym.Space) -> list[int] | None:
 
 
 def registered_id(gym_id: str) -> str:
-    """The id of `gym_id` (or of gymnasium's `package:EnvId` form), once what registers it is imported (the package;
-    ale-py for ALE/ ids), in whichever process makes the env; MuJoCo's warnings are routed (quiet_mujoco) first."""
+    """The id of `gym_id` (or of gymnasium's `package:EnvId` form), once what registers it is
+    imported (the package; ale-py for ALE/ ids), in whichever process makes the env; MuJoCo's
+    warnings are routed (quiet_mujoco) first."""
     package, _, env_id = gym_id.rpartition(":")
     if package:
         importlib.import_module(package)
@@ -342,9 +391,10 @@ def registered_id(gym_id: str) -> str:
 
 
 def quiet_mujoco() -> None:
-    """MuJoCo writes its warnings to MUJOCO_LOG.TXT in the working directory: send them to Python's warnings instead,
-    less its deprecations of gymnasium's model files (mujoco 4's `settotalmass`: not the user's to act on, and
-    gymnasium shows each once per process, so every rollout worker would print it)."""
+    """MuJoCo writes its warnings to MUJOCO_LOG.TXT in the working directory: send them to Python's
+    warnings instead, less its deprecations of gymnasium's model files (mujoco 4's `settotalmass`:
+    not the user's to act on, and gymnasium shows each once per process, so every rollout worker
+    would print it)."""
     require("mujoco", "MuJoCo envs")
     try:
         import mujoco
@@ -365,17 +415,20 @@ def make_gym_env(gym_id: str, **options) -> gym.Env:
     registered_id(gym_id)
     try:
         env = gym.make(gym_id, **options)
-    except TypeError as e:  # an option the env's constructor does not take
+    # an option the env's constructor does not take
+    except TypeError as e:
         raise EnvError(f"env {gym_id!r} does not take the options {sorted(options)}: {e}") from None
     except (
         gym.error.DependencyNotInstalled
-    ) as e:  # e.g. Box2D for LunarLander: gymnasium's message says what to install
+        # e.g. Box2D for LunarLander: gymnasium's message says what to install
+    ) as e:
         raise EnvError(f"env {gym_id!r}: {e}") from None
     return env
 
 
-# Vector-observation gymnasium envs (classic control, Box2D, MuJoCo): a small MLP, no RNN, many cheap envs
-# per worker, and several PPO epochs per batch, since samples are cheap but learning from them is not.
+# Vector-observation gymnasium envs (classic control, Box2D, MuJoCo): a small MLP, no RNN, many
+# cheap envs per worker, and several PPO epochs per batch, since samples are cheap but learning from
+# them is not.
 VECTOR_ENV_DEFAULTS = {
     "use_rnn": False,
     "encoder_mlp_layers": [64, 64],
@@ -384,13 +437,14 @@ VECTOR_ENV_DEFAULTS = {
     "num_epochs": 4,
     "num_batches_per_epoch": 4,
 }
-# Continuous control (any env with Box actions: MuJoCo, Box2D, classic control): Sample Factory's MuJoCo settings,
-# synchronous PPO (its async_rl False) with a Gaussian policy and a learned log-std on a small tanh MLP, observations
-# and returns normalized, GAE (without its --kl_loss_coeff 0.1: on Hopper it moved nothing past the seeds). The
-# Gaussian starts at std 0.5, not 1.0, and learns 4 epochs a batch, not 2, with a small entropy bonus (0.003) that
-# keeps the std from collapsing before Hopper hops: every MuJoCo task in README's table learned more (each change
-# measured in hopper_settings.md). Synchronous PPO's batch is every env's rollout (config.algo_defaults):
-# 2 workers x 16 envs x 64 steps = 2048.
+# Continuous control (any env with Box actions: MuJoCo, Box2D, classic control): Sample Factory's
+# MuJoCo settings, synchronous PPO (its async_rl False) with a Gaussian policy and a learned log-std
+# on a small tanh MLP, observations and returns normalized, GAE (without its --kl_loss_coeff 0.1: on
+# Hopper it moved nothing past the seeds). The Gaussian starts at std 0.5, not 1.0, and learns 4
+# epochs a batch, not 2, with a small entropy bonus (0.003) that keeps the std from collapsing
+# before Hopper hops: every MuJoCo task in README's table learned more (each change measured in
+# hopper_settings.md). Synchronous PPO's batch is every env's rollout (config.algo_defaults): 2
+# workers x 16 envs x 64 steps = 2048.
 CONTINUOUS_DEFAULTS = {
     **VECTOR_ENV_DEFAULTS,
     "algo": "ppo",
@@ -416,16 +470,20 @@ GYM_ID_DEFAULTS = {"CartPole-v1": {"reward_scale": 0.1}, "CartPole-v0": {"reward
 
 
 def gym_entry(gym_id: str):
-    probe = make_gym_env(gym_id)  # the observation space decides the defaults; gymnasium envs are cheap to make
+    # the observation space decides the defaults; gymnasium envs are cheap to make
+    probe = make_gym_env(gym_id)
     if isinstance(probe.action_space, gym.spaces.Box):
         defaults = dict(CONTINUOUS_DEFAULTS)
     else:
         defaults = {} if has_image(probe.observation_space) else dict(VECTOR_ENV_DEFAULTS)
     defaults.update(GYM_ID_DEFAULTS.get(gym_id, {}))
-    mask_in_info = ACTION_MASK in probe.reset(seed=0)[1]  # gymnasium's Taxi gives its action mask in the info
+    # gymnasium's Taxi gives its action mask in the info
+    mask_in_info = ACTION_MASK in probe.reset(seed=0)[1]
     probe.close()
     make_masked = (
-        (lambda **options: with_mask_from_info(make_gym_env(gym_id, **options), gym_id)) if mask_in_info else None
+        (lambda **options: with_mask_from_info(make_gym_env(gym_id, **options), gym_id))
+        if mask_in_info
+        else None
     )
     return EnvEntry(
         make_masked or (lambda **options: make_gym_env(gym_id, **options)),
@@ -435,11 +493,14 @@ def gym_entry(gym_id: str):
     )
 
 
-def make_gym_vector(gym_id: str, num_envs: int, make_masked=None, **options) -> gym.vector.VectorEnv:
-    """num_envs of a gymnasium id as one vector env: its own vector implementation if it has one (e.g. CartPole's),
-    else gymnasium's SyncVectorEnv of the envs this module adapts (make_masked's, for an env with its action mask in
-    its info). ALE/ ids' own is ale-py's preprocessing vector env (84x84 stacks), not the raw game the id makes alone
-    (atari_<game> is the family that steps it)."""
+def make_gym_vector(
+    gym_id: str, num_envs: int, make_masked=None, **options
+) -> gym.vector.VectorEnv:
+    """num_envs of a gymnasium id as one vector env: its own vector implementation if it has one
+    (e.g. CartPole's), else gymnasium's SyncVectorEnv of the envs this module adapts (make_masked's,
+    for an env with its action mask in its info). ALE/ ids' own is ale-py's preprocessing vector env
+    (84x84 stacks), not the raw game the id makes alone (atari_<game> is the family that steps
+    it)."""
     env_id = registered_id(gym_id)
     if make_masked or gym.spec(env_id).vector_entry_point is None or env_id.startswith("ALE/"):
         make = make_masked or (lambda **kwargs: make_gym_env(gym_id, **kwargs))
@@ -451,5 +512,8 @@ def make_gym_vector(gym_id: str, num_envs: int, make_masked=None, **options) -> 
 
 
 def sync_vector(make_one, num_envs: int) -> gym.vector.VectorEnv:
-    """num_envs envs of make_one() as one vector env, stepped in turn in this process (same-step autoreset)."""
-    return gym.vector.SyncVectorEnv([make_one] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    """num_envs envs of make_one() as one vector env, stepped in turn in this process (same-step
+    autoreset)."""
+    return gym.vector.SyncVectorEnv(
+        [make_one] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )

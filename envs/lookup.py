@@ -1,4 +1,5 @@
-"""How an `--env` name becomes its entry (factory, defaults) and its env: `env_entry`, `make_env`, `make_agents`.
+"""How an `--env` name becomes its entry (factory, defaults) and its env: `env_entry`, `make_env`,
+`make_agents`.
 
 `--env NAME` is looked up in this order:
 1. a name given to `register_env` (the VizDoom scenarios, the synthetic envs, a user's own calls);
@@ -10,11 +11,11 @@
    `package:EnvId` form, e.g. `ale_py:ALE/Pong-v5`); neither is an error that names both;
 6. a gymnasium id; ids in the `ALE/` namespace (ale-py's games, raw frames) work without importing ale-py first.
 
-Rollout workers step every env as a list of agents (`make_agents`, multi_agent.py; a PettingZoo AECEnv whose agents
-take turns is a turn-based game, TurnBasedAgents).
+Rollout workers step every env as a list of agents (`make_agents`, multi_agent.py; a PettingZoo
+AECEnv whose agents take turns is a turn-based game, TurnBasedAgents).
 
-The runner resolves the env once and ships its entry to the worker processes (`portable_entry`), so an env
-registered in a user's script before `asyncrl.train(...)` reaches spawned workers too.
+The runner resolves the env once and ships its entry to the worker processes (`portable_entry`), so
+an env registered in a user's script before `asyncrl.train(...)` reaches spawned workers too.
 """
 
 from __future__ import annotations
@@ -31,17 +32,20 @@ from asyncrl.envs.multi_agent import as_agents, is_agents, is_multi_agent_env, p
 from asyncrl.envs.registry import FAMILIES, REGISTRY, EnvEntry, EnvError, register_ale_ids
 
 ENTRY_POINT_GROUP = "asyncrl.envs"
-# remote:HOST:PORT names are served by asyncrl.remote, which needs gRPC (the remote extra) and sits above the envs:
-# it is imported by name, on the first such name, as a plugin is
+# remote:HOST:PORT names are served by asyncrl.remote, which needs gRPC (the remote extra) and sits
+# above the envs: it is imported by name, on the first such name, as a plugin is
 REMOTE_ENTRY = "asyncrl.remote.backend:remote_entry"
 
 
-_RESOLVED: dict[str, EnvEntry] = {}  # plugins, import paths and gymnasium ids, resolved once
+# plugins, import paths and gymnasium ids, resolved once
+_RESOLVED: dict[str, EnvEntry] = {}
 
 
 def env_families() -> dict[str, str]:
     """prefix<member> (atari_<game>) -> description of every env family."""
-    return {f"{prefix}<{member}>": description for prefix, (_, description, member) in FAMILIES.items()}
+    return {
+        f"{prefix}<{member}>": description for prefix, (_, description, member) in FAMILIES.items()
+    }
 
 
 def registered_envs() -> dict[str, EnvEntry]:
@@ -49,7 +53,8 @@ def registered_envs() -> dict[str, EnvEntry]:
 
 
 def plugin_envs() -> dict[str, str]:
-    """Env name -> `module:factory` of every installed package's `asyncrl.envs` entry point (not loaded)."""
+    """Env name -> `module:factory` of every installed package's `asyncrl.envs` entry point (not
+    loaded)."""
     return {ep.name: ep.value for ep in _plugins()}
 
 
@@ -66,7 +71,9 @@ def _plugins():
 
 def _factory_entry(factory, source: str) -> EnvEntry:
     if not callable(factory):
-        raise EnvError(f"{source} is a {type(factory).__name__}, not a factory that returns a gymnasium.Env")
+        raise EnvError(
+            f"{source} is a {type(factory).__name__}, not a factory that returns a gymnasium.Env"
+        )
     description = ((factory.__doc__ or "").strip().splitlines() or [source])[0]
     return EnvEntry(
         factory,
@@ -77,7 +84,8 @@ def _factory_entry(factory, source: str) -> EnvEntry:
 
 
 def _import_path_entry(path: str) -> EnvEntry:
-    """`package.module:factory` -> its entry; EnvError with what is wrong (no such module, no such attribute)."""
+    """`package.module:factory` -> its entry; EnvError with what is wrong (no such module, no such
+    attribute)."""
     module_name, _, attribute = path.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -88,7 +96,8 @@ def _import_path_entry(path: str) -> EnvEntry:
     factory = module
     for part in attribute.split("."):
         if not hasattr(factory, part):
-            if attribute in gym.envs.registry:  # gymnasium's `package:EnvId`: the import registered the id
+            # gymnasium's `package:EnvId`: the import registered the id
+            if attribute in gym.envs.registry:
                 return gym_entry(path)
             raise EnvError(
                 f"--env {path}: module {module_name!r} has no attribute {attribute!r}, and importing it "
@@ -96,29 +105,37 @@ def _import_path_entry(path: str) -> EnvEntry:
             )
         factory = getattr(factory, part)
     entry = _factory_entry(factory, f"--env {path}")
-    if module_name.split(".")[0] == "pettingzoo":  # PettingZoo's own envs get defaults as gymnasium ids do
+    # PettingZoo's own envs get defaults as gymnasium ids do
+    if module_name.split(".")[0] == "pettingzoo":
         entry.default_config = {**pettingzoo_defaults(path, factory), **entry.default_config}
     return entry
 
 
 def env_entry(name: str) -> EnvEntry:
-    """The entry for `name` (see the module docstring for the lookup order). Raises EnvError with near matches."""
+    """The entry for `name` (see the module docstring for the lookup order). Raises EnvError with
+    near matches."""
     if name in REGISTRY:
         return REGISTRY[name]
-    if name not in _RESOLVED:  # a gymnasium id's entry makes an env to choose its defaults: once per process
+    # a gymnasium id's entry makes an env to choose its defaults: once per process
+    if name not in _RESOLVED:
         _RESOLVED[name] = _resolve(name)
     return _RESOLVED[name]
 
 
 def _resolve(name: str) -> EnvEntry:
-    """The entry of a name that was not registered: a family's, a plugin, an import path or a gymnasium id."""
-    family = next((entry_of for prefix, (entry_of, *_) in FAMILIES.items() if name.startswith(prefix)), None)
+    """The entry of a name that was not registered: a family's, a plugin, an import path or a
+    gymnasium id."""
+    family = next(
+        (entry_of for prefix, (entry_of, *_) in FAMILIES.items() if name.startswith(prefix)), None
+    )
     if family is not None:
         return family(name)
     plugin = next((ep for ep in _plugins() if ep.name == name), None)
     if plugin is not None:
         try:
-            return _factory_entry(plugin.load(), f"the {ENTRY_POINT_GROUP} entry point {name} = {plugin.value}")
+            return _factory_entry(
+                plugin.load(), f"the {ENTRY_POINT_GROUP} entry point {name} = {plugin.value}"
+            )
         except (ImportError, AttributeError) as e:
             raise EnvError(
                 f"the {ENTRY_POINT_GROUP} entry point {name} = {plugin.value} cannot be loaded ({e})"
@@ -127,25 +144,31 @@ def _resolve(name: str) -> EnvEntry:
         return _remote_entry()(name)
     if ":" in name:
         return _import_path_entry(name)
-    if name.startswith("ALE/"):  # registered by ale-py, which gymnasium 1.x does not import
+    # registered by ale-py, which gymnasium 1.x does not import
+    if name.startswith("ALE/"):
         register_ale_ids()
     if name in gym.envs.registry:
         return gym_entry(name)
     matches = difflib.get_close_matches(
         name, [*REGISTRY, *(ep.name for ep in _plugins()), *gym.envs.registry], n=5, cutoff=0.6
     )
-    hint = f"; did you mean: {', '.join(matches)}?" if matches else "; `asyncrl envs` lists the registered envs"
+    hint = (
+        f"; did you mean: {', '.join(matches)}?"
+        if matches
+        else "; `asyncrl envs` lists the registered envs"
+    )
     raise EnvError(f"unknown env {name!r}{hint} (your own env: --env package.module:factory)")
 
 
 def connect_remote(name: str, settings) -> None:
-    """Resolve `remote:...` with these client settings (token, TLS, side channel; asyncrl/remote/client.py)."""
+    """Resolve `remote:...` with these client settings (token, TLS, side channel;
+    asyncrl/remote/client.py)."""
     _RESOLVED[name] = _remote_entry()(name, settings)
 
 
 def make_env(name: str, **options):
-    """The env of `name` with constructor `options`: the factory's gymnasium.Env, checked, with HWC image
-    observations turned CHW; or its PettingZoo env, or a remote env's agents, as it is."""
+    """The env of `name` with constructor `options`: the factory's gymnasium.Env, checked, with HWC
+    image observations turned CHW; or its PettingZoo env, or a remote env's agents, as it is."""
 
     env = env_entry(name).make_fn(**options)
     if is_agents(env) or is_multi_agent_env(env):
@@ -164,13 +187,15 @@ def make_agents(name: str, **options):
 
 
 def portable_entry(name: str) -> bytes:
-    """The entry of `name`, pickled for a worker process, by value where need be (cloudpickle): a factory defined
-    in the user's `__main__` script, or registered only in this process, then works in spawned workers too."""
+    """The entry of `name`, pickled for a worker process, by value where need be (cloudpickle): a
+    factory defined in the user's `__main__` script, or registered only in this process, then works
+    in spawned workers too."""
     import cloudpickle
 
     try:
         return cloudpickle.dumps(env_entry(name))
-    except Exception as e:  # whatever the factory holds that cannot be pickled (a lock, an open file, ...)
+    # whatever the factory holds that cannot be pickled (a lock, an open file, ...)
+    except Exception as e:
         raise EnvError(
             f"env {name!r}: its factory cannot be sent to the worker processes ({type(e).__name__}: {e}); "
             f"make it a module-level function or class"
@@ -178,7 +203,8 @@ def portable_entry(name: str) -> bytes:
 
 
 def adopt_entry(name: str, blob: bytes) -> None:
-    """In a worker process: make `name` resolve to the entry the runner resolved (see portable_entry)."""
+    """In a worker process: make `name` resolve to the entry the runner resolved (see
+    portable_entry)."""
     import cloudpickle
 
     REGISTRY[name] = cloudpickle.loads(blob)

@@ -1,12 +1,14 @@
-"""MuJoCo continuous control through gymnasium's v5 tasks: `mujoco_<task>` (mujoco_halfcheetah, mujoco_hopper,
-mujoco_walker2d, mujoco_ant, mujoco_humanoid, ... every gymnasium MuJoCo task, by its name in lower case).
+"""MuJoCo continuous control through gymnasium's v5 tasks: `mujoco_<task>` (mujoco_halfcheetah,
+mujoco_hopper, mujoco_walker2d, mujoco_ant, mujoco_humanoid, ... every gymnasium MuJoCo task, by its
+name in lower case).
 
-Episodes are cut at 1000 steps (gymnasium's time limit: a truncation, which the learner bootstraps), actions are
-clipped to their bounds at the env (the loss sees the sampled action). The family's defaults, shared by every
-gymnasium id with Box actions (gym_adapter.CONTINUOUS_DEFAULTS), are Sample Factory's MuJoCo settings: synchronous
-PPO, a Gaussian policy with a learned log-std, observation and return normalization, GAE, no RNN; and ours: std 0.5 at
-the start, 4 epochs a batch, an entropy bonus of 0.003. MuJoCo's own warnings go to Python's warnings instead of a
-MUJOCO_LOG.TXT in the working directory.
+Episodes are cut at 1000 steps (gymnasium's time limit: a truncation, which the learner bootstraps),
+actions are clipped to their bounds at the env (the loss sees the sampled action). The family's
+defaults, shared by every gymnasium id with Box actions (gym_adapter.CONTINUOUS_DEFAULTS), are
+Sample Factory's MuJoCo settings: synchronous PPO, a Gaussian policy with a learned log-std,
+observation and return normalization, GAE, no RNN; and ours: std 0.5 at the start, 4 epochs a batch,
+an entropy bonus of 0.003. MuJoCo's own warnings go to Python's warnings instead of a MUJOCO_LOG.TXT
+in the working directory.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ def mujoco_entry(name: str) -> EnvEntry:
     known = tasks()
     if name not in known:
         near = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(near)}?" if near else f"; one of {', '.join(sorted(known))}"
+        hint = (
+            f"; did you mean {', '.join(near)}?" if near else f"; one of {', '.join(sorted(known))}"
+        )
         raise EnvError(f"unknown MuJoCo task {name!r}{hint}")
     gym_id = known[name]
 

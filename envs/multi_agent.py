@@ -1,15 +1,16 @@
 """Every env as a rollout worker steps it: a fixed number of agents, with one list entry per agent.
 
-A gymnasium env is the case of one agent (`SingleAgent`); a PettingZoo `ParallelEnv` (or an `AECEnv`, turned
-parallel by PettingZoo's own `aec_to_parallel`) has one agent per entry of its `possible_agents`
-(`ParallelEnvAgents`). Both follow PettingZoo's parallel semantics, with lists in agent order instead of dicts:
+A gymnasium env is the case of one agent (`SingleAgent`); a PettingZoo `ParallelEnv` (or an
+`AECEnv`, turned parallel by PettingZoo's own `aec_to_parallel`) has one agent per entry of its
+`possible_agents` (`ParallelEnvAgents`). Both follow PettingZoo's parallel semantics, with lists in
+agent order instead of dicts:
 
     reset(seed) -> (observations, infos)
     step(actions) -> (observations, rewards, terminated, truncated, infos)
 
-An agent whose episode ended (terminated or truncated) is out until every agent's episode has ended: its
-action is ignored and what is returned for it means nothing. Then the caller resets the env. A truncated
-agent's observation is its final one (the learner bootstraps from its value).
+An agent whose episode ended (terminated or truncated) is out until every agent's episode has ended:
+its action is ignored and what is returned for it means nothing. Then the caller resets the env. A
+truncated agent's observation is its final one (the learner bootstraps from its value).
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ from asyncrl.envs.registry import EnvError, env_frameskip
 
 
 class ParallelEnvBase:
-    """What PettingZoo's ParallelEnv gives an env of its parallel API besides the API itself (agent counts,
-    `unwrapped`, a `close` with nothing to release), for asyncrl's own multi-agent envs: they speak the API, and
-    pass PettingZoo's API test, without pettingzoo installed."""
+    """What PettingZoo's ParallelEnv gives an env of its parallel API besides the API itself (agent
+    counts, `unwrapped`, a `close` with nothing to release), for asyncrl's own multi-agent envs:
+    they speak the API, and pass PettingZoo's API test, without pettingzoo installed."""
 
     metadata: dict = {}
     agents: list
@@ -75,8 +76,11 @@ class SingleAgent:
 
     def __init__(self, env: gym.Env):
 
-        self.env, self.frameskip, self.metadata = env, env_frameskip(env), env.metadata
-        self.observation_space, self.action_space = env.observation_space, env.action_space
+        self.env = env
+        self.frameskip = env_frameskip(env)
+        self.metadata = env.metadata
+        self.observation_space = env.observation_space
+        self.action_space = env.action_space
 
     def reset(self, seed: int | None = None):
         obs, info = self.env.reset(seed=seed)
@@ -94,46 +98,56 @@ class SingleAgent:
 
 
 class ParallelEnvAgents:
-    """A PettingZoo ParallelEnv's agents in the order of its `possible_agents` (a fixed list: the shared-memory
-    layout has a row per agent). Every agent must have the same observation and action space."""
+    """A PettingZoo ParallelEnv's agents in the order of its `possible_agents` (a fixed list: the
+    shared-memory layout has a row per agent). Every agent must have the same observation and action
+    space."""
 
     def __init__(self, name: str, env):
 
-        self.name, self.env, self.frameskip = name, env, int(getattr(env, "frameskip", 1))
+        self.name = name
+        self.env = env
+        self.frameskip = int(getattr(env, "frameskip", 1))
         self.metadata = getattr(env, "metadata", {})
         self.agent_ids = list(env.possible_agents)
         self.num_agents = len(self.agent_ids)
         if not self.agent_ids:
             raise EnvError(f"env {name!r}: its possible_agents is empty")
-        obs_space, act_space = env.observation_space(self.agent_ids[0]), env.action_space(self.agent_ids[0])
+        obs_space = env.observation_space(self.agent_ids[0])
+        act_space = env.action_space(self.agent_ids[0])
         for agent in self.agent_ids[1:]:
             if env.observation_space(agent) != obs_space or env.action_space(agent) != act_space:
                 raise EnvError(
                     f"env {name!r}: agent {agent!r} has other spaces than agent {self.agent_ids[0]!r}; "
                     f"every agent of an env must share its observation and action space"
                 )
-        # discrete and composite observations as one vector each, as gymnasium envs' (gym_adapter.FlatObservation);
-        # a Dict observation's action mask after the rest (PettingZoo classic's; gym_adapter.ActionMaskInObservation)
+        # discrete and composite observations as one vector each, as gymnasium envs'
+        # (gym_adapter.FlatObservation); a Dict observation's action mask after the rest (PettingZoo
+        # classic's; gym_adapter.ActionMaskInObservation)
         self.unflat_space = self.features = self.packer = None
-        if has_images_beside(obs_space):  # images beside other entries: packed (gym_adapter.PackImages)
+        # images beside other entries: packed (gym_adapter.PackImages)
+        if has_images_beside(obs_space):
             self.packer = ImagesAndVector(name, obs_space, act_space)
             obs_space = self.packer.space
         elif has_action_mask(obs_space):
             self.features, obs_space = masked_observation_space(name, obs_space, act_space)
         elif not isinstance(obs_space, gym.spaces.Box) and is_flattenable(obs_space):
-            self.unflat_space, obs_space = obs_space, flat_space(obs_space)
+            self.unflat_space = obs_space
+            obs_space = flat_space(obs_space)
         check_spaces(name, obs_space, act_space)
         self.to_chw = is_hwc_image(obs_space)
         self.observation_space = channels_first(obs_space) if self.to_chw else obs_space
         self.action_space = act_space
-        self.blank_obs = np.zeros(obs_space.shape, obs_space.dtype)  # for an agent that is out of the episode
+        # for an agent that is out of the episode
+        self.blank_obs = np.zeros(obs_space.shape, obs_space.dtype)
 
     def reset(self, seed: int | None = None):
         return self._first_observations(*self.env.reset(seed=seed))
 
     def step(self, actions: list):
         live = set(self.env.agents)
-        results = self.env.step({a: action for a, action in zip(self.agent_ids, actions) if a in live})
+        results = self.env.step(
+            {a: action for a, action in zip(self.agent_ids, actions) if a in live}
+        )
         return self._listed(live, *results)
 
     def _first_observations(self, obs: dict, infos: dict) -> tuple[list, list]:
@@ -145,8 +159,11 @@ class ParallelEnvAgents:
             )
         return self._observations(obs), [infos.get(a, {}) for a in self.agent_ids]
 
-    def _listed(self, live: set, obs: dict, rewards: dict, terminated: dict, truncated: dict, infos: dict) -> tuple:
-        """A step's dicts as lists in agent order; an agent that was out before the step (not in `live`) stays out."""
+    def _listed(
+        self, live: set, obs: dict, rewards: dict, terminated: dict, truncated: dict, infos: dict
+    ) -> tuple:
+        """A step's dicts as lists in agent order; an agent that was out before the step (not in
+        `live`) stays out."""
         return (
             self._observations(obs),
             [rewards.get(a, 0.0) for a in self.agent_ids],
@@ -162,9 +179,16 @@ class ParallelEnvAgents:
             obs = {a: flatten(self.unflat_space, o) for a, o in obs.items()}
         elif self.features is not None:
             mask_size = self.observation_space.mask_size
-            obs = {a: observe_with_mask(self.features, *split_mask(o), mask_size) for a, o in obs.items()}
+            obs = {
+                a: observe_with_mask(self.features, *split_mask(o), mask_size)
+                for a, o in obs.items()
+            }
         listed = [obs.get(a, self.blank_obs) for a in self.agent_ids]
-        return [np.ascontiguousarray(np.transpose(o, (2, 0, 1))) for o in listed] if self.to_chw else listed
+        return (
+            [np.ascontiguousarray(np.transpose(o, (2, 0, 1))) for o in listed]
+            if self.to_chw
+            else listed
+        )
 
     def render(self):
         return self.env.render()
@@ -174,20 +198,22 @@ class ParallelEnvAgents:
 
 
 class TurnBasedAgents(ParallelEnvAgents):
-    """A PettingZoo AECEnv whose agents take turns (PettingZoo classic's board and card games): a step is one turn, in
-    which the agent whose turn it is acts. The others wait in their episode (`waits`): their actions are ignored, and
-    the rewards a turn gives them count for their own last move (turns.py credits them). Observations are
-    each agent's view after the turn (env.observe); an agent whose episode ended leaves at once, through PettingZoo's
-    dead steps."""
+    """A PettingZoo AECEnv whose agents take turns (PettingZoo classic's board and card games): a
+    step is one turn, in which the agent whose turn it is acts. The others wait in their episode
+    (`waits`): their actions are ignored, and the rewards a turn gives them count for their own last
+    move (turns.py credits them). Observations are each agent's view after the turn (env.observe);
+    an agent whose episode ended leaves at once, through PettingZoo's dead steps."""
 
-    turn_based = True  # the rollout workers ask it who waits (`waits`) after every step and reset
+    # the rollout workers ask it who waits (`waits`) after every step and reset
+    turn_based = True
 
     def reset(self, seed: int | None = None):
         self.env.reset(seed=seed)
         return self._first_observations(self._observe_live(), self.env.infos)
 
     def step(self, actions: list):
-        env, live = self.env, set(self.env.agents)
+        env = self.env
+        live = set(self.env.agents)
         env.step(actions[self.agent_ids.index(env.agent_selection)])
         results = (
             self._observe_live(),
@@ -196,7 +222,9 @@ class TurnBasedAgents(ParallelEnvAgents):
             dict(env.truncations),
             dict(env.infos),
         )
-        while env.agents and (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
+        while env.agents and (
+            env.terminations[env.agent_selection] or env.truncations[env.agent_selection]
+        ):
             env.step(None)
         return self._listed(live, *results)
 
@@ -210,8 +238,9 @@ class TurnBasedAgents(ParallelEnvAgents):
 
 
 def is_multi_agent_env(env) -> bool:
-    """An env in one of PettingZoo's APIs, parallel or AEC: it lists its `possible_agents`. (Told by the API, not by
-    PettingZoo's classes: asyncrl's own multi-agent envs speak it without pettingzoo installed.)"""
+    """An env in one of PettingZoo's APIs, parallel or AEC: it lists its `possible_agents`. (Told by
+    the API, not by PettingZoo's classes: asyncrl's own multi-agent envs speak it without pettingzoo
+    installed.)"""
     return not isinstance(env, gym.Env) and hasattr(env, "possible_agents")
 
 
@@ -221,7 +250,8 @@ def is_aec_env(env) -> bool:
 
 
 def is_agents(env) -> bool:
-    """Already a list of agents (it says so with `is_agents_env`): a remote env (asyncrl/remote) is made that way."""
+    """Already a list of agents (it says so with `is_agents_env`): a remote env (asyncrl/remote) is
+    made that way."""
     return getattr(env, "is_agents_env", False)
 
 
@@ -232,17 +262,19 @@ def as_agents(name: str, env):
     if isinstance(env, gym.Env):
         return SingleAgent(env)
     if is_aec_env(env):
-        if not env.metadata.get("is_parallelizable", False):  # its agents take turns
+        # its agents take turns
+        if not env.metadata.get("is_parallelizable", False):
             return TurnBasedAgents(name, env)
-        from pettingzoo.utils.conversions import aec_to_parallel  # an AEC env is PettingZoo's: it is installed
+        # an AEC env is PettingZoo's: it is installed
+        from pettingzoo.utils.conversions import aec_to_parallel
 
         env = aec_to_parallel(env)
     return ParallelEnvAgents(name, env)
 
 
 def env_actions(action_space: gym.Space, actions: np.ndarray) -> list:
-    """A batch of the model's actions as envs take them: Python ints, arrays of the space's dtype (MultiDiscrete,
-    MultiBinary), or arrays clipped to the action bounds (Box)."""
+    """A batch of the model's actions as envs take them: Python ints, arrays of the space's dtype
+    (MultiDiscrete, MultiBinary), or arrays clipped to the action bounds (Box)."""
     if isinstance(action_space, gym.spaces.Discrete):
         return actions.tolist()
     if not isinstance(action_space, gym.spaces.Box):
@@ -251,9 +283,10 @@ def env_actions(action_space: gym.Space, actions: np.ndarray) -> list:
 
 
 def pettingzoo_defaults(name: str, factory) -> dict:
-    """The defaults of one of PettingZoo's own envs, as a gymnasium id's: with vector observations (the classic games',
-    butterfly's vector states) the small MLP and PPO epochs of gym_adapter.VECTOR_ENV_DEFAULTS; none with images.
-    PettingZoo's envs are cheap to make: one is made to see (without --env_options, as gymnasium ids' probe)."""
+    """The defaults of one of PettingZoo's own envs, as a gymnasium id's: with vector observations
+    (the classic games', butterfly's vector states) the small MLP and PPO epochs of
+    gym_adapter.VECTOR_ENV_DEFAULTS; none with images. PettingZoo's envs are cheap to make: one is
+    made to see (without --env_options, as gymnasium ids' probe)."""
     agents = as_agents(name, factory())
     try:
         return {} if has_image(agents.observation_space) else dict(VECTOR_ENV_DEFAULTS)
@@ -262,29 +295,36 @@ def pettingzoo_defaults(name: str, factory) -> dict:
 
 
 def acting(env) -> list[bool]:
-    """Per agent of `env` (as_agents): whether it acts at the next step. In a turn-based game only the one whose turn
-    it is does; the others' actions are ignored."""
-    return [not w for w in env.waits] if getattr(env, "turn_based", False) else [True] * env.num_agents
+    """Per agent of `env` (as_agents): whether it acts at the next step. In a turn-based game only
+    the one whose turn it is does; the others' actions are ignored."""
+    return (
+        [not w for w in env.waits] if getattr(env, "turn_based", False) else [True] * env.num_agents
+    )
 
 
 def random_action(env, obs: np.ndarray):
-    """A uniform random action of `env` (as_agents) for an agent that sees `obs`: among the allowed ones, where the env
-    has an action mask (the observation's last entries, gym_adapter.ObservationWithActionMask)."""
+    """A uniform random action of `env` (as_agents) for an agent that sees `obs`: among the allowed
+    ones, where the env has an action mask (the observation's last entries,
+    gym_adapter.ObservationWithActionMask)."""
     mask_size = getattr(env.observation_space, "mask_size", 0)
     if not mask_size:
         return env.action_space.sample()
-    rng, mask = env.action_space.np_random, obs[-mask_size:]
+    rng = env.action_space.np_random
+    mask = obs[-mask_size:]
     choices = [
         rng.choice(np.flatnonzero(m) if m.any() else np.arange(len(m)))
         for m in np.split(mask, np.cumsum(categorical_sizes(env.action_space))[:-1])
     ]
-    return int(choices[0]) if isinstance(env.action_space, gym.spaces.Discrete) else np.array(choices)
+    return (
+        int(choices[0]) if isinstance(env.action_space, gym.spaces.Discrete) else np.array(choices)
+    )
 
 
 def random_step(env, playing: list[bool], obs: list) -> tuple[int, list]:
-    """One step of `env` (as_agents) with random actions (random_action) from the agents' observations `obs`; once no
-    agent is playing, the env is reset. `playing` (whose episode goes on) is updated in place. Returns the agent steps
-    taken (as a run counts them: by the agents that acted) and the next observations."""
+    """One step of `env` (as_agents) with random actions (random_action) from the agents'
+    observations `obs`; once no agent is playing, the env is reset. `playing` (whose episode goes
+    on) is updated in place. Returns the agent steps taken (as a run counts them: by the agents that
+    acted) and the next observations."""
     acted = acting(env)
     obs, _, terminated, truncated, _ = env.step([random_action(env, o) for o in obs])
     taken = 0

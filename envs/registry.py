@@ -1,11 +1,13 @@
-"""The env registry that every env family fills on import: names, families of names, and the errors of making an env.
+"""The env registry that every env family fills on import: names, families of names, and the errors
+of making an env.
 
-A factory is called as `factory(**options)` and returns a gymnasium.Env, or a PettingZoo ParallelEnv (or AECEnv) for
-a multi-agent env; it may carry a `default_config` dict attribute (Config fields that suit the env, e.g.
-{"reward_scale": 0.1}) and a `make_vector(num_envs, **options)` attribute that returns a gymnasium VectorEnv of such
-envs (--env_backend vector; autoreset same-step or next-step). An env's info["life_lost"] (a VectorEnv's: per env)
-marks a step terminal for learning while the reported episode goes on (Atari's lost lives); its action mask, in a Dict
-observation's "action_mask" entry (or a gymnasium id's info["action_mask"]), keeps the policy to the legal actions
+A factory is called as `factory(**options)` and returns a gymnasium.Env, or a PettingZoo ParallelEnv
+(or AECEnv) for a multi-agent env; it may carry a `default_config` dict attribute (Config fields
+that suit the env, e.g. {"reward_scale": 0.1}) and a `make_vector(num_envs, **options)` attribute
+that returns a gymnasium VectorEnv of such envs (--env_backend vector; autoreset same-step or
+next-step). An env's info["life_lost"] (a VectorEnv's: per env) marks a step terminal for learning
+while the reported episode goes on (Atari's lost lives); its action mask, in a Dict observation's
+"action_mask" entry (or a gymnasium id's info["action_mask"]), keeps the policy to the legal actions
 (gym_adapter.ActionMaskInObservation).
 """
 
@@ -18,14 +20,15 @@ import gymnasium as gym
 
 from asyncrl.cfg.extras import require
 
-# a rollout worker sets this environment variable to its index (among every rank's workers under torchrun) before it
-# makes its envs, for an env that wants to know which worker it runs in (e.g. to give workers different levels or
-# costs; see synthetic.py's worker_cost)
+# a rollout worker sets this environment variable to its index (among every rank's workers under
+# torchrun) before it makes its envs, for an env that wants to know which worker it runs in (e.g. to
+# give workers different levels or costs; see synthetic.py's worker_cost)
 WORKER_INDEX_VAR = "ASYNCRL_WORKER_INDEX"
 
 
 class EnvError(ValueError):
-    """The env cannot be made (unknown name, missing files, unsupported space); the message says why."""
+    """The env cannot be made (unknown name, missing files, unsupported space); the message says
+    why."""
 
 
 class EnvUnavailable(Exception):
@@ -36,8 +39,10 @@ class EnvUnavailable(Exception):
 class EnvEntry:
     make_fn: Callable[..., gym.Env]
     description: str
-    default_config: dict = field(default_factory=dict)  # Config fields this env wants unless the user says otherwise
-    # make_vector(num_envs, **options) -> gymnasium VectorEnv of num_envs such envs, for --env_backend vector
+    # Config fields this env wants unless the user says otherwise
+    default_config: dict = field(default_factory=dict)
+    # make_vector(num_envs, **options) -> gymnasium VectorEnv of num_envs such envs, for
+    # --env_backend vector
     make_vector: Callable[..., gym.vector.VectorEnv] | None = None
 
 
@@ -64,25 +69,31 @@ def register_env(
 def register_env_family(
     prefix: str, entry_of: Callable[[str], EnvEntry], description: str, member: str = "name"
 ) -> None:
-    """Make every name that starts with `prefix` an env (e.g. atari_<game>): `entry_of(name)` returns its entry, or
-    raises EnvError if there is no such env. `asyncrl envs` lists the family in one line, as prefix<member>."""
+    """Make every name that starts with `prefix` an env (e.g. atari_<game>): `entry_of(name)`
+    returns its entry, or raises EnvError if there is no such env. `asyncrl envs` lists the family
+    in one line, as prefix<member>."""
     FAMILIES[prefix] = (entry_of, description, member)
 
 
 def register_ale_ids() -> None:
-    """Gymnasium ids of ale-py's games (ALE/Pong-v5, ...), which gymnasium 1.x knows only once ale-py registers them."""
+    """Gymnasium ids of ale-py's games (ALE/Pong-v5, ...), which gymnasium 1.x knows only once
+    ale-py registers them."""
     require("atari", "ALE/ ids")
-    import ale_py  # the atari extra's, checked above
+    # the atari extra's, checked above
+    import ale_py
 
     gym.register_envs(ale_py)
 
 
 def env_frameskip(env) -> int:
     """Env frames per agent step (Sample Factory counts env steps in frames, frameskip included)."""
-    if not isinstance(env, gym.Env):  # a multi-agent env, or the agents of any env (multi_agent.py)
+    # a multi-agent env, or the agents of any env (multi_agent.py)
+    if not isinstance(env, gym.Env):
         return int(getattr(env, "frameskip", 1))
     try:
         return int(env.get_wrapper_attr("frameskip"))
-    except AttributeError:  # ALE/ ids repeat actions inside ale-py's env, which says so only in the id's spec
+    # ALE/ ids repeat actions inside ale-py's env, which says so only in the id's spec
+    except AttributeError:
         skip = env.spec.kwargs.get("frameskip", 1) if env.spec else 1
-        return skip if isinstance(skip, int) else 1  # a (low, high) range repeats a random count: not counted
+        # a (low, high) range repeats a random count: not counted
+        return skip if isinstance(skip, int) else 1

@@ -1,9 +1,9 @@
 """Synthetic envs whose cost we control, for throughput benchmarks and learning checks.
 
 The task is learnable: the observation shows a target in [0, num_actions), and the reward is 1 when
-the action equals the target it shows, else 0 (an episode of length L scores ~L/num_actions at random,
-L when solved). Each step burns CPU for a set time, the way a
-simulator would (a busy loop, not a sleep).
+the action equals the target it shows, else 0 (an episode of length L scores ~L/num_actions at
+random, L when solved). Each step burns CPU for a set time, the way a simulator would (a busy loop,
+not a sleep).
 
 - synthetic_constant: every step costs `step_us` microseconds.
 - synthetic_heterogeneous: each env has its own mean cost (log-normal across envs around `step_us`)
@@ -58,26 +58,38 @@ class SyntheticEnv(gym.Env):
                 f"synthetic env: bad options (obs_shape {obs_shape} must be (n,) or (C, H, W); "
                 f"step_us >= 0, num_actions >= 2, episode_len >= 1)"
             )
-        self.step_us, self.num_actions, self.episode_len = step_us, num_actions, episode_len
-        self.env_spread, self.step_tail, self.error_prob = env_spread, step_tail, error_prob
+        self.step_us = step_us
+        self.num_actions = num_actions
+        self.episode_len = episode_len
+        self.env_spread = env_spread
+        self.step_tail = step_tail
+        self.error_prob = error_prob
         self.hang_once_file = hang_once_file
         if len(obs_shape) == 1:
             if obs_shape[0] < num_actions:
-                raise EnvError(f"synthetic env: a vector observation needs at least num_actions={num_actions} entries")
+                raise EnvError(
+                    f"synthetic env: a vector observation needs at least num_actions={num_actions} entries"
+                )
             self.observation_space = gym.spaces.Box(0.0, 1.0, obs_shape, dtype=np.float32)
         else:
             self.observation_space = gym.spaces.Box(0, 255, obs_shape, dtype=np.uint8)
         self.action_space = gym.spaces.Discrete(num_actions)
         self._rng = np.random.default_rng()
-        # worker_cost: a cost multiplier per rollout worker (index mod its length); episodes report the worker's index
+        # worker_cost: a cost multiplier per rollout worker (index mod its length); episodes report
+        # the worker's index
         self.worker = int(os.environ.get(WORKER_INDEX_VAR, 0)) if worker_cost else None
-        self.step_us = step_us * (worker_cost[self.worker % len(worker_cost)] if worker_cost else 1.0)
+        self.step_us = step_us * (
+            worker_cost[self.worker % len(worker_cost)] if worker_cost else 1.0
+        )
         self._env_cost_us = self.step_us
-        self._target, self._t, self._steps_total = 0, 0, 0
+        self._target = 0
+        self._t = 0
+        self._steps_total = 0
         self._obs = np.zeros(obs_shape, self.observation_space.dtype)
 
     def _render_target(self) -> np.ndarray:
-        """Vector: one-hot target in the first entries. Image: a bright vertical band at the target's position."""
+        """Vector: one-hot target in the first entries. Image: a bright vertical band at the
+        target's position."""
         self._obs.fill(0)
         if self._obs.ndim == 1:
             self._obs[self._target] = 1.0
@@ -90,40 +102,62 @@ class SyntheticEnv(gym.Env):
         super().reset(seed=seed)
         if seed is not None:
             self._rng = np.random.default_rng(seed)
-        if self.env_spread > 0:  # this env's own mean cost, fixed until the next seeded reset
+        # this env's own mean cost, fixed until the next seeded reset
+        if self.env_spread > 0:
             self._env_cost_us = self.step_us * float(self._rng.lognormal(0.0, self.env_spread))
-        self._t, self._target = 0, int(self._rng.integers(self.num_actions))
+        self._t = 0
+        self._target = int(self._rng.integers(self.num_actions))
         return self._render_target(), {}
 
     def step(self, action):
         cost = self._env_cost_us
-        if self.step_tail > 0:  # Pareto multiple with minimum 1, capped so one step cannot stall a run
+        # Pareto multiple with minimum 1, capped so one step cannot stall a run
+        if self.step_tail > 0:
             cost *= min(50.0, 1.0 + float(self._rng.pareto(self.step_tail)))
         burn_cpu(cost)
         if self.error_prob > 0 and self._rng.random() < self.error_prob:
-            raise RuntimeError("synthetic env failure (error_prob)")  # for fault-tolerance tests
+            # for fault-tolerance tests
+            raise RuntimeError("synthetic env failure (error_prob)")
         self._steps_total += 1
-        if self.hang_once_file and self._steps_total == 50 and not os.path.exists(self.hang_once_file):
-            open(self.hang_once_file, "w").close()  # the first env to get here hangs, once per file
+        if (
+            self.hang_once_file
+            and self._steps_total == 50
+            and not os.path.exists(self.hang_once_file)
+        ):
+            # the first env to get here hangs, once per file
+            open(self.hang_once_file, "w").close()
             time.sleep(10**6)
         reward = float(int(action) == self._target)
         self._t += 1
         self._target = int(self._rng.integers(self.num_actions))
         truncated = self._t >= self.episode_len
-        info = {"episode_stats": {"worker": self.worker}} if truncated and self.worker is not None else {}
+        info = (
+            {"episode_stats": {"worker": self.worker}}
+            if truncated and self.worker is not None
+            else {}
+        )
         return self._render_target(), reward, False, truncated, info
 
 
 class ImageAndVectorEnv(gym.Env):
-    """A Dict observation of an HWC image (a bright vertical band at one of num_actions places) and a one-hot "shift"
-    vector: the rewarded action is (band + shift) mod num_actions, so a policy that sees only one of the two scores
-    1/num_actions a step. With action_mask, an "action_mask" entry allows that action and one other; each episode
-    reports how many illegal actions it took (episode_stats "illegal")."""
+    """A Dict observation of an HWC image (a bright vertical band at one of num_actions places) and
+    a one-hot "shift" vector: the rewarded action is (band + shift) mod num_actions, so a policy
+    that sees only one of the two scores 1/num_actions a step. With action_mask, an "action_mask"
+    entry allows that action and one other; each episode reports how many illegal actions it took
+    (episode_stats "illegal")."""
 
     metadata = {"render_modes": []}
 
-    def __init__(self, num_actions: int = 4, image_size: int = 36, episode_len: int = 20, action_mask: bool = False):
-        self.num_actions, self.episode_len, self.masked = num_actions, episode_len, action_mask
+    def __init__(
+        self,
+        num_actions: int = 4,
+        image_size: int = 36,
+        episode_len: int = 20,
+        action_mask: bool = False,
+    ):
+        self.num_actions = num_actions
+        self.episode_len = episode_len
+        self.masked = action_mask
         spaces = {
             "image": gym.spaces.Box(0, 255, (image_size, image_size, 3), dtype=np.uint8),
             "shift": gym.spaces.Box(0.0, 1.0, (num_actions,), dtype=np.float32),
@@ -166,11 +200,18 @@ class ImageAndVectorEnv(gym.Env):
 
 
 class SyntheticMultiAgentEnv(ParallelEnvBase):
-    """`num_agents` synthetic agents in one env (PettingZoo's parallel API); the other options are SyntheticEnv's."""
+    """`num_agents` synthetic agents in one env (PettingZoo's parallel API); the other options are
+    SyntheticEnv's."""
 
     metadata = {"name": "synthetic_multi", "render_modes": []}
 
-    def __init__(self, num_agents: int = 2, agent_episode_lens: list | None = None, episode_len: int = 20, **options):
+    def __init__(
+        self,
+        num_agents: int = 2,
+        agent_episode_lens: list | None = None,
+        episode_len: int = 20,
+        **options,
+    ):
         lens = list(agent_episode_lens or [episode_len] * num_agents)
         if num_agents < 1 or len(lens) != num_agents or min(lens) < 1:
             raise EnvError(
@@ -179,8 +220,10 @@ class SyntheticMultiAgentEnv(ParallelEnvBase):
         self.possible_agents = [f"agent_{i}" for i in range(num_agents)]
         # each agent's own env never ends by itself: this env decides who leaves when
         self.sims = {a: SyntheticEnv(episode_len=10**9, **options) for a in self.possible_agents}
-        self.lens, self.episode_len = dict(zip(self.possible_agents, lens)), episode_len
-        self.agents, self.t = [], 0
+        self.lens = dict(zip(self.possible_agents, lens))
+        self.episode_len = episode_len
+        self.agents = []
+        self.t = 0
 
     def observation_space(self, agent):
         return self.sims[agent].observation_space
@@ -189,8 +232,12 @@ class SyntheticMultiAgentEnv(ParallelEnvBase):
         return self.sims[agent].action_space
 
     def reset(self, seed=None, options=None):
-        self.agents, self.t = list(self.possible_agents), 0
-        obs = {a: self.sims[a].reset(seed=None if seed is None else seed + i)[0] for i, a in enumerate(self.agents)}
+        self.agents = list(self.possible_agents)
+        self.t = 0
+        obs = {
+            a: self.sims[a].reset(seed=None if seed is None else seed + i)[0]
+            for i, a in enumerate(self.agents)
+        }
         return obs, {a: {} for a in self.agents}
 
     def close(self):
@@ -199,7 +246,11 @@ class SyntheticMultiAgentEnv(ParallelEnvBase):
 
     def step(self, actions):
         self.t += 1
-        obs, rewards, terminated, truncated, infos = {}, {}, {}, {}, {}
+        obs = {}
+        rewards = {}
+        terminated = {}
+        truncated = {}
+        infos = {}
         for a in self.agents:
             obs[a], rewards[a], _, _, infos[a] = self.sims[a].step(actions[a])
             terminated[a] = self.t >= self.lens[a] and self.lens[a] < self.episode_len
@@ -235,5 +286,7 @@ register_env(
     "synthetic: a Dict of an image and a vector, both needed to find the rewarded action (option "
     "action_mask: true adds an action mask)",
     SYNTHETIC_DEFAULTS,
-    lambda num_envs, **options: sync_vector(lambda: PackImages(ImageAndVectorEnv(**options), "synthetic"), num_envs),
+    lambda num_envs, **options: sync_vector(
+        lambda: PackImages(ImageAndVectorEnv(**options), "synthetic"), num_envs
+    ),
 )

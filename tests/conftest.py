@@ -9,14 +9,16 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# every file the tests, and the runs and servers they start, put in the temp folder goes to the repository's
-# .pytest_tmp/ (pytest's tmp_path folders too), emptied when a session starts: the suite leaves nothing in /tmp
+# every file the tests, and the runs and servers they start, put in the temp folder goes to the
+# repository's .pytest_tmp/ (pytest's tmp_path folders too), emptied when a session starts: the
+# suite leaves nothing in /tmp
 TMP = os.path.join(REPO, ".pytest_tmp")
 shutil.rmtree(TMP, ignore_errors=True)
 os.makedirs(TMP)
 os.environ["TMPDIR"] = tempfile.tempdir = TMP
-# as asyncrl.remote sets it, but before any test module imports grpc: this process keeps gRPC channels open while it
-# starts runs, and gRPC's fork support can print an EBADF line into a child's stderr (grpc/grpc#43055)
+# as asyncrl.remote sets it, but before any test module imports grpc: this process keeps gRPC
+# channels open while it starts runs, and gRPC's fork support can print an EBADF line into a child's
+# stderr (grpc/grpc#43055)
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 # every wandb run a test starts (--with_wandb True) stays on disk: no test reaches wandb's servers
 os.environ["WANDB_MODE"] = "offline"
@@ -38,20 +40,26 @@ def clean_machine():
     before_procs = {p.pid for p in engine_processes()}
     before_shm = shm_entries()
     yield
-    # a run killed outright (a forced second Ctrl-C) leaves its multiprocessing semaphores to Python's resource
-    # tracker, which unlinks them a moment after the run is gone: wait for that too
+    # a run killed outright (a forced second Ctrl-C) leaves its multiprocessing semaphores to
+    # Python's resource tracker, which unlinks them a moment after the run is gone: wait for that
+    # too
     deadline = time.time() + 5
-    while time.time() < deadline and ({p.pid for p in engine_processes()} - before_procs or shm_entries() - before_shm):
+    while time.time() < deadline and (
+        {p.pid for p in engine_processes()} - before_procs or shm_entries() - before_shm
+    ):
         time.sleep(0.2)
-    assert not {p.pid for p in engine_processes()} - before_procs, "a child process outlived the run"
+    assert not {p.pid for p in engine_processes()} - before_procs, (
+        "a child process outlived the run"
+    )
     assert not shm_entries() - before_shm, "a shared-memory segment outlived the run"
 
 
 @pytest.fixture(scope="session")
 def cartpole_run(tmp_path_factory):
-    """One CartPole run of 40k env steps on 2 workers x 4 envs, evaluated every 10k (best checkpoint), logged to
-    wandb offline too: the trained run that tests of learning, resuming, checkpoints, enjoy, export and sharing read.
-    (train_dir, stdout); a test that changes the run works on a copy (copy_run)."""
+    """One CartPole run of 40k env steps on 2 workers x 4 envs, evaluated every 10k (best
+    checkpoint), logged to wandb offline too: the trained run that tests of learning, resuming,
+    checkpoints, enjoy, export and sharing read. (train_dir, stdout); a test that changes the run
+    works on a copy (copy_run)."""
     train_dir = tmp_path_factory.mktemp("runs")
     r = run_cli(
         "train",
@@ -87,8 +95,8 @@ def cartpole_run(tmp_path_factory):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The fork server that tests running roles in this process started: stopped now, not a few seconds after the
-    session's end (the suite leaves no process behind)."""
+    """The fork server that tests running roles in this process started: stopped now, not a few
+    seconds after the session's end (the suite leaves no process behind)."""
     from asyncrl.core.fork_server import stop_fork_server
 
     stop_fork_server()

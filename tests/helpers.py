@@ -1,7 +1,8 @@
 """Run `asyncrl` as a user would (a real subprocess), and look for what a run might leave behind.
 
-Every run a test starts is killed with its whole process group when the test ends (conftest's autouse
-fixture), whether the test passed, failed or timed out: a run left training would starve the tests after it."""
+Every run a test starts is killed with its whole process group when the test ends (conftest's
+autouse fixture), whether the test passed, failed or timed out: a run left training would starve the
+tests after it."""
 
 import dataclasses
 import json
@@ -20,12 +21,14 @@ _started: list[subprocess.Popen] = []
 
 
 def _as_a_terminal_starts_it() -> None:
-    """In the child before exec: SIGINT at its default. A shell's background job (`nohup ... &`) starts with SIGINT
-    ignored, which `asyncrl train` rightly keeps; a test that sends SIGINT plays a terminal's Ctrl-C."""
+    """In the child before exec: SIGINT at its default. A shell's background job (`nohup ... &`)
+    starts with SIGINT ignored, which `asyncrl train` rightly keeps; a test that sends SIGINT plays
+    a terminal's Ctrl-C."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-# the flags of the small learning runs on the tests' own envs (seeded; an MLP of 64 x 64 without a recurrent core)
+# the flags of the small learning runs on the tests' own envs (seeded; an MLP of 64 x 64 without a
+# recurrent core)
 SMALL_MLP_RUN = (
     *("--seed", 1, "--use_rnn", "False", "--encoder_mlp_layers", 64, 64, "--num_epochs", 4),
     *("--num_batches_per_epoch", 4, "--learning_rate", 0.001, "--num_envs_per_worker", 16),
@@ -33,8 +36,8 @@ SMALL_MLP_RUN = (
 
 
 def start_python(*args, **popen_kwargs) -> subprocess.Popen:
-    """`python ARGS` in a session of its own (its group is killed at the test's end); output merged into stdout
-    unless popen_kwargs say otherwise."""
+    """`python ARGS` in a session of its own (its group is killed at the test's end); output merged
+    into stdout unless popen_kwargs say otherwise."""
     popen_kwargs = {
         "stdout": subprocess.PIPE,
         "stderr": subprocess.STDOUT,
@@ -42,14 +45,17 @@ def start_python(*args, **popen_kwargs) -> subprocess.Popen:
         "preexec_fn": _as_a_terminal_starts_it,
         **popen_kwargs,
     }
-    proc = subprocess.Popen([sys.executable, *map(str, args)], text=True, start_new_session=True, **popen_kwargs)
+    proc = subprocess.Popen(
+        [sys.executable, *map(str, args)], text=True, start_new_session=True, **popen_kwargs
+    )
     _started.append(proc)
     return proc
 
 
 def run_python(*args, timeout=300, **popen_kwargs) -> subprocess.CompletedProcess:
     proc = start_python(*args, stderr=subprocess.PIPE, **popen_kwargs)
-    out, err = proc.communicate(timeout=timeout)  # on a timeout the test fails and kill_started ends the run
+    # on a timeout the test fails and kill_started ends the run
+    out, err = proc.communicate(timeout=timeout)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
@@ -83,7 +89,8 @@ def kill_started() -> None:
 
 
 def read_jsonl(path) -> list[dict]:
-    """The complete lines of a JSON-lines file that a run may be writing (a line still being written is left out)."""
+    """The complete lines of a JSON-lines file that a run may be writing (a line still being written
+    is left out)."""
     with open(path) as f:
         return [json.loads(line) for line in f.read().split("\n")[:-1]]
 
@@ -93,15 +100,34 @@ def read_stats(experiment_dir) -> list[dict]:
 
 
 def engine_processes() -> list[psutil.Process]:
-    """asyncrl children (named by their process titles) and VizDoom engines on this machine, alive (an exited
-    process waiting for init to reap it, as a reaper whose worker died is, holds nothing)."""
+    """asyncrl children (named by their process titles) and VizDoom engines on this machine, alive
+    (an exited process waiting for init to reap it, as a reaper whose worker died is, holds
+    nothing)."""
     found = []
     for p in psutil.process_iter(["name", "cmdline", "status"]):
         if p.info["status"] == psutil.STATUS_ZOMBIE:
             continue
         cmd = (p.info["cmdline"] or [""])[0]
-        if cmd.startswith("asyncrl-") or (p.info["name"] or "").startswith("asyncrl-") or p.info["name"] == "vizdoom":
+        if (
+            cmd.startswith("asyncrl-")
+            or (p.info["name"] or "").startswith("asyncrl-")
+            or p.info["name"] == "vizdoom"
+        ):
             found.append(p)
+    return found
+
+
+def children_named(name: str, pid: int | None = None) -> list[psutil.Process]:
+    """The live descendants of process `pid` (this one by default) whose name is `name`; a child
+    that exits between the listing and the look-up of its name is not one."""
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            child_name = child.name()
+        except psutil.NoSuchProcess:
+            continue
+        if child_name == name:
+            found.append(child)
     return found
 
 
@@ -110,9 +136,9 @@ def shm_entries() -> set[str]:
 
 
 def run_until(proc, condition, what: str, timeout=180) -> str:
-    """Let run `proc` go on until condition() holds (polled; a failed run fails the test), then stop it as Ctrl-C
-    does (it saves its checkpoints), check that it exited 0, and return its output. A test waits for what it needs,
-    not for a time."""
+    """Let run `proc` go on until condition() holds (polled; a failed run fails the test), then stop
+    it as Ctrl-C does (it saves its checkpoints), check that it exited 0, and return its output. A
+    test waits for what it needs, not for a time."""
     import time
 
     deadline = time.time() + timeout
@@ -128,9 +154,10 @@ def run_until(proc, condition, what: str, timeout=180) -> str:
 
 
 def wait_for_line(proc, text: str, timeout: float = 60) -> list[str]:
-    """Read run `proc`'s output until a line holds `text` (a run that ends first, or a deadline, fails the test);
-    returns the lines read. The deadline kills the run's group, which ends the blocking read: a select() on the pipe
-    would miss lines that an earlier readline() already took into the reader's buffer."""
+    """Read run `proc`'s output until a line holds `text` (a run that ends first, or a deadline,
+    fails the test); returns the lines read. The deadline kills the run's group, which ends the
+    blocking read: a select() on the pipe would miss lines that an earlier readline() already took
+    into the reader's buffer."""
     deadline = threading.Timer(timeout, os.killpg, (proc.pid, signal.SIGKILL))
     deadline.start()
     lines = []
@@ -138,7 +165,9 @@ def wait_for_line(proc, text: str, timeout: float = 60) -> list[str]:
         while not lines or text not in lines[-1]:
             line = proc.stdout.readline()
             if not line and not deadline.is_alive():
-                raise TimeoutError(f"no line with {text!r} in {timeout} s:\n" + "".join(lines[-20:]))
+                raise TimeoutError(
+                    f"no line with {text!r} in {timeout} s:\n" + "".join(lines[-20:])
+                )
             assert line, "the run ended first:\n" + "".join(lines[-20:])
             lines.append(line)
     finally:
@@ -147,8 +176,9 @@ def wait_for_line(proc, text: str, timeout: float = 60) -> list[str]:
 
 
 def run_past_a_hanging_env(tmp_path, *flags) -> tuple[str, list[dict]]:
-    """A synthetic_constant run whose first env hangs once (at its 50th step), with --env_step_timeout 3: it goes on
-    until its worker was replaced and the run trained 5k more env steps after that, then Ctrl-C. (output, stats)"""
+    """A synthetic_constant run whose first env hangs once (at its 50th step), with
+    --env_step_timeout 3: it goes on until its worker was replaced and the run trained 5k more env
+    steps after that, then Ctrl-C. (output, stats)"""
     options = '{"step_us": 10, "hang_once_file": "%s"}' % (tmp_path / "hung")
     proc = start_cli(
         "train",
@@ -195,13 +225,19 @@ def wait_for_training(experiment_dir, proc, min_train_step=1, timeout=120) -> di
 
 # --- the engine's components in this process (serial mode)
 def serial_runner(tmp_path, **overrides):
-    """A started SerialRunner (CartPole, 2 workers x 4 envs, tiny model unless overridden): the test drives it by
-    polling runner.components."""
+    """A started SerialRunner (CartPole, 2 workers x 4 envs, tiny model unless overridden): the test
+    drives it by polling runner.components."""
     import torch
 
     from asyncrl.cfg.config import Config
     from asyncrl.cfg.settle import Settled
-    from asyncrl.roles.launch import auto_settings, model_and_layout, prepare_experiment_dir, probe_env, save_config
+    from asyncrl.roles.launch import (
+        auto_settings,
+        model_and_layout,
+        prepare_experiment_dir,
+        probe_env,
+        save_config,
+    )
     from asyncrl.roles.serial_runner import SerialRunner
 
     fields = dict(
@@ -243,20 +279,24 @@ def drain(q) -> list:
 
 
 def slot_owners(runner) -> list[int]:
-    """Every slot index wherever it is now: queues, agents filling one, learners holding a partial batch."""
+    """Every slot index wherever it is now: queues, agents filling one, learners holding a partial
+    batch."""
     from asyncrl.roles.learner import Learner
 
     q = runner.queues
     owned = drain(q.free_slots) + [s for fq in q.full_slots for s in drain(fq)]
     owned += runner.buffers.agent_slot.tolist()
-    owned += [s for c in runner.components if isinstance(c, Learner) for s in c.source.pending_slots]
+    owned += [
+        s for c in runner.components if isinstance(c, Learner) for s in c.source.pending_slots
+    ]
     return owned
 
 
 def wandb_runs(wandb_dir) -> dict[str, list]:
-    """The records (wandb_internal_pb2.Record) of each offline run under a wandb folder, by run folder: read from
-    the run's transaction log (run-<id>.wandb: a header, then 32 KiB blocks of records, each a 7-byte header -
-    checksum, length, type: full, first, middle or last fragment - and its bytes)."""
+    """The records (wandb_internal_pb2.Record) of each offline run under a wandb folder, by run
+    folder: read from the run's transaction log (run-<id>.wandb: a header, then 32 KiB blocks of
+    records, each a 7-byte header - checksum, length, type: full, first, middle or last fragment -
+    and its bytes)."""
     import glob
     import struct
 
@@ -264,14 +304,21 @@ def wandb_runs(wandb_dir) -> dict[str, list]:
 
     runs = {}
     for path in sorted(glob.glob(os.path.join(str(wandb_dir), "offline-run-*", "run-*.wandb"))):
-        data, pos, block, pending, records = open(path, "rb").read(), 7, 32768, b"", []
+        data = open(path, "rb").read()
+        pos = 7
+        block = 32768
+        pending = b""
+        records = []
         while pos + 7 <= len(data):
-            if block - pos % block < 7:  # a block's tail too short for a header is padding
+            # a block's tail too short for a header is padding
+            if block - pos % block < 7:
                 pos += block - pos % block
                 continue
             _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-            pending, pos = pending + data[pos + 7 : pos + 7 + length], pos + 7 + length
-            if kind in (1, 4):  # a full record, or a record's last fragment
+            pending = pending + data[pos + 7 : pos + 7 + length]
+            pos = pos + 7 + length
+            # a full record, or a record's last fragment
+            if kind in (1, 4):
                 records.append(wandb_internal_pb2.Record.FromString(pending))
                 pending = b""
         runs[os.path.dirname(path)] = records
@@ -303,24 +350,35 @@ _cli_server: list[subprocess.Popen] = []
 def run_cli_error(
     *args, env: dict | None = None, path: list | None = None, cwd=REPO, timeout: float = 60
 ) -> subprocess.CompletedProcess:
-    """`asyncrl ARGS` as run_cli runs it, for a call that must stop on a user error before any process starts: it
-    runs in one long-lived process of the session (asyncrl and torch imported once, not once per call), with `env`
-    variables set, `path` on sys.path and `cwd` the working folder for that call alone."""
+    """`asyncrl ARGS` as run_cli runs it, for a call that must stop on a user error before any
+    process starts: it runs in one long-lived process of the session (asyncrl and torch imported
+    once, not once per call), with `env` variables set, `path` on sys.path and `cwd` the working
+    folder for that call alone."""
     if not _cli_server or _cli_server[0].poll() is not None:
         _cli_server[:] = [
             subprocess.Popen(
-                [sys.executable, "-c", _CLI_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO
+                [sys.executable, "-c", _CLI_SERVER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=REPO,
             )
         ]
     server = _cli_server[0]
     server.stdin.write(
         json.dumps(
-            {"argv": [str(a) for a in args], "env": env or {}, "cwd": str(cwd), "path": [str(p) for p in path or []]}
+            {
+                "argv": [str(a) for a in args],
+                "env": env or {},
+                "cwd": str(cwd),
+                "path": [str(p) for p in path or []],
+            }
         )
         + "\n"
     )
     server.stdin.flush()
-    if not select.select([server.stdout], [], [], timeout)[0]:  # accepted, and training: not a user error
+    # accepted, and training: not a user error
+    if not select.select([server.stdout], [], [], timeout)[0]:
         server.kill()
         raise AssertionError(f"asyncrl {' '.join(map(str, args))} did not stop within {timeout} s")
     reply = json.loads(server.stdout.readline())

@@ -1,4 +1,5 @@
-"""Envs the remote-env tests serve from `asyncrl env-server` processes (imported there by path: tests.remote_envs)."""
+"""Envs the remote-env tests serve from `asyncrl env-server` processes (imported there by path:
+tests.remote_envs)."""
 
 import os
 
@@ -18,7 +19,11 @@ class MarkedEnv(gym.Env):
     def __init__(self, render_mode=None, life_every=0):
         self.observation_space = gym.spaces.Box(0, np.inf, (3,), np.float32)
         self.action_space = gym.spaces.Discrete(2)
-        self.episode, self.t, self.bonus, self.render_mode, self.life_every = 0, 0, 0.0, render_mode, life_every
+        self.episode = 0
+        self.t = 0
+        self.bonus = 0.0
+        self.render_mode = render_mode
+        self.life_every = life_every
 
     def on_side_channel(self, key, value):
         if key == "bonus":
@@ -29,7 +34,8 @@ class MarkedEnv(gym.Env):
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        self.episode, self.t = self.episode + 1, 0
+        self.episode = self.episode + 1
+        self.t = 0
         return self._obs(), {}
 
     def step(self, action):
@@ -42,7 +48,8 @@ class MarkedEnv(gym.Env):
 
     def render(self):
         frame = np.zeros((32, 48, 3), np.uint8)
-        frame[..., 0], frame[..., 1] = self.episode, self.t
+        frame[..., 0] = self.episode
+        frame[..., 1] = self.t
         return frame if self.render_mode == "rgb_array" else None
 
 

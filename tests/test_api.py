@@ -1,5 +1,6 @@
-"""The Python API: asyncrl.train (the CLI's flags as keyword arguments), asyncrl.load (a policy that acts in a plain
-gymnasium loop) and asyncrl.register_encoder (a user's encoder, chosen by a flag and found again from the run)."""
+"""The Python API: asyncrl.train (the CLI's flags as keyword arguments), asyncrl.load (a policy that
+acts in a plain gymnasium loop) and asyncrl.register_encoder (a user's encoder, chosen by a flag and
+found again from the run)."""
 
 import json
 import subprocess
@@ -21,13 +22,21 @@ from asyncrl.model.policy import Policy
 
 def test_keyword_arguments_become_the_clis_flags():
     argv = flags_to_argv(
-        {"env": "CartPole-v1", "use_rnn": False, "encoder_mlp_layers": [8, 8], "seed": None, "learning_rate": 1e-3}
+        {
+            "env": "CartPole-v1",
+            "use_rnn": False,
+            "encoder_mlp_layers": [8, 8],
+            "seed": None,
+            "learning_rate": 1e-3,
+        }
     )
     assert argv == [
         *("--env", "CartPole-v1", "--use_rnn", "False"),
         *("--encoder_mlp_layers", "[8, 8]", "--learning_rate", "0.001"),
     ]
-    with pytest.raises(ConfigError, match=r"unknown flag\(s\) learning_rte \(did you mean learning_rate\?\)"):
+    with pytest.raises(
+        ConfigError, match=r"unknown flag\(s\) learning_rte \(did you mean learning_rate\?\)"
+    ):
         flags_to_argv({"learning_rte": 1e-3})
 
 
@@ -42,7 +51,10 @@ def test_bad_input_raises_before_anything_starts(tmp_path):
 def policy_of(cfg: Config) -> Policy:
     env = gym.make(cfg.env)
     return Policy(
-        build_model(env.observation_space, env.action_space, cfg), env.observation_space, env.action_space, cfg
+        build_model(env.observation_space, env.action_space, cfg),
+        env.observation_space,
+        env.action_space,
+        cfg,
     )
 
 
@@ -61,7 +73,8 @@ def test_act_takes_one_observation_or_a_batch_and_carries_the_recurrent_state(us
         again, _ = policy.act(obs[i], state, deterministic=True)
         if not use_rnn:
             assert again == action
-    if use_rnn:  # the state moves on, and a given state is used
+    # the state moves on, and a given state is used
+    if use_rnn:
         _, next_states = policy.act(obs, states)
         assert not np.allclose(next_states, states)
     with pytest.raises(ValueError, match=r"the policy takes \(4,\)"):
@@ -69,28 +82,33 @@ def test_act_takes_one_observation_or_a_batch_and_carries_the_recurrent_state(us
 
 
 def test_a_loaded_run_plays_a_plain_gymnasium_loop(cartpole_run):
-    """The shared CartPole run (40k steps), loaded by its folder, by a checkpoint file and at its best evaluation,
-    plays CartPole-v1 made by gymnasium itself."""
+    """The shared CartPole run (40k steps), loaded by its folder, by a checkpoint file and at its
+    best evaluation, plays CartPole-v1 made by gymnasium itself."""
     train_dir, _ = cartpole_run
     run = train_dir / "cp"
     best = asyncrl.load(str(run), checkpoint="best")
     latest = asyncrl.load(str(run))
     by_file = asyncrl.load(str(sorted((run / "checkpoint_p0").glob("checkpoint_*.pth"))[-1]))
     assert all(
-        torch.equal(a, b) for a, b in zip(latest.model.state_dict().values(), by_file.model.state_dict().values())
+        torch.equal(a, b)
+        for a, b in zip(latest.model.state_dict().values(), by_file.model.state_dict().values())
     )
     env = gym.make("CartPole-v1")
     returns = []
     for episode in range(5):
         obs, _ = env.reset(seed=episode)
-        state, total, done = None, 0.0, False
+        state = None
+        total = 0.0
+        done = False
         while not done:
             action, state = best.act(obs, state, deterministic=True)
             obs, reward, terminated, truncated, _ = env.step(action)
-            total, done = total + reward, terminated or truncated
+            total = total + reward
+            done = terminated or truncated
         returns.append(total)
     evaluated = json.loads((run / "stats.jsonl").read_text().splitlines()[-1])
-    assert np.mean(returns) > 60, (returns, evaluated)  # random play scores ~22; the run scored > 100
+    # random play scores ~22; the run scored > 100
+    assert np.mean(returns) > 60, (returns, evaluated)
 
 
 def user_script(tmp_path, body: str) -> str:
@@ -119,9 +137,12 @@ def user_script(tmp_path, body: str) -> str:
 
 
 @pytest.mark.slow
-def test_train_from_python_with_a_users_encoder_then_enjoy_and_load_find_it(tmp_path, clean_machine):
-    """train() runs the CLI's run (folder, stats, config.json with where the encoder came from); the encoder is in
-    the checkpoints, and `asyncrl enjoy` in another process builds it from the script; a second train() resumes."""
+def test_train_from_python_with_a_users_encoder_then_enjoy_and_load_find_it(
+    tmp_path, clean_machine
+):
+    """train() runs the CLI's run (folder, stats, config.json with where the encoder came from); the
+    encoder is in the checkpoints, and `asyncrl enjoy` in another process builds it from the script;
+    a second train() resumes."""
     script = user_script(
         tmp_path,
         f"""
@@ -133,18 +154,25 @@ def test_train_from_python_with_a_users_encoder_then_enjoy_and_load_find_it(tmp_
         print("ENCODER", type(policy.model.encoder[0]).__name__, policy.model.encoder[0].out_features)
         """,
     )
-    r = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, script], capture_output=True, text=True, timeout=240, cwd=tmp_path
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     results = [line.split() for line in r.stdout.splitlines() if line.startswith("RESULT")]
     assert [x[1] for x in results] == [str(tmp_path / "tiny")] * 2
-    assert 4_000 <= int(results[0][2]) < 8_000 <= int(results[1][2])  # the second call resumed the first
+    # the second call resumed the first
+    assert 4_000 <= int(results[0][2]) < 8_000 <= int(results[1][2])
     assert "resuming policy 0" in r.stdout
     assert "ENCODER Linear 32" in r.stdout
     config = json.loads((tmp_path / "tiny" / "config.json").read_text())
     assert config["encoder"] == "tiny" and config["encoder_source"] == script
     assert read_stats(tmp_path / "tiny")[-1]["env_steps"] >= 8_000
-    enjoy = run_cli("enjoy", "--train_dir", tmp_path, "--experiment", "tiny", "--max_num_episodes", 1)
-    assert enjoy.returncode == 0 and "episode 0: return" in enjoy.stdout, enjoy.stdout + enjoy.stderr
+    enjoy = run_cli(
+        "enjoy", "--train_dir", tmp_path, "--experiment", "tiny", "--max_num_episodes", 1
+    )
+    assert enjoy.returncode == 0 and "episode 0: return" in enjoy.stdout, (
+        enjoy.stdout + enjoy.stderr
+    )
 
 
 def test_an_encoder_that_is_not_registered_is_one_line(tmp_path):

@@ -5,10 +5,9 @@ import os
 import signal
 import time
 
-import psutil
 import pytest
 import torch
-from helpers import run_cli, run_cli_error
+from helpers import children_named, run_cli, run_cli_error
 
 from asyncrl.cfg.config import ConfigError
 from asyncrl.commands.bench import MODES, parse_bench_args, report
@@ -17,12 +16,24 @@ from asyncrl.core.timing import Timing
 
 def test_bench_flags():
     bench, cfg = parse_bench_args(["--env", "doom_basic", "--num_workers", "3", "--seconds", "20"])
-    assert bench.modes == MODES and bench.seconds == 20 and bench.cost_seconds == 2.0 and bench.out is None
-    assert cfg.num_workers == 3 and cfg.encoder == "conv" and cfg.use_rnn  # the env's defaults apply
-    assert cfg.restart_behavior == "restart"  # a benchmark never resumes an old run
-    bench, _ = parse_bench_args(["--env", "CartPole-v1", "--mode", "sampler", "--warmup_seconds", "0"])
+    assert (
+        bench.modes == MODES
+        and bench.seconds == 20
+        and bench.cost_seconds == 2.0
+        and bench.out is None
+    )
+    # the env's defaults apply
+    assert cfg.num_workers == 3 and cfg.encoder == "conv" and cfg.use_rnn
+    # a benchmark never resumes an old run
+    assert cfg.restart_behavior == "restart"
+    bench, _ = parse_bench_args(
+        ["--env", "CartPole-v1", "--mode", "sampler", "--warmup_seconds", "0"]
+    )
     assert bench.modes == ("sampler",) and bench.warmup_seconds == 0
-    assert parse_bench_args(["--env", "CartPole-v1", "--mode", "sampler,raw"])[0].modes == ("raw", "sampler")
+    assert parse_bench_args(["--env", "CartPole-v1", "--mode", "sampler,raw"])[0].modes == (
+        "raw",
+        "sampler",
+    )
     for bad in (
         ["--mode", "sampler"],
         ["--env", "CartPole-v1", "--mode", "fast"],
@@ -36,19 +47,32 @@ def test_bench_flags():
 
 def test_bench_bad_input_is_one_line_and_exit_2():
     r = run_cli_error("bench", "--env", "no_such_env")
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "unknown env" in r.stderr
+    assert (
+        r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "unknown env" in r.stderr
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
 def test_bench_on_a_missing_gpu_stops_before_any_process_starts():
     r = run_cli_error("bench", "--env", "CartPole-v1", "--mode", "raw", "--device", "cuda")
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--device cuda" in r.stderr
+    assert (
+        r.returncode == 2
+        and len(r.stderr.strip().splitlines()) == 1
+        and "--device cuda" in r.stderr
+    )
 
 
 def test_a_gpu_run_reports_no_cpu_efficiency():
-    """The compute limit prices inference and learning on the CPU's cores: with the models on a GPU it is no bound
-    (a GPU box measured train at 1.4 of it), so the report says to compare with raw instead."""
-    config = {"num_workers": 14, "num_envs_per_worker": 16, "worker_num_splits": 2, "rollout": 32, "batch_size": 4096}
+    """The compute limit prices inference and learning on the CPU's cores: with the models on a GPU
+    it is no bound (a GPU box measured train at 1.4 of it), so the report says to compare with raw
+    instead."""
+    config = {
+        "num_workers": 14,
+        "num_envs_per_worker": 16,
+        "worker_num_splits": 2,
+        "rollout": 32,
+        "batch_size": 4096,
+    }
     result = {
         "env": "doom_basic",
         "config": config,
@@ -68,13 +92,23 @@ def test_a_gpu_run_reports_no_cpu_efficiency():
         "compute_limited_fps": 52_000,
     }
     text = report(result)
-    assert "ran on cuda: the CPU compute limit does not bound this run" in text and "train efficiency" not in text
+    assert (
+        "ran on cuda: the CPU compute limit does not bound this run" in text
+        and "train efficiency" not in text
+    )
     assert "train        73,000   0.948" in text
 
 
 def test_a_window_too_short_for_one_trajectory_is_said_not_divided_by():
-    """A sampler that finished no trajectory in --seconds (Atari's rollouts of 128 in 2 s) measured 0 frames/s."""
-    config = {"num_workers": 2, "num_envs_per_worker": 8, "worker_num_splits": 2, "rollout": 128, "batch_size": 1024}
+    """A sampler that finished no trajectory in --seconds (Atari's rollouts of 128 in 2 s) measured
+    0 frames/s."""
+    config = {
+        "num_workers": 2,
+        "num_envs_per_worker": 8,
+        "worker_num_splits": 2,
+        "rollout": 128,
+        "batch_size": 1024,
+    }
     result = {
         "env": "atari_breakout",
         "config": config,
@@ -86,13 +120,17 @@ def test_a_window_too_short_for_one_trajectory_is_said_not_divided_by():
         "sampler_fps": 0.0,
         "sampler_cores_used": {"policy": 0.4, "rollout": 1.5},
     }
-    assert "sampler: no trajectory finished in the 2 s measured: measure longer (--seconds)" in report(result)
+    assert (
+        "sampler: no trajectory finished in the 2 s measured: measure longer (--seconds)"
+        in report(result)
+    )
 
 
 def test_compute_limit_of_a_synchronous_ppo_run(tmp_path):
-    """The costs bench and tune time in this process take the run's own config: ppo's batch is every worker's
-    rollout, so the workload keeps the run's workers (one worker's worth, enough for the inference batch, failed the
-    batch check: `asyncrl bench --env mujoco_hopper` stopped after its raw mode)."""
+    """The costs bench and tune time in this process take the run's own config: ppo's batch is every
+    worker's rollout, so the workload keeps the run's workers (one worker's worth, enough for the
+    inference batch, failed the batch check: `asyncrl bench --env mujoco_hopper` stopped after its
+    raw mode)."""
     from asyncrl.commands.measure import compute_limit
     from asyncrl.commands.train import config_from_args
 
@@ -123,7 +161,8 @@ def test_timing_reports_fractions_of_wall_time():
     role, fractions, counts, interval = timing.report()
     assert role == "learner_0" and counts == {"batches": 2}
     assert 0 < fractions["train"] <= 1.0 and interval > 0
-    assert timing.report().fractions == {}  # a report resets the timers
+    # a report resets the timers
+    assert timing.report().fractions == {}
 
 
 @pytest.mark.slow
@@ -160,13 +199,23 @@ def test_bench_all_modes_on_a_synthetic_env(tmp_path, clean_machine):
     for key in ("raw_fps", "sampler_fps", "train_fps", "compute_limited_fps"):
         assert result[key] > 0, key
     assert result["sampler_over_raw"] == pytest.approx(result["sampler_fps"] / result["raw_fps"])
-    assert 0 < result["efficiency"] == pytest.approx(result["train_fps"] / result["compute_limited_fps"])
-    assert result["sampler_compute_limited_fps"] > result["compute_limited_fps"] and result["sampler_efficiency"] > 0
-    # each mode's limit takes inference at the batch that mode ran with (its groups' size if no batch was reported
-    # in the window: a short run's last row may come before a policy worker's timing report)
+    assert (
+        0
+        < result["efficiency"]
+        == pytest.approx(result["train_fps"] / result["compute_limited_fps"])
+    )
+    assert (
+        result["sampler_compute_limited_fps"] > result["compute_limited_fps"]
+        and result["sampler_efficiency"] > 0
+    )
+    # each mode's limit takes inference at the batch that mode ran with (its groups' size if no
+    # batch was reported in the window: a short run's last row may come before a policy worker's
+    # timing report)
     group = result["config"]["num_envs_per_worker"] // result["config"]["worker_num_splits"]
     for mode, key in (("train", "inference_batch"), ("sampler", "sampler_inference_batch")):
-        assert result[key] == max(1, round(result[f"{mode}_timing"].get("inference_batch_mean") or group)), mode
+        assert result[key] == max(
+            1, round(result[f"{mode}_timing"].get("inference_batch_mean") or group)
+        ), mode
     sampler_ms = result["sim_ms_per_step"] + result["sampler_inference_ms_per_step"]
     limit = result["cores"] * result["frameskip"] / sampler_ms * 1e3
     assert result["sampler_compute_limited_fps"] == pytest.approx(limit)
@@ -175,14 +224,21 @@ def test_bench_all_modes_on_a_synthetic_env(tmp_path, clean_machine):
         "timing_learner_train" not in result["sampler_timing"]
         and result["sampler_timing"]["timing_rollout_env_step"] > 0
     )
-    assert result["train_timing"]["timing_learner_train"] > 0 and result["train_timing"]["inference_batch_mean"] >= 1
+    assert (
+        result["train_timing"]["timing_learner_train"] > 0
+        and result["train_timing"]["inference_batch_mean"] >= 1
+    )
     for mode in ("raw", "sampler", "train"):
         assert mode in r.stdout
     assert "train compute limit" in r.stdout and "sampler compute limit" in r.stdout
-    # the CPU each role used during the measured window: every role worked, and no more than the machine has
+    # the CPU each role used during the measured window: every role worked, and no more than the
+    # machine has
     used = result["train_cores_used"]
     assert all(used[role] > 0.01 for role in ("learner", "policy", "rollout")), used
-    assert "learner" not in result["sampler_cores_used"] or result["sampler_cores_used"]["learner"] < used["learner"]
+    assert (
+        "learner" not in result["sampler_cores_used"]
+        or result["sampler_cores_used"]["learner"] < used["learner"]
+    )
     assert sum(used.values()) <= result["cores"] * 1.1, used
     assert "train: CPU ms per agent step used in the run: learner" in r.stdout
 
@@ -211,9 +267,9 @@ def test_bench_raw_mode_alone(tmp_path, clean_machine):
 
 
 def test_a_killed_raw_worker_takes_its_engines_with_it(clean_machine):
-    """raw mode's workers lead a process group with a reaper, as the engine's children do: one killed outright
-    (raw_fps kills a worker still closing its envs 10 s after its time, e.g. doom_duel's net games) leaves no
-    VizDoom engine and no /dev/shm segment."""
+    """raw mode's workers lead a process group with a reaper, as the engine's children do: one
+    killed outright (raw_fps kills a worker still closing its envs 10 s after its time, e.g.
+    doom_duel's net games) leaves no VizDoom engine and no /dev/shm segment."""
     from asyncrl.commands.measure import _raw_worker
     from asyncrl.core.fork_server import mp_context
     from asyncrl.envs import portable_entry
@@ -226,26 +282,33 @@ def test_a_killed_raw_worker_takes_its_engines_with_it(clean_machine):
     )
     worker.start()
     deadline = time.time() + 60
-    while not any(p.name() == "vizdoom" for p in psutil.Process(worker.pid).children(recursive=True)):
-        assert time.time() < deadline and worker.is_alive(), "the raw worker started no VizDoom engine"
+    while not children_named("vizdoom", worker.pid):
+        assert time.time() < deadline and worker.is_alive(), (
+            "the raw worker started no VizDoom engine"
+        )
         time.sleep(0.2)
     os.kill(worker.pid, signal.SIGKILL)
     worker.join()
 
 
 def test_raw_mode_reports_a_worker_that_died_without_its_result():
-    """A simulator that crashes its raw-mode worker (VizDoom aborting) is an error at once, with the exit code, not a
-    wait for a result that never comes."""
+    """A simulator that crashes its raw-mode worker (VizDoom aborting) is an error at once, with the
+    exit code, not a wait for a result that never comes."""
     from asyncrl.commands.measure import _raw_results
     from asyncrl.core.fork_server import mp_context
 
     results = mp_context.Queue()
-    processes = [mp_context.Process(target=os.abort), mp_context.Process(target=results.put, args=((1, 5.0),))]
+    processes = [
+        mp_context.Process(target=os.abort),
+        mp_context.Process(target=results.put, args=((1, 5.0),)),
+    ]
     for p in processes:
         p.start()
     started = time.time()
     fps = _raw_results(processes, results)
-    assert fps[1] == 5.0 and fps[0].startswith(f"its worker exited with code {-signal.SIGABRT}"), fps
+    assert fps[1] == 5.0 and fps[0].startswith(f"its worker exited with code {-signal.SIGABRT}"), (
+        fps
+    )
     assert time.time() - started < 10
     for p in processes:
         p.join()
@@ -256,14 +319,23 @@ def test_cli_and_bench_do_not_import_each_other():
     import sys
 
     code = "import sys, {}; print(sorted(m for m in sys.modules if m in ('asyncrl.cli', 'asyncrl.commands.bench')))"
-    for module, other in (("asyncrl.cli", "asyncrl.commands.bench"), ("asyncrl.commands.bench", "asyncrl.cli")):
-        r = subprocess.run([sys.executable, "-c", code.format(module)], capture_output=True, text=True)
-        assert r.returncode == 0 and module in r.stdout and other not in r.stdout, (module, r.stdout, r.stderr)
+    for module, other in (
+        ("asyncrl.cli", "asyncrl.commands.bench"),
+        ("asyncrl.commands.bench", "asyncrl.cli"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-c", code.format(module)], capture_output=True, text=True
+        )
+        assert r.returncode == 0 and module in r.stdout and other not in r.stdout, (
+            module,
+            r.stdout,
+            r.stderr,
+        )
 
 
 def test_train_and_bench_check_their_flags_before_importing_torch():
-    """A bad flag is answered in a fraction of a second, not after torch's import (seconds): both commands build and
-    validate their config without it."""
+    """A bad flag is answered in a fraction of a second, not after torch's import (seconds): both
+    commands build and validate their config without it."""
     import subprocess
     import sys
 
@@ -277,8 +349,11 @@ def test_train_and_bench_check_their_flags_before_importing_torch():
     assert r.returncode == 0 and r.stdout.strip() == "False", r.stdout + r.stderr
 
 
-def test_play_and_share_commands_answer_a_bad_flag_or_a_missing_checkpoint_before_importing_torch(tmp_path):
-    """enjoy, match, export and push: a typo or a run without checkpoints is answered before torch's import too."""
+def test_play_and_share_commands_answer_a_bad_flag_or_a_missing_checkpoint_before_importing_torch(
+    tmp_path,
+):
+    """enjoy, match, export and push: a typo or a run without checkpoints is answered before torch's
+    import too."""
     import subprocess
     import sys
 
@@ -303,11 +378,15 @@ def test_play_and_share_commands_answer_a_bad_flag_or_a_missing_checkpoint_befor
 
 
 def test_the_measured_window_starts_after_the_warm_up_and_the_first_samples():
-    """A warm-up shorter than the run's start-up: the rows of the wait before the first samples are not measured
-    (they made tune's first candidate, the only one paying a cold start, read slow)."""
+    """A warm-up shorter than the run's start-up: the rows of the wait before the first samples are
+    not measured (they made tune's first candidate, the only one paying a cold start, read slow)."""
     from asyncrl.commands.measure import measured_rows
 
-    rows = [{"policy_id": p, "time_s": t, "env_steps": max(0, t - 5) * 1000} for t in range(12) for p in (0, 1)]
+    rows = [
+        {"policy_id": p, "time_s": t, "env_steps": max(0, t - 5) * 1000}
+        for t in range(12)
+        for p in (0, 1)
+    ]
     assert [r["time_s"] for r in measured_rows(rows, warmup=3, seconds=6)] == [6, 7, 8]
     assert [r["time_s"] for r in measured_rows(rows, warmup=7, seconds=2)] == [7, 8]
     assert measured_rows([r for r in rows if r["time_s"] < 6], warmup=3, seconds=6) == []
@@ -318,7 +397,9 @@ def test_tune_says_which_candidates_it_could_not_measure_and_never_picks_them(mo
     from asyncrl.commands.train import config_from_args
     from asyncrl.commands.tune import TuneTimes, search, tuning_report
 
-    cfg = config_from_args(["--env", "CartPole-v1", "--num_workers", "2", "--num_envs_per_worker", "8"])
+    cfg = config_from_args(
+        ["--env", "CartPole-v1", "--num_workers", "2", "--num_envs_per_worker", "8"]
+    )
     monkeypatch.setattr(
         measure,
         "compute_limit",
@@ -331,7 +412,8 @@ def test_tune_says_which_candidates_it_could_not_measure_and_never_picks_them(mo
         },
     )
 
-    def engine_run(c, *args, **kwargs):  # the starting config and 4 envs a worker have no rows to measure
+    # the starting config and 4 envs a worker have no rows to measure
+    def engine_run(c, *args, **kwargs):
         if c.num_envs_per_worker != 16 or c.num_workers != 2:
             raise RuntimeError("too few stats rows")
         return {"fps": 1000.0 + c.batch_size / 1000}
@@ -343,5 +425,8 @@ def test_tune_says_which_candidates_it_could_not_measure_and_never_picks_them(mo
     assert {"num_envs_per_worker": 8, "num_workers": 2} in [
         {k: e["flags"][k] for k in ("num_envs_per_worker", "num_workers")} for e in unmeasured
     ]
-    rows = tuning_report(result, "path").splitlines()[1:-2]  # the fastest first, then "-" for each not measured
-    assert [row.split()[0] == "-" for row in rows] == [False] * (len(rows) - len(unmeasured)) + [True] * len(unmeasured)
+    # the fastest first, then "-" for each not measured
+    rows = tuning_report(result, "path").splitlines()[1:-2]
+    assert [row.split()[0] == "-" for row in rows] == [False] * (len(rows) - len(unmeasured)) + [
+        True
+    ] * len(unmeasured)

@@ -16,7 +16,8 @@ FIELDS = {"command", "commit", "date", "cpu", "cores", "torch", "device"}
 
 
 def test_every_result_records_its_command_and_provenance():
-    for path in glob.glob(os.path.join(RESULTS, "**", "*.json"), recursive=True):  # learning suites' runs too
+    # learning suites' runs too
+    for path in glob.glob(os.path.join(RESULTS, "**", "*.json"), recursive=True):
         with open(path) as f:
             made = json.load(f).get("provenance", {})
         assert FIELDS <= made.keys(), f"{os.path.basename(path)} lacks {FIELDS - made.keys()}"
@@ -24,12 +25,18 @@ def test_every_result_records_its_command_and_provenance():
 
 
 def test_every_page_and_figure_belongs_to_a_result_a_script_wrote():
-    pages = glob.glob(os.path.join(RESULTS, "*.*")) + glob.glob(os.path.join(RESULTS, "learning", "*.*"))
+    pages = glob.glob(os.path.join(RESULTS, "*.*")) + glob.glob(
+        os.path.join(RESULTS, "learning", "*.*")
+    )
     for path in pages:
-        assert os.path.exists(os.path.splitext(path)[0] + ".json"), f"{path} has no result beside it"
+        assert os.path.exists(os.path.splitext(path)[0] + ".json"), (
+            f"{path} has no result beside it"
+        )
         if path.endswith(".md"):
             with open(path) as f:
-                assert f.read().rstrip().splitlines()[-1].startswith("Made by `python benchmarks/"), path
+                assert (
+                    f.read().rstrip().splitlines()[-1].startswith("Made by `python benchmarks/")
+                ), path
 
 
 def test_the_index_is_up_to_date():
@@ -42,5 +49,7 @@ def test_readmes_learning_table_is_made_from_the_suites_reports():
         text = f.read()
     start, end = learning_report.readme_table_span(text)
     table = text[start:end].strip()
-    assert table == learning_report.readme_table(), "run: python benchmarks/learning_suite.py readme"
+    assert table == learning_report.readme_table(), (
+        "run: python benchmarks/learning_suite.py readme"
+    )
     assert "| `mujoco`: 5 tasks, 1,000,000 env steps | 5 seeds |" in table

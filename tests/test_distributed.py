@@ -1,4 +1,5 @@
-"""Several ranks training one policy over torch.distributed (gloo on the CPU), launched as torchrun launches them."""
+"""Several ranks training one policy over torch.distributed (gloo on the CPU), launched as torchrun
+launches them."""
 
 import os
 import re
@@ -28,7 +29,9 @@ CARTPOLE = [
     "--seed",
     0,
 ]
-DIGEST = re.compile(r"\(rank (\d) of 2\): train step (\d+), env steps ([\d,]+) \(all ranks\), weights (\w+)")
+DIGEST = re.compile(
+    r"\(rank (\d) of 2\): train step (\d+), env steps ([\d,]+) \(all ranks\), weights (\w+)"
+)
 
 
 def free_port() -> int:
@@ -56,7 +59,9 @@ def start_ranks(tmp_path, *flags, port=None):
     procs = []
     for rank in (0, 1):
         (tmp_path / f"rank{rank}").mkdir(exist_ok=True)
-        procs.append(start_cli(*CARTPOLE, *flags, cwd=tmp_path / f"rank{rank}", env=rank_env(rank, port)))
+        procs.append(
+            start_cli(*CARTPOLE, *flags, cwd=tmp_path / f"rank{rank}", env=rank_env(rank, port))
+        )
     return procs
 
 
@@ -85,9 +90,12 @@ def test_a_killed_rank_stops_the_other_with_one_line_and_the_run_resumes(tmp_pat
     assert len(errors) == 1 and "another rank is gone" in errors[0] and "resume" in errors[0], out
     checkpoint = load_checkpoint(list_checkpoints(checkpoint_dir(str(exp), 0))[-1])
     saved = checkpoint["env_steps"]
-    assert checkpoint["lr_schedule"][0] != checkpoint["lr_schedule"][1], "the rate did not move: nothing to resume"
+    assert checkpoint["lr_schedule"][0] != checkpoint["lr_schedule"][1], (
+        "the rate did not move: nothing to resume"
+    )
 
-    procs = start_ranks(tmp_path, "--train_for_env_steps", saved + 8192, *adaptive)  # both ranks resume
+    # both ranks resume
+    procs = start_ranks(tmp_path, "--train_for_env_steps", saved + 8192, *adaptive)
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert read_stats(exp)[-1]["env_steps"] >= saved + 8192
@@ -96,8 +104,8 @@ def test_a_killed_rank_stops_the_other_with_one_line_and_the_run_resumes(tmp_pat
 
 @pytest.mark.slow
 def test_ctrl_c_stops_every_rank_after_the_same_update_with_a_checkpoint(tmp_path, clean_machine):
-    """Ctrl-C reaches every rank's runner (a terminal's process group): the ranks agree to stop after one update,
-    rank 0 saves that update's checkpoint, and both print the same weights."""
+    """Ctrl-C reaches every rank's runner (a terminal's process group): the ranks agree to stop
+    after one update, rank 0 saves that update's checkpoint, and both print the same weights."""
     procs = start_ranks(tmp_path)
     exp = tmp_path / "rank0" / "runs" / "dd"
     wait_for_training(exp, procs[0], min_train_step=3)
@@ -107,18 +115,23 @@ def test_ctrl_c_stops_every_rank_after_the_same_update_with_a_checkpoint(tmp_pat
     assert [p.returncode for p in procs] == [0, 0], outputs
     (_, step0, _, weights0), (_, step1, _, weights1) = digests(outputs)
     assert (step0, weights0) == (step1, weights1)
-    assert load_checkpoint(list_checkpoints(checkpoint_dir(str(exp), 0))[-1])["train_step"] == int(step0)
+    assert load_checkpoint(list_checkpoints(checkpoint_dir(str(exp), 0))[-1])["train_step"] == int(
+        step0
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo, rule", [("appo", "ddppo"), ("ver", "optimal")])
-def test_a_straggling_rank_is_preempted_and_the_ranks_stay_bit_identical(tmp_path, algo, rule, clean_machine):
-    """Rank 0's envs cost 20x rank 1's: with DD-PPO's rule (--preemption_threshold 0.5) rank 1's finished batches
-    preempt rank 0; with VER's estimate the best collection time is about rank 1's. Rank 0 learns from part of its
-    batch (preempted_steps in rank 0's stats), and the ranks end with the same train step, env steps and weights,
-    bit for bit; only rank 0 writes files. Rank 0's stats count both ranks' episodes (each env reports its worker's
-    global index: rank 1's worker is 1). Each rule runs once, under a batch source of its own: the rule and the batch
-    source are separate seams. (The ranks' weights without preemption: the Ctrl-C and killed-rank tests.)"""
+def test_a_straggling_rank_is_preempted_and_the_ranks_stay_bit_identical(
+    tmp_path, algo, rule, clean_machine
+):
+    """Rank 0's envs cost 20x rank 1's: with DD-PPO's rule (--preemption_threshold 0.5) rank 1's
+    finished batches preempt rank 0; with VER's estimate the best collection time is about rank 1's.
+    Rank 0 learns from part of its batch (preempted_steps in rank 0's stats), and the ranks end with
+    the same train step, env steps and weights, bit for bit; only rank 0 writes files. Rank 0's
+    stats count both ranks' episodes (each env reports its worker's global index: rank 1's worker is
+    1). Each rule runs once, under a batch source of its own: the rule and the batch source are
+    separate seams. (The ranks' weights without preemption: the Ctrl-C and killed-rank tests.)"""
     procs = start_ranks(
         tmp_path,
         "--algo",
@@ -145,22 +158,29 @@ def test_a_straggling_rank_is_preempted_and_the_ranks_stay_bit_identical(tmp_pat
     exp = tmp_path / "rank0" / "runs" / "dd"
     rows = read_stats(exp)
     assert max(row.get("preempted_steps", 0) for row in rows) > 0, rows[-1]
-    worker_means = [row["episode_worker_mean"] for row in rows if row.get("episode_worker_mean") is not None]
-    # rows of rank 0's episodes alone would be 0.0; the rows written while the ranks train hold rank 1's episodes
-    # only if a summary interval passed after they were sent, but the last row holds every rank's episodes
+    worker_means = [
+        row["episode_worker_mean"] for row in rows if row.get("episode_worker_mean") is not None
+    ]
+    # rows of rank 0's episodes alone would be 0.0; the rows written while the ranks train hold rank
+    # 1's episodes only if a summary interval passed after they were sent, but the last row holds
+    # every rank's episodes
     assert max(worker_means) > 0.0, worker_means
     assert worker_means[-1] > 0.0, worker_means
     found = digests(outputs)
     assert [d[0] for d in found] == ["0", "1"] and int(found[0][1]) > 5, found
     assert found[0][1:] == found[1][1:], "the ranks' weights differ"
-    assert rows[-1]["env_steps"] >= 6_000 and rows[-1]["env_steps"] == int(found[0][2].replace(",", ""))
+    assert rows[-1]["env_steps"] >= 6_000 and rows[-1]["env_steps"] == int(
+        found[0][2].replace(",", "")
+    )
     assert os.listdir(tmp_path / "rank1") == [], "rank 1 wrote files"
     assert list_checkpoints(checkpoint_dir(str(exp), 0))
 
 
 def test_two_torchrun_launches_on_loopback_train_together(tmp_path, clean_machine):
-    """Two `torchrun --nnodes 2` launches, one process each, meet at a c10d rendezvous and train one policy."""
-    port, procs = free_port(), []
+    """Two `torchrun --nnodes 2` launches, one process each, meet at a c10d rendezvous and train one
+    policy."""
+    port = free_port()
+    procs = []
     for node in (0, 1):
         (tmp_path / f"node{node}").mkdir()
         procs.append(
@@ -189,7 +209,9 @@ def test_two_torchrun_launches_on_loopback_train_together(tmp_path, clean_machin
     assert [p.returncode for p in procs] == [0, 0], outputs
     found = digests(outputs)
     assert [d[0] for d in found] == ["0", "1"] and found[0][1:] == found[1][1:]
-    written = [n for n in (0, 1) if (tmp_path / f"node{n}" / "runs" / "dd" / "stats.jsonl").exists()]
+    written = [
+        n for n in (0, 1) if (tmp_path / f"node{n}" / "runs" / "dd" / "stats.jsonl").exists()
+    ]
     assert len(written) == 1
     assert read_stats(tmp_path / f"node{written[0]}" / "runs" / "dd")[-1]["env_steps"] >= 8_000
 
@@ -201,7 +223,10 @@ def test_two_torchrun_launches_on_loopback_train_together(tmp_path, clean_machin
             ["--batch_size", 99, "--rollout", 33, "--num_batches_per_epoch", 3],
             "must be divisible by the number of ranks (2)",
         ),
-        (["--num_policies", 2], "--num_policies > 1 (train one policy per launch) cannot run under torchrun"),
+        (
+            ["--num_policies", 2],
+            "--num_policies > 1 (train one policy per launch) cannot run under torchrun",
+        ),
         (["--device", "cuda"], "torch sees no CUDA GPU"),
         (
             ["--algo", "ppo", "--batch_size", 2048],
@@ -212,7 +237,8 @@ def test_two_torchrun_launches_on_loopback_train_together(tmp_path, clean_machin
 def test_distributed_bad_input_is_one_line_and_exit_2(tmp_path, flags, needle):
     if "cuda" in flags and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    ranks = {k: v for k, v in rank_env(0, free_port()).items() if os.environ.get(k) != v}  # torchrun's variables
+    # torchrun's variables
+    ranks = {k: v for k, v in rank_env(0, free_port()).items() if os.environ.get(k) != v}
     r = run_cli_error(*CARTPOLE, *flags, cwd=tmp_path, env=ranks)
     assert r.returncode == 2, r.stdout + r.stderr
     assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -228,32 +254,46 @@ def test_ranks_on_one_machine_split_its_cores():
 
 
 def test_advantages_are_normalized_over_every_ranks_minibatch():
-    """normalize with a sum over ranks (two halves standing in for two ranks) equals normalize over the whole."""
+    """normalize with a sum over ranks (two halves standing in for two ranks) equals normalize over
+    the whole."""
     torch.manual_seed(0)
-    advantages, mask = torch.randn(8, 6) * 3 + 1, torch.rand(8, 6) > 0.3
+    advantages = torch.randn(8, 6) * 3 + 1
+    mask = torch.rand(8, 6) > 0.3
     halves = [(advantages[:, :3], mask[:, :3]), (advantages[:, 3:], mask[:, 3:])]
     a, m, zero = *halves[1], torch.zeros(())
-    seen = []  # rank 0's sums, in the order normalize all-reduces them
+    # rank 0's sums, in the order normalize all-reduces them
+    seen = []
 
-    def sum_over_two_ranks(sums):  # what rank 0 holds after each all-reduce: its sums plus rank 1's
+    # what rank 0 holds after each all-reduce: its sums plus rank 1's
+    def sum_over_two_ranks(sums):
         seen.append(sums.clone())
-        if len(seen) == 1:  # the masked sum and count
+        # the masked sum and count
+        if len(seen) == 1:
             return sums + torch.stack([torch.where(m, a, zero).sum(), m.sum().float()])
         mean = (seen[0][0] + torch.where(m, a, zero).sum()) / (seen[0][1] + m.sum())
-        return sums + torch.where(m, (a - mean) ** 2, zero).sum()  # then the squared deviations from the mean
+        # then the squared deviations from the mean
+        return sums + torch.where(m, (a - mean) ** 2, zero).sum()
 
     together = losses.normalize(halves[0][0], halves[0][1], sum_over_two_ranks)
     whole = losses.normalize(advantages, mask)
-    torch.testing.assert_close(together[halves[0][1]], whole[:, :3][halves[0][1]], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        together[halves[0][1]], whole[:, :3][halves[0][1]], rtol=1e-4, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize(
     "rates, learn_s",
-    [([3.0, 1.0], 0.05), ([3.0, 1.0], 5.0), ([20.0, 1.0, 1.1], 0.01), ([1.0], 0.1), ([5.0, 4.0, 0.2, 0.1], 0.3)],
+    [
+        ([3.0, 1.0], 0.05),
+        ([3.0, 1.0], 5.0),
+        ([20.0, 1.0, 1.1], 0.01),
+        ([1.0], 0.1),
+        ([5.0, 4.0, 0.2, 0.1], 0.3),
+    ],
 )
 def test_best_collection_time_maximises_steps_per_second(rates, learn_s):
-    """VER's estimate against a search over a fine grid of collection times (S(t) / (t + learn time), each rank
-    collecting at its rate until its batch is full)."""
+    """VER's estimate against a search over a fine grid of collection times (S(t) / (t + learn
+    time), each rank collecting at its rate until its batch is full)."""
     from asyncrl.distributed.preemption import best_collection_time
 
     def steps_per_second(t):
@@ -266,9 +306,10 @@ def test_best_collection_time_maximises_steps_per_second(rates, learn_s):
 
 
 def test_rank_0s_last_exchange_takes_every_ranks_last_episodes(monkeypatch):
-    """The relay's finish: rank 1 sends its last episodes and says it is done; rank 0's finish returns them, sent
-    after its last exchange or not. A rank that never says so holds rank 0 up for TIMEOUT_S at most, and what it sent
-    before still counts. (A real TCPStore on loopback, as torchrun's.)"""
+    """The relay's finish: rank 1 sends its last episodes and says it is done; rank 0's finish
+    returns them, sent after its last exchange or not. A rank that never says so holds rank 0 up for
+    TIMEOUT_S at most, and what it sent before still counts. (A real TCPStore on loopback, as
+    torchrun's.)"""
     import torch.distributed as dist
 
     from asyncrl.distributed.preemption import EpisodeRelay
@@ -283,7 +324,8 @@ def test_rank_0s_last_exchange_takes_every_ranks_last_episodes(monkeypatch):
     assert rank1.exchange() == [] and rank0.exchange() == [[0, 1.0, 5, {}]]
     rank1.add([[0, 2.0, 6, {}]])
     rank2.add([[0, 3.0, 7, {}]])
-    rank2.exchange()  # sent, but rank 2 never finishes
+    # sent, but rank 2 never finishes
+    rank2.exchange()
     assert rank1.finish() == []
     monkeypatch.setattr(EpisodeRelay, "TIMEOUT_S", 0.5)
     assert sorted(rank0.finish()) == [[0, 2.0, 6, {}], [0, 3.0, 7, {}]]

@@ -1,10 +1,11 @@
 """The docs' commands and code blocks run as written, and the site builds with --strict.
 
-Every fenced bash or python block of docs/ and README.md runs, page by page in a folder of its own, in the page's
-order (a page's enjoy plays what its train trained), unless the line before it says `<!-- not run: REASON -->`; a
-training command that an earlier page ran as it is lends that page its run.
-Runs are shortened: a training command to at most CAPS' env steps and seconds, a benchmark to a few seconds, a match
-or an enjoy to a few episodes; a python block's `asyncrl.train` gets the same caps through its keyword arguments.
+Every fenced bash or python block of docs/ and README.md runs, page by page in a folder of its own,
+in the page's order (a page's enjoy plays what its train trained), unless the line before it says
+`<!-- not run: REASON -->`; a training command that an earlier page ran as it is lends that page its
+run. Runs are shortened: a training command to at most CAPS' env steps and seconds, a benchmark to a
+few seconds, a match or an enjoy to a few episodes; a python block's `asyncrl.train` gets the same
+caps through its keyword arguments.
 """
 
 import os
@@ -18,11 +19,17 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = sorted(
-    [os.path.join(d, f) for d, _, files in os.walk(os.path.join(ROOT, "docs")) for f in files if f.endswith(".md")]
+    [
+        os.path.join(d, f)
+        for d, _, files in os.walk(os.path.join(ROOT, "docs"))
+        for f in files
+        if f.endswith(".md")
+    ]
     + [os.path.join(ROOT, "README.md")]
 )
 BLOCK = re.compile(
-    r"(?:<!-- not run: (?P<reason>[^>]*) -->\n\s*)?^(?P<indent> *)```(?P<lang>\w+)\n(?P<code>.*?)^ *```$", re.M | re.S
+    r"(?:<!-- not run: (?P<reason>[^>]*) -->\n\s*)?^(?P<indent> *)```(?P<lang>\w+)\n(?P<code>.*?)^ *```$",
+    re.M | re.S,
 )
 # flag -> the largest value a docs command runs with here
 CAPS = {
@@ -78,7 +85,11 @@ TRAINED: dict[tuple[str, ...], tuple[str, subprocess.CompletedProcess]] = {}
 
 
 def experiment_dir(argv: list[str], cwd) -> str:
-    value = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag in ("--train_dir", "--experiment")}
+    value = {
+        flag: argv[i + 1]
+        for i, flag in enumerate(argv[:-1])
+        if flag in ("--train_dir", "--experiment")
+    }
     return os.path.join(cwd, value.get("--train_dir", "train_dir"), value["--experiment"])
 
 
@@ -120,7 +131,9 @@ PYTHON_CAPS = (
 def test_no_page_names_an_issue():
     for page in PAGES:
         with open(page) as f:
-            assert not re.search(r"\bissue \d+", f.read(), re.I), f"{page} names an issue: say what, not which issue"
+            assert not re.search(r"\bissue \d+", f.read(), re.I), (
+                f"{page} names an issue: say what, not which issue"
+            )
 
 
 def test_every_block_is_run_or_says_why_not():
@@ -130,13 +143,19 @@ def test_every_block_is_run_or_says_why_not():
             assert reason is None or reason.strip(), f"{where}: a block not run must say why"
             if reason is None and lang == "bash":
                 for words in commands(code):
-                    assert words[0] in PROGRAMS, f"{where}: {words[0]} is not run here; mark the block not run"
+                    assert words[0] in PROGRAMS, (
+                        f"{where}: {words[0]} is not run here; mark the block not run"
+                    )
             if reason is None:
-                assert lang in ("bash", "python"), f"{where}: a {lang} block cannot be run; mark it not run"
+                assert lang in ("bash", "python"), (
+                    f"{where}: a {lang} block cannot be run; mark it not run"
+                )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", [p for p in PAGES if any(r is None for _, _, r in blocks(p))], ids=os.path.basename)
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if any(r is None for _, _, r in blocks(p))], ids=os.path.basename
+)
 def test_the_pages_blocks_run(page, tmp_path, clean_machine):
     for i, (lang, code, reason) in enumerate(blocks(page)):
         if reason is not None:
@@ -148,13 +167,24 @@ def test_the_pages_blocks_run(page, tmp_path, clean_machine):
         else:
             results = [run_or_copy(capped(words), tmp_path) for words in commands(code)]
         for r in results:
-            assert r.returncode == 0, f"{page} block {i}: {r.args}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+            assert r.returncode == 0, (
+                f"{page} block {i}: {r.args}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+            )
 
 
 @pytest.mark.slow
 def test_the_site_builds_strict(tmp_path):
     r = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--quiet",
+            "--site-dir",
+            str(tmp_path),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,6 +1,6 @@
-"""Observations with images beside other entries (gym_adapter.PackedObservation): packed into one byte vector at the
-env, read back by the model as views, a conv encoder per image beside an MLP on the rest; in real processes, through
-PettingZoo's agents and the ONNX graph."""
+"""Observations with images beside other entries (gym_adapter.PackedObservation): packed into one
+byte vector at the env, read back by the model as views, a conv encoder per image beside an MLP on
+the rest; in real processes, through PettingZoo's agents and the ONNX graph."""
 
 import gymnasium as gym
 import numpy as np
@@ -32,7 +32,8 @@ class Mixed(gym.Env):
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         self.shown = self.observation_space.sample()
-        self.shown["action_mask"][:2] = (1, 0)  # one action allowed, one forbidden, whatever the sample
+        # one action allowed, one forbidden, whatever the sample
+        self.shown["action_mask"][:2] = (1, 0)
         return self.shown, {}
 
 
@@ -42,13 +43,22 @@ def test_a_dict_with_images_packs_into_bytes_that_unpack_to_its_entries():
     obs, _ = env.reset(seed=0)
     shown = env.unwrapped.shown
     assert isinstance(space, PackedObservation) and obs.dtype == np.uint8 and space.contains(obs)
-    assert space.image_shapes == {"camera": (3, 40, 44), "depth": (1, 37, 36)} and space.vector_offset % 4 == 0
+    assert (
+        space.image_shapes == {"camera": (3, 40, 44), "depth": (1, 37, 36)}
+        and space.vector_offset % 4 == 0
+    )
     parts = space.unpack(obs)
-    assert np.array_equal(parts["camera"], np.transpose(shown["camera"], (2, 0, 1)))  # HWC made CHW
+    # HWC made CHW
+    assert np.array_equal(parts["camera"], np.transpose(shown["camera"], (2, 0, 1)))
     assert np.array_equal(parts["depth"], shown["depth"])
-    health = np.eye(5, dtype=np.float32)[shown["health"]]  # one-hot, as gymnasium's flatten lays it out
+    # one-hot, as gymnasium's flatten lays it out
+    health = np.eye(5, dtype=np.float32)[shown["health"]]
     expected = np.concatenate([health, shown["position"], shown["action_mask"]]).astype(np.float32)
-    assert space.vector_size == 12 and space.mask_size == 4 and np.array_equal(parts["vector"], expected)
+    assert (
+        space.vector_size == 12
+        and space.mask_size == 4
+        and np.array_equal(parts["vector"], expected)
+    )
     sample = space.sample()
     assert space.contains(sample) and np.isfinite(space.unpack(sample)["vector"]).all()
 
@@ -58,14 +68,19 @@ def test_the_model_reads_both_parts_masks_the_logits_and_learns_through_both():
     space = env.observation_space
     torch.manual_seed(0)
     model = build_model(space, env.action_space, Config(env="mixed", use_rnn=True, rnn_size=32))
-    assert model.normalizer.mean.shape == (space.vector_size,)  # the vector's entries; the images are scaled
+    # the vector's entries; the images are scaled
+    assert model.normalizer.mean.shape == (space.vector_size,)
     observations = [env.reset(seed=seed)[0] for seed in range(4)]
-    batch = torch.as_tensor(np.stack(observations))[1:]  # rows past the first: views at an offset into the bytes
+    # rows past the first: views at an offset into the bytes
+    batch = torch.as_tensor(np.stack(observations))[1:]
     images, vector = unpack_observation(space, batch)
     numpy_parts = space.unpack(batch.numpy())
     assert torch.equal(images[0], torch.as_tensor(numpy_parts["camera"]))
     assert torch.equal(vector, torch.as_tensor(numpy_parts["vector"]))
-    assert images[0].data_ptr() == batch.data_ptr() and torch.equal(model.normalized_part(batch), vector)  # no copy
+    # no copy
+    assert images[0].data_ptr() == batch.data_ptr() and torch.equal(
+        model.normalized_part(batch), vector
+    )
 
     logits, value, state = model.forward_step(batch, torch.zeros(3, model.rnn_state_size))
     assert (logits[:, 1] == ILLEGAL_LOGIT).all() and (logits[:, 0] > ILLEGAL_LOGIT).all()
@@ -78,7 +93,9 @@ def test_the_model_reads_both_parts_masks_the_logits_and_learns_through_both():
         one[part] = change(one[part])
         packed = space.pack([one["camera"], one["depth"]], one["vector"])
         with torch.no_grad():
-            return model.forward_step(torch.as_tensor(packed[None]), torch.zeros(1, model.rnn_state_size))[0]
+            return model.forward_step(
+                torch.as_tensor(packed[None]), torch.zeros(1, model.rnn_state_size)
+            )[0]
 
     original = logits_with()
     assert not torch.allclose(logits_with("camera", lambda camera: 255 - camera), original)
@@ -88,11 +105,14 @@ def test_the_model_reads_both_parts_masks_the_logits_and_learns_through_both():
 
 @pytest.mark.parametrize("normalize_input", [None, True])
 def test_normalize_input_true_normalizes_a_packed_observation_s_pixels_too(normalize_input):
-    """As for plain observations: by default (None) the vector alone is normalized and the encoder scales the uint8
-    images; True normalizes every pixel as well, with the same running statistics."""
+    """As for plain observations: by default (None) the vector alone is normalized and the encoder
+    scales the uint8 images; True normalizes every pixel as well, with the same running
+    statistics."""
     env = adapt("mixed", Mixed())
     space = env.observation_space
-    model = build_model(space, env.action_space, Config(env="mixed", use_rnn=False, normalize_input=normalize_input))
+    model = build_model(
+        space, env.action_space, Config(env="mixed", use_rnn=False, normalize_input=normalize_input)
+    )
     pixels = 3 * 40 * 44 + 37 * 36 if normalize_input else 0
     assert model.normalizer.mean.shape == (pixels + space.vector_size,)
     model.normalizer.mean.fill_(100.0)
@@ -104,7 +124,8 @@ def test_normalize_input_true_normalizes_a_packed_observation_s_pixels_too(norma
     if normalize_input:
         assert torch.allclose(images[0], ((camera.float() - 100) / 50).clamp(-5, 5), atol=1e-5)
     else:
-        assert images[0] is camera  # left uint8: the encoder scales it to [0, 1]
+        # left uint8: the encoder scales it to [0, 1]
+        assert images[0] is camera
     assert model.normalized_part(batch).shape == (2, pixels + space.vector_size)
 
 
@@ -118,7 +139,10 @@ def test_an_image_with_its_action_mask_in_the_info_is_packed_with_the_mask():
 
     env = with_mask_from_info(ImageWithInfoMask(), "info_mask")
     parts = env.observation_space.unpack(env.reset(seed=0)[0])
-    assert env.observation_space.image_shapes == {"obs": (3, 36, 36)} and env.observation_space.mask_size == 3
+    assert (
+        env.observation_space.image_shapes == {"obs": (3, 36, 36)}
+        and env.observation_space.mask_size == 3
+    )
     assert (parts["obs"] == 7).all() and parts["vector"].tolist() == [0, 1, 1]
 
 
@@ -130,7 +154,10 @@ def test_pettingzoo_agents_with_images_beside_a_vector_are_packed_and_get_an_ima
     class TwoCameras(ParallelEnv):
         possible_agents = ["a", "b"]
         space = gym.spaces.Dict(
-            {"view": gym.spaces.Box(0, 255, (36, 36, 1), np.uint8), "me": gym.spaces.Box(0, 1, (2,), np.float32)}
+            {
+                "view": gym.spaces.Box(0, 255, (36, 36, 1), np.uint8),
+                "me": gym.spaces.Box(0, 1, (2,), np.float32),
+            }
         )
 
         def observation_space(self, agent):
@@ -152,18 +179,20 @@ def test_pettingzoo_agents_with_images_beside_a_vector_are_packed_and_get_an_ima
         parts = agents.observation_space.unpack(obs)
         assert parts["view"].shape == (1, 36, 36) and (parts["view"] == i).all()
         assert parts["vector"].tolist() == np.eye(2)[i].tolist()
-    assert pettingzoo_defaults("cameras", TwoCameras) == {}  # an image env's defaults, not a vector env's
+    # an image env's defaults, not a vector env's
+    assert pettingzoo_defaults("cameras", TwoCameras) == {}
 
 
 @pytest.mark.slow
 def test_a_policy_of_images_beside_a_vector_and_a_mask_learns_in_real_processes(tmp_path):
-    """synthetic_image_and_vector: the rewarded action is the image's band plus the vector's shift; its action mask
-    allows that action and one other. Playing the legal actions at random scores 10 of 20, and so does a policy that
-    sees only one part; 15 needs both, through shared memory, the policy workers and the learner. A critic of its
-    own (measured: every run at 16 of 20 by 20k steps, 19.6 by 50k; the shared encoder, whose value gradient pulls at
-    the actor's features, was still at 10 after 100k steps in three of four runs). Two epochs a batch: the learner is
-    the bottleneck, and with half its work a run reached 18.2 and 18.5 by 30k steps in 14.5 s (four epochs: 17.4 by
-    26k in 21 s)."""
+    """synthetic_image_and_vector: the rewarded action is the image's band plus the vector's shift;
+    its action mask allows that action and one other. Playing the legal actions at random scores 10
+    of 20, and so does a policy that sees only one part; 15 needs both, through shared memory, the
+    policy workers and the learner. A critic of its own (measured: every run at 16 of 20 by 20k
+    steps, 19.6 by 50k; the shared encoder, whose value gradient pulls at the actor's features, was
+    still at 10 after 100k steps in three of four runs). Two epochs a batch: the learner is the
+    bottleneck, and with half its work a run reached 18.2 and 18.5 by 30k steps in 14.5 s (four
+    epochs: 17.4 by 26k in 21 s)."""
     r = run_cli(
         "train",
         "--env",

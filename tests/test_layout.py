@@ -1,6 +1,8 @@
-"""The package's shape: layers you can see in the folders, imports that only go down, no import cycle.
+"""The package's shape: layers you can see in the folders, imports that only go down, no import
+cycle.
 
-Read from the source with ast (nothing is imported), so a new module or import is checked as soon as it is written.
+Read from the source with ast (nothing is imported), so a new module or import is checked as soon as
+it is written.
 """
 
 import ast
@@ -11,8 +13,21 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # bottom first: a module may import its own layer and the layers before it
-LAYERS = ["cfg", "core", "envs", "model", "algo", "distributed", "population", "roles", "remote", "commands", "top"]
-# the only function-local imports of the package's own code, each with the reason it is not at the top
+LAYERS = [
+    "cfg",
+    "core",
+    "envs",
+    "model",
+    "algo",
+    "distributed",
+    "population",
+    "roles",
+    "remote",
+    "commands",
+    "top",
+]
+# the only function-local imports of the package's own code, each with the reason it is not at the
+# top
 LAZY = {
     "asyncrl.api": "torch's import (seconds) comes with the first load, so that `import asyncrl` stays light",
     "asyncrl.cli": "a command's module, and torch (seconds), are imported only when that command runs",
@@ -31,10 +46,13 @@ def modules() -> dict[str, str]:
     for folder, package in (("asyncrl", "asyncrl"), ("envs", "asyncrl.envs")):
         for directory, _, files in os.walk(os.path.join(ROOT, folder)):
             for file in files:
-                if file.endswith(".py") and not file.startswith("ude_pb2"):  # generated gRPC code
+                # generated gRPC code
+                if file.endswith(".py") and not file.startswith("ude_pb2"):
                     path = os.path.join(directory, file)
                     relative = os.path.relpath(path, os.path.join(ROOT, folder))[: -len(".py")]
-                    found[(package + "." + relative.replace(os.sep, ".")).removesuffix(".__init__")] = path
+                    found[
+                        (package + "." + relative.replace(os.sep, ".")).removesuffix(".__init__")
+                    ] = path
     return found
 
 
@@ -52,7 +70,8 @@ def imports(path: str, known: dict[str, str]) -> list[tuple[str, bool]]:
             else:
                 names = []
             for name in names:
-                while name not in known and "." in name:  # an attribute of a module: the module
+                # an attribute of a module: the module
+                while name not in known and "." in name:
                     name = name.rsplit(".", 1)[0]
                 if name in known:
                     found.append((name, inner))
@@ -64,7 +83,8 @@ def imports(path: str, known: dict[str, str]) -> list[tuple[str, bool]]:
 
 
 def pyproject() -> dict:
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    # Python 3.11+
+    tomllib = pytest.importorskip("tomllib")
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         return tomllib.load(f)
 
@@ -100,15 +120,23 @@ def test_imports_only_go_down():
 
 def test_function_local_imports_only_where_listed():
     unlisted = sorted(
-        {f"{m} -> {name}" for m, edges in EDGES.items() for name, lazy in edges if lazy and m not in LAZY}
+        {
+            f"{m} -> {name}"
+            for m, edges in EDGES.items()
+            for name, lazy in edges
+            if lazy and m not in LAZY
+        }
     )
-    assert not unlisted, "function-local imports of the package's own code (import it at the top):\n" + "\n".join(
-        unlisted
+    assert not unlisted, (
+        "function-local imports of the package's own code (import it at the top):\n"
+        + "\n".join(unlisted)
     )
 
 
 def test_the_import_graph_has_no_cycle():
-    state, stack = {}, []  # depth-first search: 1 on the stack, 2 done
+    # depth-first search: 1 on the stack, 2 done
+    state = {}
+    stack = []
 
     def visit(module):
         state[module] = 1
@@ -140,29 +168,38 @@ def test_architecture_names_every_module():
 def test_nothing_binds_modules_by_hand():
     for module, path in MODULES.items():
         with open(path) as f:
-            assert "sys.modules[" not in f.read(), f"{module} assigns sys.modules: install the package instead"
+            assert "sys.modules[" not in f.read(), (
+                f"{module} assigns sys.modules: install the package instead"
+            )
 
 
 def test_the_grpc_stubs_need_the_versions_the_package_declares():
-    """The build's grpcio-tools writes stubs that refuse an older grpcio or protobuf than its own: the package must
-    declare at least those, and run the same protoc when an editable checkout rebuilds them."""
+    """The build's grpcio-tools writes stubs that refuse an older grpcio or protobuf than its own:
+    the package must declare at least those, and run the same protoc when an editable checkout
+    rebuilds them."""
     project = pyproject()
     remote = project["project"]["optional-dependencies"]["remote"]
     declared = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0]: d for d in remote}
     (tools,) = [r for r in project["build-system"]["requires"] if r.startswith("grpcio-tools")]
-    assert declared["grpcio-tools"] == tools and "==" in tools, "one exact protoc, at build and at run time"
+    assert declared["grpcio-tools"] == tools and "==" in tools, (
+        "one exact protoc, at build and at run time"
+    )
     stubs = os.path.join(ROOT, "asyncrl", "remote")
     with open(os.path.join(stubs, "ude_pb2_grpc.py")) as f:
         grpc_version = re.search(r"GRPC_GENERATED_VERSION = '([\d.]+)'", f.read())[1]
     with open(os.path.join(stubs, "ude_pb2.py")) as f:
-        major, minor, patch = re.search(r"Domain\.PUBLIC,\s*(\d+),\s*(\d+),\s*(\d+),", f.read()).groups()
+        major, minor, patch = re.search(
+            r"Domain\.PUBLIC,\s*(\d+),\s*(\d+),\s*(\d+),", f.read()
+        ).groups()
     assert declared["grpcio"] == f"grpcio>={grpc_version}"
     assert declared["protobuf"] == f"protobuf>={major}.{minor}.{patch},<{int(major) + 1}"
 
 
 def test_every_subpackage_is_installed():
-    """pyproject.toml lists the packages a wheel holds: a new subpackage missing there would work in a checkout and
-    be missing from every install."""
+    """pyproject.toml lists the packages a wheel holds: a new subpackage missing there would work in
+    a checkout and be missing from every install."""
     listed = set(pyproject()["tool"]["setuptools"]["packages"])
     packages = {m for m, path in MODULES.items() if path.endswith("__init__.py")}
-    assert listed == packages, f"missing from pyproject.toml: {packages - listed}; listed but gone: {listed - packages}"
+    assert listed == packages, (
+        f"missing from pyproject.toml: {packages - listed}; listed but gone: {listed - packages}"
+    )

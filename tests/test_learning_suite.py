@@ -1,6 +1,6 @@
-"""benchmarks/learning_suite.py and its statistics (benchmarks/learning_stats.py): the statistics against slow loops
-written from their definitions and against rliable's own functions, and the smoke suite end to end (two CartPole
-runs, stopped by Ctrl-C part-way and resumed, then the report)."""
+"""benchmarks/learning_suite.py and its statistics (benchmarks/learning_stats.py): the statistics
+against slow loops written from their definitions and against rliable's own functions, and the smoke
+suite end to end (two CartPole runs, stopped by Ctrl-C part-way and resumed, then the report)."""
 
 import json
 import os
@@ -22,23 +22,27 @@ SCRIPT = os.path.join(REPO, "benchmarks", "learning_suite.py")
 def test_bootstrap_interval_is_the_percentiles_of_resampled_means():
     values = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0]
     rng = np.random.default_rng(7)
-    means = [np.mean(rng.choice(values, size=len(values))) for _ in range(2000)]  # one resample at a time
+    # one resample at a time
+    means = [np.mean(rng.choice(values, size=len(values))) for _ in range(2000)]
     assert stats.bootstrap_interval(values, reps=2000, seed=7) == pytest.approx(
         (np.percentile(means, 2.5), np.percentile(means, 97.5))
     )
 
 
 def test_iqm_is_the_mean_of_the_middle_half_of_every_score():
-    scores = np.arange(16.0).reshape(4, 4)[:, ::-1] ** 1.5  # 16 scores: the middle 8 are 4..11 to the 1.5
+    # 16 scores: the middle 8 are 4..11 to the 1.5
+    scores = np.arange(16.0).reshape(4, 4)[:, ::-1] ** 1.5
     assert stats.iqm(scores) == pytest.approx(np.mean(np.arange(4.0, 12.0) ** 1.5))
-    for runs, tasks in [(5, 3), (3, 1), (7, 2)]:  # where a quarter of the scores is no whole number: as rliable cuts
+    # where a quarter of the scores is no whole number: as rliable cuts
+    for runs, tasks in [(5, 3), (3, 1), (7, 2)]:
         scores = np.random.default_rng(runs).normal(size=(runs, tasks))
         assert stats.iqm(scores) == pytest.approx(metrics.aggregate_iqm(scores))
 
 
 def test_iqm_interval_is_a_bootstrap_of_runs_within_each_task():
     rng = np.random.default_rng(0)
-    scores = rng.normal([1.0, 2.0, 0.5], 0.3, size=(5, 3))  # 5 runs x 3 tasks
+    # 5 runs x 3 tasks
+    scores = rng.normal([1.0, 2.0, 0.5], 0.3, size=(5, 3))
     point, low, high = stats.iqm_interval(scores, reps=4000)
     assert point == stats.iqm(scores) and low < point < high
     # the slow stratified bootstrap: each task's runs resampled on their own
@@ -48,12 +52,15 @@ def test_iqm_interval_is_a_bootstrap_of_runs_within_each_task():
         slow.append(stats.iqm(np.take_along_axis(scores, picks, axis=0)))
     assert low == pytest.approx(np.percentile(slow, 2.5), abs=0.03)
     assert high == pytest.approx(np.percentile(slow, 97.5), abs=0.03)
-    assert stats.iqm_interval(scores, reps=4000) == (point, low, high)  # seeded: the same files, the same report
+    # seeded: the same files, the same report
+    assert stats.iqm_interval(scores, reps=4000) == (point, low, high)
 
 
 def test_probability_of_improvement_counts_the_pairs_that_one_wins():
-    x = np.array([[1.0, 5.0], [3.0, 6.0], [2.0, 7.0]])  # 3 runs x 2 tasks
-    y = np.array([[2.0, 7.0], [2.0, 4.0]])  # 2 runs
+    # 3 runs x 2 tasks
+    x = np.array([[1.0, 5.0], [3.0, 6.0], [2.0, 7.0]])
+    # 2 runs
+    y = np.array([[2.0, 7.0], [2.0, 4.0]])
     slow = np.mean(
         [
             np.mean([1.0 if a > b else 0.5 if a == b else 0.0 for a in x[:, t] for b in y[:, t]])
@@ -85,7 +92,9 @@ def _suite(root, *args, **popen):
 
 
 @pytest.mark.slow
-def test_a_suite_stopped_by_ctrl_c_runs_only_what_is_missing_and_reports_the_same(tmp_path, clean_machine):
+def test_a_suite_stopped_by_ctrl_c_runs_only_what_is_missing_and_reports_the_same(
+    tmp_path, clean_machine
+):
     runs = tmp_path / "smoke" / "asyncrl"
     first = runs / "CartPole-v1_seed1.json"
     proc = _suite(tmp_path, "run")
@@ -94,7 +103,8 @@ def test_a_suite_stopped_by_ctrl_c_runs_only_what_is_missing_and_reports_the_sam
             proc.wait(timeout=0.05)
         except subprocess.TimeoutExpired:
             pass
-    proc.send_signal(signal.SIGINT)  # during seed 2 (or, on a stalled machine, after it)
+    # during seed 2 (or, on a stalled machine, after it)
+    proc.send_signal(signal.SIGINT)
     printed = proc.communicate(timeout=120)[0]
     assert proc.returncode in (130, 0), printed
     assert not list(runs.glob("*.tmp")) and not engine_processes()
@@ -108,10 +118,16 @@ def test_a_suite_stopped_by_ctrl_c_runs_only_what_is_missing_and_reports_the_sam
     assert first.read_bytes() == first_bytes
     run = json.loads(first.read_text())
     assert run["env_steps"] >= 10_000 and len(run["eval_returns"]) == 3 and run["score"] > 0
-    assert run["train_command"] == "asyncrl train --env CartPole-v1 --seed 1 --train_for_env_steps 10000"
-    assert {"command", "commit", "date", "cpu", "cores", "torch", "device"} <= set(run["provenance"])
+    assert (
+        run["train_command"]
+        == "asyncrl train --env CartPole-v1 --seed 1 --train_for_env_steps 10000"
+    )
+    assert {"command", "commit", "date", "cpu", "cores", "torch", "device"} <= set(
+        run["provenance"]
+    )
 
-    random = _suite(tmp_path, "random")  # the smoke suite's normalizing low: a random policy's score
+    # the smoke suite's normalizing low: a random policy's score
+    random = _suite(tmp_path, "random")
     assert random.communicate(timeout=120)[0] and random.returncode == 0
     made_in_run = json.loads((tmp_path / "smoke.json").read_text())
     report = _suite(tmp_path, "report")
@@ -122,7 +138,11 @@ def test_a_suite_stopped_by_ctrl_c_runs_only_what_is_missing_and_reports_the_sam
     scores = [json.loads(p.read_text())["score"] for p in sorted(runs.glob("*.json"))]
     assert again["tasks"]["CartPole-v1"]["asyncrl"]["scores"] == scores
     assert again["iqm"]["runs_per_task"] == 2 and again["iqm"]["tasks"] == ["CartPole-v1"]
-    randoms = [json.loads(p.read_text())["score"] for p in sorted((tmp_path / "smoke" / "random").glob("*.json"))]
-    assert len(randoms) == 2 and 5 < np.mean(randoms) < 50  # a random CartPole policy lasts ~22 steps
+    randoms = [
+        json.loads(p.read_text())["score"]
+        for p in sorted((tmp_path / "smoke" / "random").glob("*.json"))
+    ]
+    # a random CartPole policy lasts ~22 steps
+    assert len(randoms) == 2 and 5 < np.mean(randoms) < 50
     assert again["tasks"]["CartPole-v1"]["normalizer"] == pytest.approx([np.mean(randoms), 500.0])
     assert (tmp_path / "smoke.png").stat().st_size > 0 and (tmp_path / "smoke.md").exists()

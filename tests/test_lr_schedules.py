@@ -35,7 +35,9 @@ def test_kl_adapted_stays_within_its_bounds():
 def schedule(name: str, **fields) -> Constant:
     """A schedule of a one-parameter optimizer in a single process."""
     optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    return lr_schedule(Config(lr_schedule=name, train_for_env_steps=1000, **fields), optimizer, SingleProcess())
+    return lr_schedule(
+        Config(lr_schedule=name, train_for_env_steps=1000, **fields), optimizer, SingleProcess()
+    )
 
 
 def rate_after(s: Constant, step, *args) -> float:
@@ -47,7 +49,8 @@ KL = "kl_divergence"
 
 
 def test_the_fixed_schedules():
-    constant, decay = schedule("constant"), schedule("linear_decay")
+    constant = schedule("constant")
+    decay = schedule("linear_decay")
     assert rate_after(constant, constant.batch_start, 3e-4, 500) == 3e-4
     assert rate_after(decay, decay.batch_start, 3e-4, 250) == pytest.approx(2.25e-4)
     assert rate_after(decay, decay.after_minibatch, {KL: 0.5}) == pytest.approx(2.25e-4)
@@ -58,18 +61,27 @@ def test_the_fixed_schedules():
 def test_per_minibatch_adapts_after_each_minibatch_and_per_epoch_from_the_epochs_mean():
     per_minibatch = schedule("kl_adaptive_minibatch")
     assert rate_after(per_minibatch, per_minibatch.batch_start, 1e-3, 0) == 1e-3
-    assert rate_after(per_minibatch, per_minibatch.after_minibatch, {KL: 0.05}) == pytest.approx(1e-3 / 1.5)
+    assert rate_after(per_minibatch, per_minibatch.after_minibatch, {KL: 0.05}) == pytest.approx(
+        1e-3 / 1.5
+    )
     # an empty minibatch (no rank had a KL): the rate stays
     assert rate_after(per_minibatch, per_minibatch.after_minibatch, {}) == pytest.approx(1e-3 / 1.5)
-    assert rate_after(per_minibatch, per_minibatch.after_minibatch, {KL: 0.0}) == pytest.approx(1e-3)
+    assert rate_after(per_minibatch, per_minibatch.after_minibatch, {KL: 0.0}) == pytest.approx(
+        1e-3
+    )
     assert rate_after(per_minibatch, per_minibatch.after_epoch) == pytest.approx(1e-3)
     per_epoch = schedule("kl_adaptive_epoch")
     per_epoch.batch_start(1e-3, 0)
-    assert [rate_after(per_epoch, per_epoch.after_minibatch, {KL: kl}) for kl in (0.0, 0.001, 0.059)] == [1e-3] * 3
-    assert rate_after(per_epoch, per_epoch.after_epoch) == pytest.approx(1e-3 / 1.5)  # mean 0.02 > 0.016
-    assert rate_after(per_epoch, per_epoch.after_epoch) == pytest.approx(1e-3 / 1.5)  # no minibatch since
+    assert [
+        rate_after(per_epoch, per_epoch.after_minibatch, {KL: kl}) for kl in (0.0, 0.001, 0.059)
+    ] == [1e-3] * 3
+    # mean 0.02 > 0.016
+    assert rate_after(per_epoch, per_epoch.after_epoch) == pytest.approx(1e-3 / 1.5)
+    # no minibatch since
+    assert rate_after(per_epoch, per_epoch.after_epoch) == pytest.approx(1e-3 / 1.5)
     per_epoch.after_minibatch({KL: 0.01})
-    assert rate_after(per_epoch, per_epoch.after_epoch) == pytest.approx(1e-3 / 1.5)  # in the band: kept
+    # in the band: kept
+    assert rate_after(per_epoch, per_epoch.after_epoch) == pytest.approx(1e-3 / 1.5)
 
 
 def test_the_adapted_rate_carries_over_batches_and_a_new_learning_rate_from_pbt_restarts_it():
@@ -85,8 +97,9 @@ def test_the_adapted_rate_carries_over_batches_and_a_new_learning_rate_from_pbt_
 
 
 def test_a_learner_adapts_its_rate_and_a_resumed_one_goes_on_from_the_saved_rate(tmp_path):
-    """A serial-mode run on CartPole: the learner's steps take the adapted rates (its stats' lr), its checkpoint
-    keeps the rate, and a learner started on the same experiment begins from it rather than from --learning_rate."""
+    """A serial-mode run on CartPole: the learner's steps take the adapted rates (its stats' lr),
+    its checkpoint keeps the rate, and a learner started on the same experiment begins from it
+    rather than from --learning_rate."""
     overrides = dict(
         lr_schedule="kl_adaptive_epoch",
         learning_rate=1e-3,
@@ -104,8 +117,8 @@ def test_a_learner_adapts_its_rate_and_a_resumed_one_goes_on_from_the_saved_rate
     learner.save()
     saved = learner.lr_schedule.state()
     runner._stop_children()
-    # an epoch's mean KL (its second minibatch follows a step) is far above a threshold of 1e-9: each of a batch's
-    # 2 epochs divided the rate by 1.5
+    # an epoch's mean KL (its second minibatch follows a step) is far above a threshold of 1e-9:
+    # each of a batch's 2 epochs divided the rate by 1.5
     assert saved[0] == pytest.approx(1e-3 / 1.5 ** (2 * learner.train_step)) and saved[1] == 1e-3
     assert len(rates) > 2
     resumed = serial_runner(tmp_path, **overrides)

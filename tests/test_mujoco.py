@@ -1,5 +1,5 @@
-"""Continuous control: mujoco_<task> envs, the defaults every Box-action env gets, and a run that leaves the working
-directory as it found it."""
+"""Continuous control: mujoco_<task> envs, the defaults every Box-action env gets, and a run that
+leaves the working directory as it found it."""
 
 import os
 import re
@@ -21,10 +21,12 @@ def test_every_box_action_env_gets_the_continuous_control_defaults_unless_flags_
 
 
 @pytest.mark.slow
-def test_a_mujoco_run_learns_from_a_gaussian_policy_and_leaves_the_folder_as_it_was(tmp_path, clean_machine):
-    """Hopper for 12k steps (6 updates): episodes cut at 1000 steps at most, the stats in return units, and no
-    MUJOCO_LOG.TXT (mujoco 4 warns about gymnasium's models) in the working directory, nor those warnings in the
-    output; then enjoy writes its video on a machine without a screen."""
+def test_a_mujoco_run_learns_from_a_gaussian_policy_and_leaves_the_folder_as_it_was(
+    tmp_path, clean_machine
+):
+    """Hopper for 12k steps (6 updates): episodes cut at 1000 steps at most, the stats in return
+    units, and no MUJOCO_LOG.TXT (mujoco 4 warns about gymnasium's models) in the working directory,
+    nor those warnings in the output; then enjoy writes its video on a machine without a screen."""
     work = tmp_path / "work"
     work.mkdir()
     r = run_cli(
@@ -43,14 +45,21 @@ def test_a_mujoco_run_learns_from_a_gaussian_policy_and_leaves_the_folder_as_it_
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert os.listdir(work) == [] and "deprecated" not in r.stderr
-    rows = [row for row in read_stats(tmp_path / "runs" / "hop") if row["episode_reward_mean"] is not None]
+    rows = [
+        row
+        for row in read_stats(tmp_path / "runs" / "hop")
+        if row["episode_reward_mean"] is not None
+    ]
     # synchronous PPO (the Box-action default) learns once per 2,048 steps: every env's rollout
     assert rows[-1]["env_steps"] >= 12_000 and rows[-1]["train_step"] >= 12_000 // 2048
-    assert 0 < rows[-1]["episode_len_mean"] <= 1000 and rows[-1]["value"] > 1.0  # returns of tens: not normalized
+    # returns of tens: not normalized
+    assert 0 < rows[-1]["episode_len_mean"] <= 1000 and rows[-1]["value"] > 1.0
 
-    # its video, on a machine without a screen (MuJoCo's default, glfw, needs one); small frames and a short episode:
-    # software OpenGL takes ~0.1 s a 480x480 frame
-    headless = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL")}
+    # its video, on a machine without a screen (MuJoCo's default, glfw, needs one); small frames and
+    # a short episode: software OpenGL takes ~0.1 s a 480x480 frame
+    headless = {
+        k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL")
+    }
     r = run_cli(
         "enjoy",
         "--train_dir",
@@ -68,10 +77,16 @@ def test_a_mujoco_run_learns_from_a_gaussian_policy_and_leaves_the_folder_as_it_
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     reader = imageio.get_reader(tmp_path / "runs" / "hop" / "replay.mp4")
-    frames, first = reader.count_frames(), reader.get_data(0)
+    frames = reader.count_frames()
+    first = reader.get_data(0)
     reader.close()
     length = int(re.search(r"length (\d+)", r.stdout).group(1))
-    assert frames == length + 1 and first.shape == (96, 96, 3) and first.std() > 0 and os.listdir(work) == []
+    assert (
+        frames == length + 1
+        and first.shape == (96, 96, 3)
+        and first.std() > 0
+        and os.listdir(work) == []
+    )
 
 
 def test_an_unknown_mujoco_task_is_one_line_and_exit_2():
@@ -81,8 +96,8 @@ def test_an_unknown_mujoco_task_is_one_line_and_exit_2():
 
 
 def test_a_mujoco_gl_that_mujoco_cannot_load_is_one_line_and_exit_2():
-    """mujoco loads the OpenGL backend MUJOCO_GL names as it is imported (a fresh process: this one may have imported
-    mujoco already)."""
+    """mujoco loads the OpenGL backend MUJOCO_GL names as it is imported (a fresh process: this one
+    may have imported mujoco already)."""
     r = run_cli("train", "--env", "mujoco_hopper", env={**os.environ, "MUJOCO_GL": "nope"})
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "mujoco fails to import with MUJOCO_GL='nope'" in r.stderr

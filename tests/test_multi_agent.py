@@ -1,5 +1,6 @@
-"""Multi-agent envs: PettingZoo's parallel API through the adapter, agents that leave an episode early, the agent ->
-policy mapping, and real multi-process runs (the synthetic multi-agent env and a PettingZoo butterfly env)."""
+"""Multi-agent envs: PettingZoo's parallel API through the adapter, agents that leave an episode
+early, the agent -> policy mapping, and real multi-process runs (the synthetic multi-agent env and a
+PettingZoo butterfly env)."""
 
 import textwrap
 
@@ -27,7 +28,8 @@ def test_parallel_env_agents_in_order_and_an_agent_that_left_stays_out():
         for i in range(3):
             if (terminated[i] or truncated[i]) and i not in ended_at:
                 ended_at[i] = (t, terminated[i])
-    assert ended_at == {0: (3, True), 1: (5, True), 2: (8, False)}  # deaths, then the time limit truncates
+    # deaths, then the time limit truncates
+    assert ended_at == {0: (3, True), 1: (5, True), 2: (8, False)}
     assert env.env.agents == []
 
 
@@ -37,21 +39,32 @@ def test_pettingzoo_envs_with_vector_observations_get_a_vector_envs_defaults_and
     from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS
 
     cfg = config_from_args(["--env", "pettingzoo.classic.tictactoe_v3:env", "--num_epochs", "2"])
-    assert (cfg.use_rnn, cfg.encoder_mlp_layers, cfg.num_envs_per_worker, cfg.num_epochs) == (False, [64, 64], 16, 2)
+    assert (cfg.use_rnn, cfg.encoder_mlp_layers, cfg.num_envs_per_worker, cfg.num_epochs) == (
+        False,
+        [64, 64],
+        16,
+        2,
+    )
     assert {k: getattr(cfg, k) for k in VECTOR_ENV_DEFAULTS if k != "num_epochs"} == {
         k: v for k, v in VECTOR_ENV_DEFAULTS.items() if k != "num_epochs"
     }
-    images = config_from_args(["--env", "pettingzoo.butterfly.cooperative_pong_v6:parallel_env"])  # image observations
-    assert (images.use_rnn, images.num_envs_per_worker) == (Config.use_rnn, Config.num_envs_per_worker)
+    # image observations
+    images = config_from_args(["--env", "pettingzoo.butterfly.cooperative_pong_v6:parallel_env"])
+    assert (images.use_rnn, images.num_envs_per_worker) == (
+        Config.use_rnn,
+        Config.num_envs_per_worker,
+    )
 
 
 def test_a_pettingzoo_envs_discrete_observations_become_one_hot_vectors():
-    """Rock-paper-scissors: each player observes the other's last move (Discrete(4), 3 at the start)."""
+    """Rock-paper-scissors: each player observes the other's last move (Discrete(4), 3 at the
+    start)."""
     env = make_agents("pettingzoo.classic.rps_v2:parallel_env")
     assert env.observation_space.shape == (4,) and str(env.observation_space.dtype) == "float32"
     first, _ = env.reset(seed=0)
     assert [o.tolist() for o in first] == [[0, 0, 0, 1]] * 2
-    obs = env.step([0, 2])[0]  # rock, scissors: each now sees the other's
+    # rock, scissors: each now sees the other's
+    obs = env.step([0, 2])[0]
     assert [o.argmax() for o in obs] == [2, 0] and all(o.sum() == 1 for o in obs)
 
 
@@ -92,19 +105,28 @@ def _write_bad_envs(folder) -> None:
 @pytest.mark.parametrize(
     "flags,needle",
     [
-        (["--env", "synthetic_multi", "--agents_per_env", "3"], "--agents_per_env 3, but env 'synthetic_multi' has 2"),
+        (
+            ["--env", "synthetic_multi", "--agents_per_env", "3"],
+            "--agents_per_env 3, but env 'synthetic_multi' has 2",
+        ),
         (["--env", "bad_parallel_envs:other_spaces"], "agent 'b' has other spaces than agent 'a'"),
-        (["--env", "bad_parallel_envs:reset_misses_an_agent"], "every agent must start every episode"),
+        (
+            ["--env", "bad_parallel_envs:reset_misses_an_agent"],
+            "every agent must start every episode",
+        ),
     ],
 )
 def test_bad_multi_agent_env_is_one_line_and_exit_2(tmp_path, flags, needle):
     _write_bad_envs(tmp_path)
     r = run_cli_error("train", *flags, "--train_dir", tmp_path, path=[tmp_path])
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, (
+        r.stderr
+    )
 
 
 def _count_live_agent_steps(worker: RolloutWorker, counter: list) -> None:
-    """Wrap each env's PettingZoo step to count the agents that act in it (env.agents before the step)."""
+    """Wrap each env's PettingZoo step to count the agents that act in it (env.agents before the
+    step)."""
     for agents_env in worker.backend.envs:
         inner = agents_env.env
 
@@ -116,14 +138,18 @@ def _count_live_agent_steps(worker: RolloutWorker, counter: list) -> None:
 
 
 @pytest.mark.parametrize("mix", [True, False])
-def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_asked(tmp_path, monkeypatch, mix):
-    """Agents 0 and 1 of each env die after 3 and 5 steps, agent 2 plays to the time limit (8, truncated). Every step
-    an agent acts in is exactly one sample (counted against what the envs stepped), a waiting agent has no policy
-    and adds nothing, no slot is lost, episodes have the agents' lengths, and with --pbt_mix_policies_in_one_env
-    False the agents of an env always share a policy (with True, mixed pairs occur)."""
+def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_asked(
+    tmp_path, monkeypatch, mix
+):
+    """Agents 0 and 1 of each env die after 3 and 5 steps, agent 2 plays to the time limit (8,
+    truncated). Every step an agent acts in is exactly one sample (counted against what the envs
+    stepped), a waiting agent has no policy and adds nothing, no slot is lost, episodes have the
+    agents' lengths, and with --pbt_mix_policies_in_one_env False the agents of an env always share
+    a policy (with True, mixed pairs occur)."""
     from asyncrl.core import timing
 
-    monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)  # keep finished episodes in the worker
+    # keep finished episodes in the worker
+    monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)
     runner = serial_runner(
         tmp_path,
         env="synthetic_multi",
@@ -138,15 +164,20 @@ def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_aske
     stepped = [0]
     for w in workers:
         _count_live_agent_steps(w, stepped)
-    b, waited, mixed = runner.buffers, 0, 0
+    b = runner.buffers
+    waited = 0
+    mixed = 0
     for _ in range(400):
         for c in runner.components:
             take_turn(c)
-        policies = b.agent_player.numpy().reshape(-1, 3)  # one row per env
+        # one row per env
+        policies = b.agent_player.numpy().reshape(-1, 3)
         waiting = policies == NO_PLAYER
         waited += int(waiting.sum())
-        assert (b.agent_step.numpy().reshape(-1, 3)[waiting] == 0).all()  # a waiting agent fills nothing
-        assert (~waiting).any(axis=1).all()  # an env whose agents all ended was reset at once
+        # a waiting agent fills nothing
+        assert (b.agent_step.numpy().reshape(-1, 3)[waiting] == 0).all()
+        # an env whose agents all ended was reset at once
+        assert (~waiting).any(axis=1).all()
         for row in policies:
             mixed += len(set(row[row != NO_PLAYER].tolist())) > 1
     assert waited > 1000
@@ -158,7 +189,9 @@ def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_aske
 
     in_flight = valid_rows([s for q in runner.queues.full_slots for s in drain(q)])
     in_flight += valid_rows([s for learner in learners for s in learner.source.pending_slots])
-    in_flight += sum(valid_rows([s], upto=t) for s, t in zip(b.agent_slot.tolist(), b.agent_step.tolist()))
+    in_flight += sum(
+        valid_rows([s], upto=t) for s, t in zip(b.agent_slot.tolist(), b.agent_step.tolist())
+    )
     assert sum(learner.env_steps for learner in learners) + in_flight == stepped[0]
     lengths = [length for w in workers for _, _, length, _ in w.reports.finished_episodes]
     assert set(lengths) == {3, 5, 8}
@@ -167,8 +200,9 @@ def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_aske
 
 @pytest.mark.slow
 def test_multi_agent_runs_train_two_policies_and_a_pettingzoo_env(tmp_path):
-    """Real processes: the synthetic multi-agent env with agents leaving early and two policies mixed in envs learns
-    (random play scores a quarter of the steps); a PettingZoo butterfly env, imported by path, trains."""
+    """Real processes: the synthetic multi-agent env with agents leaving early and two policies
+    mixed in envs learns (random play scores a quarter of the steps); a PettingZoo butterfly env,
+    imported by path, trains."""
     r = run_cli(
         "train",
         "--env",
@@ -226,4 +260,6 @@ def test_multi_agent_runs_train_two_policies_and_a_pettingzoo_env(tmp_path):
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     last = read_stats(tmp_path / "kaz")[-1]
-    assert last["episodes"] > 0 and 0 < last["episode_len_mean"] <= 100 and last["env_steps"] >= 4000, last
+    assert (
+        last["episodes"] > 0 and 0 < last["episode_len_mean"] <= 100 and last["env_steps"] >= 4000
+    ), last

@@ -1,4 +1,5 @@
-"""Remote envs (asyncrl/remote): real `asyncrl env-server` processes on loopback, trained against."""
+"""Remote envs (asyncrl/remote): real `asyncrl env-server` processes on loopback, trained
+against."""
 
 import os
 import re
@@ -30,19 +31,25 @@ def server_logs_are_removed():
         os.unlink(SERVER_LOGS.pop())
 
 
-SERVER_LOGS: list[str] = []  # of the servers the test started
+# of the servers the test started
+SERVER_LOGS: list[str] = []
 
 
 def start_servers(count, *flags, port=0, timeout=60) -> list[tuple[subprocess.Popen, str]]:
-    """`count` `asyncrl env-server` processes (started together: their start-ups overlap) and their addresses,
-    once they serve. Their output goes to files (removed at the test's end): a pipe nobody reads would fill up and
-    block a server."""
+    """`count` `asyncrl env-server` processes (started together: their start-ups overlap) and their
+    addresses, once they serve. Their output goes to files (removed at the test's end): a pipe
+    nobody reads would fill up and block a server."""
     started = []
     for _ in range(count):
         log = tempfile.NamedTemporaryFile("w+", prefix="env-server-", suffix=".log", delete=False)
         SERVER_LOGS.append(log.name)
         started.append(
-            (start_cli("env-server", *flags, "--port", port, stdout=log, stderr=subprocess.STDOUT), log.name)
+            (
+                start_cli(
+                    "env-server", *flags, "--port", port, stdout=log, stderr=subprocess.STDOUT
+                ),
+                log.name,
+            )
         )
     deadline = time.time() + timeout
     return [(proc, wait_serving(proc, log, deadline)) for proc, log in started]
@@ -62,9 +69,12 @@ def start_server(*flags, port=0, timeout=60) -> tuple[subprocess.Popen, str]:
 
 
 def serving(server) -> psutil.Process:
-    """The process of an `asyncrl env-server` command that serves (it runs the envs; it dies with the command)."""
+    """The process of an `asyncrl env-server` command that serves (it runs the envs; it dies with
+    the command)."""
     return next(
-        p for p in psutil.Process(server.pid).children(recursive=True) if p.cmdline()[0] == "asyncrl-env-server"
+        p
+        for p in psutil.Process(server.pid).children(recursive=True)
+        if p.cmdline()[0] == "asyncrl-env-server"
     )
 
 
@@ -72,16 +82,20 @@ def test_remote_env_alone_as_gymnasium_env_with_side_channel():
     server, address = start_server("--env", MARKED, "--num_envs", "2")
     env = RemoteEnv(address)
     obs, _ = env.reset(seed=3)
-    assert obs.tolist() == [serving(server).pid, 1, 0]  # made on the server, episode 1, step 0
+    # made on the server, episode 1, step 0
+    assert obs.tolist() == [serving(server).pid, 1, 0]
     assert side_channel(address, {"bonus": 0.5, "level": "hard"}) == {"bonus": 0.5, "level": "hard"}
-    total, steps = 0.0, 0
+    total = 0.0
+    steps = 0
     while True:
         obs, reward, terminated, truncated, info = env.step(1)
-        total, steps = total + reward, steps + 1
+        total = total + reward
+        steps = steps + 1
         if terminated:
             break
     assert steps == 20 and total == pytest.approx(30.0) and info["episode_stats"] == {"bonus": 0.5}
-    assert env.reset()[0].tolist() == [serving(server).pid, 2, 0]  # the server reset it at the episode's end
+    # the server reset it at the episode's end
+    assert env.reset()[0].tolist() == [serving(server).pid, 2, 0]
     env.close()
 
 
@@ -91,10 +105,13 @@ def marks(frame) -> tuple[int, int]:
 
 
 def test_frames_come_with_the_results_they_show_for_a_client_that_asks():
-    """Served with render_mode rgb_array, a client that asks for frames gets each reset's and step's with its
-    results: the final step's frame before the server's own reset, then the next episode's first. A client that
-    does not ask gets none; a server that does not render is refused with what to do, on both sides."""
-    _, address = start_server("--env", MARKED, "--num_envs", "2", "--env_options", '{"render_mode": "rgb_array"}')
+    """Served with render_mode rgb_array, a client that asks for frames gets each reset's and step's
+    with its results: the final step's frame before the server's own reset, then the next episode's
+    first. A client that does not ask gets none; a server that does not render is refused with what
+    to do, on both sides."""
+    _, address = start_server(
+        "--env", MARKED, "--num_envs", "2", "--env_options", '{"render_mode": "rgb_array"}'
+    )
     _, bare = start_server("--env", MARKED, "--num_envs", "1")
     env = RemoteEnv(address, render_mode="rgb_array")
     assert env.metadata["render_fps"] == 20
@@ -106,7 +123,8 @@ def test_frames_come_with_the_results_they_show_for_a_client_that_asks():
     env.reset()
     seen.append(marks(env.render()))
     assert seen == [(1, t) for t in range(21)] + [(2, 0)]
-    plain = RemoteEnv(address)  # other settings, so another lease: results without frames
+    # other settings, so another lease: results without frames
+    plain = RemoteEnv(address)
     plain.reset()
     plain.step(1)
     with pytest.raises(EnvError, match="render_mode='rgb_array'"):
@@ -117,14 +135,20 @@ def test_frames_come_with_the_results_they_show_for_a_client_that_asks():
         grpc.insecure_channel(bare).unary_unary("/asyncrl.remote.EnvServer/Open")(
             pb.OpenRequest(num_envs=1, frames=True).SerializeToString(), timeout=10
         )
-    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "--env_options" in refused.value.details()
+    assert (
+        refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        and "--env_options" in refused.value.details()
+    )
     for client in (env, plain):
         client.close()
 
 
 def test_a_lost_life_reaches_the_client_with_its_step():
-    """info["life_lost"] (Atari's life-loss signal, a terminal for learning) crosses the wire as the env gives it."""
-    _, address = start_server("--env", MARKED, "--num_envs", "1", "--env_options", '{"life_every": 6}')
+    """info["life_lost"] (Atari's life-loss signal, a terminal for learning) crosses the wire as the
+    env gives it."""
+    _, address = start_server(
+        "--env", MARKED, "--num_envs", "1", "--env_options", '{"life_every": 6}'
+    )
     env = RemoteEnv(address)
     env.reset()
     assert [t for t in range(1, 21) if env.step(1)[4].get("life_lost")] == [6, 12, 18]
@@ -133,8 +157,9 @@ def test_a_lost_life_reaches_the_client_with_its_step():
 
 @pytest.mark.parametrize("env", ["multi_discrete", "multi_binary"])
 def test_multi_discrete_actions_cross_the_wire_and_bad_ones_are_refused(env):
-    """A MultiDiscrete (or MultiBinary) env serves its choices per dimension; the env gets the actions in its own
-    space (it asserts so), and an action outside a dimension's choices is refused."""
+    """A MultiDiscrete (or MultiBinary) env serves its choices per dimension; the env gets the
+    actions in its own space (it asserts so), and an action outside a dimension's choices is
+    refused."""
     _, address = start_server("--env", f"tests.action_envs:{env}", "--num_envs", "1")
     client = RemoteEnv(address)
     nvec = [3, 4] if env == "multi_discrete" else [2, 2, 2]
@@ -148,9 +173,10 @@ def test_multi_discrete_actions_cross_the_wire_and_bad_ones_are_refused(env):
 
 
 def test_a_served_env_s_action_mask_reaches_the_client_s_space():
-    """The server's env gives its mask in a Dict observation: Describe says how many of the observation's last entries
-    it holds, so the client's space is an ObservationWithActionMask (the model masks its logits); an allowed action
-    is played, a forbidden one ends the episode as the env's rules say."""
+    """The server's env gives its mask in a Dict observation: Describe says how many of the
+    observation's last entries it holds, so the client's space is an ObservationWithActionMask (the
+    model masks its logits); an allowed action is played, a forbidden one ends the episode as the
+    env's rules say."""
     from asyncrl.envs.gym_adapter import ObservationWithActionMask
 
     _, address = start_server("--env", "tests.action_envs:legal_moves", "--num_envs", "1")
@@ -161,29 +187,39 @@ def test_a_served_env_s_action_mask_reaches_the_client_s_space():
     masks = np.split(obs[10:], [4])
     assert all(0 < m.sum() < len(m) for m in masks)
     assert client.step(np.array([int(np.flatnonzero(m)[0]) for m in masks]))[1] >= 0
-    client.reset(seed=0)  # the same first masks again
-    _, reward, terminated, _, _ = client.step(np.array([int(np.flatnonzero(m == 0)[0]) for m in masks]))
+    # the same first masks again
+    client.reset(seed=0)
+    _, reward, terminated, _, _ = client.step(
+        np.array([int(np.flatnonzero(m == 0)[0]) for m in masks])
+    )
     assert (reward, terminated) == (-1.0, True)
     client.close()
 
 
 @pytest.mark.slow
 def test_a_served_env_with_images_beside_a_vector_keeps_its_packed_layout(tmp_path):
-    """Describe carries a packed observation's layout (each image's key and shape, the vector's size, the mask's), so
-    the client's space unpacks what the server's env packed; a run trains through the server without a masked
-    action."""
+    """Describe carries a packed observation's layout (each image's key and shape, the vector's
+    size, the mask's), so the client's space unpacks what the server's env packed; a run trains
+    through the server without a masked action."""
     from asyncrl.envs import make_env
     from asyncrl.envs.gym_adapter import PackedObservation
 
     _, address = start_server(
-        "--env", "synthetic_image_and_vector", "--env_options", '{"action_mask": true}', "--num_envs", "4"
+        "--env",
+        "synthetic_image_and_vector",
+        "--env_options",
+        '{"action_mask": true}',
+        "--num_envs",
+        "4",
     )
-    client, local = RemoteEnv(address), make_env("synthetic_image_and_vector", action_mask=True).observation_space
+    client = RemoteEnv(address)
+    local = make_env("synthetic_image_and_vector", action_mask=True).observation_space
     space = client.observation_space
     assert isinstance(space, PackedObservation) and space.shape == local.shape
     assert (space.image_shapes, space.vector_size, space.mask_size) == (local.image_shapes, 8, 4)
     parts = space.unpack(client.reset(seed=0)[0])
-    assert set(np.unique(parts["image"])) == {0, 255} and parts["vector"].tolist().count(1.0) == 3  # shift, 2 legal
+    # shift, 2 legal
+    assert set(np.unique(parts["image"])) == {0, 255} and parts["vector"].tolist().count(1.0) == 3
     client.close()
     r = run_cli(
         "train",
@@ -207,8 +243,11 @@ def test_a_served_env_with_images_beside_a_vector_keeps_its_packed_layout(tmp_pa
 
 @pytest.mark.slow
 def test_enjoy_records_a_video_of_a_remote_env(tmp_path):
-    """`asyncrl enjoy --save_video` on a remote env: the frames come from the server, one per reset and step."""
-    _, address = start_server("--env", MARKED, "--num_envs", "3", "--env_options", '{"render_mode": "rgb_array"}')
+    """`asyncrl enjoy --save_video` on a remote env: the frames come from the server, one per reset
+    and step."""
+    _, address = start_server(
+        "--env", MARKED, "--num_envs", "3", "--env_options", '{"render_mode": "rgb_array"}'
+    )
     env = f"remote:{address}"
     trained = run_cli(
         "train",
@@ -242,7 +281,8 @@ def test_enjoy_records_a_video_of_a_remote_env(tmp_path):
         timeout=120,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "video: " in r.stdout and "(42 frames at 20 fps)" in r.stdout, r.stdout  # 2 episodes of 20 steps
+    # 2 episodes of 20 steps
+    assert "video: " in r.stdout and "(42 frames at 20 fps)" in r.stdout, r.stdout
     import imageio.v2 as imageio
 
     reader = imageio.get_reader(tmp_path / "m" / "replay.mp4")
@@ -251,7 +291,8 @@ def test_enjoy_records_a_video_of_a_remote_env(tmp_path):
 
 
 def test_trains_through_two_env_servers(tmp_path):
-    """CartPole through two loopback servers: the env's defaults come from the servers, the run learns."""
+    """CartPole through two loopback servers: the env's defaults come from the servers, the run
+    learns."""
     servers = start_servers(2, "--env", "CartPole-v1", "--num_envs", "8")
     env = "remote:" + ",".join(address for _, address in servers)
     result = run_cli(
@@ -275,8 +316,10 @@ def test_trains_through_two_env_servers(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_stats(tmp_path / "r")
     assert rows[-1]["env_steps"] >= 20000
-    assert rows[-1]["episode_reward_mean"] > 60  # random play: ~22
-    assert '"reward_scale": 0.1' in (tmp_path / "r" / "config.json").read_text()  # CartPole's default, via Describe
+    # random play: ~22
+    assert rows[-1]["episode_reward_mean"] > 60
+    # CartPole's default, via Describe
+    assert '"reward_scale": 0.1' in (tmp_path / "r" / "config.json").read_text()
 
 
 def _self_signed(tmp_path):
@@ -299,14 +342,20 @@ def _self_signed(tmp_path):
         .not_valid_before(now)
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
             False,
         )
         .sign(key, hashes.SHA256())
     )
     (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     (tmp_path / "key.pem").write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
     )
     return tmp_path / "cert.pem", tmp_path / "key.pem"
 
@@ -334,7 +383,8 @@ def test_security_token_tls_and_bad_actions(tmp_path):
     tls = cert.read_bytes()
     with pytest.raises(EnvError, match="UNAUTHENTICATED"):
         RemoteEnv(address, settings=RemoteSettings(auth_token="wrong", tls_ca_cert=tls))
-    with pytest.raises(EnvError, match="UNAVAILABLE"):  # plain text to a TLS server never gets through
+    # plain text to a TLS server never gets through
+    with pytest.raises(EnvError, match="UNAVAILABLE"):
         RemoteEnv(address, settings=RemoteSettings(auth_token="s3cret", timeout=3))
     env = RemoteEnv(address, settings=RemoteSettings(auth_token="s3cret", tls_ca_cert=tls))
     env.reset(seed=1)
@@ -344,7 +394,15 @@ def test_security_token_tls_and_bad_actions(tmp_path):
 
     # the train command: a token file, a CA, and a clear line when the token is wrong
     (tmp_path / "bad").write_text("nope\n")
-    common = ["train", "--env", f"remote:{address}", "--remote_tls_ca_cert", cert, "--train_dir", tmp_path]
+    common = [
+        "train",
+        "--env",
+        f"remote:{address}",
+        "--remote_tls_ca_cert",
+        cert,
+        "--train_dir",
+        tmp_path,
+    ]
     result = run_cli(*common, "--remote_auth_token_file", tmp_path / "bad", timeout=60)
     assert result.returncode == 2 and "UNAUTHENTICATED" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -352,18 +410,22 @@ def test_security_token_tls_and_bad_actions(tmp_path):
 
 @pytest.mark.slow
 def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
-    """5,000+ malformed, truncated, oversized, unauthenticated and ill-typed requests: each one gets an error
-    status, a well-behaved client steps throughout, and the server's memory grows less than 10%."""
+    """5,000+ malformed, truncated, oversized, unauthenticated and ill-typed requests: each one gets
+    an error status, a well-behaved client steps throughout, and the server's memory grows less than
+    10%."""
     server, address = start_server(
         "--env", MARKED, "--num_envs", "2", "--auth_token", "tok", "--max_message_mb", "0.05"
     )
     settings = RemoteSettings(auth_token="tok")
     good = RemoteEnv(address, settings=settings)
     good.reset()
-    stop, good_steps, good_errors = threading.Event(), [0], []
+    stop = threading.Event()
+    good_steps = [0]
+    good_errors = []
 
     def play():
-        while not stop.is_set() and len(good_errors) < 10:  # a broken server fails every step at once: stop then
+        # a broken server fails every step at once: stop then
+        while not stop.is_set() and len(good_errors) < 10:
             try:
                 _, _, terminated, _, _ = good.step(1)
                 if terminated:
@@ -374,7 +436,10 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
 
     lease = good.remote.connection.lease
     channel = grpc.insecure_channel(address)
-    raw = {m: channel.unary_unary(f"/asyncrl.remote.EnvServer/{m}") for m in ("Step", "Reset", "Open", "Describe")}
+    raw = {
+        m: channel.unary_unary(f"/asyncrl.remote.EnvServer/{m}")
+        for m in ("Step", "Reset", "Open", "Describe")
+    }
     auth = [("authorization", "Bearer tok")]
     rng = np.random.default_rng(0)
     valid = pb.StepRequest(lease=lease, env_ids=[good.remote.env_id])
@@ -383,14 +448,22 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
 
     def bad_message(i):
         kind = i % 5
-        if kind == 0:  # random bytes
+        # random bytes
+        if kind == 0:
             return "Step", rng.bytes(int(rng.integers(1, 200))), auth
-        if kind == 1:  # a valid request truncated
+        # a valid request truncated
+        if kind == 1:
             return "Step", valid_bytes[: int(rng.integers(1, len(valid_bytes)))], auth
-        if kind == 2:  # no token, or a wrong one
-            return ["Describe", "Open", "Step"][i % 3], valid_bytes, [("authorization", "Bearer x")] if i % 2 else None
+        # no token, or a wrong one
+        if kind == 2:
+            return (
+                ["Describe", "Open", "Step"][i % 3],
+                valid_bytes,
+                [("authorization", "Bearer x")] if i % 2 else None,
+            )
         request = pb.StepRequest(lease=lease, env_ids=[good.remote.env_id])
-        if kind == 3:  # ill-typed arrays: wrong dtype, shape, byte count, out-of-space actions
+        # ill-typed arrays: wrong dtype, shape, byte count, out-of-space actions
+        if kind == 3:
             choice = i % 4
             array = [
                 np.ones((1, 1), np.float64),
@@ -402,15 +475,20 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
             if choice == 3:
                 request.actions.data = b"\x01\x02"
             return "Step", request.SerializeToString(), auth
-        request.env_ids[:] = [int(rng.integers(-5, 50))] if i % 2 else []  # envs not in the lease, or none
+        # envs not in the lease, or none
+        request.env_ids[:] = [int(rng.integers(-5, 50))] if i % 2 else []
         request.lease = request.lease if i % 2 else "forged"
         return "Step", request.SerializeToString(), auth
 
     def send_all(messages):
-        """Every message, 16 in flight at a time; the status code of each (None if it was accepted)."""
+        """Every message, 16 in flight at a time; the status code of each (None if it was
+        accepted)."""
         codes = []
         for first in range(0, len(messages), 16):
-            calls = [raw[m].future(payload, metadata=md, timeout=30) for m, payload, md in messages[first : first + 16]]
+            calls = [
+                raw[m].future(payload, metadata=md, timeout=30)
+                for m, payload, md in messages[first : first + 16]
+            ]
             for call in calls:
                 try:
                     call.result()
@@ -423,18 +501,25 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
     player.start()
     try:
         process = serving(server)
-        assert None not in send_all([bad_message(i) for i in range(500)])  # warms up the server's allocations
-        rss_before, steps_before = process.memory_info().rss, good_steps[0]
-        oversized = [("Reset", b"\x0a" + rng.bytes(60_000), auth)] * 100  # each takes gRPC ~0.2 s to refuse: fewer
+        # warms up the server's allocations
+        assert None not in send_all([bad_message(i) for i in range(500)])
+        rss_before = process.memory_info().rss
+        steps_before = good_steps[0]
+        # each takes gRPC ~0.2 s to refuse: fewer
+        oversized = [("Reset", b"\x0a" + rng.bytes(60_000), auth)] * 100
         codes = send_all([bad_message(i) for i in range(5_000)]) + send_all(oversized)
         assert None not in codes, f"message {codes.index(None)} was accepted"
-        bad_payloads = [payload for i in range(1_000) for m, payload, md in [bad_message(i)] if md == auth]
+        bad_payloads = [
+            payload for i in range(1_000) for m, payload, md in [bad_message(i)] if md == auth
+        ]
         assert_streams_refuse(channel, bad_payloads)
-    finally:  # the good client stops with the test, however it ends
+    # the good client stops with the test, however it ends
+    finally:
         stop.set()
         player.join()
     assert not good_errors, good_errors[:3]
-    assert good_steps[0] > steps_before + 100  # the good client kept stepping during the fuzzing
+    # the good client kept stepping during the fuzzing
+    assert good_steps[0] > steps_before + 100
     assert process.memory_info().rss < 1.10 * rss_before
     assert {
         grpc.StatusCode.UNAUTHENTICATED,
@@ -447,13 +532,17 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
 
 
 def assert_streams_refuse(channel, bad_payloads):
-    """On a StepStream: every bad request gets a reply with an error code and the stream goes on; a stream without
-    the token is refused; streams beyond the server's cap (its envs x agents: 2, the good client holds one) are
-    refused while the others stay open."""
+    """On a StepStream: every bad request gets a reply with an error code and the stream goes on; a
+    stream without the token is refused; streams beyond the server's cap (its envs x agents: 2, the
+    good client holds one) are refused while the others stay open."""
     stream = channel.stream_stream("/asyncrl.remote.EnvServer/StepStream")
     auth = [("authorization", "Bearer tok")]
-    replies = [pb.StepReply.FromString(r) for r in stream(iter(bad_payloads), metadata=auth, timeout=60)]
-    assert len(replies) == len(bad_payloads) and all(r.error_code and r.error_message for r in replies)
+    replies = [
+        pb.StepReply.FromString(r) for r in stream(iter(bad_payloads), metadata=auth, timeout=60)
+    ]
+    assert len(replies) == len(bad_payloads) and all(
+        r.error_code and r.error_message for r in replies
+    )
     with pytest.raises(grpc.RpcError) as refused:
         list(stream(iter(bad_payloads[:1]), timeout=10))
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -463,8 +552,10 @@ def assert_streams_refuse(channel, bad_payloads):
         yield bad_payloads[0]
         held.wait()
 
-    holding = stream(one_request_then_hold(), metadata=auth)  # stays open until released
-    next(holding)  # its reply: the server holds the stream, and counts it against the cap
+    # stays open until released
+    holding = stream(one_request_then_hold(), metadata=auth)
+    # its reply: the server holds the stream, and counts it against the cap
+    next(holding)
     with pytest.raises(grpc.RpcError) as over_cap:
         list(stream(iter(bad_payloads[:1]), metadata=auth, timeout=10))
     assert over_cap.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -473,8 +564,8 @@ def assert_streams_refuse(channel, bad_payloads):
 
 
 def test_a_silent_server_fails_the_step_within_the_timeout():
-    """A server that stops answering (SIGSTOP) fails a step on its stream after --remote_timeout, not never; once it
-    answers again, a reset reopens the env and stepping goes on."""
+    """A server that stops answering (SIGSTOP) fails a step on its stream after --remote_timeout,
+    not never; once it answers again, a reset reopens the env and stepping goes on."""
     server, address = start_server("--env", MARKED, "--num_envs", "2")
     process = serving(server)
     env = RemoteEnv(address, timeout=1.0)
@@ -495,9 +586,11 @@ def test_a_silent_server_fails_the_step_within_the_timeout():
 
 
 def test_a_connection_is_shared_only_by_the_same_settings():
-    """The OS hands a port out again to a later server: a connection cached for the address with other settings
-    (here the default 10 s timeout) must not be reused (a silent server then failed a step after 10 s, not 1 s)."""
-    address = "127.0.0.1:1"  # never contacted: making a channel does not connect
+    """The OS hands a port out again to a later server: a connection cached for the address with
+    other settings (here the default 10 s timeout) must not be reused (a silent server then failed a
+    step after 10 s, not 1 s)."""
+    # never contacted: making a channel does not connect
+    address = "127.0.0.1:1"
     default = Connection.to(address, RemoteSettings(agents=(0,)))
     short = Connection.to(address, RemoteSettings(agents=(0,), timeout=1.0))
     assert short is not default and short.settings.timeout == 1.0
@@ -505,8 +598,9 @@ def test_a_connection_is_shared_only_by_the_same_settings():
 
 
 def every_thread_stopped(process: psutil.Process, timeout: float = 10.0) -> bool:
-    """Whether each of the process's threads is stopped (state T) within `timeout`: a SIGSTOP stops a thread only
-    once it leaves the kernel, and a server thread still running could answer one more request."""
+    """Whether each of the process's threads is stopped (state T) within `timeout`: a SIGSTOP stops
+    a thread only once it leaves the kernel, and a server thread still running could answer one more
+    request."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         states = []
@@ -515,7 +609,8 @@ def every_thread_stopped(process: psutil.Process, timeout: float = 10.0) -> bool
                 with open(f"/proc/{process.pid}/task/{tid}/stat") as f:
                     states.append(f.read().rsplit(")", 1)[1].split()[0])
             except OSError:
-                pass  # a thread that ended meanwhile
+                # a thread that ended meanwhile
+                pass
         if states and all(state in "tT" for state in states):
             return True
         time.sleep(0.01)
@@ -523,8 +618,8 @@ def every_thread_stopped(process: psutil.Process, timeout: float = 10.0) -> bool
 
 
 def _one_trajectory(rows) -> bool:
-    """MarkedEnv rows (server, episode, step) that follow each other: the same server, each row the next step of its
-    episode or the first of the next one."""
+    """MarkedEnv rows (server, episode, step) that follow each other: the same server, each row the
+    next step of its episode or the first of the next one."""
     return all(
         b[0] == a[0] and ((b[1] == a[1] and b[2] == a[2] + 1) or (b[1] == a[1] + 1 and b[2] == 0))
         for a, b in zip(rows[:-1], rows[1:])
@@ -533,19 +628,23 @@ def _one_trajectory(rows) -> bool:
 
 @pytest.mark.slow
 def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path, monkeypatch):
-    """Two servers; one is killed mid-run and restarted. The other's envs keep training, the killed one's envs
-    rejoin, and the trajectories the kill interrupted never reach a learner: with one policy a slot is sent only
-    when full, so an interrupted one would arrive short, or glued to what came after; every slot sent is one whole
-    unbroken trajectory."""
+    """Two servers; one is killed mid-run and restarted. The other's envs keep training, the killed
+    one's envs rejoin, and the trajectories the kill interrupted never reach a learner: with one
+    policy a slot is sent only when full, so an interrupted one would arrive short, or glued to what
+    came after; every slot sent is one whole unbroken trajectory."""
     from asyncrl.remote import backend
     from asyncrl.roles import rollout_worker
 
     monkeypatch.setattr(backend, "RECONNECT_INTERVAL_S", 0.2)
     (killed, address_a), (_, address_b) = start_servers(2, "--env", MARKED, "--num_envs", "4")
-    runner = serial_runner(tmp_path, env=f"remote:{address_a},{address_b}", remote_reconnect=True, remote_timeout=3.0)
-    sent = []  # per slot sent to a learner: (servers of its rows, after the kill, whole unbroken trajectory)
+    runner = serial_runner(
+        tmp_path, env=f"remote:{address_a},{address_b}", remote_reconnect=True, remote_timeout=3.0
+    )
+    # per slot sent to a learner: (servers of its rows, after the kill, whole unbroken trajectory)
+    sent = []
     killed_at = [None]
-    obs, valid = runner.buffers.traj_obs.numpy(), runner.buffers.traj_valid.numpy()
+    obs = runner.buffers.traj_obs.numpy()
+    valid = runner.buffers.traj_valid.numpy()
     for q in runner.queues.full_slots:
 
         def recording_put(slot, *args, put=q.put, **kwargs):
@@ -565,20 +664,27 @@ def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path
 
     run_until(lambda: len(sent) > 20, 60)
     workers = [c for c in runner.components if isinstance(c, rollout_worker.RolloutWorker)]
-    killed_serving = serving(killed)  # dies with the command
+    # dies with the command
+    killed_serving = serving(killed)
     os.kill(killed.pid, signal.SIGKILL)
     killed.wait()
     psutil.wait_procs([killed_serving], timeout=10)
     killed_at[0] = time.time()
-    run_until(lambda: all(len(w.backend.unavailable) == 2 for w in workers), 30)  # each worker's 2 envs on it wait
+    # each worker's 2 envs on it wait
+    run_until(lambda: all(len(w.backend.unavailable) == 2 for w in workers), 30)
     sent_while_down = len(sent)
-    run_until(lambda: len(sent) > sent_while_down + 10, 30)  # the other server's envs train on
-    restarted, _ = start_server("--env", MARKED, "--num_envs", "4", port=address_a.rsplit(":", 1)[1])
-    run_until(lambda: not any(w.backend.unavailable for w in workers), 30)  # the killed server's envs rejoin
+    # the other server's envs train on
+    run_until(lambda: len(sent) > sent_while_down + 10, 30)
+    restarted, _ = start_server(
+        "--env", MARKED, "--num_envs", "4", port=address_a.rsplit(":", 1)[1]
+    )
+    # the killed server's envs rejoin
+    run_until(lambda: not any(w.backend.unavailable for w in workers), 30)
     restarted_pid = serving(restarted).pid
     run_until(lambda: any(restarted_pid in servers for servers, _, _ in sent), 30)
     assert any(killed_serving.pid in servers for servers, _, _ in sent)
-    assert all(whole for _, _, whole in sent)  # no interrupted (short or glued) trajectory reached a learner
+    # no interrupted (short or glued) trajectory reached a learner
+    assert all(whole for _, _, whole in sent)
     runner._stop_children()
 
 
@@ -607,16 +713,19 @@ def test_killed_server_without_reconnect_stops_the_run_with_one_line(tmp_path):
     out, _ = run.communicate(timeout=120)
     assert run.returncode == 1
     errors = [line for line in out.splitlines() if "error" in line.lower() or "Traceback" in line]
-    assert len(errors) == 1 and "UNAVAILABLE" in errors[0] and "--remote_reconnect True" in errors[0], out[-2000:]
+    assert (
+        len(errors) == 1 and "UNAVAILABLE" in errors[0] and "--remote_reconnect True" in errors[0]
+    ), out[-2000:]
     assert list((tmp_path / "k").glob("**/checkpoint_*.pth"))
 
 
 @pytest.mark.slow
 def test_two_clients_each_own_one_agent_of_a_two_agent_env(tmp_path):
-    """UDE's distributed multi-agent case: two training runs on one server, each acting for one agent of grid_duel;
-    each env steps once both runs' actions are in, and both runs train."""
+    """UDE's distributed multi-agent case: two training runs on one server, each acting for one
+    agent of grid_duel; each env steps once both runs' actions are in, and both runs train."""
     _, address = start_server("--env", "grid_duel", "--num_envs", "4", "--step_timeout", "90")
-    env = remote_parallel_env(address)  # the PettingZoo face of a remote env (both agents)
+    # the PettingZoo face of a remote env (both agents)
+    env = remote_parallel_env(address)
     obs, _ = env.reset(seed=0)
     assert len(env.possible_agents) == 2 and set(obs) == set(env.agents) == set(env.possible_agents)
     obs, rewards, terminated, truncated, infos = env.step({agent: 0 for agent in env.agents})
@@ -655,8 +764,8 @@ def test_two_clients_each_own_one_agent_of_a_two_agent_env(tmp_path):
 
 
 def test_sigkilled_env_server_leaves_no_engine_or_segment(clean_machine):
-    """VizDoom's engines are processes of their own: a server killed outright takes them (and their /dev/shm
-    segments) along."""
+    """VizDoom's engines are processes of their own: a server killed outright takes them (and their
+    /dev/shm segments) along."""
     server, address = start_server("--env", "doom_basic", "--num_envs", "2")
     env = RemoteEnv(address)
     env.reset(seed=1)
@@ -672,7 +781,13 @@ def test_env_server_bad_flags_are_one_line_exit_2():
         (["--env", "CartPole-v1", "--tls_cert", "x.pem"], "go together"),
     ]:
         result = run_cli_error("env-server", *flags)
-        assert result.returncode == 2 and needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
+        assert (
+            result.returncode == 2
+            and needle in result.stderr
+            and len(result.stderr.strip().splitlines()) == 1
+        )
     _, address = start_server("--env", "CartPole-v1", "--num_envs", "1")
-    result = run_cli("env-server", "--env", "CartPole-v1", "--port", address.rsplit(":", 1)[1], timeout=60)
+    result = run_cli(
+        "env-server", "--env", "CartPole-v1", "--port", address.rsplit(":", 1)[1], timeout=60
+    )
     assert result.returncode == 2 and "port" in result.stderr

@@ -1,5 +1,6 @@
-"""The settings pipeline (asyncrl/cfg/settle.py): each stage overrides the ones before it, every setting off its
-default remembers the stage that set it, and config.json and the run's first lines say so."""
+"""The settings pipeline (asyncrl/cfg/settle.py): each stage overrides the ones before it, every
+setting off its default remembers the stage that set it, and config.json and the run's first lines
+say so."""
 
 import json
 import os
@@ -22,29 +23,49 @@ def test_each_stage_overrides_the_ones_before_it_and_is_named_as_the_origin():
     assert origins["num_workers"] == "saved run" and origins["gamma"] == "saved run"
     changes = settled.changes()
     assert "rollout=64" in changes["flags"] and "learning_rate=0.002" in changes["tuned"]
-    assert "env defaults" not in changes  # every value the env gave was overridden later
+    # every value the env gave was overridden later
+    assert "env defaults" not in changes
 
 
 def test_the_algorithms_defaults_follow_the_settings_unless_a_flag_sets_them():
-    ppo = settle({"env": "CartPole-v1", "algo": "ppo", "num_workers": 2, "num_envs_per_worker": 4, "rollout": 8})
+    ppo = settle(
+        {
+            "env": "CartPole-v1",
+            "algo": "ppo",
+            "num_workers": 2,
+            "num_envs_per_worker": 4,
+            "rollout": 8,
+        }
+    )
     assert ppo.config.batch_size == 2 * 4 * 8 and ppo.config.with_vtrace is False
     assert ppo.origins["batch_size"] == "algo" and ppo.origins["with_vtrace"] == "algo"
-    ranks = settle({"env": "CartPole-v1", "algo": "ppo", "num_workers": 2, "num_envs_per_worker": 4}, world_size=3)
-    assert ranks.config.batch_size == 2 * 4 * ranks.config.rollout * 3  # the batch of all ranks together
+    ranks = settle(
+        {"env": "CartPole-v1", "algo": "ppo", "num_workers": 2, "num_envs_per_worker": 4},
+        world_size=3,
+    )
+    # the batch of all ranks together
+    assert ranks.config.batch_size == 2 * 4 * ranks.config.rollout * 3
     given = settle({"env": "CartPole-v1", "algo": "ppo", "batch_size": 96})
     assert given.config.batch_size == 96 and given.origins["batch_size"] == "flags"
-    assert settle({"env": "CartPole-v1"}).config.batch_size == Config.batch_size  # appo: no algorithm stage
+    # appo: no algorithm stage
+    assert settle({"env": "CartPole-v1"}).config.batch_size == Config.batch_size
 
 
 def test_a_saved_config_resumes_as_it_was_and_an_old_one_keeps_its_old_defaults():
     first = settle({"env": "CartPole-v1", "num_workers": 3}, env={"reward_scale": 0.1})
-    saved = json.loads(json.dumps(first.to_json()))  # as config.json holds it, its origins beside the fields
-    assert saved[ORIGINS_KEY] == {"flags": ["env=CartPole-v1", "num_workers=3"], "env defaults": ["reward_scale=0.1"]}
+    # as config.json holds it, its origins beside the fields
+    saved = json.loads(json.dumps(first.to_json()))
+    assert saved[ORIGINS_KEY] == {
+        "flags": ["env=CartPole-v1", "num_workers=3"],
+        "env defaults": ["reward_scale=0.1"],
+    }
     resumed = settle({"train_for_seconds": 5.0}, env={"reward_scale": 0.1}, saved=saved)
     assert resumed.config == Config(**{**first.config.to_json(), "train_for_seconds": 5.0})
     old = {k: v for k, v in saved.items() if k not in ("normalize_returns", ORIGINS_KEY)}
-    old["removed_flag"] = 1  # a flag a newer version dropped is not a setting
-    assert settle({}, saved=old).config.normalize_returns is False  # saved before it existed: as it ran then
+    # a flag a newer version dropped is not a setting
+    old["removed_flag"] = 1
+    # saved before it existed: as it ran then
+    assert settle({}, saved=old).config.normalize_returns is False
 
 
 def test_a_later_stage_is_the_origin_only_of_what_it_changes():

@@ -8,13 +8,16 @@ from asyncrl.roles.learner import Learner
 from asyncrl.roles.rollout_worker import RolloutWorker
 from asyncrl.roles.serial_runner import take_turn
 
-SYNTHETIC = {"step_us": 0, "episode_len": 5}  # truncated every 5 steps: final-observation rows that are no samples
+# truncated every 5 steps: final-observation rows that are no samples
+SYNTHETIC = {"step_us": 0, "episode_len": 5}
 
 
 def _record_batches(learner: Learner) -> list[dict]:
-    """Wrap the learner's train to keep, per update, its version, its samples, their acting versions, how many
-    were acted by the version before (carried in) and how many actions in flight it leaves to the next update."""
-    batches, train = [], learner.train
+    """Wrap the learner's train to keep, per update, its version, its samples, their acting
+    versions, how many were acted by the version before (carried in) and how many actions in flight
+    it leaves to the next update."""
+    batches = []
+    train = learner.train
 
     def recording_train(batch, preempted_steps=0):
         valid = batch["valid"]
@@ -58,7 +61,9 @@ def _run(runner, updates: int, max_rounds: int = 20_000) -> Learner:
 
 
 @pytest.mark.parametrize("algo, use_rnn", [("ppo", False), ("ver", False), ("ver", True)])
-def test_sync_updates_learn_every_env_step_once_and_only_ver_carries_actions_over(tmp_path, algo, use_rnn):
+def test_sync_updates_learn_every_env_step_once_and_only_ver_carries_actions_over(
+    tmp_path, algo, use_rnn
+):
     """ppo: every sample of an update was acted by the weights being trained (lag 0), and an update holds exactly
     --rollout actions of every env. ver: the actions handed out under one version are at least --batch_size and at
     most one env group more; those whose group was mid-step at the close are learned in the next update (carry-over:
@@ -76,19 +81,31 @@ def test_sync_updates_learn_every_env_step_once_and_only_ver_carries_actions_ove
         rnn_size=8,
     )
     learner = next(c for c in runner.components if isinstance(c, Learner))
-    batches, stepped = _record_batches(learner), _count_env_steps(runner)
+    batches = _record_batches(learner)
+    stepped = _count_env_steps(runner)
     _run(runner, updates=30)
     assert len(batches) >= 30
     for before, b in zip([{"carried_out": 0}] + batches, batches):
         if algo == "ppo":
             assert b["acted_versions"] == {b["version"]} and b["samples"] == 2 * 4 * 4, b
         else:
-            assert b["acted_versions"] <= {b["version"] - 1, b["version"]} and b["carried_in"] == before["carried_out"]
-            assert batch <= b["samples"] - b["carried_in"] + b["carried_out"] < batch + runner.cfg.envs_per_group, b
+            assert (
+                b["acted_versions"] <= {b["version"] - 1, b["version"]}
+                and b["carried_in"] == before["carried_out"]
+            )
+            assert (
+                batch
+                <= b["samples"] - b["carried_in"] + b["carried_out"]
+                < batch + runner.cfg.envs_per_group
+            ), b
     if algo == "ver":
         assert sum(b["carried_out"] for b in batches) > 0
-    buffers, learned_rows = runner.buffers, learner.source.learned_rows
-    arrived = [s for s in drain(runner.queues.full_slots[0]) if s >= 0] + learner.source.pending_slots  # not signals
+    buffers = runner.buffers
+    learned_rows = learner.source.learned_rows
+    # not signals
+    arrived = [
+        s for s in drain(runner.queues.full_slots[0]) if s >= 0
+    ] + learner.source.pending_slots
     not_learned = sum(int(buffers.traj_valid[s, learned_rows(s) :].sum()) for s in arrived)
     not_learned += sum(
         int(buffers.traj_valid[s, learned_rows(s) : t].sum())
@@ -99,20 +116,28 @@ def test_sync_updates_learn_every_env_step_once_and_only_ver_carries_actions_ove
 
 
 def test_actions_carried_over_count_until_their_slot_comes_back(tmp_path):
-    """The learner's view of rollout_carried: an action in flight whose slot came back is this rollout's; one carried
-    at an earlier close counts again while its slot is still out; an older entry whose slot came back since (and may
-    be another agent's now) is stale."""
-    runner = serial_runner(tmp_path, algo="ver", env="synthetic_constant", with_vtrace=False, batch_size=32)
+    """The learner's view of rollout_carried: an action in flight whose slot came back is this
+    rollout's; one carried at an earlier close counts again while its slot is still out; an older
+    entry whose slot came back since (and may be another agent's now) is stale."""
+    runner = serial_runner(
+        tmp_path, algo="ver", env="synthetic_constant", with_vtrace=False, batch_size=32
+    )
     learner = next(c for c in runner.components if isinstance(c, Learner))
     source = learner.source
-    source.pending_slots, source.carried_rows = [7], {3: (2, 4), 4: (6, 4), 6: (1, 5)}
+    source.pending_slots = [7]
+    source.carried_rows = {3: (2, 4), 4: (6, 4), 6: (1, 5)}
     entries = {
-        0: (7, 3, 5),  # its slot came back: skipped
-        1: (3, 4, 5),  # carried at the last close, served again since: rows 2..3 now, row 4 next time
-        2: (4, 6, 4),  # carried at the last close, still mid-step: carried again, nothing to learn now
-        3: (5, 2, 4),  # stale: slot 5 came back since
+        # its slot came back: skipped
+        0: (7, 3, 5),
+        # carried at the last close, served again since: rows 2..3 now, row 4 next time
+        1: (3, 4, 5),
+        # carried at the last close, still mid-step: carried again, nothing to learn now
+        2: (4, 6, 4),
+        # stale: slot 5 came back since
+        3: (5, 2, 4),
         4: (6, 3, 3),
-    }  # stale: slot 6 is out again, for an action of version 5
+        # stale: slot 6 is out again, for an action of version 5
+    }
     carried = runner.buffers.rollout_carried
     carried.fill_(-1)
     for agent, entry in entries.items():
@@ -123,12 +148,13 @@ def test_actions_carried_over_count_until_their_slot_comes_back(tmp_path):
 
 @pytest.mark.slow
 def test_ver_gives_fast_envs_more_of_the_batch_than_lock_step(tmp_path):
-    """Worker 0's envs cost 30x worker 1's (synthetic_constant's worker_cost): in ver their share of the samples falls
-    well below the half that lock-step ppo gives them (0.12-0.13 here, 0.12-0.15 with two more busy processes on 2
-    cores; at 10x an inference round trip's time weighs as much as the step's, and CI saw 0.31). Each episode reports
-    which worker played it; the share is over every episode of the run (--stats_avg above their number). ppo learns
-    at lag 0; ver's lag is 0 but for the steps in flight at a rollout's end (a version older for each rollout they
-    stayed in flight)."""
+    """Worker 0's envs cost 30x worker 1's (synthetic_constant's worker_cost): in ver their share of
+    the samples falls well below the half that lock-step ppo gives them (0.12-0.13 here, 0.12-0.15
+    with two more busy processes on 2 cores; at 10x an inference round trip's time weighs as much as
+    the step's, and CI saw 0.31). Each episode reports which worker played it; the share is over
+    every episode of the run (--stats_avg above their number). ppo learns at lag 0; ver's lag is 0
+    but for the steps in flight at a rollout's end (a version older for each rollout they stayed in
+    flight)."""
     shares = {}
     for algo in ("ppo", "ver"):
         r = run_cli(
@@ -164,10 +190,13 @@ def test_ver_gives_fast_envs_more_of_the_batch_than_lock_step(tmp_path):
         )
         assert r.returncode == 0, r.stdout + r.stderr
         rows = read_stats(tmp_path / algo)
-        lag_means = [row["policy_lag_mean"] for row in rows if row.get("policy_lag_mean") is not None]
+        lag_means = [
+            row["policy_lag_mean"] for row in rows if row.get("policy_lag_mean") is not None
+        ]
         assert max(lag_means) == 0 if algo == "ppo" else max(lag_means) < 0.2, lag_means
         last = rows[-1]
-        shares[algo] = 1 - last["episode_worker_mean"]  # the fraction of episodes worker 0's envs played
+        # the fraction of episodes worker 0's envs played
+        shares[algo] = 1 - last["episode_worker_mean"]
     assert shares["ppo"] == pytest.approx(0.5, abs=0.05), shares
     assert shares["ver"] < 0.3, shares
 
@@ -196,27 +225,38 @@ def test_sync_cartpole_learns_in_real_processes(tmp_path, algo, clean_machine):
     rows = read_stats(tmp_path / algo)
     assert rows[-1]["episode_reward_mean"] > 150, rows[-1]
     lag_means = [row["policy_lag_mean"] for row in rows if row.get("policy_lag_mean") is not None]
-    assert max(lag_means) == 0 if algo == "ppo" else max(lag_means) < 0.2  # ver: the steps in flight at a close
+    # ver: the steps in flight at a close
+    assert max(lag_means) == 0 if algo == "ppo" else max(lag_means) < 0.2
 
 
 def test_agents_that_leave_early_do_not_stall_a_lock_step_rollout(tmp_path):
-    """ppo with agents that die before the others: the rollout closes once every group waits, though the agents
-    that wait for their env's reset took fewer than --rollout actions."""
+    """ppo with agents that die before the others: the rollout closes once every group waits, though
+    the agents that wait for their env's reset took fewer than --rollout actions."""
     leaving = {"num_agents": 3, "agent_episode_lens": [3, 5, 30], "episode_len": 8, "step_us": 0}
-    lock_step = 2 * 4 * 3 * 4  # workers x envs x agents x rollout
+    # workers x envs x agents x rollout
+    lock_step = 2 * 4 * 3 * 4
     runner = serial_runner(
-        tmp_path, algo="ppo", env="synthetic_multi", env_options=leaving, batch_size=lock_step, with_vtrace=False
+        tmp_path,
+        algo="ppo",
+        env="synthetic_multi",
+        env_options=leaving,
+        batch_size=lock_step,
+        with_vtrace=False,
     )
     batches = _record_batches(next(c for c in runner.components if isinstance(c, Learner)))
     _run(runner, updates=20)
-    assert all(b["acted_versions"] == {b["version"]} and b["samples"] <= lock_step for b in batches), batches
-    assert any(b["samples"] < lock_step for b in batches), "no rollout closed with an agent short of its actions"
+    assert all(
+        b["acted_versions"] == {b["version"]} and b["samples"] <= lock_step for b in batches
+    ), batches
+    assert any(b["samples"] < lock_step for b in batches), (
+        "no rollout closed with an agent short of its actions"
+    )
     runner._stop_children()
 
 
 def test_env_errors_do_not_stall_a_rollout(tmp_path):
-    """An env that raises throws its unfinished trajectory away: in ver the learner still gets those slots (as no
-    samples) and counts their actions, so the rollout closes."""
+    """An env that raises throws its unfinished trajectory away: in ver the learner still gets those
+    slots (as no samples) and counts their actions, so the rollout closes."""
     runner = serial_runner(
         tmp_path,
         algo="ver",
@@ -234,8 +274,14 @@ def test_env_errors_do_not_stall_a_rollout(tmp_path):
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--algo", "ver", "--with_vtrace", "True"], "--with_vtrace True only works with --algo appo"),
-        (["--algo", "ppo", "--num_policies", "2"], "--num_policies > 1 only works with --algo appo"),
+        (
+            ["--algo", "ver", "--with_vtrace", "True"],
+            "--with_vtrace True only works with --algo appo",
+        ),
+        (
+            ["--algo", "ppo", "--num_policies", "2"],
+            "--num_policies > 1 only works with --algo appo",
+        ),
         (["--algo", "ver", "--with_pbt", "True", "--num_policies", "2"], "--with_pbt True"),
         (["--algo", "ppo", "--batch_size", "128"], "--batch_size must be 1024"),
         (["--algo", "a2c"], "invalid choice"),

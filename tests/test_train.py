@@ -17,14 +17,23 @@ def test_multiprocess_cartpole_learns(cartpole_run):
     exp = train_dir / "cp"
     # the engine's lines are log records, in the terminal and with their time in the run's log.txt
     assert "asyncrl: flags: env=CartPole-v1" in stdout
-    assert re.search(r"^\S+ \S+ INFO asyncrl: flags: env=CartPole-v1", (exp / "log.txt").read_text(), re.M)
+    assert re.search(
+        r"^\S+ \S+ INFO asyncrl: flags: env=CartPole-v1", (exp / "log.txt").read_text(), re.M
+    )
     rows = read_stats(exp)
     assert rows[-1]["env_steps"] >= 40_000
-    assert rows[-1]["episode_reward_mean"] > 100, f"no learning progress: {rows[-1]}"  # random play scores ~22
+    # random play scores ~22
+    assert rows[-1]["episode_reward_mean"] > 100, f"no learning progress: {rows[-1]}"
     assert rows[-1]["train_step"] > 0 and rows[-1]["policy_lag_mean"] is not None
-    assert {"time_s", "env_steps", "fps", "policy_id", "episode_reward_mean", "policy_lag_mean", "train_step"} <= set(
-        rows[-1]
-    )
+    assert {
+        "time_s",
+        "env_steps",
+        "fps",
+        "policy_id",
+        "episode_reward_mean",
+        "policy_lag_mean",
+        "train_step",
+    } <= set(rows[-1])
     assert (exp / "config.json").exists()
     assert glob.glob(str(exp / "tb" / "policy_0" / "events.out.tfevents.*"))
     assert glob.glob(str(exp / "checkpoint_p0" / "checkpoint_*.pth"))
@@ -51,9 +60,11 @@ def test_serial_mode_learns_and_its_seed_repeats_the_run_bit_for_bit(tmp_path, c
         )
         assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "serial")
-    assert rows[-1]["env_steps"] >= 20_000 and rows[-1]["episode_reward_mean"] > 60, rows[-1]  # seed 0 here: 97
+    # seed 0 here: 97
+    assert rows[-1]["env_steps"] >= 20_000 and rows[-1]["episode_reward_mean"] > 60, rows[-1]
     first, second = (
-        load_checkpoint(list_checkpoints(checkpoint_dir(tmp_path / e, 0))[-1]) for e in ("serial", "again")
+        load_checkpoint(list_checkpoints(checkpoint_dir(tmp_path / e, 0))[-1])
+        for e in ("serial", "again")
     )
     assert first["train_step"] == second["train_step"]
     assert all(torch.equal(first["model"][k], second["model"][k]) for k in first["model"])
@@ -62,7 +73,8 @@ def test_serial_mode_learns_and_its_seed_repeats_the_run_bit_for_bit(tmp_path, c
 @pytest.mark.slow
 def test_resume_continues_env_steps(cartpole_run, tmp_path, clean_machine):
     first_end = read_stats(copy_run(cartpole_run, tmp_path, "res") / "res")[-1]
-    wandb_folders = len(wandb_runs(tmp_path / "res" / "wandb"))  # the training run's, and any enjoy's video added
+    # the training run's, and any enjoy's video added
+    wandb_folders = len(wandb_runs(tmp_path / "res" / "wandb"))
     r = run_cli(
         "train",
         "--train_dir",
@@ -85,11 +97,20 @@ def test_resume_continues_env_steps(cartpole_run, tmp_path, clean_machine):
     assert all(row["env_steps"] >= first_end["env_steps"] for row in second)
     assert second[-1]["env_steps"] >= first_end["env_steps"] + 10_000
     assert second[-1]["train_step"] > first_end["train_step"]
-    # the recent-episode window was saved and restored: the first row of the resumed run already has it
-    assert second[0]["episode_reward_mean"] is not None and second[0]["episodes"] >= first_end["episodes"]
+    # the recent-episode window was saved and restored: the first row of the resumed run already has
+    # it
+    assert (
+        second[0]["episode_reward_mean"] is not None
+        and second[0]["episodes"] >= first_end["episodes"]
+    )
     # the resumed run logs on into the same wandb run (offline: one more folder with the run's id)
     folders = wandb_runs(tmp_path / "res" / "wandb")
-    run_ids = {record.run.run_id for records in folders.values() for record in records if record.HasField("run")}
+    run_ids = {
+        record.run.run_id
+        for records in folders.values()
+        for record in records
+        if record.HasField("run")
+    }
     assert len(folders) == wandb_folders + 1, folders
     assert run_ids == {(tmp_path / "res" / "wandb_id").read_text().strip()}, run_ids
 
@@ -117,13 +138,18 @@ def test_restart_behavior_restart_starts_over(cartpole_run, tmp_path):
 
 
 @pytest.mark.parametrize("behavior", ["resume", "restart"])
-def test_a_second_run_of_an_experiment_in_training_is_one_line_and_touches_nothing(tmp_path, behavior):
-    """Two runs of one experiment interleaved their checkpoints and stats rows in one folder (found by a user's
-    second `asyncrl train` of the same command); the running one holds the folder's lock."""
+def test_a_second_run_of_an_experiment_in_training_is_one_line_and_touches_nothing(
+    tmp_path, behavior
+):
+    """Two runs of one experiment interleaved their checkpoints and stats rows in one folder (found
+    by a user's second `asyncrl train` of the same command); the running one holds the folder's
+    lock."""
     from asyncrl.cfg.config import Config
     from asyncrl.roles.launch import experiment_dir_claimed
 
-    with experiment_dir_claimed(Config(env="CartPole-v1", train_dir=str(tmp_path), experiment="busy")):
+    with experiment_dir_claimed(
+        Config(env="CartPole-v1", train_dir=str(tmp_path), experiment="busy")
+    ):
         (tmp_path / "busy" / "stats.jsonl").write_text("the running run's rows\n")
         r = run_cli_error(
             "train",
@@ -136,9 +162,12 @@ def test_a_second_run_of_an_experiment_in_training_is_one_line_and_touches_nothi
             "--restart_behavior",
             behavior,
         )
-        assert r.returncode == 2 and "another run is training experiment 'busy'" in r.stderr, r.stderr
+        assert r.returncode == 2 and "another run is training experiment 'busy'" in r.stderr, (
+            r.stderr
+        )
         assert len(r.stderr.strip().splitlines()) == 1
-        assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["stats.jsonl"]  # no config.json either
+        # no config.json either
+        assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["stats.jsonl"]
         assert (tmp_path / "busy" / "stats.jsonl").read_text() == "the running run's rows\n"
 
 
@@ -161,15 +190,18 @@ def test_train_for_seconds_stops_the_run(tmp_path, clean_machine):
     wall = time.time() - start
     assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "secs")
-    assert 3 <= rows[-1]["time_s"] < 10, rows[-1]  # the last row comes after the stop (checkpoint, joins)
+    # the last row comes after the stop (checkpoint, joins)
+    assert 3 <= rows[-1]["time_s"] < 10, rows[-1]
     assert wall < 40
 
 
 @pytest.mark.slow
-def test_episodes_count_when_the_run_stops_while_the_workers_wait_for_the_learner(tmp_path, clean_machine):
-    # 200 epochs per batch (an update of ~4.7 s): on 2 cores the learner is still on its first batch when the run
-    # stops, and the rollout workers, their slots all full, have waited for it since their first seconds
-    # (timing_rollout_wait_slot ~1)
+def test_episodes_count_when_the_run_stops_while_the_workers_wait_for_the_learner(
+    tmp_path, clean_machine
+):
+    # 200 epochs per batch (an update of ~4.7 s): on 2 cores the learner is still on its first batch
+    # when the run stops, and the rollout workers, their slots all full, have waited for it since
+    # their first seconds (timing_rollout_wait_slot ~1)
     r = run_cli(
         "train",
         "--env",
@@ -193,15 +225,19 @@ def test_episodes_count_when_the_run_stops_while_the_workers_wait_for_the_learne
 def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(
     tmp_path, clean_machine, value_bootstrap, low, high
 ):
-    """synthetic_constant is truncated after 50 steps and its observation does not show the time, so every state has
-    one value. Bootstrapped at the time limit, it is the discounted value of the endless task, r / (1 - gamma) (50 r
-    with gamma 0.98); treated as a death, the learner fits the time-limited return averaged over the episode's
-    steps, r / (1 - gamma) (1 - mean_k gamma^k over k = 1..50) (18.8 r), somewhat more where rollouts end before the
-    episode and bootstrap from that time-blind value (23.5 r seen): the bias --value_bootstrap removes. Values of 50
-    are learned this fast because the value head learns normalized returns (--normalize_returns, the default).
-    The mean value is bounded below per unit of the recent reward (the rewards' running mean lags the policy, so the
-    ratio can only come out higher) and above in absolute terms (rewards are at most 1 a step)."""
-    gamma, length, steps = 0.98, 50, 100_000
+    """synthetic_constant is truncated after 50 steps and its observation does not show the time, so
+    every state has one value. Bootstrapped at the time limit, it is the discounted value of the
+    endless task, r / (1 - gamma) (50 r with gamma 0.98); treated as a death, the learner fits the
+    time-limited return averaged over the episode's steps, r / (1 - gamma) (1 - mean_k gamma^k over
+    k = 1..50) (18.8 r), somewhat more where rollouts end before the episode and bootstrap from that
+    time-blind value (23.5 r seen): the bias --value_bootstrap removes. Values of 50 are learned
+    this fast because the value head learns normalized returns (--normalize_returns, the default).
+    The mean value is bounded below per unit of the recent reward (the rewards' running mean lags
+    the policy, so the ratio can only come out higher) and above in absolute terms (rewards are at
+    most 1 a step)."""
+    gamma = 0.98
+    length = 50
+    steps = 100_000
     r = run_cli(
         "train",
         "--env",
@@ -224,11 +260,13 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(
         1,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    # the second half of the run (the last rows of a 3-second run may reach back to where the policy still learned)
+    # the second half of the run (the last rows of a 3-second run may reach back to where the policy
+    # still learned)
     last = [row for row in read_stats(tmp_path / "tl") if row["env_steps"] >= steps // 2]
     reward_per_step = sum(row["episode_reward_mean"] for row in last) / len(last) / length
     value = sum(row["value"] for row in last) / len(last)
-    assert reward_per_step > 0.5, last[-1]  # the policy learned, so the values are of a good policy
+    # the policy learned, so the values are of a good policy
+    assert reward_per_step > 0.5, last[-1]
     assert low < value / reward_per_step and value < high, last[-1]
 
 
@@ -236,7 +274,10 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(
     "args,needle",
     [
         (["--env", "CartPol-v1"], "did you mean: CartPole-v1"),
-        (["--env", "CartPole-v1", "--env_options", '{"frameskip": 2}'], "does not take the options"),
+        (
+            ["--env", "CartPole-v1", "--env_options", '{"frameskip": 2}'],
+            "does not take the options",
+        ),
         pytest.param(
             ["--env", "LunarLander-v3"],
             "Box2D is not installed",
@@ -246,11 +287,23 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(
             ),
         ),
         (["--env", "CartPole-v1", "--num_workers", "0"], "--num_workers must be positive"),
-        (["--env", "CartPole-v1", "--num_envs_per_worker", "5", "--worker_num_splits", "2"], "divisible"),
-        (["--env", "CartPole-v1", "--batch_size", "100", "--rollout", "32"], "multiple of --rollout"),
-        (["--env", "CartPole-v1", "--use_rnn", "True", "--recurrence", "5"], "must divide --rollout"),
+        (
+            ["--env", "CartPole-v1", "--num_envs_per_worker", "5", "--worker_num_splits", "2"],
+            "divisible",
+        ),
+        (
+            ["--env", "CartPole-v1", "--batch_size", "100", "--rollout", "32"],
+            "multiple of --rollout",
+        ),
+        (
+            ["--env", "CartPole-v1", "--use_rnn", "True", "--recurrence", "5"],
+            "must divide --rollout",
+        ),
         (["--env", "doom_basic", "--actor_critic_share_weights", "False"], "needs --use_rnn False"),
-        (["--env", "Pendulum-v1", "--critic_mlp_layers", "256", "256"], "needs --actor_critic_share_weights False"),
+        (
+            ["--env", "Pendulum-v1", "--critic_mlp_layers", "256", "256"],
+            "needs --actor_critic_share_weights False",
+        ),
         (
             [
                 "--env",
@@ -264,19 +317,29 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(
             ],
             "this model's encoder is conv",
         ),
-        (["--env", "CartPole-v1", "--use_rnn", "True", "--shuffle_samples", "True"], "needs --use_rnn False"),
+        (
+            ["--env", "CartPole-v1", "--use_rnn", "True", "--shuffle_samples", "True"],
+            "needs --use_rnn False",
+        ),
         (["--env", "Pendulum-v1", "--initial_stddev", "0"], "--initial_stddev must be positive"),
         (["--env", "CartPole-v1", "--encoder", "conv"], "--encoder conv needs image observations"),
-        (["--env", "synthetic_image_and_vector", "--encoder", "mlp"], "--encoder mlp takes one observation"),
+        (
+            ["--env", "synthetic_image_and_vector", "--encoder", "mlp"],
+            "--encoder mlp takes one observation",
+        ),
         (
             ["--env", "synthetic_constant", "--env_options", '{"obs_shape": [3, 16, 16]}'],
             "images of 16x16 are smaller than the conv encoder takes (36x36 at least)",
         ),
-        (["--env", "CartPole-v1", "--rpo_alpha", "0.5"], "--rpo_alpha shifts a Gaussian's means: it needs Box actions"),
+        (
+            ["--env", "CartPole-v1", "--rpo_alpha", "0.5"],
+            "--rpo_alpha shifts a Gaussian's means: it needs Box actions",
+        ),
         (
             ["--env", "CartPole-v1", "--adam_beta2", "1"],
             "--adam_beta2 must be in [0, 1), got 1.0",
-        ),  # Adam's, in the learner
+            # Adam's, in the learner
+        ),
         (
             ["--env", "CartPole-v1", "--lr_adaptive_min", "0.1", "--lr_adaptive_max", "0.01"],
             "must satisfy 0 < min <= max",
@@ -285,11 +348,21 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(
         (["--env", "CartPole-v1", "--use_rnn", "maybe"], "expected True or False"),
         (["--env", "CartPole-v1", "--device", "cuda"], "no CUDA GPU"),
         (
-            ["--env", "doom_basic", "--num_workers", "200", "--num_envs_per_worker", "64", "--rollout", "256"],
+            [
+                "--env",
+                "doom_basic",
+                "--num_workers",
+                "200",
+                "--num_envs_per_worker",
+                "64",
+                "--rollout",
+                "256",
+            ],
             "of shared memory but /dev/shm has",
         ),
         ([], "--env is required"),
-        # "" was --train_dir itself (restart would empty every experiment in it), "../x" a folder outside it
+        # "" was --train_dir itself (restart would empty every experiment in it), "../x" a folder
+        # outside it
         *[
             (
                 ["--env", "CartPole-v1", "--experiment", name, "--restart_behavior", "restart"],
@@ -305,19 +378,29 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], r.stderr
     assert "Traceback" not in r.stderr
-    assert not (tmp_path / "default_experiment" / "stats.jsonl").exists() and not (tmp_path / "config.json").exists()
+    assert (
+        not (tmp_path / "default_experiment" / "stats.jsonl").exists()
+        and not (tmp_path / "config.json").exists()
+    )
 
 
 def test_train_help_shows_the_values_an_env_and_the_flags_given_set():
-    """`asyncrl train --env X --help` shows, beside each default the env (or a flag) changes, what the run would use;
-    with no env, or an unknown one, the defaults alone."""
+    """`asyncrl train --env X --help` shows, beside each default the env (or a flag) changes, what
+    the run would use; with no env, or an unknown one, the defaults alone."""
     r = run_cli("train", "--env", "mujoco_hopper", "--rollout", 48, "--help", timeout=60)
-    text = " ".join(r.stdout.split())  # argparse wraps the help lines
-    assert r.returncode == 0 and "--num_epochs INT Passes over each batch. (default: 1; this run: 4)" in text
-    assert "(default: 32; this run: 48)" in text and "(default: 1024; this run: 1536)" in text  # ppo's batch follows
+    # argparse wraps the help lines
+    text = " ".join(r.stdout.split())
+    assert (
+        r.returncode == 0
+        and "--num_epochs INT Passes over each batch. (default: 1; this run: 4)" in text
+    )
+    # ppo's batch follows
+    assert "(default: 32; this run: 48)" in text and "(default: 1024; this run: 1536)" in text
     for argv in ([], ["--env", "no_such_env"]):
         r = run_cli("train", *argv, "--help", timeout=60)
-        assert r.returncode == 0 and "--num_epochs INT" in r.stdout and "; this run:" not in r.stdout
+        assert (
+            r.returncode == 0 and "--num_epochs INT" in r.stdout and "; this run:" not in r.stdout
+        )
 
 
 def test_envs_lists_registered_envs():
@@ -328,7 +411,8 @@ def test_envs_lists_registered_envs():
     listed = {line.split()[0] for line in r.stdout.splitlines()}
     builtin = {name for name in registered_envs() if name.startswith(("doom_", "synthetic_"))}
     assert len(builtin) == 17 and builtin <= listed
-    assert {"atari_<game>", "mujoco_<task>"} <= listed  # each family in one line, named as its members are
+    # each family in one line, named as its members are
+    assert {"atari_<game>", "mujoco_<task>"} <= listed
 
 
 @pytest.mark.slow
@@ -343,7 +427,9 @@ def test_log_level_chooses_the_lines_and_every_process_writes_the_log_file(tmp_p
 
     stdout, log = run("debug")
     for title in ("asyncrl-learner-0", "asyncrl-policy-0", "asyncrl-rollout-0"):
-        assert f"{title}: started" in stdout and re.search(f"DEBUG {title}: stopped \\(exit code 0\\)", log), log
+        assert f"{title}: started" in stdout and re.search(
+            f"DEBUG {title}: stopped \\(exit code 0\\)", log
+        ), log
     assert "INFO asyncrl: flags:" in log
     stdout, log = run("warning")
     assert "flags:" not in stdout and "started" not in stdout and "flags:" not in log

@@ -1,5 +1,5 @@
-"""A user's own env, without forking asyncrl: an installed package's entry point, an import path, and
-register_env in the user's script; each trains with several worker processes."""
+"""A user's own env, without forking asyncrl: an installed package's entry point, an import path,
+and register_env in the user's script; each trains with several worker processes."""
 
 import json
 import os
@@ -68,10 +68,12 @@ TRAIN = [
 
 @pytest.fixture(scope="module")
 def installed_plugin(tmp_path_factory):
-    """pip-installs a separate package declaring an `asyncrl.envs` entry point into a folder of its own;
-    returns an environment whose PYTHONPATH holds it (as a virtualenv's site-packages would)."""
+    """pip-installs a separate package declaring an `asyncrl.envs` entry point into a folder of its
+    own; returns an environment whose PYTHONPATH holds it (as a virtualenv's site-packages
+    would)."""
     root = tmp_path_factory.mktemp("plugin")
-    source, target = root / "src", root / "site"
+    source = root / "src"
+    target = root / "site"
     (source / "tiny_corridor_pkg").mkdir(parents=True)
     (source / "tiny_corridor_pkg" / "__init__.py").write_text("")
     (source / "tiny_corridor_pkg" / "corridor.py").write_text(CORRIDOR)
@@ -104,16 +106,31 @@ def installed_plugin(tmp_path_factory):
 def check_trained(experiment_dir, workers=2):
     rows = read_stats(experiment_dir)
     assert rows[-1]["env_steps"] >= 3000 and rows[-1]["train_step"] > 0, rows[-1]
-    assert rows[-1]["episodes"] > 0 and "episode_reached_mean" in rows[-1]  # the env's own stats came through
+    # the env's own stats came through
+    assert rows[-1]["episodes"] > 0 and "episode_reached_mean" in rows[-1]
     config = json.loads((experiment_dir / "config.json").read_text())
-    assert config["num_workers"] == workers and config["encoder_mlp_layers"] == [16]  # the factory's defaults
+    # the factory's defaults
+    assert config["num_workers"] == workers and config["encoder_mlp_layers"] == [16]
 
 
-def test_installed_entry_point_env_trains_with_several_workers(tmp_path, installed_plugin, clean_machine):
+def test_installed_entry_point_env_trains_with_several_workers(
+    tmp_path, installed_plugin, clean_machine
+):
     listed = run_cli("envs", env=installed_plugin, timeout=60)
-    assert "tiny_corridor" in listed.stdout and "tiny_corridor_pkg.corridor:make_corridor" in listed.stdout
+    assert (
+        "tiny_corridor" in listed.stdout
+        and "tiny_corridor_pkg.corridor:make_corridor" in listed.stdout
+    )
     r = run_cli(
-        "train", "--env", "tiny_corridor", "--train_dir", tmp_path, "--experiment", "ep", *TRAIN, env=installed_plugin
+        "train",
+        "--env",
+        "tiny_corridor",
+        "--train_dir",
+        tmp_path,
+        "--experiment",
+        "ep",
+        *TRAIN,
+        env=installed_plugin,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     check_trained(tmp_path / "ep")
@@ -137,8 +154,9 @@ def test_import_path_env_trains(tmp_path, installed_plugin, clean_machine):
 
 @pytest.mark.slow
 def test_env_registered_in_a_users_script_reaches_the_workers(tmp_path, clean_machine):
-    """register_env under `if __name__ == "__main__"`: spawned workers never run that line, so only the entry the
-    runner ships to them can make the env (its class is defined in the script: shipped by value)."""
+    """register_env under `if __name__ == "__main__"`: spawned workers never run that line, so only
+    the entry the runner ships to them can make the env (its class is defined in the script: shipped
+    by value)."""
     script = tmp_path / "my_training.py"
     script.write_text(
         CORRIDOR
@@ -167,13 +185,18 @@ def test_env_registered_in_a_users_script_reaches_the_workers(tmp_path, clean_ma
     ],
 )
 def test_bad_import_path_is_one_line_and_exit_2(tmp_path, installed_plugin, env, needle):
-    r = run_cli_error("train", "--env", env, "--train_dir", tmp_path, path=[installed_plugin["PYTHONPATH"]])
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+    r = run_cli_error(
+        "train", "--env", env, "--train_dir", tmp_path, path=[installed_plugin["PYTHONPATH"]]
+    )
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, (
+        r.stderr
+    )
 
 
 def test_envs_install_as_asyncrl_envs_not_a_top_level_package(tmp_path):
-    """The wheel holds the env adapters at asyncrl/envs/, nothing at a top-level envs/ that could shadow (or be
-    shadowed by) another project's `envs`; installed, `import envs` finds nothing of ours."""
+    """The wheel holds the env adapters at asyncrl/envs/, nothing at a top-level envs/ that could
+    shadow (or be shadowed by) another project's `envs`; installed, `import envs` finds nothing of
+    ours."""
     from helpers import REPO
 
     subprocess.run(
@@ -196,9 +219,14 @@ def test_envs_install_as_asyncrl_envs_not_a_top_level_package(tmp_path):
     import zipfile
 
     names = zipfile.ZipFile(next(tmp_path.glob("asyncrl-*.whl"))).namelist()
-    assert {"asyncrl/envs/__init__.py", "asyncrl/envs/doom.py", "asyncrl/envs/synthetic.py"} <= set(names)
+    assert {"asyncrl/envs/__init__.py", "asyncrl/envs/doom.py", "asyncrl/envs/synthetic.py"} <= set(
+        names
+    )
     assert not [n for n in names if n.startswith("envs/")], names
     r = run_python(
-        "-c", "import importlib.util, asyncrl.envs; print(importlib.util.find_spec('envs'))", cwd=tmp_path, timeout=60
+        "-c",
+        "import importlib.util, asyncrl.envs; print(importlib.util.find_spec('envs'))",
+        cwd=tmp_path,
+        timeout=60,
     )
     assert r.returncode == 0 and r.stdout.strip() == "None", r.stdout + r.stderr

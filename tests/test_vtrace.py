@@ -1,4 +1,5 @@
-"""V-trace and GAE against slow references written from the papers' sums (not from the recursions)."""
+"""V-trace and GAE against slow references written from the papers' sums (not from the
+recursions)."""
 
 import numpy as np
 import pytest
@@ -9,18 +10,22 @@ from asyncrl.algo.vtrace import from_importance_weights
 
 
 def vtrace_reference(log_rhos, discounts, rewards, values, bootstrap, rho_bar, pg_rho_bar, c_bar):
-    """IMPALA eq. (1): v_s = V(x_s) + sum_{t=s}^{T-1} (prod_{i=s}^{t-1} gamma_i c_i) delta_t, element by element."""
+    """IMPALA eq. (1): v_s = V(x_s) + sum_{t=s}^{T-1} (prod_{i=s}^{t-1} gamma_i c_i) delta_t,
+    element by element."""
     T, B = rewards.shape
     rhos = np.exp(log_rhos)
 
     def clip(x, bar):
         return x if bar is None else np.minimum(bar, x)
 
-    values_ext = np.concatenate([values, bootstrap[None]], axis=0)  # V(x_0..x_T)
+    # V(x_0..x_T)
+    values_ext = np.concatenate([values, bootstrap[None]], axis=0)
     vs = np.zeros((T, B))
     for b in range(B):
         for s in range(T):
-            total, weight = 0.0, 1.0  # weight: the product for t, extended by one factor per t
+            # weight: the product for t, extended by one factor per t
+            total = 0.0
+            weight = 1.0
             for t in range(s, T):
                 delta = clip(rhos[t, b], rho_bar) * (
                     rewards[t, b] + discounts[t, b] * values_ext[t + 1, b] - values_ext[t, b]
@@ -50,13 +55,21 @@ def random_batch(rng, T=7, B=5, done_prob=0.2, log_rho_scale=1.0):
 
 
 @pytest.mark.parametrize(
-    "rho_bar,pg_rho_bar,c_bar", [(1.0, 1.0, 1.0), (0.5, 2.0, 0.8), (None, None, None), (3.0, 1.0, 1.5)]
+    "rho_bar,pg_rho_bar,c_bar",
+    [(1.0, 1.0, 1.0), (0.5, 2.0, 0.8), (None, None, None), (3.0, 1.0, 1.5)],
 )
 @pytest.mark.parametrize("seed,T", [(0, 7), (1, 7), (2, 7), (3, 1), (4, 129)])
 def test_vtrace_matches_paper_sum(seed, T, rho_bar, pg_rho_bar, c_bar):
     d = random_batch(np.random.default_rng(seed), T=T)
     vs_ref, pg_ref = vtrace_reference(
-        d["log_rhos"], d["discounts"], d["rewards"], d["values"], d["bootstrap"], rho_bar, pg_rho_bar, c_bar
+        d["log_rhos"],
+        d["discounts"],
+        d["rewards"],
+        d["values"],
+        d["bootstrap"],
+        rho_bar,
+        pg_rho_bar,
+        c_bar,
     )
     t = {k: torch.tensor(v, dtype=torch.float64) for k, v in d.items()}
     out = from_importance_weights(
@@ -74,12 +87,17 @@ def test_vtrace_matches_paper_sum(seed, T, rho_bar, pg_rho_bar, c_bar):
 
 
 def test_on_policy_vtrace_is_n_step_return():
-    """With pi = mu and no clipping effect, v_s is the discounted return bootstrapped from V(x_T)."""
+    """With pi = mu and no clipping effect, v_s is the discounted return bootstrapped from
+    V(x_T)."""
     rng = np.random.default_rng(3)
-    T, B = 6, 3
-    rewards, values, bootstrap = rng.normal(size=(T, B)), rng.normal(size=(T, B)), rng.normal(size=B)
+    T = 6
+    B = 3
+    rewards = rng.normal(size=(T, B))
+    values = rng.normal(size=(T, B))
+    bootstrap = rng.normal(size=B)
     discounts = np.full((T, B), 0.9)
-    discounts[2, 1] = 0.0  # episode 1 ends at step 2
+    # episode 1 ends at step 2
+    discounts[2, 1] = 0.0
     out = from_importance_weights(
         torch.zeros(T, B, dtype=torch.float64),
         torch.tensor(discounts),
@@ -97,7 +115,8 @@ def test_on_policy_vtrace_is_n_step_return():
 
 
 def test_last_step_bootstraps_and_keeps_its_advantage():
-    """The final step's advantage is r + gamma V(x_T) - V(x_{T-1}), not zero (unlike Sample Factory's)."""
+    """The final step's advantage is r + gamma V(x_T) - V(x_{T-1}), not zero (unlike Sample
+    Factory's)."""
     log_rhos = torch.zeros(3, 1)
     out = from_importance_weights(
         log_rhos, torch.full((3, 1), 0.5), torch.ones(3, 1), torch.zeros(3, 1), torch.tensor([4.0])
@@ -118,7 +137,8 @@ def test_episode_end_blocks_bootstrap():
 
 
 def gae_reference(rewards, values, bootstrap, discounts, lam):
-    """Schulman et al. 2016, eq. 16 as a sum: A_t = sum_l (prod_{i<l} gamma_{t+i} lambda) delta_{t+l}."""
+    """Schulman et al. 2016, eq. 16 as a sum: A_t = sum_l (prod_{i<l} gamma_{t+i} lambda)
+    delta_{t+l}."""
     T, B = rewards.shape
     values_ext = np.concatenate([values, bootstrap[None]])
     deltas = rewards + discounts * values_ext[1:] - values
@@ -132,7 +152,8 @@ def gae_reference(rewards, values, bootstrap, discounts, lam):
     return adv
 
 
-@pytest.mark.parametrize("T", [1, 7, 64, 129])  # the scan's steps: none, a few, a power of two, one past it
+# the scan's steps: none, a few, a power of two, one past it
+@pytest.mark.parametrize("T", [1, 7, 64, 129])
 def test_gae_matches_paper_sum(T):
     d = random_batch(np.random.default_rng(4), T=T)
     ref = gae_reference(d["rewards"], d["values"], d["bootstrap"], d["discounts"], 0.95)
@@ -149,22 +170,30 @@ def test_gae_matches_paper_sum(T):
 
 # --- time limits: a truncated episode bootstraps from the value of its final observation
 def random_episodes(rng, num_steps=12):
-    """Real steps of one trajectory: (reward, V(x_t), log rho, end, V(final obs)); end is None, "terminated" or
-    "truncated"; V(final obs) is the value of a truncated episode's final observation."""
+    """Real steps of one trajectory: (reward, V(x_t), log rho, end, V(final obs)); end is None,
+    "terminated" or "truncated"; V(final obs) is the value of a truncated episode's final
+    observation."""
     steps = []
     for t in range(num_steps):
-        end = "truncated" if t == num_steps // 3 else rng.choice([None, None, None, "terminated", "truncated"])
+        end = (
+            "truncated"
+            if t == num_steps // 3
+            else rng.choice([None, None, None, "terminated", "truncated"])
+        )
         steps.append((rng.normal(), rng.normal(), rng.normal(0, 0.5), end, rng.normal()))
     return steps
 
 
 def episodes_reference(steps, bootstrap, gamma, lam=None, rho_bar=1.0, c_bar=1.0, pg_rho_bar=1.0):
-    """From the papers' sums, one episode at a time: v_s = V(x_s) + sum_{t=s}^{e} (prod_{i=s}^{t-1} gamma c_i) delta_t
-    over the steps t of s's episode up to its last step e in the trajectory; delta_t's next value is V(x_{t+1})
-    inside the episode, V(final observation) after a truncated step, 0 after a terminated one and the bootstrap
-    value after the trajectory's last step. With lam: GAE's advantages, sum_l (gamma lam)^l delta_{t+l}."""
+    """From the papers' sums, one episode at a time: v_s = V(x_s) + sum_{t=s}^{e} (prod_{i=s}^{t-1}
+    gamma c_i) delta_t over the steps t of s's episode up to its last step e in the trajectory;
+    delta_t's next value is V(x_{t+1}) inside the episode, V(final observation) after a truncated
+    step, 0 after a terminated one and the bootstrap value after the trajectory's last step. With
+    lam: GAE's advantages, sum_l (gamma lam)^l delta_{t+l}."""
     T = len(steps)
-    rewards, values, log_rhos, ends, finals = (np.array([s[k] for s in steps], dtype=object) for k in range(5))
+    rewards, values, log_rhos, ends, finals = (
+        np.array([s[k] for s in steps], dtype=object) for k in range(5)
+    )
     rhos = np.exp(log_rhos.astype(float))
     next_value = np.zeros(T)
     for t in range(T):
@@ -178,7 +207,9 @@ def episodes_reference(steps, bootstrap, gamma, lam=None, rho_bar=1.0, c_bar=1.0
     deltas = [rho(t) * (rewards[t] + gammas[t] * next_value[t] - values[t]) for t in range(T)]
     out = np.zeros(T)
     for s in range(T):
-        total, product, t = 0.0, 1.0, s
+        total = 0.0
+        product = 1.0
+        t = s
         while True:
             total += product * deltas[t]
             if ends[t] is not None or t + 1 == T:
@@ -188,32 +219,47 @@ def episodes_reference(steps, bootstrap, gamma, lam=None, rho_bar=1.0, c_bar=1.0
         out[s] = total if lam is not None else values[s] + total
     if lam is not None:
         return out
-    vs_next = np.array([out[t + 1] if ends[t] is None and t + 1 < T else next_value[t] for t in range(T)])
+    vs_next = np.array(
+        [out[t + 1] if ends[t] is None and t + 1 < T else next_value[t] for t in range(T)]
+    )
     return out, np.array(
-        [min(pg_rho_bar, rhos[t]) * (rewards[t] + gammas[t] * vs_next[t] - values[t]) for t in range(T)]
+        [
+            min(pg_rho_bar, rhos[t]) * (rewards[t] + gammas[t] * vs_next[t] - values[t])
+            for t in range(T)
+        ]
     )
 
 
 def engine_rows(steps, gamma, bootstrap_truncation=True):
-    """The trajectory as the rollout worker writes it: with bootstrapping, a truncated step is not done and is
-    followed by a row without a sample that holds the final observation (its value) and is done; without it,
-    truncation is written as termination. Returns tensors [rows, 1] and the rows that hold the real steps."""
-    rows, real = [], []
+    """The trajectory as the rollout worker writes it: with bootstrapping, a truncated step is not
+    done and is followed by a row without a sample that holds the final observation (its value) and
+    is done; without it, truncation is written as termination. Returns tensors [rows, 1] and the
+    rows that hold the real steps."""
+    rows = []
+    real = []
     for reward, value, log_rho, end, final_value in steps:
         real.append(len(rows))
         truncated_here = end == "truncated" and bootstrap_truncation
         rows.append((reward, value, log_rho, end is not None and not truncated_here, True))
         if truncated_here:
             rows.append((0.0, final_value, 0.0, True, False))
-    r, v, lr, done, valid = (torch.tensor([[row[k]] for row in rows], dtype=torch.float64) for k in range(5))
-    return dict(rewards=r, values=v, log_rhos=lr, discounts=gamma * (1 - done), valid=valid.bool()), real
+    r, v, lr, done, valid = (
+        torch.tensor([[row[k]] for row in rows], dtype=torch.float64) for k in range(5)
+    )
+    return dict(
+        rewards=r, values=v, log_rhos=lr, discounts=gamma * (1 - done), valid=valid.bool()
+    ), real
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_vtrace_bootstraps_truncated_episodes_from_their_final_observation(seed):
     rng = np.random.default_rng(seed)
-    steps, bootstrap, gamma = random_episodes(rng), rng.normal(), 0.9
-    vs_ref, pg_ref = episodes_reference(steps, bootstrap, gamma, rho_bar=1.0, c_bar=0.9, pg_rho_bar=1.1)
+    steps = random_episodes(rng)
+    bootstrap = rng.normal()
+    gamma = 0.9
+    vs_ref, pg_ref = episodes_reference(
+        steps, bootstrap, gamma, rho_bar=1.0, c_bar=0.9, pg_rho_bar=1.1
+    )
 
     def engine(bootstrap_truncation):
         d, real = engine_rows(steps, gamma, bootstrap_truncation)
@@ -233,19 +279,27 @@ def test_vtrace_bootstraps_truncated_episodes_from_their_final_observation(seed)
     vs, pg = engine(bootstrap_truncation=True)
     np.testing.assert_allclose(vs, vs_ref, atol=1e-10)
     np.testing.assert_allclose(pg, pg_ref, atol=1e-10)
-    assert not np.allclose(engine(bootstrap_truncation=False)[0], vs_ref)  # the test tells a time limit from a death
+    # the test tells a time limit from a death
+    assert not np.allclose(engine(bootstrap_truncation=False)[0], vs_ref)
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_gae_bootstraps_truncated_episodes_from_their_final_observation(seed):
     rng = np.random.default_rng(100 + seed)
-    steps, bootstrap, gamma = random_episodes(rng), rng.normal(), 0.95
+    steps = random_episodes(rng)
+    bootstrap = rng.normal()
+    gamma = 0.95
     ref = episodes_reference(steps, bootstrap, gamma, lam=0.9)
 
     def engine(bootstrap_truncation):
         d, real = engine_rows(steps, gamma, bootstrap_truncation)
         adv, targets = gae(
-            d["rewards"], d["values"], torch.tensor([bootstrap], dtype=torch.float64), d["discounts"], 0.9, d["valid"]
+            d["rewards"],
+            d["values"],
+            torch.tensor([bootstrap], dtype=torch.float64),
+            d["discounts"],
+            0.9,
+            d["valid"],
         )
         np.testing.assert_allclose(targets.numpy(), (adv + d["values"]).numpy())
         return adv[real, 0].numpy()
@@ -255,12 +309,15 @@ def test_gae_bootstraps_truncated_episodes_from_their_final_observation(seed):
 
 
 def test_return_normalizer_keeps_the_moments_of_every_target_it_merged():
-    """Chan et al.'s merge over batches of masked targets gives the mean and variance of all of them together (the
-    prior's 1e-4 count aside); normalize and denormalize are inverses."""
+    """Chan et al.'s merge over batches of masked targets gives the mean and variance of all of them
+    together (the prior's 1e-4 count aside); normalize and denormalize are inverses."""
     from asyncrl.model.normalizers import ReturnNorm
 
-    rng, norm, seen = np.random.default_rng(0), ReturnNorm(), []
-    for scale in (1.0, 30.0, 100.0):  # returns that grow as a policy learns
+    rng = np.random.default_rng(0)
+    norm = ReturnNorm()
+    seen = []
+    # returns that grow as a policy learns
+    for scale in (1.0, 30.0, 100.0):
         targets = torch.tensor(rng.normal(scale, scale / 3, (16, 8)))
         mask = torch.tensor(rng.random((16, 8)) < 0.8)
         norm.update(targets[mask], lambda moments: moments)
@@ -273,48 +330,67 @@ def test_return_normalizer_keeps_the_moments_of_every_target_it_merged():
 
 
 def test_vtrace_and_gae_of_normalized_values_are_the_references_in_return_units():
-    """With --normalize_returns the value head's outputs are (V - mean) / std: V-trace and GAE must see them in
-    return units (ActorCritic.returns), so their targets are the papers' sums over the denormalized values, and the
-    value head then learns those targets normalized with the statistics that include them."""
+    """With --normalize_returns the value head's outputs are (V - mean) / std: V-trace and GAE must
+    see them in return units (ActorCritic.returns), so their targets are the papers' sums over the
+    denormalized values, and the value head then learns those targets normalized with the statistics
+    that include them."""
     import gymnasium as gym
 
     from asyncrl.cfg.config import Config
     from asyncrl.model.actor_critic import build_model
 
-    model = build_model(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), Config(env="x", use_rnn=False))
+    model = build_model(
+        gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), Config(env="x", use_rnn=False)
+    )
     norm = model.returns_normalizer
     norm.mean.fill_(40.0)
     norm.var.fill_(25.0)
     norm.count.fill_(1000.0)
     d = random_batch(np.random.default_rng(5))
-    t = {k: torch.tensor(v, dtype=torch.float32) for k, v in d.items()}  # the head's (normalized) outputs
-    values, bootstrap = model.returns(t["values"]), model.returns(t["bootstrap"])
+    # the head's (normalized) outputs
+    t = {k: torch.tensor(v, dtype=torch.float32) for k, v in d.items()}
+    values = model.returns(t["values"])
+    bootstrap = model.returns(t["bootstrap"])
     vs_ref, _ = vtrace_reference(
-        d["log_rhos"], d["discounts"], d["rewards"], 40 + 5 * d["values"], 40 + 5 * d["bootstrap"], 1.0, 1.0, 1.0
+        d["log_rhos"],
+        d["discounts"],
+        d["rewards"],
+        40 + 5 * d["values"],
+        40 + 5 * d["bootstrap"],
+        1.0,
+        1.0,
+        1.0,
     )
     vt = from_importance_weights(t["log_rhos"], t["discounts"], t["rewards"], values, bootstrap)
     np.testing.assert_allclose(vt.vs.numpy(), vs_ref, rtol=1e-4, atol=1e-3)
     _, gae_targets = gae(t["rewards"], values, bootstrap, t["discounts"], 0.95)
-    _, gae_ref = gae(t["rewards"], 40 + 5 * t["values"], 40 + 5 * t["bootstrap"], t["discounts"], 0.95)
+    _, gae_ref = gae(
+        t["rewards"], 40 + 5 * t["values"], 40 + 5 * t["bootstrap"], t["discounts"], 0.95
+    )
     torch.testing.assert_close(gae_targets, gae_ref)
     mask = torch.ones_like(vt.vs, dtype=torch.bool)
     norm.update(vt.vs[mask], lambda moments: moments)
-    n, merged = 1000 + vs_ref.size, vs_ref.ravel()
+    n = 1000 + vs_ref.size
+    merged = vs_ref.ravel()
     mean = (1000 * 40 + merged.sum()) / n
     var = (1000 * (25 + (40 - mean) ** 2) + ((merged - mean) ** 2).sum()) / n
-    np.testing.assert_allclose(norm.normalize(vt.vs).numpy(), (vs_ref - mean) / np.sqrt(var), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(
+        norm.normalize(vt.vs).numpy(), (vs_ref - mean) / np.sqrt(var), rtol=1e-3, atol=1e-3
+    )
 
 
 def test_merging_return_statistics_preserves_the_value_heads_outputs_in_return_units():
-    """PopArt's rescale (van Hasselt et al. 2016, Alg. 1): after the statistics move, the same features give the same
-    value in return units, though the head's normalized output changed."""
+    """PopArt's rescale (van Hasselt et al. 2016, Alg. 1): after the statistics move, the same
+    features give the same value in return units, though the head's normalized output changed."""
     import gymnasium as gym
 
     from asyncrl.cfg.config import Config
     from asyncrl.model.actor_critic import build_model
 
     torch.manual_seed(0)
-    model = build_model(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), Config(env="x", use_rnn=False))
+    model = build_model(
+        gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), Config(env="x", use_rnn=False)
+    )
     obs = torch.randn(5, 3)
     for targets in (torch.randn(200) * 50 - 20, torch.randn(300) * 0.1 + 3):
         _, before, _ = model.forward_step(obs, torch.zeros(5, 0))

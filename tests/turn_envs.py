@@ -4,16 +4,18 @@ import gymnasium as gym
 import numpy as np
 from pettingzoo import AECEnv
 
-CHOICES, MOVES = 4, 4
+CHOICES = 4
+MOVES = 4
 
 
 class TakeTurns(AECEnv):
-    """Two players take turns, MOVES moves each. The player to move sees a target among CHOICES (one-hot), how many
-    moves it made (over MOVES) and an action mask allowing half the choices, the target among them; a hit scores 1,
-    paid at the other player's next move (the last move's at the game's end). So every reward but the last arrives
-    while its player waits for its turn: a player learns only if those rewards count for its own last move. An illegal
-    move ends the game with -1 for its player (episode_stats["illegal"] counts it). With `truncate` the game's normal
-    end is a time limit, not a termination."""
+    """Two players take turns, MOVES moves each. The player to move sees a target among CHOICES
+    (one-hot), how many moves it made (over MOVES) and an action mask allowing half the choices, the
+    target among them; a hit scores 1, paid at the other player's next move (the last move's at the
+    game's end). So every reward but the last arrives while its player waits for its turn: a player
+    learns only if those rewards count for its own last move. An illegal move ends the game with -1
+    for its player (episode_stats["illegal"] counts it). With `truncate` the game's normal end is a
+    time limit, not a termination."""
 
     metadata = {"name": "take_turns", "is_parallelizable": False}
     possible_agents = ["first", "second"]
@@ -40,17 +42,23 @@ class TakeTurns(AECEnv):
         self.terminations = {a: False for a in self.agents}
         self.truncations = {a: False for a in self.agents}
         self.infos = {a: {} for a in self.agents}
-        self.moves, self.pending, self.illegal = {a: 0 for a in self.agents}, {a: 0.0 for a in self.agents}, 0
+        self.moves = {a: 0 for a in self.agents}
+        self.pending = {a: 0.0 for a in self.agents}
+        self.illegal = 0
         self._turn("first")
 
     def _turn(self, agent: str) -> None:
         self.agent_selection = agent
         allowed = self.rng.permutation(CHOICES)[: CHOICES // 2]
-        self.target, self.mask = int(allowed[0]), np.isin(np.arange(CHOICES), allowed).astype(np.int8)
+        self.target = int(allowed[0])
+        self.mask = np.isin(np.arange(CHOICES), allowed).astype(np.int8)
 
     def observe(self, agent):
         if agent != self.agent_selection:
-            return {"observation": np.zeros(CHOICES + 1, np.float32), "action_mask": np.zeros(CHOICES, np.int8)}
+            return {
+                "observation": np.zeros(CHOICES + 1, np.float32),
+                "action_mask": np.zeros(CHOICES, np.int8),
+            }
         shown = np.append(np.eye(CHOICES, dtype=np.float32)[self.target], self.moves[agent] / MOVES)
         return {"observation": shown.astype(np.float32), "action_mask": self.mask.copy()}
 
@@ -62,7 +70,9 @@ class TakeTurns(AECEnv):
         other = self.agents[1 - self.agents.index(mover)]
         self._cumulative_rewards[mover] = 0.0
         self.rewards = {a: 0.0 for a in self.agents}
-        self.rewards[other], self.pending[other] = self.pending[other], 0.0  # the other's last move is paid now
+        # the other's last move is paid now
+        self.rewards[other] = self.pending[other]
+        self.pending[other] = 0.0
         self.pending[mover] = float(action == self.target)
         self.moves[mover] += 1
         if not self.mask[action]:

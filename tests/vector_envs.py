@@ -1,4 +1,5 @@
-"""Env factories for the vector-env tests, imported by path (--env vector_envs:NAME with tests/ on sys.path)."""
+"""Env factories for the vector-env tests, imported by path (--env vector_envs:NAME with tests/ on
+sys.path)."""
 
 import gymnasium as gym
 import numpy as np
@@ -7,7 +8,8 @@ from asyncrl.envs.gym_adapter import sync_vector
 
 
 def wider():
-    """CartPole, whose vector env (wrongly) has one more observation dimension than the env itself."""
+    """CartPole, whose vector env (wrongly) has one more observation dimension than the env
+    itself."""
     return gym.make("CartPole-v1")
 
 

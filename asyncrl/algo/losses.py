@@ -1,4 +1,5 @@
-"""APPO's loss terms as small pure functions on time-major [T, B] tensors; `mask` marks the samples that count."""
+"""APPO's loss terms as small pure functions on time-major [T, B] tensors; `mask` marks the samples
+that count."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from asyncrl.model.distributions import MultiCategorical, categorical_kl
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is True; masked entries never contribute, even if inf or NaN."""
+    """Mean over the entries where mask is True; masked entries never contribute, even if inf or
+    NaN."""
     return torch.where(mask, x, torch.zeros_like(x)).sum() / mask.sum().clamp(min=1)
 
 
@@ -29,12 +31,15 @@ def gae(rewards, values, bootstrap_value, discounts, gae_lambda, valid=None):
 
 
 def discounted_sum_backward(deltas: torch.Tensor, coefficients: torch.Tensor) -> torch.Tensor:
-    """x_t = deltas_t + coefficients_t x_{t+1}, x_T = 0, over time-major [T, B] (GAE's and V-trace's recursion), as a
-    parallel prefix scan (Hillis and Steele 1986) in ceil(log2 T) steps: after the step of offset s, x_t sums the
-    next 2s deltas, each times the coefficients before it, and c_t is the product of the next 2s coefficients.
-    Why not the T-step loop: T small ops, each a kernel launch on a GPU (there, the loop took a quarter of an Atari
-    update's time); the scan is 2-30 times faster on a CPU core too."""
-    x, c, offset = deltas, coefficients, 1
+    """x_t = deltas_t + coefficients_t x_{t+1}, x_T = 0, over time-major [T, B] (GAE's and V-trace's
+    recursion), as a parallel prefix scan (Hillis and Steele 1986) in ceil(log2 T) steps: after the
+    step of offset s, x_t sums the next 2s deltas, each times the coefficients before it, and c_t is
+    the product of the next 2s coefficients. Why not the T-step loop: T small ops, each a kernel
+    launch on a GPU (there, the loop took a quarter of an Atari update's time); the scan is 2-30
+    times faster on a CPU core too."""
+    x = deltas
+    c = coefficients
+    offset = 1
     while offset < len(x):
         x = torch.cat([torch.addcmul(x[:-offset], c[:-offset], x[offset:]), x[-offset:]])
         c = torch.cat([c[:-offset] * c[offset:], c[-offset:]])
@@ -47,9 +52,10 @@ def _alone(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def normalize(advantages: torch.Tensor, mask: torch.Tensor, sum_over_ranks=_alone) -> torch.Tensor:
-    """(A - mean) / std over the masked entries, in two passes (the mean, then the mean squared deviation from it: no
-    cancellation when the mean is large against the spread). sum_over_ranks sums a tensor over DD-PPO's ranks
-    (distributed.ProcessGroup.sum): the mean and std are then those of every rank's minibatch together."""
+    """(A - mean) / std over the masked entries, in two passes (the mean, then the mean squared
+    deviation from it: no cancellation when the mean is large against the spread). sum_over_ranks
+    sums a tensor over DD-PPO's ranks (distributed.ProcessGroup.sum): the mean and std are then
+    those of every rank's minibatch together."""
     zero = torch.zeros_like(advantages)
     total, count = sum_over_ranks(
         torch.stack([torch.where(mask, advantages, zero).sum(), mask.sum().to(advantages.dtype)])
@@ -61,24 +67,27 @@ def normalize(advantages: torch.Tensor, mask: torch.Tensor, sum_over_ranks=_alon
 
 
 def ppo_policy_loss(ratio, proximal_weights, advantages, clip_ratio, mask):
-    """Decoupled PPO's clipped surrogate (Hilton et al. 2022, "Batch size-invariance for policy optimization", sec. 3),
-    negated for minimization: (pi_prox / mu) min(r A, clip(r) A) with r = pi / pi_prox, where mu is the acting policy
-    and pi_prox the policy the clip keeps pi near; with pi_prox = mu (weights 1) it is PPO's (Schulman et al. 2017,
-    eq. 7). The ratio is kept in [1/(1+c), 1+c] (Sample Factory's symmetric-in-log clip) rather than [1-c, 1+c]."""
+    """Decoupled PPO's clipped surrogate (Hilton et al. 2022, "Batch size-invariance for policy
+    optimization", sec. 3), negated for minimization: (pi_prox / mu) min(r A, clip(r) A) with r = pi
+    / pi_prox, where mu is the acting policy and pi_prox the policy the clip keeps pi near; with
+    pi_prox = mu (weights 1) it is PPO's (Schulman et al. 2017, eq. 7). The ratio is kept in
+    [1/(1+c), 1+c] (Sample Factory's symmetric-in-log clip) rather than [1-c, 1+c]."""
     clipped = ratio.clamp(1.0 / (1.0 + clip_ratio), 1.0 + clip_ratio)
-    return -masked_mean(proximal_weights * torch.min(ratio * advantages, clipped * advantages), mask)
+    return -masked_mean(
+        proximal_weights * torch.min(ratio * advantages, clipped * advantages), mask
+    )
 
 
 def clip_fraction(ratio, clip_ratio, mask):
-    """The share of samples whose ratio lies outside ppo_policy_loss's clip range (CleanRL's clipfrac): those whose
-    advantage pushes the ratio further out add no gradient."""
+    """The share of samples whose ratio lies outside ppo_policy_loss's clip range (CleanRL's
+    clipfrac): those whose advantage pushes the ratio further out add no gradient."""
     outside = (ratio > 1.0 + clip_ratio) | (ratio < 1.0 / (1.0 + clip_ratio))
     return masked_mean(outside.to(ratio.dtype), mask)
 
 
 def value_loss(values, targets, old_values, clip_value, mask):
-    """0.5 (V - target)^2; with clip_value > 0, PPO's pessimistic max over the value clipped around old_values, the
-    estimates before the sample's first update in the batch (minibatches.py)."""
+    """0.5 (V - target)^2; with clip_value > 0, PPO's pessimistic max over the value clipped around
+    old_values, the estimates before the sample's first update in the batch (minibatches.py)."""
     loss = (values - targets) ** 2
     if clip_value > 0:
         clipped = old_values + (values - old_values).clamp(-clip_value, clip_value)
@@ -87,8 +96,8 @@ def value_loss(values, targets, old_values, clip_value, mask):
 
 
 def kl_divergence(behavior: Distribution, current: Distribution) -> torch.Tensor:
-    """KL(mu || pi) per sample, the divergence PPO's fixed-KL penalty weighs (Schulman et al. 2017, eq. 8); a
-    categorical's as distributions.categorical_kl computes it."""
+    """KL(mu || pi) per sample, the divergence PPO's fixed-KL penalty weighs (Schulman et al. 2017,
+    eq. 8); a categorical's as distributions.categorical_kl computes it."""
     if isinstance(behavior, (Categorical, MultiCategorical)):
         return categorical_kl(behavior, current)
     return torch.distributions.kl_divergence(behavior, current)

@@ -1,5 +1,6 @@
-"""How an update cuts its batch into minibatches, chosen once per learner (--shuffle_samples), and the forward pass that
-goes with each cut: the current policy at the minibatch's samples, its value estimates, advantages and value targets.
+"""How an update cuts its batch into minibatches, chosen once per learner (--shuffle_samples), and
+the forward pass that goes with each cut: the current policy at the minibatch's samples, its value
+estimates, advantages and value targets.
 
 - TrajectoryMinibatches (the default): whole trajectories, time-major [T, b]. Each minibatch's advantages and targets
   come from its own forward pass: values of the weights being trained, V-trace's ratios of the current policy.
@@ -37,21 +38,29 @@ PROXIMAL = ("proximal_values", "proximal_log_ratio")
 
 @dataclass
 class Forward:
-    dist: torch.distributions.Distribution  # the current policy at the minibatch's samples
-    log_ratio: torch.Tensor  # log pi(a|x) - log mu(a|x); 0 where a step holds no sample
-    values: torch.Tensor  # the value head's outputs (normalized returns with --normalize_returns), with gradient
-    returns: torch.Tensor  # the same in return units, without gradient
+    # the current policy at the minibatch's samples
+    dist: torch.distributions.Distribution
+    # log pi(a|x) - log mu(a|x); 0 where a step holds no sample
+    log_ratio: torch.Tensor
+    # the value head's outputs (normalized returns with --normalize_returns), with gradient
+    values: torch.Tensor
+    # the same in return units, without gradient
+    returns: torch.Tensor
     advantages: torch.Tensor
-    targets: torch.Tensor  # value targets in return units
-    proximal_values: torch.Tensor  # before the sample's first update (return units): the value clip's centre
-    proximal_log_ratio: torch.Tensor  # log pi_prox(a|x) - log mu(a|x): the policy the ratio clip keeps pi near
+    # value targets in return units
+    targets: torch.Tensor
+    # before the sample's first update (return units): the value clip's centre
+    proximal_values: torch.Tensor
+    # log pi_prox(a|x) - log mu(a|x): the policy the ratio clip keeps pi near
+    proximal_log_ratio: torch.Tensor
 
 
 def advantages_and_targets(
     cfg: Config, gamma: float, batch: dict, returns: torch.Tensor, log_ratio: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(advantages, value targets) of time-major [T, B] steps, from values in return units [T+1, B] (the last row
-    bootstraps) and the log importance ratios: V-trace, or GAE with --with_vtrace False."""
+    """(advantages, value targets) of time-major [T, B] steps, from values in return units [T+1, B]
+    (the last row bootstraps) and the log importance ratios: V-trace, or GAE with --with_vtrace
+    False."""
     rewards = (batch["rewards"] * cfg.reward_scale).clamp(-cfg.reward_clip, cfg.reward_clip)
     discounts = gamma * (~batch["dones"]).float()
     if cfg.with_vtrace:
@@ -72,32 +81,44 @@ def advantages_and_targets(
 
 class TrajectoryMinibatches:
     def __init__(self, cfg: Config, model: torch.nn.Module, autocast_dtype: torch.dtype | None):
-        self.cfg, self.model, self.autocast_dtype = cfg, model, autocast_dtype
+        self.cfg = cfg
+        self.model = model
+        self.autocast_dtype = autocast_dtype
 
     def epoch(self, batch: dict, gamma: float) -> Iterator[dict]:
         """--num_batches_per_epoch minibatches of whole trajectories (always that many, some maybe empty: under torchrun
         every rank takes as many optimizer steps as the others, from batches of different sizes). In the batch's first
         epoch each minibatch's forward pass gives its samples their proximal outputs, kept for the later epochs."""
         first_epoch = "proximal_values" not in batch
-        for trajectories in torch.randperm(batch["valid"].shape[1]).tensor_split(self.cfg.num_batches_per_epoch):
+        for trajectories in torch.randperm(batch["valid"].shape[1]).tensor_split(
+            self.cfg.num_batches_per_epoch
+        ):
             trajectories = trajectories.to(batch["valid"].device)
-            mb = {k: v.index_select(1, trajectories) for k, v in batch.items() if not (first_epoch and k in PROXIMAL)}
+            mb = {
+                k: v.index_select(1, trajectories)
+                for k, v in batch.items()
+                if not (first_epoch and k in PROXIMAL)
+            }
             yield mb
-            if first_epoch and "proximal_values" in mb:  # the learner made its forward pass (an empty one makes none)
+            # the learner made its forward pass (an empty one makes none)
+            if first_epoch and "proximal_values" in mb:
                 for k in PROXIMAL:
                     if k not in batch:
                         batch[k] = torch.zeros_like(batch["valid"], dtype=mb[k].dtype)
                     batch[k].index_copy_(1, trajectories, mb[k])
 
     def forward(self, mb: dict, gamma: float) -> Forward:
-        """The forward pass over whole trajectories; where the minibatch comes without proximal outputs (its samples'
-        first update in this batch) its own outputs are those, and it keeps them."""
+        """The forward pass over whole trajectories; where the minibatch comes without proximal
+        outputs (its samples' first update in this batch) its own outputs are those, and it keeps
+        them."""
         params, values = self.model.forward_sequence(
             mb["obs"], mb["rnn_states"], mb["state_starts"], mb["dones"], self.autocast_dtype
         )
         dist, log_ratio = policy_at(self.model, params[:-1], mb)
         returns = self.model.returns(values.detach())
-        advantages, targets = advantages_and_targets(self.cfg, gamma, mb, returns, log_ratio.detach())
+        advantages, targets = advantages_and_targets(
+            self.cfg, gamma, mb, returns, log_ratio.detach()
+        )
         if "proximal_values" not in mb:
             mb.update(proximal_values=returns[:-1], proximal_log_ratio=self.proximal(log_ratio))
         return Forward(
@@ -112,8 +133,8 @@ class TrajectoryMinibatches:
         )
 
     def proximal(self, log_ratio: torch.Tensor) -> torch.Tensor:
-        """log pi_prox - log mu from the log ratio of a sample's first forward pass in the batch: that pass's policy
-        with --decoupled_ppo, else the acting policy itself (0)."""
+        """log pi_prox - log mu from the log ratio of a sample's first forward pass in the batch:
+        that pass's policy with --decoupled_ppo, else the acting policy itself (0)."""
         return log_ratio.detach() if self.cfg.decoupled_ppo else torch.zeros_like(log_ratio)
 
 
@@ -122,7 +143,9 @@ class SampleMinibatches(TrajectoryMinibatches):
         """--num_batches_per_epoch minibatches of the batch's learned samples in random order, each sample with the
         advantage, target and proximal outputs of a pass over the whole batch before its first epoch."""
         self.before_first_epoch(batch, gamma)
-        steps = {k: batch[k].flatten(0, 1) for k in (*STEP_TENSORS, "advantages", "targets", *PROXIMAL)}
+        steps = {
+            k: batch[k].flatten(0, 1) for k in (*STEP_TENSORS, "advantages", "targets", *PROXIMAL)
+        }
         steps["obs"] = batch["obs"][:-1].flatten(0, 1)
         learned = batch["mask"].flatten().nonzero().squeeze(1)
         for samples in learned[torch.randperm(len(learned), device=learned.device)].tensor_split(
@@ -134,7 +157,8 @@ class SampleMinibatches(TrajectoryMinibatches):
 
     @torch.no_grad()
     def before_first_epoch(self, batch: dict, gamma: float) -> None:
-        if "advantages" not in batch:  # the pass gives the batch its proximal outputs too
+        # the pass gives the batch its proximal outputs too
+        if "advantages" not in batch:
             whole = super().forward(batch, gamma)
             batch.update(advantages=whole.advantages, targets=whole.targets)
 
@@ -155,13 +179,17 @@ class SampleMinibatches(TrajectoryMinibatches):
 
 
 def policy_at(model: torch.nn.Module, params: torch.Tensor, mb: dict) -> tuple:
-    """The current policy's distribution at the minibatch's steps, and its log ratio to the acting policy (padding
-    steps hold stale actions and log-probs: they get ratio 1, so nothing overflows). With --rpo_alpha both are RPO's
-    perturbed policy's (V-trace's importance weights see it too)."""
+    """The current policy's distribution at the minibatch's steps, and its log ratio to the acting
+    policy (padding steps hold stale actions and log-probs: they get ratio 1, so nothing overflows).
+    With --rpo_alpha both are RPO's perturbed policy's (V-trace's importance weights see it too)."""
     dist = model.distribution_to_learn(params)
     logp = dist.log_prob(mb["actions"])
     return dist, torch.where(mb["valid"], logp - mb["behavior_logp"], torch.zeros_like(logp))
 
 
-def minibatches(cfg: Config, model: torch.nn.Module, autocast_dtype: torch.dtype | None) -> TrajectoryMinibatches:
-    return (SampleMinibatches if cfg.shuffle_samples else TrajectoryMinibatches)(cfg, model, autocast_dtype)
+def minibatches(
+    cfg: Config, model: torch.nn.Module, autocast_dtype: torch.dtype | None
+) -> TrajectoryMinibatches:
+    return (SampleMinibatches if cfg.shuffle_samples else TrajectoryMinibatches)(
+        cfg, model, autocast_dtype
+    )

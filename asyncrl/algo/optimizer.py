@@ -16,7 +16,8 @@ from torch.optim.adam import adam
 
 from asyncrl.core.weights import flat_state, num_state_floats, state_tensors, unflatten
 
-# the hyperparameters torch.optim.Adam's state_dict lists beside ours, at the values this Adam always has
+# the hyperparameters torch.optim.Adam's state_dict lists beside ours, at the values this Adam
+# always has
 FIXED_HYPERPARAMETERS = {
     "weight_decay": 0.0,
     "amsgrad": False,
@@ -34,7 +35,8 @@ class Adam:
         self.params = list(params)
         # one group, as torch's: the learner sets its "lr" before each batch
         self.param_groups = [{"params": self.params, "lr": lr, "betas": tuple(betas), "eps": eps}]
-        self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}  # per parameter, once it has had a gradient
+        # per parameter, once it has had a gradient
+        self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
     def zero_grad(self) -> None:
         """Drop the gradients (as torch's zero_grad(set_to_none=True))."""
@@ -47,7 +49,8 @@ class Adam:
         group = self.param_groups[0]
         params = [p for p in self.params if p.grad is not None]
         for p in params:
-            if p not in self.state:  # as torch.optim.Adam starts a parameter's state (without capturable or fused)
+            # as torch.optim.Adam starts a parameter's state (without capturable or fused)
+            if p not in self.state:
                 self.state[p] = {
                     "step": torch.tensor(0.0),
                     "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
@@ -72,17 +75,20 @@ class Adam:
         )
 
     def state_dict(self) -> dict:
-        """torch.optim.Adam's layout: the state by parameter index, and the group's hyperparameters."""
+        """torch.optim.Adam's layout: the state by parameter index, and the group's
+        hyperparameters."""
         index = {p: i for i, p in enumerate(self.params)}
         group = {key: value for key, value in self.param_groups[0].items() if key != "params"}
         return {
             "state": {index[p]: dict(state) for p, state in self.state.items()},
-            "param_groups": [{**group, **FIXED_HYPERPARAMETERS, "params": list(range(len(self.params)))}],
+            "param_groups": [
+                {**group, **FIXED_HYPERPARAMETERS, "params": list(range(len(self.params)))}
+            ],
         }
 
     def load_state_dict(self, saved: dict) -> None:
-        """The moments and steps of a state_dict (ours or torch.optim.Adam's, one group over these parameters).
-        The hyperparameters stay this run's: the config's, not the checkpoint's."""
+        """The moments and steps of a state_dict (ours or torch.optim.Adam's, one group over these
+        parameters). The hyperparameters stay this run's: the config's, not the checkpoint's."""
         indices = [i for group in saved["param_groups"] for i in group["params"]]
         if len(indices) != len(self.params):
             raise ValueError(
@@ -100,19 +106,21 @@ class Adam:
 
 
 def learner_state_floats(model: nn.Module) -> int:
-    """Floats of a learner's state as pack_state writes it: weights and buffers, Adam's two moments, Adam's step."""
+    """Floats of a learner's state as pack_state writes it: weights and buffers, Adam's two moments,
+    Adam's step."""
     return num_state_floats(model) + 2 * sum(p.numel() for p in model.parameters()) + 1
 
 
 def pack_state(model: nn.Module, optimizer: Adam, out: torch.Tensor) -> None:
-    """Write the model's state tensors and the Adam state of its parameters into the flat tensor `out` (a parameter
-    Adam has not stepped yet counts as zero moments)."""
+    """Write the model's state tensors and the Adam state of its parameters into the flat tensor
+    `out` (a parameter Adam has not stepped yet counts as zero moments)."""
     params = list(model.parameters())
     moments = [optimizer.state.get(p, {}) for p in params]
     parts = [flat_state(model)]
     for key in ("exp_avg", "exp_avg_sq"):
         parts += [
-            m[key].reshape(-1).float().cpu() if key in m else torch.zeros(p.numel()) for p, m in zip(params, moments)
+            m[key].reshape(-1).float().cpu() if key in m else torch.zeros(p.numel())
+            for p, m in zip(params, moments)
         ]
     step = max([float(m["step"]) for m in moments if "step" in m], default=0.0)
     out.copy_(torch.cat([*parts, torch.tensor([step])]))
@@ -120,12 +128,14 @@ def pack_state(model: nn.Module, optimizer: Adam, out: torch.Tensor) -> None:
 
 def unpack_state(model: nn.Module, optimizer: Adam, flat: torch.Tensor) -> None:
     """The inverse of pack_state: load weights, buffers and Adam state from `flat`."""
-    tensors, params = state_tensors(model), list(model.parameters())
+    tensors = state_tensors(model)
+    params = list(model.parameters())
     pieces = unflatten(flat[:-1], tensors + params + params)
     with torch.no_grad():
         for t, piece in zip(tensors, pieces):
             t.copy_(piece)
-    exp_avg, exp_avg_sq = pieces[len(tensors) : len(tensors) + len(params)], pieces[len(tensors) + len(params) :]
+    exp_avg = pieces[len(tensors) : len(tensors) + len(params)]
+    exp_avg_sq = pieces[len(tensors) + len(params) :]
     step = float(flat[-1])
     for p, avg, avg_sq in zip(params, exp_avg, exp_avg_sq):
         optimizer.state[p] = {

@@ -1,5 +1,5 @@
-"""Reward scaling by the running standard deviation of the discounted return (--scale_rewards): what CleanRL's PPO
-and gymnasium's NormalizeReward wrapper do, with one set of statistics per policy.
+"""Reward scaling by the running standard deviation of the discounted return (--scale_rewards): what
+CleanRL's PPO and gymnasium's NormalizeReward wrapper do, with one set of statistics per policy.
 
 Each rollout worker runs every agent's discounted return on across rollouts, R_t = gamma * R_{t-1} * (1 - done_{t-1})
 + r_t (done: the episode ended with that step, terminated or truncated, as OpenAI baselines' VecNormalize resets it;
@@ -18,17 +18,29 @@ import numpy as np
 
 class DiscountedReturns:
     def __init__(self, num_agents: int, gamma: float, out: np.ndarray):
-        self.gamma, self.out = gamma, out  # out: traj_discounted_returns [S, T]
-        self.returns = np.zeros(num_agents)  # R of each agent's episode so far
-        self.ended = np.zeros(num_agents, bool)  # its last step ended the episode: R starts over
+        # out: traj_discounted_returns [S, T]
+        self.gamma = gamma
+        self.out = out
+        # R of each agent's episode so far
+        self.returns = np.zeros(num_agents)
+        # its last step ended the episode: R starts over
+        self.ended = np.zeros(num_agents, bool)
 
     def __call__(
-        self, agents: np.ndarray, rewards: np.ndarray, ended: np.ndarray, stepped, slots: np.ndarray, steps: np.ndarray
+        self,
+        agents: np.ndarray,
+        rewards: np.ndarray,
+        ended: np.ndarray,
+        stepped,
+        slots: np.ndarray,
+        steps: np.ndarray,
     ) -> None:
-        """One step of `agents` (local indices; `stepped` selects those that acted, the others keep their R): R_t
-        goes to each acting agent's (slot, step)."""
+        """One step of `agents` (local indices; `stepped` selects those that acted, the others keep
+        their R): R_t goes to each acting agent's (slot, step)."""
         acted = agents[stepped]
-        self.returns[acted] = self.returns[acted] * self.gamma * ~self.ended[acted] + rewards[stepped]
+        self.returns[acted] = (
+            self.returns[acted] * self.gamma * ~self.ended[acted] + rewards[stepped]
+        )
         self.ended[acted] = ended[stepped]
         self.out[slots[stepped], steps[stepped]] = self.returns[acted]
 

@@ -6,15 +6,16 @@ per-step discount gamma_t (0 where the episode ended at step t), eq. (1) reads
     v_s = V(x_s) + sum_{t=s}^{T-1} (prod_{i=s}^{t-1} gamma_i c_i) delta_t,
     delta_t = rho_t (r_t + gamma_t V(x_{t+1}) - V(x_t)),     V(x_T) = bootstrap value,
 
-computed by its equivalent backward recursion v_s - V(x_s) = delta_s + gamma_s c_s (v_{s+1} - V(x_{s+1}))
-(losses.discounted_sum_backward).
-The policy-gradient advantage is rho^pg_s (r_s + gamma_s v_{s+1} - V(x_s)), with v_T = V(x_T): the
-last step of a rollout bootstraps from the next observation's value like every other step.
+computed by its equivalent backward recursion v_s - V(x_s) = delta_s + gamma_s c_s (v_{s+1} -
+V(x_{s+1})) (losses.discounted_sum_backward). The policy-gradient advantage is rho^pg_s (r_s +
+gamma_s v_{s+1} - V(x_s)), with v_T = V(x_T): the last step of a rollout bootstraps from the next
+observation's value like every other step.
 
-Steps that hold no sample (`valid` False) have delta = 0, so v = V there. That is how a time limit is
-bootstrapped: when an episode is truncated at step t, the rollout worker writes the episode's final
-observation into row t+1 as such a step (not done at t, done at t+1), so v_t = V(x_t) + delta_t with
-delta_t = rho_t (r_t + gamma V(final observation) - V(x_t)), and nothing flows across the episode boundary.
+Steps that hold no sample (`valid` False) have delta = 0, so v = V there. That is how a time limit
+is bootstrapped: when an episode is truncated at step t, the rollout worker writes the episode's
+final observation into row t+1 as such a step (not done at t, done at t+1), so v_t = V(x_t) +
+delta_t with delta_t = rho_t (r_t + gamma V(final observation) - V(x_t)), and nothing flows across
+the episode boundary.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from asyncrl.algo.losses import discounted_sum_backward
 
 
 class VTraceReturns(NamedTuple):
-    vs: torch.Tensor  # [T, B] value targets
-    pg_advantages: torch.Tensor  # [T, B] policy-gradient advantages
+    # [T, B] value targets
+    vs: torch.Tensor
+    # [T, B] policy-gradient advantages
+    pg_advantages: torch.Tensor
 
 
 @torch.no_grad()
@@ -43,9 +46,9 @@ def from_importance_weights(
     clip_c_threshold=1.0,
     valid=None,
 ) -> VTraceReturns:
-    """log_rhos = log pi(a|x) - log mu(a|x); discounts = gamma * (1 - done); values = V(x_t) for t < T;
-    bootstrap_value = V(x_T), shape [B]; valid: [T, B] bool, False where a step holds no sample (None: all do).
-    A threshold of None means no clipping."""
+    """log_rhos = log pi(a|x) - log mu(a|x); discounts = gamma * (1 - done); values = V(x_t) for t <
+    T; bootstrap_value = V(x_T), shape [B]; valid: [T, B] bool, False where a step holds no sample
+    (None: all do). A threshold of None means no clipping."""
     rhos = torch.exp(log_rhos)
     clipped_rhos = rhos if clip_rho_threshold is None else rhos.clamp(max=clip_rho_threshold)
     cs = rhos if clip_c_threshold is None else rhos.clamp(max=clip_c_threshold)

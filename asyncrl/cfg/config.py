@@ -1,4 +1,5 @@
-"""The one typed config of a run: every field has a help line, cross-field checks live in `validate`.
+"""The one typed config of a run: every field has a help line, cross-field checks live in
+`validate`.
 
 Flags are generated from the dataclass, so `--num_workers 4` sets `Config.num_workers`. Names follow
 Sample Factory's where the concept is the same. Booleans take `True`/`False` like Sample Factory's.
@@ -13,7 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-# Learning hyperparameters each policy holds for itself: --policy_overrides sets them per policy, PBT mutates them.
+# Learning hyperparameters each policy holds for itself: --policy_overrides sets them per policy,
+# PBT mutates them.
 PER_POLICY_HPARAMS = (
     "learning_rate",
     "exploration_loss_coeff",
@@ -27,8 +29,10 @@ PER_POLICY_HPARAMS = (
 
 # The range of each learning hyperparameter: (whether a value is in it, what to say if not). The flags and every
 # --policy_overrides value are checked against it.
-POSITIVE, AT_LEAST_0 = (lambda v: v > 0, "positive"), (lambda v: v >= 0, ">= 0")
-IN_0_1, IN_0_1_OPEN = (lambda v: 0 <= v <= 1, "in [0, 1]"), (lambda v: 0 <= v < 1, "in [0, 1)")
+POSITIVE = (lambda v: v > 0, "positive")
+AT_LEAST_0 = (lambda v: v >= 0, ">= 0")
+IN_0_1 = (lambda v: 0 <= v <= 1, "in [0, 1]")
+IN_0_1_OPEN = (lambda v: 0 <= v < 1, "in [0, 1)")
 HPARAM_RANGES = {
     "learning_rate": POSITIVE,
     "exploration_loss_coeff": AT_LEAST_0,
@@ -49,23 +53,25 @@ HPARAM_RANGES = {
     "adam_beta2": IN_0_1_OPEN,
 }
 
-# Synchronous (on-policy) algorithms: weights do not change while a rollout is collected (see policy_worker.py).
+# Synchronous (on-policy) algorithms: weights do not change while a rollout is collected (see
+# policy_worker.py).
 SYNC_ALGOS = ("ppo", "ver")
 ALGOS = ("appo", *SYNC_ALGOS)
 
 
 class ConfigError(ValueError):
-    """A user error: the CLI prints it as one line and exits with code 2, before any process starts."""
+    """A user error: the CLI prints it as one line and exits with code 2, before any process
+    starts."""
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded; the message names the file and what is wrong. (Here, not in
-    checkpoint.py, so the command line catches it without importing torch.)"""
+    """A checkpoint that cannot be loaded; the message names the file and what is wrong. (Here, not
+    in checkpoint.py, so the command line catches it without importing torch.)"""
 
 
 def _f(default, help_text, choices=None, path=False):
-    """A field with its help line. A list or dict default is copied per instance. A path's flag expands '~' (the
-    shell does not in `--train_dir=~/runs`, which made a folder named '~')."""
+    """A field with its help line. A list or dict default is copied per instance. A path's flag
+    expands '~' (the shell does not in `--train_dir=~/runs`, which made a folder named '~')."""
     metadata = {"help": help_text, "choices": choices, "path": path}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
@@ -75,8 +81,12 @@ def _f(default, help_text, choices=None, path=False):
 @dataclass
 class Config:
     # --- what to run and where
-    env: str | None = _f(None, "Environment name: a registered asyncrl env (see `asyncrl envs`) or any gymnasium id.")
-    experiment: str = _f("default_experiment", "Experiment name; files go to <train_dir>/<experiment>/.")
+    env: str | None = _f(
+        None, "Environment name: a registered asyncrl env (see `asyncrl envs`) or any gymnasium id."
+    )
+    experiment: str = _f(
+        "default_experiment", "Experiment name; files go to <train_dir>/<experiment>/."
+    )
     train_dir: str = _f("train_dir", "Root folder for experiments.", path=True)
     restart_behavior: str = _f(
         "resume",
@@ -89,9 +99,12 @@ class Config:
         "initial weights and each process's sampling from it too. None: random.",
     )
     device: str = _f(
-        "auto", "Device of the policy workers and learners: auto (cuda if available), cpu, cuda or cuda:N."
+        "auto",
+        "Device of the policy workers and learners: auto (cuda if available), cpu, cuda or cuda:N.",
     )
-    serial_mode: bool = _f(False, "Run every component in the main process, in turn (for debugging and tests).")
+    serial_mode: bool = _f(
+        False, "Run every component in the main process, in turn (for debugging and tests)."
+    )
     sampler_only: bool = _f(
         False,
         "Collect experience without learning: learners count the samples and recycle the "
@@ -159,7 +172,9 @@ class Config:
         "Env groups per rollout worker (2 = double-buffered sampling: one group simulates "
         "while the other's actions are computed).",
     )
-    num_policies: int = _f(1, "Policies trained at once; each agent's episode is assigned to one of them at random.")
+    num_policies: int = _f(
+        1, "Policies trained at once; each agent's episode is assigned to one of them at random."
+    )
     pbt_mix_policies_in_one_env: bool = _f(
         True,
         "In a multi-agent env, each agent draws its own policy per episode; "
@@ -178,14 +193,20 @@ class Config:
         "cannot use the cores a learner would take; next to a CPU learner a second one "
         "would take the learner's core.",
     )
-    rollout: int = _f(32, "Length of a trajectory slot: env steps per agent sent to the learner at once.")
+    rollout: int = _f(
+        32, "Length of a trajectory slot: env steps per agent sent to the learner at once."
+    )
     max_policy_lag: int = _f(
-        100, "Samples more than this many policy versions older than the learner are masked from the loss."
+        100,
+        "Samples more than this many policy versions older than the learner are masked from the loss.",
     )
     env_frameskip: int | None = _f(
-        None, "Env frames per agent step (the action repeats; VizDoom's default is 4). None: the env's default."
+        None,
+        "Env frames per agent step (the action repeats; VizDoom's default is 4). None: the env's default.",
     )
-    env_options: dict = _f({}, "Extra keyword options for the env's constructor, as JSON (e.g. '{\"step_us\": 500}').")
+    env_options: dict = _f(
+        {}, "Extra keyword options for the env's constructor, as JSON (e.g. '{\"step_us\": 500}')."
+    )
     env_backend: str = _f(
         "per_env",
         "How a rollout worker steps an env group. per_env: each env in turn, in "
@@ -195,15 +216,19 @@ class Config:
     )
 
     env_step_timeout: float = _f(
-        60.0, "A rollout worker stuck this many seconds (an env step or reset hangs) is killed and the workers restart."
+        60.0,
+        "A rollout worker stuck this many seconds (an env step or reset hangs) is killed and the workers restart.",
     )
     max_worker_restarts: int = _f(
-        10, "Rollout/policy worker restarts allowed within 5 minutes; one more stops the run with an error."
+        10,
+        "Rollout/policy worker restarts allowed within 5 minutes; one more stops the run with an error.",
     )
 
     # --- learning
     batch_size: int = _f(1024, "Samples (env steps of one agent) per learner update.")
-    num_batches_per_epoch: int = _f(1, "Minibatches per --batch_size samples; each is one optimizer step.")
+    num_batches_per_epoch: int = _f(
+        1, "Minibatches per --batch_size samples; each is one optimizer step."
+    )
     num_epochs: int = _f(1, "Passes over each batch.")
     shuffle_samples: bool = _f(
         False,
@@ -225,7 +250,9 @@ class Config:
         "acting policy is above twice --lr_schedule_kl_threshold, multiplied by 1.5 below half of it.",
         choices=["constant", "linear_decay", "kl_adaptive_minibatch", "kl_adaptive_epoch"],
     )
-    lr_schedule_kl_threshold: float = _f(0.008, "The KL the kl_adaptive schedules keep the updates near.")
+    lr_schedule_kl_threshold: float = _f(
+        0.008, "The KL the kl_adaptive schedules keep the updates near."
+    )
     lr_adaptive_min: float = _f(1e-6, "The lowest learning rate of the kl_adaptive schedules.")
     lr_adaptive_max: float = _f(1e-2, "The highest learning rate of the kl_adaptive schedules.")
     adam_eps: float = _f(1e-6, "Adam epsilon.")
@@ -233,10 +260,16 @@ class Config:
     adam_beta2: float = _f(0.999, "Adam beta2.")
     max_grad_norm: float = _f(4.0, "Gradient norm clipping; 0 disables.")
     gamma: float = _f(0.99, "Discount factor.")
-    with_vtrace: bool = _f(True, "V-trace off-policy correction (APPO); False uses GAE targets and advantages.")
-    vtrace_rho: float = _f(1.0, "V-trace rho-bar: clip of the importance weight in the value targets.")
+    with_vtrace: bool = _f(
+        True, "V-trace off-policy correction (APPO); False uses GAE targets and advantages."
+    )
+    vtrace_rho: float = _f(
+        1.0, "V-trace rho-bar: clip of the importance weight in the value targets."
+    )
     vtrace_c: float = _f(1.0, "V-trace c-bar: clip of the trace-cutting coefficients.")
-    vtrace_pg_rho: float = _f(1.0, "Clip of the importance weight in the V-trace policy-gradient advantage.")
+    vtrace_pg_rho: float = _f(
+        1.0, "Clip of the importance weight in the V-trace policy-gradient advantage."
+    )
     value_bootstrap: bool = _f(
         True,
         "At a time limit (gymnasium's truncated, VizDoom's episode timeout) bootstrap "
@@ -252,7 +285,8 @@ class Config:
         "acting policy, which under APPO's lag is several updates older.",
     )
     ppo_clip_value: float = _f(
-        1.0, "Value clip around the estimates before a sample's first update in the batch; 0 disables."
+        1.0,
+        "Value clip around the estimates before a sample's first update in the batch; 0 disables.",
     )
     value_loss_coeff: float = _f(0.5, "Weight of the value loss.")
     exploration_loss_coeff: float = _f(0.003, "Weight of the entropy bonus.")
@@ -307,7 +341,9 @@ class Config:
         "halving the map; ELU) or convnet_atari (the Nature DQN encoder; ReLU).",
         choices=["convnet_simple", "convnet_atari"],
     )
-    encoder_mlp_layers: list = _f([512, 512], "Hidden sizes of the MLP encoder, e.g. 256 256 or '[256, 256]'.")
+    encoder_mlp_layers: list = _f(
+        [512, 512], "Hidden sizes of the MLP encoder, e.g. 256 256 or '[256, 256]'."
+    )
     nonlinearity: str = _f(
         "auto",
         "The encoder's activation: elu, relu or tanh; auto: tanh in an MLP, the conv "
@@ -332,7 +368,9 @@ class Config:
     use_rnn: bool = _f(True, "Recurrent core after the encoder.")
     rnn_type: str = _f("gru", "gru or lstm.", choices=["gru", "lstm"])
     rnn_size: int = _f(512, "Hidden size of the recurrent core.")
-    recurrence: int = _f(-1, "BPTT length in steps; must divide --rollout. -1: --rollout with an RNN, 1 without.")
+    recurrence: int = _f(
+        -1, "BPTT length in steps; must divide --rollout. -1: --rollout with an RNN, 1 without."
+    )
     precision: str = _f(
         "auto",
         "float32, or bfloat16: learners run the encoder under bfloat16 autocast (float32 "
@@ -354,10 +392,14 @@ class Config:
         "Seconds an env server call may take before it counts as failed (safe calls are retried with backoff first).",
     )
     remote_auth_token_file: str | None = _f(
-        None, "A file whose first line is the env servers' auth token (their --auth_token).", path=True
+        None,
+        "A file whose first line is the env servers' auth token (their --auth_token).",
+        path=True,
     )
     remote_tls_ca_cert: str | None = _f(
-        None, "PEM certificate (the servers' own or their CA's) to reach env servers over TLS.", path=True
+        None,
+        "PEM certificate (the servers' own or their CA's) to reach env servers over TLS.",
+        path=True,
     )
     remote_agents: list = _f(
         [],
@@ -391,15 +433,21 @@ class Config:
         "The engine's log lines shown and written: debug, info, warning or error (the progress line is always shown).",
         choices=["debug", "info", "warning", "error"],
     )
-    log_to_file: bool = _f(True, "Also write the engine's log lines, with their time, to <experiment>/log.txt.")
+    log_to_file: bool = _f(
+        True, "Also write the engine's log lines, with their time, to <experiment>/log.txt."
+    )
     with_wandb: bool = _f(
         False,
         "Also log the run to Weights & Biases (wandb): the TensorBoard scalars, the config "
         "and enjoy's replay videos; a resumed run goes on in the same wandb run.",
     )
-    wandb_user: str | None = _f(None, "The wandb entity (user or team) of the run; None: your default one.")
+    wandb_user: str | None = _f(
+        None, "The wandb entity (user or team) of the run; None: your default one."
+    )
     wandb_project: str = _f("asyncrl", "The wandb project of the run.")
-    wandb_group: str | None = _f(None, "The wandb group of the run (e.g. the runs of one sweep); None: none.")
+    wandb_group: str | None = _f(
+        None, "The wandb group of the run (e.g. the runs of one sweep); None: none."
+    )
     wandb_job_type: str = _f("train", "The wandb job type of the run.")
     wandb_tags: list = _f([], "wandb tags of the run, e.g. doom baseline.")
 
@@ -413,7 +461,8 @@ class Config:
     )
     eval_episodes: int = _f(10, "Episodes per evaluation.")
     eval_deterministic: bool = _f(
-        False, "Evaluate (and `asyncrl enjoy`) with the most likely action instead of a sampled one."
+        False,
+        "Evaluate (and `asyncrl enjoy`) with the most likely action instead of a sampled one.",
     )
 
     # --- self-play against frozen past versions (multi-agent envs)
@@ -453,15 +502,19 @@ class Config:
         "<experiment>/pbt.jsonl.",
     )
     pbt_period_env_steps: int = _f(
-        5_000_000, "The population's mean env steps between PBT decisions (each one decides for every policy)."
+        5_000_000,
+        "The population's mean env steps between PBT decisions (each one decides for every policy).",
     )
     pbt_start_mutation: int = _f(
         20_000_000, "The first PBT decisions come once the population's mean env steps pass this."
     )
     pbt_replace_fraction: float = _f(
-        0.3, "Fraction of the population (rounded up) that counts as bottom, and as top; in (0, 0.5]."
+        0.3,
+        "Fraction of the population (rounded up) that counts as bottom, and as top; in (0, 0.5].",
     )
-    pbt_mutation_rate: float = _f(0.15, "Probability that each hyperparameter mutates at a PBT update.")
+    pbt_mutation_rate: float = _f(
+        0.15, "Probability that each hyperparameter mutates at a PBT update."
+    )
     pbt_replace_reward_gap: float = _f(
         0.1,
         "A bottom policy copies a top one only if the top one's objective is "
@@ -472,7 +525,9 @@ class Config:
         1e-6, "The least objective gap for a copy (see --pbt_replace_reward_gap)."
     )
     pbt_optimize_gamma: bool = _f(False, "Mutate gamma too (through 1 - gamma).")
-    pbt_perturb_min: float = _f(1.1, "A mutation multiplies or divides a hyperparameter by U[min, max].")
+    pbt_perturb_min: float = _f(
+        1.1, "A mutation multiplies or divides a hyperparameter by U[min, max]."
+    )
     pbt_perturb_max: float = _f(1.5, "See --pbt_perturb_min.")
     pbt_target_objective: str = _f(
         "true_objective",
@@ -502,8 +557,8 @@ class Config:
         return self.num_envs_per_worker // self.worker_num_splits
 
     def validate(self) -> None:
-        """All cross-field checks, in one place (the functions below). Raises ConfigError with a message that says how
-        to fix it."""
+        """All cross-field checks, in one place (the functions below). Raises ConfigError with a
+        message that says how to fix it."""
         for check in (_check_values, _check_shapes, _check_population, _check_algo):
             check(self)
 
@@ -533,7 +588,9 @@ class Config:
 def _check_values(cfg: Config) -> None:
     """Each flag's own range."""
     if not cfg.env:
-        raise ConfigError("--env is required (e.g. --env CartPole-v1; `asyncrl envs` lists the registered ones)")
+        raise ConfigError(
+            "--env is required (e.g. --env CartPole-v1; `asyncrl envs` lists the registered ones)"
+        )
     positive = [
         "num_workers",
         "num_envs_per_worker",
@@ -553,7 +610,9 @@ def _check_values(cfg: Config) -> None:
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"--{name} must be positive, got {getattr(cfg, name)}")
     if cfg.agents_per_env <= 0 and cfg.agents_per_env != -1:
-        raise ConfigError(f"--agents_per_env must be positive or -1 (auto), got {cfg.agents_per_env}")
+        raise ConfigError(
+            f"--agents_per_env must be positive or -1 (auto), got {cfg.agents_per_env}"
+        )
     if cfg.policy_workers_per_policy <= 0 and cfg.policy_workers_per_policy != -1:
         raise ConfigError(
             f"--policy_workers_per_policy must be positive or -1 (auto), got {cfg.policy_workers_per_policy}"
@@ -562,13 +621,16 @@ def _check_values(cfg: Config) -> None:
         raise ConfigError(f"--env_frameskip must be positive, got {cfg.env_frameskip}")
     parts = cfg.experiment.rstrip("/").split("/")
     if os.path.isabs(cfg.experiment) or any(part in ("", ".", "..") for part in parts):
-        # the experiment's folder must lie inside --train_dir: restart empties it, and "" would be train_dir itself
+        # the experiment's folder must lie inside --train_dir: restart empties it, and "" would be
+        # train_dir itself
         raise ConfigError(
             f"--experiment must name a folder inside --train_dir (a name, or names joined by '/'), "
             f"got {cfg.experiment!r}"
         )
     if cfg.eval_every_env_steps < 0:
-        raise ConfigError(f"--eval_every_env_steps must be >= 0 (0: no evaluation), got {cfg.eval_every_env_steps}")
+        raise ConfigError(
+            f"--eval_every_env_steps must be >= 0 (0: no evaluation), got {cfg.eval_every_env_steps}"
+        )
     if cfg.eval_every_env_steps and cfg.eval_episodes <= 0:
         raise ConfigError(f"--eval_episodes must be positive, got {cfg.eval_episodes}")
     if cfg.max_worker_restarts < 0:
@@ -610,9 +672,13 @@ def _check_shapes(cfg: Config) -> None:
             f"--worker_num_splits ({cfg.worker_num_splits})"
         )
     if cfg.recurrence != -1 and (cfg.recurrence <= 0 or cfg.rollout % cfg.recurrence):
-        raise ConfigError(f"--recurrence ({cfg.recurrence}) must divide --rollout ({cfg.rollout}), or be -1")
+        raise ConfigError(
+            f"--recurrence ({cfg.recurrence}) must divide --rollout ({cfg.rollout}), or be -1"
+        )
     if not cfg.use_rnn and cfg.recurrence not in (-1, 1):
-        raise ConfigError(f"--recurrence {cfg.recurrence} needs --use_rnn True (without an RNN it must be 1 or -1)")
+        raise ConfigError(
+            f"--recurrence {cfg.recurrence} needs --use_rnn True (without an RNN it must be 1 or -1)"
+        )
     if cfg.use_rnn and not cfg.actor_critic_share_weights:
         raise ConfigError(
             "--actor_critic_share_weights False needs --use_rnn False (a critic with a recurrent core "
@@ -623,7 +689,9 @@ def _check_shapes(cfg: Config) -> None:
             "--shuffle_samples True needs --use_rnn False (a recurrent model learns from whole trajectories)"
         )
     if cfg.batch_size % cfg.rollout:
-        raise ConfigError(f"--batch_size ({cfg.batch_size}) must be a multiple of --rollout ({cfg.rollout})")
+        raise ConfigError(
+            f"--batch_size ({cfg.batch_size}) must be a multiple of --rollout ({cfg.rollout})"
+        )
     slots_per_minibatch, rem = divmod(cfg.batch_size // cfg.rollout, cfg.num_batches_per_epoch)
     if rem or slots_per_minibatch == 0:
         raise ConfigError(
@@ -634,22 +702,32 @@ def _check_shapes(cfg: Config) -> None:
         if any(not isinstance(n, int) or n <= 0 for n in getattr(cfg, name)):
             raise ConfigError(f"--{name} must be a list of positive ints, got {getattr(cfg, name)}")
     if cfg.critic_mlp_layers and cfg.actor_critic_share_weights:
-        raise ConfigError("--critic_mlp_layers sizes the critic's own MLP: it needs --actor_critic_share_weights False")
+        raise ConfigError(
+            "--critic_mlp_layers sizes the critic's own MLP: it needs --actor_critic_share_weights False"
+        )
     if not (cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:")):
         raise ConfigError(f"--device must be auto, cpu, cuda or cuda:N, got {cfg.device!r}")
     if cfg.selfplay_snapshot_every_env_steps < 0 or cfg.selfplay_pool_size <= 0:
-        raise ConfigError("--selfplay_snapshot_every_env_steps must be >= 0 and --selfplay_pool_size positive")
+        raise ConfigError(
+            "--selfplay_snapshot_every_env_steps must be >= 0 and --selfplay_pool_size positive"
+        )
     if not 0 <= cfg.selfplay_frozen_fraction <= 1:
-        raise ConfigError(f"--selfplay_frozen_fraction must be in [0, 1], got {cfg.selfplay_frozen_fraction}")
+        raise ConfigError(
+            f"--selfplay_frozen_fraction must be in [0, 1], got {cfg.selfplay_frozen_fraction}"
+        )
 
 
 def _check_population(cfg: Config) -> None:
     """Per-policy hyperparameters and population-based training."""
     for key, overrides in cfg.policy_overrides.items():
         if not (key.isdigit() and int(key) < cfg.num_policies):
-            raise ConfigError(f"--policy_overrides: {key!r} is not a policy index (0..{cfg.num_policies - 1})")
+            raise ConfigError(
+                f"--policy_overrides: {key!r} is not a policy index (0..{cfg.num_policies - 1})"
+            )
         if not isinstance(overrides, dict):
-            raise ConfigError(f"--policy_overrides: policy {key} needs an object of hyperparameters, got {overrides!r}")
+            raise ConfigError(
+                f"--policy_overrides: policy {key} needs an object of hyperparameters, got {overrides!r}"
+            )
         for name, value in overrides.items():
             if name not in PER_POLICY_HPARAMS:
                 raise ConfigError(
@@ -658,9 +736,13 @@ def _check_population(cfg: Config) -> None:
                 )
             in_range, says = HPARAM_RANGES[name]
             if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ConfigError(f"--policy_overrides: {name} of policy {key} must be a number, got {value!r}")
+                raise ConfigError(
+                    f"--policy_overrides: {name} of policy {key} must be a number, got {value!r}"
+                )
             if not in_range(value):
-                raise ConfigError(f"--policy_overrides: {name} of policy {key} must be {says}, got {value!r}")
+                raise ConfigError(
+                    f"--policy_overrides: {name} of policy {key} must be {says}, got {value!r}"
+                )
     if not cfg.with_pbt:
         return
     if cfg.num_policies < 2:
@@ -681,8 +763,8 @@ def _check_population(cfg: Config) -> None:
 
 
 def _check_algo(cfg: Config) -> None:
-    """Options only asynchronous APPO has: with --algo ppo/ver one line that says which to drop (and the one
-    option APPO lacks)."""
+    """Options only asynchronous APPO has: with --algo ppo/ver one line that says which to drop (and
+    the one option APPO lacks)."""
     if not cfg.synchronous:
         if cfg.preemption_rule == "optimal":
             raise ConfigError(
@@ -707,7 +789,8 @@ def _check_algo(cfg: Config) -> None:
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
-    """Every command's parser: a bad flag is one line (a ConfigError), not argparse's usage block."""
+    """Every command's parser: a bad flag is one line (a ConfigError), not argparse's usage
+    block."""
 
     def error(self, message):
         raise ConfigError(f"{message} (see `{self.prog} --help`)")
@@ -724,11 +807,14 @@ def schema_defaults() -> dict:
 
 def experiment_dir_of(given: dict) -> str:
     """<train_dir>/<experiment> for the flags given (the defaults where not given)."""
-    return os.path.join(given.get("train_dir", Config.train_dir), given.get("experiment", Config.experiment))
+    return os.path.join(
+        given.get("train_dir", Config.train_dir), given.get("experiment", Config.experiment)
+    )
 
 
 def read_saved_config(experiment_dir: str) -> dict | None:
-    """The config.json a run left in experiment_dir, or None if there is none; ConfigError if it is unreadable."""
+    """The config.json a run left in experiment_dir, or None if there is none; ConfigError if it is
+    unreadable."""
     path = os.path.join(experiment_dir, "config.json")
     if not os.path.isfile(path):
         return None
@@ -736,7 +822,9 @@ def read_saved_config(experiment_dir: str) -> dict | None:
         with open(path) as f:
             return json.load(f)
     except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"cannot read {path} ({e}); fix or delete it, or use --restart_behavior restart") from None
+        raise ConfigError(
+            f"cannot read {path} ({e}); fix or delete it, or use --restart_behavior restart"
+        ) from None
 
 
 def parse_bool(text: str) -> bool:
@@ -785,7 +873,8 @@ def _optional_bool(text: str) -> bool | None:
 
 
 def _list_item(text: str):
-    """One word of a list flag: JSON where it parses (a whole '[256, 256]', a number), else the word itself."""
+    """One word of a list flag: JSON where it parses (a whole '[256, 256]', a number), else the word
+    itself."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
@@ -797,7 +886,11 @@ class _ListAction(argparse.Action):
     (--encoder_mlp_layers 256 256)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values[0] if len(values) == 1 and isinstance(values[0], list) else values)
+        setattr(
+            namespace,
+            self.dest,
+            values[0] if len(values) == 1 and isinstance(values[0], list) else values,
+        )
 
 
 _PARSERS = {
@@ -814,8 +907,9 @@ _PARSERS = {
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, this_run: dict | None = None) -> None:
-    """One flag per Config field. Defaults are suppressed so we can tell which flags the user gave. `this_run`: the
-    values a command would run with, shown in the help where they differ from the defaults (an env's own, say)."""
+    """One flag per Config field. Defaults are suppressed so we can tell which flags the user gave.
+    `this_run`: the values a command would run with, shown in the help where they differ from the
+    defaults (an env's own, say)."""
     for f in dataclasses.fields(Config):
         default = default_value(f)
         differs = this_run is not None and this_run[f.name] != default
@@ -828,7 +922,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, this_run: dict | None 
             **as_list,
             choices=f.metadata.get("choices"),
             metavar=f.type.upper().removesuffix(" | NONE"),
-            help=f"{f.metadata['help']} (default: {default}" + (f"; this run: {this_run[f.name]})" if differs else ")"),
+            help=f"{f.metadata['help']} (default: {default}"
+            + (f"; this run: {this_run[f.name]})" if differs else ")"),
         )
 
 
@@ -838,7 +933,8 @@ def algo_defaults(values: dict, world_size: int = 1) -> dict:
     if values["algo"] not in SYNC_ALGOS:
         return {}
     defaults = {"with_vtrace": False}
-    if values["algo"] == "ppo":  # under torchrun --batch_size is the batch of all ranks together
+    # under torchrun --batch_size is the batch of all ranks together
+    if values["algo"] == "ppo":
         defaults["batch_size"] = (
             values["num_workers"]
             * values["num_envs_per_worker"]

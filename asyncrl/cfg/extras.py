@@ -1,6 +1,7 @@
-"""Optional dependencies: a feature whose packages come with an extra (`pip install "asyncrl[EXTRA]"`) calls
-`require(EXTRA, feature)` before it imports them, which turns a missing package into one line naming the install that
-brings it (exit 2 on the command line), before any process starts."""
+"""Optional dependencies: a feature whose packages come with an extra (`pip install
+"asyncrl[EXTRA]"`) calls `require(EXTRA, feature)` before it imports them, which turns a missing
+package into one line naming the install that brings it (exit 2 on the command line), before any
+process starts."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ class MissingExtra(ConfigError):
 def installed(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package missing, or a module without a spec
+    # a parent package missing, or a module without a spec
+    except (ImportError, ValueError):
         return False
 
 
@@ -40,4 +42,6 @@ def require(extra: str, feature: str) -> None:
     """MissingExtra unless every module of `extra` is installed (`feature` says what needs them)."""
     for module in EXTRAS[extra]:
         if not installed(module):
-            raise MissingExtra(f'{feature} needs {module}, not installed here: pip install "asyncrl[{extra}]"')
+            raise MissingExtra(
+                f'{feature} needs {module}, not installed here: pip install "asyncrl[{extra}]"'
+            )

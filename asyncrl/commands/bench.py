@@ -4,13 +4,14 @@
     sampler  rollout workers + policy workers with the real model, no learning (--sampler_only)
     train    the full engine, learning
 
-With `sampler` or `train`, it also computes the machine's compute limit: the CPU time per agent step of
-simulation (one worker's envs), of inference (at the batch size the policy workers actually saw in that mode) and
-of learning (at --batch_size), each measured alone on one core with the engine's own code; compute-limited FPS =
-cores / (sum of the three) * frameskip, and efficiency = train FPS / that limit (the sampler's: without learning).
-It also reports the CPU each role actually used during the measured window (learner, policy workers, rollout
-workers, the env processes they started, the runner) and what stayed idle: where the time went, next to what
-it would take alone. The first --warmup_seconds of each run (process start-up included) are excluded.
+With `sampler` or `train`, it also computes the machine's compute limit: the CPU time per agent step
+of simulation (one worker's envs), of inference (at the batch size the policy workers actually saw
+in that mode) and of learning (at --batch_size), each measured alone on one core with the engine's
+own code; compute-limited FPS = cores / (sum of the three) * frameskip, and efficiency = train FPS /
+that limit (the sampler's: without learning). It also reports the CPU each role actually used during
+the measured window (learner, policy workers, rollout workers, the env processes they started, the
+runner) and what stayed idle: where the time went, next to what it would take alone. The first
+--warmup_seconds of each run (process start-up included) are excluded.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from asyncrl.cfg.settle import settle
 from asyncrl.commands.tune import tuned_flags
 from asyncrl.envs import env_entry
 
-# torch and the engine (measure, runner) are imported once the flags are checked: a bad flag is answered in a
-# fraction of a second instead of after torch's import (seconds)
+# torch and the engine (measure, runner) are imported once the flags are checked: a bad flag is
+# answered in a fraction of a second instead of after torch's import (seconds)
 
 MODES = ("raw", "sampler", "train")
 
@@ -42,10 +43,21 @@ class BenchArgs:
 
 
 def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
-    parser = OneLineErrorParser(prog="asyncrl bench", description="Frames per second: raw env vs sampler vs training.")
-    parser.add_argument("--mode", default="all", help="raw, sampler, train, all, or a comma list, e.g. raw,sampler.")
-    parser.add_argument("--seconds", type=float, default=60.0, help="Measured seconds per mode, after warm-up.")
-    parser.add_argument("--warmup_seconds", type=float, default=15.0, help="Seconds run first and excluded per mode.")
+    parser = OneLineErrorParser(
+        prog="asyncrl bench", description="Frames per second: raw env vs sampler vs training."
+    )
+    parser.add_argument(
+        "--mode", default="all", help="raw, sampler, train, all, or a comma list, e.g. raw,sampler."
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=60.0, help="Measured seconds per mode, after warm-up."
+    )
+    parser.add_argument(
+        "--warmup_seconds",
+        type=float,
+        default=15.0,
+        help="Seconds run first and excluded per mode.",
+    )
     parser.add_argument(
         "--cost_seconds",
         type=float,
@@ -53,26 +65,43 @@ def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
         help="Seconds each CPU cost of the compute limit (simulation, inference) is timed alone on one "
         "core; learning 2.5 times as long. Longer is steadier on a busy machine.",
     )
-    parser.add_argument("--out", type=os.path.expanduser, default=None, help="Write the results as JSON to this file.")
+    parser.add_argument(
+        "--out",
+        type=os.path.expanduser,
+        default=None,
+        help="Write the results as JSON to this file.",
+    )
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
-    modes = MODES if given["mode"] == "all" else tuple(m for m in MODES if m in given["mode"].split(","))
+    modes = (
+        MODES
+        if given["mode"] == "all"
+        else tuple(m for m in MODES if m in given["mode"].split(","))
+    )
     if set(given.pop("mode").split(",")) - {*MODES, "all"}:
         raise ConfigError(
             "--mode must be raw, sampler, train, all or a comma list of them (see `asyncrl bench --help`)"
         )
     bench = BenchArgs(
-        modes, given.pop("seconds"), given.pop("warmup_seconds"), given.pop("cost_seconds"), given.pop("out")
+        modes,
+        given.pop("seconds"),
+        given.pop("warmup_seconds"),
+        given.pop("cost_seconds"),
+        given.pop("out"),
     )
     if bench.seconds <= 0 or bench.cost_seconds <= 0 or bench.warmup_seconds < 0:
         raise ConfigError("--seconds and --cost_seconds must be positive and --warmup_seconds >= 0")
     if not given.get("env"):
-        raise ConfigError("--env is required (e.g. --env doom_basic; `asyncrl envs` lists the registered ones)")
+        raise ConfigError(
+            "--env is required (e.g. --env doom_basic; `asyncrl envs` lists the registered ones)"
+        )
     given.setdefault("train_dir", os.path.join(tempfile.gettempdir(), "asyncrl_bench"))
     given.setdefault("experiment", f"bench_{given['env']}")
     given["restart_behavior"] = "restart"
     env_defaults = env_entry(given["env"]).default_config
-    cfg = settle(given, env_defaults, tuned_flags(given, env_defaults) if given.get("tune") else None).config
+    cfg = settle(
+        given, env_defaults, tuned_flags(given, env_defaults) if given.get("tune") else None
+    ).config
     cfg.validate()
     return bench, cfg
 
@@ -88,19 +117,23 @@ def run_bench(bench: BenchArgs, cfg: Config) -> dict:
         "seconds": bench.seconds,
         "config": cfg.to_json(),
         "device": str(resolve_device(cfg)),
-    }  # before any process starts: --device cuda without a GPU stops here
+        # before any process starts: --device cuda without a GPU stops here
+    }
     if "raw" in bench.modes:
         result["raw_fps"] = raw_fps(cfg, bench.warmup_seconds, bench.seconds)
         print(f"asyncrl bench: raw {result['raw_fps']:,.0f} frames/s", flush=True)
     for mode in ("sampler", "train"):
         if mode in bench.modes:
-            run = engine_run(cfg, bench.warmup_seconds, bench.seconds, sampler_only=mode == "sampler")
+            run = engine_run(
+                cfg, bench.warmup_seconds, bench.seconds, sampler_only=mode == "sampler"
+            )
             result[f"{mode}_fps"] = run["fps"]
             result[f"{mode}_timing"] = {
                 k: v for k, v in run["last_row"].items() if k.startswith(("timing_", "inference_"))
             }
             result[f"{mode}_cores_used"] = run["cores_used"]
-    # each mode's limit at the inference batch it ran with (the sampler's two policy workers batch about half as much)
+    # each mode's limit at the inference batch it ran with (the sampler's two policy workers batch
+    # about half as much)
     batches = {
         m: max(1, round(result[f"{m}_timing"].get("inference_batch_mean") or cfg.envs_per_group))
         for m in ("train", "sampler")
@@ -108,14 +141,22 @@ def run_bench(bench: BenchArgs, cfg: Config) -> dict:
     }
     if batches:
         result.update(
-            compute_limit(cfg, batches.get("train", batches.get("sampler")), batches.get("sampler"), bench.cost_seconds)
+            compute_limit(
+                cfg,
+                batches.get("train", batches.get("sampler")),
+                batches.get("sampler"),
+                bench.cost_seconds,
+            )
         )
-    # the compute limit prices inference and learning on the CPU's cores: it bounds a run whose models are there
+    # the compute limit prices inference and learning on the CPU's cores: it bounds a run whose
+    # models are there
     if result["device"] == "cpu":
         if "train" in bench.modes:
             result["efficiency"] = result["train_fps"] / result["compute_limited_fps"]
         if "sampler" in bench.modes:
-            result["sampler_efficiency"] = result["sampler_fps"] / result["sampler_compute_limited_fps"]
+            result["sampler_efficiency"] = (
+                result["sampler_fps"] / result["sampler_compute_limited_fps"]
+            )
     for mode in ("sampler", "train"):
         if "raw_fps" in result and f"{mode}_fps" in result:
             result[f"{mode}_over_raw"] = result[f"{mode}_fps"] / result["raw_fps"]
@@ -165,7 +206,9 @@ def report(result: dict) -> str:
         if result.get(f"{mode}_cores_used") and "frameskip" in result:
             steps_per_s = result[f"{mode}_fps"] / result["frameskip"]
             lines.append(
-                where_the_time_went(mode, result[f"{mode}_cores_used"], steps_per_s, result["cores"])
+                where_the_time_went(
+                    mode, result[f"{mode}_cores_used"], steps_per_s, result["cores"]
+                )
                 if steps_per_s
                 else f"{mode}: no trajectory finished in the {result['seconds']:g} s "
                 f"measured: measure longer (--seconds)"
@@ -181,9 +224,14 @@ def sampler_inference(result: dict) -> str:
 
 
 def where_the_time_went(mode: str, cores_used: dict, steps_per_s: float, cores: int) -> str:
-    """One line: CPU ms per agent step each role used in the run (compare with the costs each alone), and idle."""
+    """One line: CPU ms per agent step each role used in the run (compare with the costs each
+    alone), and idle."""
     roles = ["learner", "policy", "rollout", "env", "eval", "runner", "other"]
-    used = " ".join(f"{role} {1e3 * cores_used[role] / steps_per_s:.3f}" for role in roles if cores_used.get(role))
+    used = " ".join(
+        f"{role} {1e3 * cores_used[role] / steps_per_s:.3f}"
+        for role in roles
+        if cores_used.get(role)
+    )
     idle = max(0.0, cores - sum(cores_used.values()))
     return (
         f"{mode}: CPU ms per agent step used in the run: {used}; "

@@ -40,13 +40,21 @@ def parse_enjoy_args(argv: list[str]) -> tuple[dict, Config]:
         help="latest: the newest checkpoint; best: best_checkpoint.pth (written by evaluation).",
     )
     parser.add_argument(
-        "--checkpoint", type=os.path.expanduser, default=None, help="A checkpoint file to load instead (any run's)."
+        "--checkpoint",
+        type=os.path.expanduser,
+        default=None,
+        help="A checkpoint file to load instead (any run's).",
     )
     parser.add_argument("--policy_index", type=int, default=0, help="Which policy of the run acts.")
     parser.add_argument(
-        "--save_video", type=parse_bool, default=False, help="Write the episodes as a video into the experiment folder."
+        "--save_video",
+        type=parse_bool,
+        default=False,
+        help="Write the episodes as a video into the experiment folder.",
     )
-    parser.add_argument("--video_name", default="replay.mp4", help="Video file name (.mp4, or .gif).")
+    parser.add_argument(
+        "--video_name", default="replay.mp4", help="Video file name (.mp4, or .gif)."
+    )
     parser.add_argument(
         "--fps",
         type=float,
@@ -78,13 +86,19 @@ def parse_enjoy_args(argv: list[str]) -> tuple[dict, Config]:
 
 def make_video_env(cfg: Config):
     """The env with render_mode="rgb_array", checked to give frames; EnvError if it cannot."""
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame-drawn gymnasium envs: frames only, no window
-    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo envs: its default, glfw, needs a screen; EGL needs none
+    # pygame-drawn gymnasium envs: frames only, no window
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    if sys.platform.startswith("linux") and not (
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    ):
+        # MuJoCo envs: its default, glfw, needs a screen; EGL needs none
+        os.environ.setdefault("MUJOCO_GL", "egl")
     try:
         env = make_agents(cfg.env, **cfg.env_kwargs(), render_mode="rgb_array")
     except (TypeError, EnvError) as e:
-        raise EnvError(f"--save_video: env {cfg.env!r} gives no frames with render_mode='rgb_array' ({e})") from None
+        raise EnvError(
+            f"--save_video: env {cfg.env!r} gives no frames with render_mode='rgb_array' ({e})"
+        ) from None
     env.reset(seed=0)
     try:
         frame = env.render()
@@ -104,14 +118,17 @@ def make_video_env(cfg: Config):
 
 
 def write_video(frames: list[np.ndarray], path: str, fps: float) -> None:
-    import imageio.v2 as imageio  # the video extra's, checked with the flags
+    # the video extra's, checked with the flags
+    import imageio.v2 as imageio
 
     if path.endswith(".gif"):
         imageio.mimsave(path, frames, duration=1000 / fps, loop=0)
         return
     # even sizes for the H.264 encoder's yuv420p; no resizing, no dropped frames
     frames = [f[: f.shape[0] // 2 * 2, : f.shape[1] // 2 * 2] for f in frames]
-    with imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=1, quality=7) as writer:
+    with imageio.get_writer(
+        path, fps=fps, codec="libx264", macro_block_size=1, quality=7
+    ) as writer:
         for frame in frames:
             writer.append_data(frame)
 
@@ -119,7 +136,8 @@ def write_video(frames: list[np.ndarray], path: str, fps: float) -> None:
 def enjoy(argv: list[str]) -> int:
     args, cfg = parse_enjoy_args(argv)
     path = checkpoint_to_load(args, cfg)
-    import torch  # after the flags and the checkpoint's path are checked: its import takes seconds
+    # after the flags and the checkpoint's path are checked: its import takes seconds
+    import torch
 
     from asyncrl.model.actor_critic import build_model
     from asyncrl.roles.evaluator import play_episode
@@ -139,8 +157,15 @@ def enjoy(argv: list[str]) -> int:
             seed = None if cfg.seed is None else cfg.seed + i
             episode = play_episode(model, env, cfg.eval_deterministic, seed, frames)
             stats = "".join(f", {k} {v:g}" for k, v in episode["stats"].items())
-            agents = f" (agents: {', '.join(f'{r:.2f}' for r in episode['returns'])})" if env.num_agents > 1 else ""
-            print(f"episode {i}: return {episode['return']:.2f}{agents}, length {episode['length']}{stats}", flush=True)
+            agents = (
+                f" (agents: {', '.join(f'{r:.2f}' for r in episode['returns'])})"
+                if env.num_agents > 1
+                else ""
+            )
+            print(
+                f"episode {i}: return {episode['return']:.2f}{agents}, length {episode['length']}{stats}",
+                flush=True,
+            )
     finally:
         env.close()
     if frames is not None:
@@ -148,7 +173,8 @@ def enjoy(argv: list[str]) -> int:
         video = os.path.join(cfg.experiment_dir, args["video_name"])
         os.makedirs(cfg.experiment_dir, exist_ok=True)
         write_video(frames, video, fps)
-        if cfg.with_wandb:  # the video joins the run's wandb run
+        # the video joins the run's wandb run
+        if cfg.with_wandb:
             from asyncrl.roles.wandb_run import WandbRun
 
             wandb = WandbRun(cfg, cfg.num_policies)

@@ -1,4 +1,5 @@
-"""`asyncrl export`: a trained policy as an ONNX file, to act outside Python's torch (onnxruntime, in any language).
+"""`asyncrl export`: a trained policy as an ONNX file, to act outside Python's torch (onnxruntime,
+in any language).
 
     asyncrl export --experiment X [--train_dir D] [--format onnx] [--load_checkpoint_kind latest|best]
                    [--checkpoint FILE] [--policy_index 0] [--out FILE]
@@ -29,7 +30,9 @@ from asyncrl.envs import make_agents
 
 def export(argv: list[str]) -> int:
     parser = OneLineErrorParser(prog="asyncrl export", description=__doc__.splitlines()[0])
-    parser.add_argument("--format", choices=["onnx"], default="onnx", help="The file format (onnx).")
+    parser.add_argument(
+        "--format", choices=["onnx"], default="onnx", help="The file format (onnx)."
+    )
     parser.add_argument(
         "--load_checkpoint_kind",
         choices=["latest", "best"],
@@ -37,7 +40,10 @@ def export(argv: list[str]) -> int:
         help="latest: the newest checkpoint; best: best_checkpoint.pth (written by evaluation).",
     )
     parser.add_argument(
-        "--checkpoint", type=os.path.expanduser, default=None, help="A checkpoint file to export instead (any run's)."
+        "--checkpoint",
+        type=os.path.expanduser,
+        default=None,
+        help="A checkpoint file to export instead (any run's).",
     )
     parser.add_argument("--policy_index", type=int, default=0, help="Which policy of the run.")
     parser.add_argument(
@@ -48,14 +54,19 @@ def export(argv: list[str]) -> int:
     )
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
-    args = {k: given.pop(k) for k in ("format", "load_checkpoint_kind", "checkpoint", "policy_index", "out")}
-    require("onnx", "asyncrl export")  # onnxscript is torch's exporter: without it the export fails deep in torch
+    args = {
+        k: given.pop(k)
+        for k in ("format", "load_checkpoint_kind", "checkpoint", "policy_index", "out")
+    }
+    # onnxscript is torch's exporter: without it the export fails deep in torch
+    require("onnx", "asyncrl export")
     cfg = config_of_run(given)
     path = checkpoint_to_load(args, cfg)
     env = make_agents(cfg.env, **cfg.env_kwargs())
     env.close()
     from asyncrl.model.actor_critic import (
-        build_model,  # torch's import (seconds) after the flags and the checkpoint's path
+        # torch's import (seconds) after the flags and the checkpoint's path
+        build_model,
     )
     from asyncrl.model.onnx_graph import export_onnx, output_names
 

@@ -29,7 +29,12 @@ from asyncrl.cfg.config import Config
 from asyncrl.cfg.settle import Settled
 from asyncrl.core.buffers import SharedBuffers, num_slots, slots_per_batch
 from asyncrl.core.fork_server import mp_context
-from asyncrl.core.processes import StopFlag, die_with_parent, keep_freed_memory_for_reuse, lead_group_with_reaper
+from asyncrl.core.processes import (
+    StopFlag,
+    die_with_parent,
+    keep_freed_memory_for_reuse,
+    lead_group_with_reaper,
+)
 from asyncrl.core.queues import Queues
 from asyncrl.envs import adopt_entry, env_entry, make_agents, portable_entry
 from asyncrl.envs.multi_agent import random_step
@@ -40,15 +45,18 @@ from asyncrl.roles.policy_worker import PolicyWorker
 from asyncrl.roles.rollouts import Batch
 
 # --- raw: the env alone
-RAW_STUCK_AFTER_S = 120.0  # a raw-mode worker still running this long after its measurement should have ended is stuck
+# a raw-mode worker still running this long after its measurement should have ended is stuck
+RAW_STUCK_AFTER_S = 120.0
 
 
 class RandomPlay:
-    """Envs (as lists of agents) stepped in turn with random actions, as a rollout worker steps its envs."""
+    """Envs (as lists of agents) stepped in turn with random actions, as a rollout worker steps its
+    envs."""
 
     def __init__(self, cfg_env: str, env_kwargs: dict, num_envs: int, seed: int):
         self.envs = [make_agents(cfg_env, **env_kwargs) for _ in range(num_envs)]
-        self.obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]  # each env's agents'
+        # each env's agents'
+        self.obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]
         for i, env in enumerate(self.envs):
             env.action_space.seed(seed + i)
         self.playing = [[True] * env.num_agents for env in self.envs]
@@ -68,8 +76,8 @@ class RandomPlay:
 
 
 class RandomVectorPlay:
-    """Vector envs (--env_backend vector: one per env group) stepped in turn with random actions, as a rollout
-    worker steps them; each resets its own ended envs."""
+    """Vector envs (--env_backend vector: one per env group) stepped in turn with random actions, as
+    a rollout worker steps them; each resets its own ended envs."""
 
     def __init__(self, cfg_env: str, env_kwargs: dict, num_envs: int, seed: int, groups: int):
         make_vector = env_entry(cfg_env).make_vector
@@ -77,7 +85,8 @@ class RandomVectorPlay:
         for g, vector in enumerate(self.vectors):
             reset_vector(vector, [seed + g * vector.num_envs + i for i in range(vector.num_envs)])
             vector.action_space.seed(seed + g)
-        probe = make_agents(cfg_env, **env_kwargs)  # frames counted as a training run counts them: by one env's
+        # frames counted as a training run counts them: by one env's
+        probe = make_agents(cfg_env, **env_kwargs)
         self.frameskip = probe.frameskip
         probe.close()
 
@@ -101,30 +110,37 @@ def _raw_worker(
     seconds: float,
     results,
 ):
-    """Puts (index, frames/s or the env's error). groups: the vector envs to step (--env_backend vector), or None to
-    step each env in turn."""
+    """Puts (index, frames/s or the env's error). groups: the vector envs to step (--env_backend
+    vector), or None to step each env in turn."""
     seed = 1000 * index
     die_with_parent()
-    lead_group_with_reaper()  # as every engine child: what the envs start (VizDoom engines) dies with this process
+    # as every engine child: what the envs start (VizDoom engines) dies with this process
+    lead_group_with_reaper()
     adopt_entry(*env)
-    faulthandler.enable()  # a crash inside the simulator prints where it happened
-    faulthandler.dump_traceback_later(warmup + seconds + RAW_STUCK_AFTER_S, exit=True)  # and so does a stuck step
+    # a crash inside the simulator prints where it happened
+    faulthandler.enable()
+    # and so does a stuck step
+    faulthandler.dump_traceback_later(warmup + seconds + RAW_STUCK_AFTER_S, exit=True)
     try:
         play = (
             RandomPlay(env[0], env_kwargs, num_envs, seed)
             if groups is None
             else RandomVectorPlay(env[0], env_kwargs, num_envs, seed, groups)
         )
-        steps, start = 0, time.perf_counter()
-        measured_from, steps_at_warmup = None, 0
+        steps = 0
+        start = time.perf_counter()
+        measured_from = None
+        steps_at_warmup = 0
         while True:
             now = time.perf_counter()
             if measured_from is None and now - start >= warmup:
-                measured_from, steps_at_warmup = now, steps
+                measured_from = now
+                steps_at_warmup = steps
             if now - start >= warmup + seconds:
                 break
             steps += play.step()
-    except Exception as e:  # the env's error, in one line, instead of a result that never comes
+    # the env's error, in one line, instead of a result that never comes
+    except Exception as e:
         results.put((index, f"{type(e).__name__}: {e}"))
         return
     results.put((index, (steps - steps_at_warmup) * play.frameskip / (now - measured_from)))
@@ -140,13 +156,23 @@ def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
     """Frames/s of --num_workers processes each stepping --num_envs_per_worker envs with random actions (in
     --worker_num_splits vector envs with --env_backend vector). An env that raises ends the measurement (EnvFailed):
     raw mode measures the simulation, which should not fail."""
-    results, env = mp_context.Queue(), (cfg.env, portable_entry(cfg.env))
+    results = mp_context.Queue()
+    env = (cfg.env, portable_entry(cfg.env))
     groups = cfg.worker_num_splits if cfg.env_backend == "vector" else None
     processes = [
         mp_context.Process(
             target=_raw_worker,
             daemon=True,
-            args=(w, env, cfg.env_kwargs(), cfg.num_envs_per_worker, groups, warmup, seconds, results),
+            args=(
+                w,
+                env,
+                cfg.env_kwargs(),
+                cfg.num_envs_per_worker,
+                groups,
+                warmup,
+                seconds,
+                results,
+            ),
         )
         for w in range(cfg.num_workers)
     ]
@@ -166,17 +192,21 @@ def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
 
 
 def _raw_results(processes: list, results) -> list:
-    """Each worker's frames/s or error. A worker that exits without one (the simulator crashed it, or it was stuck
-    RAW_STUCK_AFTER_S past the end and dumped its threads' stacks to stderr) is an error."""
+    """Each worker's frames/s or error. A worker that exits without one (the simulator crashed it,
+    or it was stuck RAW_STUCK_AFTER_S past the end and dumped its threads' stacks to stderr) is an
+    error."""
     by_worker = {}
     while len(by_worker) < len(processes):
-        exited = {w for w, p in enumerate(processes) if p.exitcode is not None}  # before the get: what they put is in
+        # before the get: what they put is in
+        exited = {w for w, p in enumerate(processes) if p.exitcode is not None}
         try:
             w, value = results.get(timeout=1.0)
             by_worker[w] = value
         except queue.Empty:
             for w in sorted(exited - by_worker.keys()):
-                by_worker[w] = f"its worker exited with code {processes[w].exitcode} and no result (see its stderr)"
+                by_worker[w] = (
+                    f"its worker exited with code {processes[w].exitcode} and no result (see its stderr)"
+                )
     return [by_worker[w] for w in range(len(processes))]
 
 
@@ -185,13 +215,16 @@ def cpu_seconds_by_process() -> dict[int, tuple[str, float]]:
     """pid -> (role, CPU seconds (user + system) used so far) of this process ("runner") and its descendants:
     asyncrl's by their title (learner, policy, rollout, eval, reaper), what a rollout worker started (VizDoom engines)
     as "env", what the evaluator started as "eval" too; the rest as "other"."""
-    me, totals = psutil.Process(), {}
+    me = psutil.Process()
+    totals = {}
     for proc in [me, *me.children(recursive=True)]:
         try:
-            # a process title set by setproctitle comes back padded with spaces: its first word is the title
+            # a process title set by setproctitle comes back padded with spaces: its first word is
+            # the title
             titles = [(p.cmdline() or [""])[0].split(" ")[0] for p in [proc, *proc.parents()]]
             times = proc.cpu_times()
-        except psutil.Error:  # ended meanwhile
+        # ended meanwhile
+        except psutil.Error:
             continue
         owner = next((t for t in titles if t.startswith("asyncrl-")), "")
         if proc.pid == me.pid:
@@ -199,24 +232,30 @@ def cpu_seconds_by_process() -> dict[int, tuple[str, float]]:
         elif owner and owner == titles[0]:
             role = owner.split("-")[1]
         else:
-            role = {"rollout": "env", "eval": "eval"}.get(owner.split("-")[1] if owner else "", "other")
+            role = {"rollout": "env", "eval": "eval"}.get(
+                owner.split("-")[1] if owner else "", "other"
+            )
         totals[proc.pid] = (role, times.user + times.system)
     return totals
 
 
-# seconds an engine run goes on after its measured window: the run's clock starts after the CPU watcher's, by at
-# least its start-up, so a short tail keeps every role running through the window
+# seconds an engine run goes on after its measured window: the run's clock starts after the CPU
+# watcher's, by at least its start-up, so a short tail keeps every role running through the window
 ROLES_TAIL_S = 0.5
 
 
 def _watch_cpu(start_s: float, end_s: float, cores_used: dict) -> None:
-    """Fill cores_used with the CPU cores each role used on average between start_s and end_s from now."""
+    """Fill cores_used with the CPU cores each role used on average between start_s and end_s from
+    now."""
     time.sleep(start_s)
-    before, t0 = cpu_seconds_by_process(), time.monotonic()
+    before = cpu_seconds_by_process()
+    t0 = time.monotonic()
     time.sleep(end_s - start_s)
-    after, t1 = cpu_seconds_by_process(), time.monotonic()
-    # per process, under its role at the end: a child still starting at the first look has no title yet, and its
-    # start-up (imports) must count neither as "other" nor, later, as its role's work in the window
+    after = cpu_seconds_by_process()
+    t1 = time.monotonic()
+    # per process, under its role at the end: a child still starting at the first look has no title
+    # yet, and its start-up (imports) must count neither as "other" nor, later, as its role's work
+    # in the window
     used = Counter()
     for pid, (role, seconds) in after.items():
         used[role] += seconds - before.get(pid, (role, 0.0))[1]
@@ -224,10 +263,12 @@ def _watch_cpu(start_s: float, end_s: float, cores_used: dict) -> None:
 
 
 def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -> dict:
-    """Run the engine for warmup + seconds (and a short tail); returns frames/s over the stats rows after the
-    warm-up, the last row, and the CPU cores each role used over (nearly) the same window."""
+    """Run the engine for warmup + seconds (and a short tail); returns frames/s over the stats rows
+    after the warm-up, the last row, and the CPU cores each role used over (nearly) the same
+    window."""
     name = "sampler" if sampler_only else "train"
-    # the runner's clock starts a moment after this one: the tail keeps every role running past the CPU window's end
+    # the runner's clock starts a moment after this one: the tail keeps every role running past the
+    # CPU window's end
     run_cfg = dataclasses.replace(
         cfg,
         sampler_only=sampler_only,
@@ -237,7 +278,9 @@ def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -
         save_every_sec=1e9,
     )
     cores_used: dict = {}
-    watcher = threading.Thread(target=_watch_cpu, args=(warmup, warmup + seconds, cores_used), daemon=True)
+    watcher = threading.Thread(
+        target=_watch_cpu, args=(warmup, warmup + seconds, cores_used), daemon=True
+    )
     watcher.start()
     if train(Settled.of(run_cfg, "measurement")) != 0:
         raise RuntimeError(f"the {name} run failed (its error is above)")
@@ -250,9 +293,12 @@ def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -
             f"the {name} run reported too few stats rows with samples after the warm-up; "
             f"raise --warmup_seconds or --seconds"
         )
-    first, last = window[0], window[-1]
+    first = window[0]
+    last = window[-1]
     return {
-        "fps": (last["env_steps"] - first["env_steps"]) * cfg.num_policies / (last["time_s"] - first["time_s"]),
+        "fps": (last["env_steps"] - first["env_steps"])
+        * cfg.num_policies
+        / (last["time_s"] - first["time_s"]),
         "measured_s": last["time_s"] - first["time_s"],
         "last_row": last,
         "cores_used": cores_used,
@@ -260,8 +306,8 @@ def engine_run(cfg: Config, warmup: float, seconds: float, sampler_only: bool) -
 
 
 def measured_rows(rows: list[dict], warmup: float, seconds: float) -> list[dict]:
-    """Policy 0's stats rows in [warmup, warmup + seconds) from the first row with samples on: a warm-up shorter
-    than the run's start-up must not count the start-up's wait as a slow sampler."""
+    """Policy 0's stats rows in [warmup, warmup + seconds) from the first row with samples on: a
+    warm-up shorter than the run's start-up must not count the start-up's wait as a slow sampler."""
     rows = [r for r in rows if r["policy_id"] == 0]
     started = next((r["time_s"] for r in rows if r["env_steps"] > 0), float("inf"))
     return [r for r in rows if max(warmup, started) <= r["time_s"] < warmup + seconds]
@@ -269,22 +315,28 @@ def measured_rows(rows: list[dict], warmup: float, seconds: float) -> list[dict]
 
 # --- the compute limit
 def process_tree_cpu_seconds() -> float:
-    """CPU seconds (user + system) of this process and everything it started (e.g. VizDoom engines)."""
+    """CPU seconds (user + system) of this process and everything it started (e.g. VizDoom
+    engines)."""
     return sum(seconds for _, seconds in cpu_seconds_by_process().values())
 
 
 def seconds_per_call(
     fn, min_seconds: float = 2.0, min_calls: int = 3, clock=time.perf_counter, chunks: int = 5
 ) -> float:
-    """Seconds of `clock` per call of fn, after one warm-up call (allocations, lazy init): the median over `chunks`
-    stretches of min_seconds / chunks each, so a burst of a shared machine's other load skews one stretch, not the
-    result. The default clock is wall time, which alone on a core equals CPU time; process_tree_cpu_seconds
-    measures a process that shares its core."""
+    """Seconds of `clock` per call of fn, after one warm-up call (allocations, lazy init): the
+    median over `chunks` stretches of min_seconds / chunks each, so a burst of a shared machine's
+    other load skews one stretch, not the result. The default clock is wall time, which alone on a
+    core equals CPU time; process_tree_cpu_seconds measures a process that shares its core."""
     fn()
     per_call = []
     for _ in range(chunks):
-        calls, start, started = 0, time.perf_counter(), clock()
-        while calls < max(1, min_calls // chunks) or time.perf_counter() - start < min_seconds / chunks:
+        calls = 0
+        start = time.perf_counter()
+        started = clock()
+        while (
+            calls < max(1, min_calls // chunks)
+            or time.perf_counter() - start < min_seconds / chunks
+        ):
             fn()
             calls += 1
         per_call.append((clock() - started) / calls)
@@ -293,9 +345,9 @@ def seconds_per_call(
 
 @contextlib.contextmanager
 def simulation_workload(cfg: Config, num_envs: int):
-    """(step, agent steps per call, frameskip): `step` steps num_envs envs in turn with random actions (resets
-    included), as a rollout worker steps its envs; the envs are closed on exit. Agent steps count every agent of
-    an env, as if none left an episode early."""
+    """(step, agent steps per call, frameskip): `step` steps num_envs envs in turn with random
+    actions (resets included), as a rollout worker steps its envs; the envs are closed on exit.
+    Agent steps count every agent of an env, as if none left an episode early."""
     play = RandomPlay(cfg.env, cfg.env_kwargs(), num_envs, 0)
     try:
         rounds = max(1, 50 // num_envs)
@@ -311,20 +363,27 @@ def simulation_workload(cfg: Config, num_envs: int):
 
 @contextlib.contextmanager
 def model_workloads(cfg: Config, inference_batch: int, device: torch.device = torch.device("cpu")):
-    """(act, learn): PolicyWorker.act on `inference_batch` agents (act(k): on the first k) and Learner.gather +
-    train on one --batch_size batch, with real shared buffers, in this process, the models on `device`."""
+    """(act, learn): PolicyWorker.act on `inference_batch` agents (act(k): on the first k) and
+    Learner.gather + train on one --batch_size batch, with real shared buffers, in this process, the
+    models on `device`."""
 
     with tempfile.TemporaryDirectory() as tmp:
-        # enough agents for the inference batch, and never fewer workers than the run's: ppo's batch is theirs
+        # enough agents for the inference batch, and never fewer workers than the run's: ppo's batch
+        # is theirs
         workers = max(cfg.num_workers, -(-inference_batch // cfg.num_envs_per_worker))
         cfg = dataclasses.replace(cfg, train_dir=tmp, num_policies=1, num_workers=workers)
         env = probe_env(cfg)
         cfg = dataclasses.replace(cfg, **auto_settings(cfg, device, env))
         _, layout = model_and_layout(cfg, env)
-        b, queues = SharedBuffers.allocate(layout), Queues(cfg, num_slots(cfg))
-        b.traj_obs.copy_(torch.as_tensor(np.stack([env.obs_space.sample() for _ in range(b.traj_obs.shape[1])])))
+        b = SharedBuffers.allocate(layout)
+        queues = Queues(cfg, num_slots(cfg))
+        b.traj_obs.copy_(
+            torch.as_tensor(np.stack([env.obs_space.sample() for _ in range(b.traj_obs.shape[1])]))
+        )
         b.traj_valid.fill_(True)
-        learner = Learner(0, cfg, b, queues, env.obs_space, env.action_space, device, env.frameskip, StopFlag())
+        learner = Learner(
+            0, cfg, b, queues, env.obs_space, env.action_space, device, env.frameskip, StopFlag()
+        )
         batch = Batch(torch.arange(slots_per_batch(cfg)))
         policy = PolicyWorker(0, 0, cfg, b, queues, env.obs_space, env.action_space, device)
         agents = torch.arange(inference_batch)
@@ -336,9 +395,10 @@ def model_workloads(cfg: Config, inference_batch: int, device: torch.device = to
 
 
 def simulation_cost(cfg: Config, seconds: float = 2.0) -> tuple[float, int]:
-    """CPU seconds per agent step of one rollout worker's envs (--num_envs_per_worker of them, stepped in turn with
-    random actions, resets included), and the frameskip. All of them, not one: k VizDoom engines on one core cost
-    more per step than one (they share its caches), and the engine has to step all k."""
+    """CPU seconds per agent step of one rollout worker's envs (--num_envs_per_worker of them,
+    stepped in turn with random actions, resets included), and the frameskip. All of them, not one:
+    k VizDoom engines on one core cost more per step than one (they share its caches), and the
+    engine has to step all k."""
     with simulation_workload(cfg, cfg.num_envs_per_worker) as (step, steps_per_call, frameskip):
         return seconds_per_call(step, seconds) / steps_per_call, frameskip
 
@@ -346,9 +406,10 @@ def simulation_cost(cfg: Config, seconds: float = 2.0) -> tuple[float, int]:
 def model_costs(
     cfg: Config, inference_batch: int, sampler_batch: int | None = None, seconds: float = 2.0
 ) -> tuple[float, float, float]:
-    """CPU seconds per sample of inference (PolicyWorker.act at `inference_batch` agents, and at `sampler_batch`)
-    and of learning (Learner.gather + train on one --batch_size batch), with real shared buffers, in this process;
-    inference timed for `seconds`, learning (fewer, longer calls) for 2.5 times as long."""
+    """CPU seconds per sample of inference (PolicyWorker.act at `inference_batch` agents, and at
+    `sampler_batch`) and of learning (Learner.gather + train on one --batch_size batch), with real
+    shared buffers, in this process; inference timed for `seconds`, learning (fewer, longer calls)
+    for 2.5 times as long."""
     sampler_batch = sampler_batch or inference_batch
     with model_workloads(cfg, max(inference_batch, sampler_batch)) as (act, learn):
         infer = seconds_per_call(lambda: act(inference_batch), seconds) / inference_batch
@@ -360,17 +421,21 @@ def model_costs(
         return infer, sampler_infer, seconds_per_call(learn, 2.5 * seconds) / cfg.batch_size
 
 
-def compute_limit(cfg: Config, inference_batch: int, sampler_batch: int | None = None, seconds: float = 2.0) -> dict:
+def compute_limit(
+    cfg: Config, inference_batch: int, sampler_batch: int | None = None, seconds: float = 2.0
+) -> dict:
     """Frames/s if the cores did nothing but the run's work, each part at its cost alone on one core: training
     (simulation, inference at `inference_batch`, learning) and sampling (simulation, inference at `sampler_batch`:
     the sampler's policy workers batch differently; default inference_batch). Each cost is timed for `seconds`
     (learning 2.5 times as long)."""
-    threads, cores = torch.get_num_threads(), sorted(os.sched_getaffinity(0))
-    # each alone on one core: one torch thread, and this process pinned (a VizDoom engine started now inherits
-    # the pin, so its CPU time is counted too, and no idle wake-up latency is)
+    threads = torch.get_num_threads()
+    cores = sorted(os.sched_getaffinity(0))
+    # each alone on one core: one torch thread, and this process pinned (a VizDoom engine started
+    # now inherits the pin, so its CPU time is counted too, and no idle wake-up latency is)
     torch.set_num_threads(1)
     os.sched_setaffinity(0, cores[-1:])
-    keep_freed_memory_for_reuse()  # as in the engine's processes
+    # as in the engine's processes
+    keep_freed_memory_for_reuse()
     try:
         sim, frameskip = simulation_cost(cfg, seconds)
         infer, sampler_infer, learn = model_costs(cfg, inference_batch, sampler_batch, seconds)

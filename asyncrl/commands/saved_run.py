@@ -1,5 +1,5 @@
-"""A finished run as the commands that play, match, export or share it see it: its config (config.json, flags on top),
-and the checkpoint to load."""
+"""A finished run as the commands that play, match, export or share it see it: its config
+(config.json, flags on top), and the checkpoint to load."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from asyncrl.envs import env_entry
 
 
 def config_of_run(given: dict) -> Config:
-    """The config of the run that --train_dir/--experiment name (its config.json), with the flags given on top; without
-    a run, --env and the flags (for a --checkpoint file)."""
+    """The config of the run that --train_dir/--experiment name (its config.json), with the flags
+    given on top; without a run, --env and the flags (for a --checkpoint file)."""
     experiment_dir = experiment_dir_of(given)
     saved = read_saved_config(experiment_dir) or {}
     env = given.get("env") or saved.get("env")

@@ -1,4 +1,5 @@
-"""`asyncrl train`: its flags, the settings they settle into (cfg/settle.py), and the command itself."""
+"""`asyncrl train`: its flags, the settings they settle into (cfg/settle.py), and the command
+itself."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from asyncrl.envs import EnvError, connect_remote, env_entry
 
 
 def wants_help(argv: list[str]) -> bool:
-    """A command asked for its help, which needs no fork server (it would import torch and the roles for nothing)."""
+    """A command asked for its help, which needs no fork server (it would import torch and the roles
+    for nothing)."""
     return "-h" in argv or "--help" in argv
 
 
@@ -33,17 +35,23 @@ def train_parser(this_run: dict | None = None) -> OneLineErrorParser:
 
 
 def show_train_help(argv: list[str]) -> NoReturn:
-    """`asyncrl train [flags] --help`: every flag, and where the env's defaults (or a resumed run's config) differ
-    from the engine's, the value this command would run with, as Sample Factory's help shows an env's defaults."""
+    """`asyncrl train [flags] --help`: every flag, and where the env's defaults (or a resumed run's
+    config) differ from the engine's, the value this command would run with, as Sample Factory's
+    help shows an env's defaults."""
     try:
-        this_run = dataclasses.asdict(config_from_args([a for a in argv if a not in ("-h", "--help")]))
-    except (ConfigError, EnvError):  # no --env, an unknown one, a bad flag: the defaults alone
+        this_run = dataclasses.asdict(
+            config_from_args([a for a in argv if a not in ("-h", "--help")])
+        )
+    # no --env, an unknown one, a bad flag: the defaults alone
+    except (ConfigError, EnvError):
         this_run = None
-    train_parser(this_run).parse_args(["--help"])  # prints and exits
+    # prints and exits
+    train_parser(this_run).parse_args(["--help"])
 
 
 def config_from_args(argv: list[str]) -> Config:
-    """The config of `asyncrl train ARGV` (settings_from_args, without where each value came from)."""
+    """The config of `asyncrl train ARGV` (settings_from_args, without where each value came
+    from)."""
     return settings_from_args(argv).config
 
 
@@ -55,8 +63,11 @@ def settings_from_args(argv: list[str]) -> Settled:
     saved = read_saved_config(experiment_dir_of(given)) if resume else None
     env_name = given.get("env") or (saved or {}).get("env")
     if not env_name:
-        raise ConfigError("--env is required (e.g. --env CartPole-v1; `asyncrl envs` lists the registered ones)")
-    if env_name.startswith("remote:"):  # the servers are asked for the env's spaces and defaults, with our credentials
+        raise ConfigError(
+            "--env is required (e.g. --env CartPole-v1; `asyncrl envs` lists the registered ones)"
+        )
+    # the servers are asked for the env's spaces and defaults, with our credentials
+    if env_name.startswith("remote:"):
         require("remote", f"--env {env_name}")
         from asyncrl.remote.client import settings_from_flags
 
@@ -69,7 +80,8 @@ def settings_from_args(argv: list[str]) -> Settled:
 def cmd_train(argv: list[str]) -> int:
     if wants_help(argv):
         show_train_help(argv)
-    start_fork_server()  # its imports overlap ours (torch: seconds); a user error below stops it
+    # its imports overlap ours (torch: seconds); a user error below stops it
+    start_fork_server()
     settled = settings_from_args(argv)
     # before torch's import (seconds): a bad flag, value or env is answered in a fraction of one
     settled.config.validate()

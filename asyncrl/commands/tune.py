@@ -1,12 +1,14 @@
-"""`asyncrl tune --env X`: the fastest sampling and learning flags for this env on this machine, measured.
+"""`asyncrl tune --env X`: the fastest sampling and learning flags for this env on this machine,
+measured.
 
-It measures the machine (cores, GPU) and, each alone on one core with the engine's own code, the CPU time per agent
-step of simulation, inference and learning (what `asyncrl bench` calls the compute limit). Then it runs the whole
-engine for a short while per candidate, starting from the env's defaults (and the flags given), and changes one
-knob at a time (envs per worker, workers, env groups per worker, policy workers, batch size) while that makes
-training faster by more than the noise margin, until the time budget is spent. It prints every candidate's
-frames/s and the flags of the fastest, and saves them to ~/.cache/asyncrl/tune/<env>.json (under $XDG_CACHE_HOME
-if set), where `asyncrl train --tune True` (and `asyncrl bench --tune True`) find them; flags given on the command
+It measures the machine (cores, GPU) and, each alone on one core with the engine's own code, the CPU
+time per agent step of simulation, inference and learning (what `asyncrl bench` calls the compute
+limit). Then it runs the whole engine for a short while per candidate, starting from the env's
+defaults (and the flags given), and changes one knob at a time (envs per worker, workers, env groups
+per worker, policy workers, batch size) while that makes training faster by more than the noise
+margin, until the time budget is spent. It prints every candidate's frames/s and the flags of the
+fastest, and saves them to ~/.cache/asyncrl/tune/<env>.json (under $XDG_CACHE_HOME if set), where
+`asyncrl train --tune True` (and `asyncrl bench --tune True`) find them; flags given on the command
 line still win.
 """
 
@@ -29,17 +31,29 @@ from asyncrl.cfg.config import (
 from asyncrl.cfg.settle import settle
 from asyncrl.envs import env_entry
 
-KNOBS = ("num_envs_per_worker", "num_workers", "worker_num_splits", "policy_workers_per_policy", "batch_size")
-MARGIN = 1.03  # a change must be this much faster to be taken: smaller differences are within a run's noise
-START_STOP_S = 1.5  # a candidate's run's start and stop (CartPole on 2 cores), besides its seconds and tail
+KNOBS = (
+    "num_envs_per_worker",
+    "num_workers",
+    "worker_num_splits",
+    "policy_workers_per_policy",
+    "batch_size",
+)
+# a change must be this much faster to be taken: smaller differences are within a run's noise
+MARGIN = 1.03
+# a candidate's run's start and stop (CartPole on 2 cores), besides its seconds and tail
+START_STOP_S = 1.5
 
 
 @dataclasses.dataclass(frozen=True)
 class TuneTimes:
-    budget_s: float = 300.0  # the whole search, measuring included
-    warmup_s: float = 8.0  # each candidate's first seconds, not measured
-    seconds: float = 12.0  # each candidate's measured seconds
-    cost_s: float = 2.0  # each CPU cost of the compute limit timed for this long (learning 2.5 times as long)
+    # the whole search, measuring included
+    budget_s: float = 300.0
+    # each candidate's first seconds, not measured
+    warmup_s: float = 8.0
+    # each candidate's measured seconds
+    seconds: float = 12.0
+    # each CPU cost of the compute limit timed for this long (learning 2.5 times as long)
+    cost_s: float = 2.0
 
 
 def results_path(env: str) -> str:
@@ -49,7 +63,8 @@ def results_path(env: str) -> str:
 
 
 def knobs(cfg: Config) -> tuple[str, ...]:
-    """The knobs tuned for cfg: all but the batch size under --algo ppo, whose batch is every agent's rollout."""
+    """The knobs tuned for cfg: all but the batch size under --algo ppo, whose batch is every
+    agent's rollout."""
     return tuple(knob for knob in KNOBS if not (knob == "batch_size" and cfg.algo == "ppo"))
 
 
@@ -63,16 +78,23 @@ def neighbours(cfg: Config, knob: str, cores: int) -> list[int]:
         return [v for v in (value // 2, value * 2) if 1 <= v <= 4 * cores]
     if knob == "worker_num_splits":
         return [s for s in (1, 2) if s != value and cfg.num_envs_per_worker % s == 0]
-    if knob == "policy_workers_per_policy":  # auto (-1) is 1 while learning: try 2
+    # auto (-1) is 1 while learning: try 2
+    if knob == "policy_workers_per_policy":
         return [v for v in (1, 2) if v != (1 if value == -1 else value)]
-    return [v for v in (value // 2, value * 2) if v >= cfg.rollout and v % cfg.rollout == 0 and v <= 8192]
+    return [
+        v
+        for v in (value // 2, value * 2)
+        if v >= cfg.rollout and v % cfg.rollout == 0 and v <= 8192
+    ]
 
 
 def candidate(cfg: Config, **changes) -> Config | None:
-    """cfg with `changes`, or None if that config is not valid (e.g. a batch that does not divide)."""
+    """cfg with `changes`, or None if that config is not valid (e.g. a batch that does not
+    divide)."""
     try:
         changed = dataclasses.replace(cfg, **changes)
-        changed = dataclasses.replace(changed, **algo_defaults(dataclasses.asdict(changed)))  # ppo's batch follows
+        # ppo's batch follows
+        changed = dataclasses.replace(changed, **algo_defaults(dataclasses.asdict(changed)))
         changed.validate()
         return changed
     except ConfigError:
@@ -84,8 +106,8 @@ def flags_of(cfg: Config) -> dict:
 
 
 def search(cfg: Config, times: TuneTimes, log=print) -> dict:
-    """Coordinate descent over KNOBS from cfg, each candidate one short training run; returns the costs, every
-    candidate tried with its frames/s, and the fastest flags."""
+    """Coordinate descent over KNOBS from cfg, each candidate one short training run; returns the
+    costs, every candidate tried with its frames/s, and the fastest flags."""
     from asyncrl.commands.measure import ROLES_TAIL_S, compute_limit, engine_run
 
     cores = len(os.sched_getaffinity(0))
@@ -98,21 +120,25 @@ def search(cfg: Config, times: TuneTimes, log=print) -> dict:
     )
     tried: dict[tuple, float | None] = {}
     deadline = time.monotonic() + times.budget_s
-    run_s = times.warmup_s + times.seconds + ROLES_TAIL_S + START_STOP_S  # a candidate's run, start to stop
+    # a candidate's run, start to stop
+    run_s = times.warmup_s + times.seconds + ROLES_TAIL_S + START_STOP_S
 
     def measure(c: Config) -> float | None:
-        """c's frames/s, or None if its run gave none to measure (no candidate is faster than a measured one)."""
+        """c's frames/s, or None if its run gave none to measure (no candidate is faster than a
+        measured one)."""
         key = tuple(flags_of(c).values())
         if key not in tried:
             try:
                 tried[key] = engine_run(c, times.warmup_s, times.seconds, sampler_only=False)["fps"]
                 log(f"asyncrl tune: {flags_of(c)} -> {tried[key]:,.0f} frames/s")
-            except RuntimeError as e:  # e.g. no samples learned within the measured seconds
+            # e.g. no samples learned within the measured seconds
+            except RuntimeError as e:
                 log(f"asyncrl tune: {flags_of(c)} not measured ({e})")
                 tried[key] = None
         return tried[key]
 
-    best, best_fps = cfg, measure(cfg) or 0.0
+    best = cfg
+    best_fps = measure(cfg) or 0.0
     improved = True
     while improved and time.monotonic() < deadline:
         improved = False
@@ -123,7 +149,9 @@ def search(cfg: Config, times: TuneTimes, log=print) -> dict:
                     continue
                 fps = measure(c)
                 if fps is not None and fps > MARGIN * best_fps:
-                    best, best_fps, improved = c, fps, True
+                    best = c
+                    best_fps = fps
+                    improved = True
     return {
         "env": cfg.env,
         "cores": cores,
@@ -137,14 +165,16 @@ def search(cfg: Config, times: TuneTimes, log=print) -> dict:
 
 
 def has_gpu() -> bool:
-    import torch  # here, not at the top: the command line imports this module before it starts the fork server
+    # here, not at the top: the command line imports this module before it starts the fork server
+    import torch
 
     return torch.cuda.is_available()
 
 
 def tuned_flags(given: dict, env_defaults: dict) -> dict:
-    """For --tune True: the fastest flags `asyncrl tune` saved for this env on this machine; if there are none (or
-    they were measured on another machine), tunes first with the default budget."""
+    """For --tune True: the fastest flags `asyncrl tune` saved for this env on this machine; if
+    there are none (or they were measured on another machine), tunes first with the default
+    budget."""
     path = results_path(given["env"])
     try:
         with open(path) as f:
@@ -158,13 +188,21 @@ def tuned_flags(given: dict, env_defaults: dict) -> dict:
         f"(about {TuneTimes().budget_s / 60:.0f} minutes)",
         flush=True,
     )
-    return run_tune({k: v for k, v in given.items() if k != "tune"}, env_defaults, TuneTimes())["best"]
+    return run_tune({k: v for k, v in given.items() if k != "tune"}, env_defaults, TuneTimes())[
+        "best"
+    ]
 
 
 def run_tune(given: dict, env_defaults: dict, times: TuneTimes) -> dict:
-    """Search from the given flags (the candidates' runs in a temporary folder), save the result and print it."""
+    """Search from the given flags (the candidates' runs in a temporary folder), save the result and
+    print it."""
     with tempfile.TemporaryDirectory(prefix="asyncrl_tune_") as runs_dir:
-        flags = {**given, "train_dir": runs_dir, "experiment": "candidate", "restart_behavior": "restart"}
+        flags = {
+            **given,
+            "train_dir": runs_dir,
+            "experiment": "candidate",
+            "restart_behavior": "restart",
+        }
         cfg = settle(flags, env_defaults).config
         cfg.validate()
         result = search(cfg, times)
@@ -181,9 +219,14 @@ def cmd_tune(argv: list[str]) -> int:
     parser = OneLineErrorParser(prog="asyncrl tune", description=__doc__.splitlines()[0])
     default = TuneTimes()
     parser.add_argument(
-        "--budget_seconds", type=float, default=default.budget_s, help="Time for the search, measuring included."
+        "--budget_seconds",
+        type=float,
+        default=default.budget_s,
+        help="Time for the search, measuring included.",
     )
-    parser.add_argument("--seconds", type=float, default=default.seconds, help="Measured seconds per candidate.")
+    parser.add_argument(
+        "--seconds", type=float, default=default.seconds, help="Measured seconds per candidate."
+    )
     parser.add_argument(
         "--warmup_seconds",
         type=float,
@@ -200,12 +243,19 @@ def cmd_tune(argv: list[str]) -> int:
     add_config_arguments(parser)
     given = vars(parser.parse_args(argv))
     times = TuneTimes(
-        given.pop("budget_seconds"), given.pop("warmup_seconds"), given.pop("seconds"), given.pop("cost_seconds")
+        given.pop("budget_seconds"),
+        given.pop("warmup_seconds"),
+        given.pop("seconds"),
+        given.pop("cost_seconds"),
     )
     if times.budget_s <= 0 or times.seconds <= 0 or times.cost_s <= 0 or times.warmup_s < 0:
-        raise ConfigError("--budget_seconds, --seconds and --cost_seconds must be positive, --warmup_seconds >= 0")
+        raise ConfigError(
+            "--budget_seconds, --seconds and --cost_seconds must be positive, --warmup_seconds >= 0"
+        )
     if not given.get("env"):
-        raise ConfigError("--env is required (e.g. --env doom_basic; `asyncrl envs` lists the registered ones)")
+        raise ConfigError(
+            "--env is required (e.g. --env doom_basic; `asyncrl envs` lists the registered ones)"
+        )
     given.pop("tune", None)
     run_tune(given, env_entry(given["env"]).default_config, times)
     return 0

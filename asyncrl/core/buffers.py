@@ -1,8 +1,9 @@
 """The shared-memory layout of a run, in one place.
 
 The runner allocates every tensor once, before any process starts; children receive them at spawn
-(torch passes the file descriptor, and the segment is unlinked from /dev/shm right after it is created,
-so nothing outlives the run even on SIGKILL). Queues then carry only indices into these tensors.
+(torch passes the file descriptor, and the segment is unlinked from /dev/shm right after it is
+created, so nothing outlives the run even on SIGKILL). Queues then carry only indices into these
+tensors.
 
 Trajectory slots (S = num_slots, T = rollout). A slot holds one agent's T consecutive steps for one
 policy. The rollout worker owns a slot while it fills it, the learner while it reads it; the free and
@@ -36,8 +37,9 @@ serve an agent's request, written by its rollout worker before the request is se
                             in a turn-based game (turns.py): nobody computes its actions
     agent_rnn_state [A, H]  recurrent state before the next step (zeroed at episode starts)
 
-Liveness: worker_heartbeat [num_workers], time.monotonic() when each rollout worker last showed it was
-not stuck in an env (0: not started). The runner kills a worker whose heartbeat is --env_step_timeout old.
+Liveness: worker_heartbeat [num_workers], time.monotonic() when each rollout worker last showed it
+was not stuck in an env (0: not started). The runner kills a worker whose heartbeat is
+--env_step_timeout old.
 
 Weights, per policy P, published by the learner and read by the policy workers (a seqlock: the
 counter is odd while the learner writes; a reader that saw it change retries later).
@@ -88,11 +90,13 @@ from torch import nn
 from asyncrl.cfg.config import PER_POLICY_HPARAMS, Config
 from asyncrl.core.weights import flat_state, state_tensors, unflatten_into
 
-NO_PLAYER = -1  # agent_player of an agent that is out of its env's episode (it waits for the others)
+# agent_player of an agent that is out of its env's episode (it waits for the others)
+NO_PLAYER = -1
 
 
 def frozen_player(cfg: Config, policy: int, k: int) -> int:
-    """The player of frozen version k of `policy` (agent_player values at or above P are frozen versions)."""
+    """The player of frozen version k of `policy` (agent_player values at or above P are frozen
+    versions)."""
     return cfg.num_policies + policy * cfg.frozen_pool_size + k
 
 
@@ -110,19 +114,20 @@ def num_agents(cfg: Config) -> int:
 
 
 def num_slots(cfg: Config) -> int:
-    """Each agent fills one slot; every policy's learner may hold one batch and have one more waiting; and one
-    rollout worker's step may send a slot for each of its agents before a learner runs (in serial mode, where
-    nobody can wait for a free slot)."""
+    """Each agent fills one slot; every policy's learner may hold one batch and have one more
+    waiting; and one rollout worker's step may send a slot for each of its agents before a learner
+    runs (in serial mode, where nobody can wait for a free slot)."""
     agents_per_worker = cfg.num_envs_per_worker * cfg.agents_per_env
     slots = num_agents(cfg) + agents_per_worker + 2 * cfg.num_policies * slots_per_batch(cfg)
-    # ppo/ver: at a rollout's end every agent sends its part-filled slot and starts a new one while the learner holds
-    # the rollout's slots (up to one part-filled slot per agent on top of the full ones)
+    # ppo/ver: at a rollout's end every agent sends its part-filled slot and starts a new one while
+    # the learner holds the rollout's slots (up to one part-filled slot per agent on top of the full
+    # ones)
     return slots + num_agents(cfg) if cfg.synchronous else slots
 
 
 def group_agents(cfg: Config, worker: int, group: int) -> np.ndarray:
-    """Global agent indices of one env group of one rollout worker: contiguous, env by env, each env's agents in
-    their order."""
+    """Global agent indices of one env group of one rollout worker: contiguous, env by env, each
+    env's agents in their order."""
     agents_per_group = cfg.envs_per_group * cfg.agents_per_env
     start = worker * cfg.num_envs_per_worker * cfg.agents_per_env + group * agents_per_group
     return np.arange(start, start + agents_per_group)
@@ -138,14 +143,12 @@ def buffer_layout(
     learner_state_floats: int,
 ) -> dict[str, tuple[tuple, torch.dtype]]:
     """name -> (shape, dtype) of every shared tensor, as the module docstring describes them."""
-    S, T, A, P, H, D = (
-        num_slots(cfg),
-        cfg.rollout,
-        num_agents(cfg),
-        cfg.num_policies,
-        rnn_state_size,
-        distribution_params_size,
-    )
+    S = num_slots(cfg)
+    T = cfg.rollout
+    A = num_agents(cfg)
+    P = cfg.num_policies
+    H = rnn_state_size
+    D = distribution_params_size
     # an index per action (Discrete), per dimension (MultiDiscrete, MultiBinary), or a Box's floats
     act_dtype = torch.float32 if isinstance(action_space, gym.spaces.Box) else torch.int64
     act_shape = () if isinstance(action_space, gym.spaces.Discrete) else tuple(action_space.shape)
@@ -182,7 +185,10 @@ def buffer_layout(
 
 
 def layout_nbytes(layout: dict) -> int:
-    return sum(int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size() for shape, dtype in layout.values())
+    return sum(
+        int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+        for shape, dtype in layout.values()
+    )
 
 
 Array = TypeVar("Array", torch.Tensor, np.ndarray)
@@ -190,9 +196,9 @@ Array = TypeVar("Array", torch.Tensor, np.ndarray)
 
 @dataclass(eq=False)
 class SharedBuffers(Generic[Array]):
-    """The run's shared tensors, one field per entry of buffer_layout (the module docstring says what each holds).
-    numpy() gives the same memory as numpy arrays, which the rollout workers index (far cheaper than torch's
-    indexing); the weight methods below work on the torch tensors."""
+    """The run's shared tensors, one field per entry of buffer_layout (the module docstring says
+    what each holds). numpy() gives the same memory as numpy arrays, which the rollout workers index
+    (far cheaper than torch's indexing); the weight methods below work on the torch tensors."""
 
     traj_obs: Array
     traj_rnn_states: Array
@@ -225,9 +231,13 @@ class SharedBuffers(Generic[Array]):
 
     @classmethod
     def allocate(cls, layout: dict[str, tuple[tuple, torch.dtype]]) -> SharedBuffers[torch.Tensor]:
-        """Zeroed shared-memory tensors of the layout's shapes; -1 where -1 means none (no version, no rollout)."""
+        """Zeroed shared-memory tensors of the layout's shapes; -1 where -1 means none (no version,
+        no rollout)."""
         buffers = cls(
-            **{name: torch.zeros(shape, dtype=dtype).share_memory_() for name, (shape, dtype) in layout.items()}
+            **{
+                name: torch.zeros(shape, dtype=dtype).share_memory_()
+                for name, (shape, dtype) in layout.items()
+            }
         )
         for none_yet in (
             buffers.frozen_version,
@@ -243,26 +253,55 @@ class SharedBuffers(Generic[Array]):
 
     # --- weights: learner -> policy workers
     def publish_weights(self, policy_id: int, model: nn.Module, version: int) -> None:
-        _write_weights(self.policy_weights, self.policy_weights_seq, self.policy_version, policy_id, model, version)
+        _write_weights(
+            self.policy_weights,
+            self.policy_weights_seq,
+            self.policy_version,
+            policy_id,
+            model,
+            version,
+        )
 
     def read_weights(self, policy_id: int, model: nn.Module, known_version: int) -> int:
         """Load the newest published weights into `model` if newer than `known_version`; returns the
         version the model now has."""
         return _read_weights(
-            self.policy_weights, self.policy_weights_seq, self.policy_version, policy_id, model, known_version
+            self.policy_weights,
+            self.policy_weights_seq,
+            self.policy_version,
+            policy_id,
+            model,
+            known_version,
         )
 
     # --- frozen past versions: learner -> policy workers
     def snapshot_weights(self, policy_id: int, k: int, model: nn.Module, version: int) -> None:
-        _write_weights(self.frozen_weights, self.frozen_seq, self.frozen_version, (policy_id, k), model, version)
+        _write_weights(
+            self.frozen_weights,
+            self.frozen_seq,
+            self.frozen_version,
+            (policy_id, k),
+            model,
+            version,
+        )
 
     def restore_snapshot(self, policy_id: int, k: int, flat: torch.Tensor, version: int) -> None:
-        """A frozen version from a checkpoint (flat, as frozen_weights holds it) back into its pool entry."""
-        _write_flat(self.frozen_weights, self.frozen_seq, self.frozen_version, (policy_id, k), flat, version)
+        """A frozen version from a checkpoint (flat, as frozen_weights holds it) back into its pool
+        entry."""
+        _write_flat(
+            self.frozen_weights, self.frozen_seq, self.frozen_version, (policy_id, k), flat, version
+        )
 
-    def read_frozen_weights(self, policy_id: int, k: int, model: nn.Module, known_version: int) -> int:
+    def read_frozen_weights(
+        self, policy_id: int, k: int, model: nn.Module, known_version: int
+    ) -> int:
         return _read_weights(
-            self.frozen_weights, self.frozen_seq, self.frozen_version, (policy_id, k), model, known_version
+            self.frozen_weights,
+            self.frozen_seq,
+            self.frozen_version,
+            (policy_id, k),
+            model,
+            known_version,
         )
 
     # --- per-policy hyperparameters: learner and PBT
@@ -276,29 +315,46 @@ class SharedBuffers(Generic[Array]):
 
 
 def _write_weights(
-    weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tensor, index, model: nn.Module, version: int
+    weights: torch.Tensor,
+    seq: torch.Tensor,
+    versions: torch.Tensor,
+    index,
+    model: nn.Module,
+    version: int,
 ) -> None:
     _write_flat(weights, seq, versions, index, flat_state(model), version)
 
 
 def _write_flat(
-    weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tensor, index, flat: torch.Tensor, version: int
+    weights: torch.Tensor,
+    seq: torch.Tensor,
+    versions: torch.Tensor,
+    index,
+    flat: torch.Tensor,
+    version: int,
 ) -> None:
-    seq[index] += 1  # odd: write in progress
+    # odd: write in progress
+    seq[index] += 1
     weights[index].copy_(flat)
     versions[index] = version
     seq[index] += 1
 
 
 def _read_weights(
-    weights: torch.Tensor, seq: torch.Tensor, versions: torch.Tensor, index, model: nn.Module, known_version: int
+    weights: torch.Tensor,
+    seq: torch.Tensor,
+    versions: torch.Tensor,
+    index,
+    model: nn.Module,
+    known_version: int,
 ) -> int:
     seen = int(seq[index])
     version = int(versions[index])
     if seen % 2 == 1 or seen == 0 or version == known_version:
         return known_version
     flat = weights[index].clone()
-    if int(seq[index]) != seen:  # the writer wrote meanwhile: torn copy
+    # the writer wrote meanwhile: torn copy
+    if int(seq[index]) != seen:
         return known_version
     unflatten_into(state_tensors(model), flat)
     return version

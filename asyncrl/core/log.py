@@ -14,7 +14,8 @@ import sys
 from asyncrl.cfg.config import Config
 
 log = logging.getLogger("asyncrl")
-LOG_FILE = "log.txt"  # in the experiment folder
+# in the experiment folder
+LOG_FILE = "log.txt"
 
 
 class _ProcessPrefix(logging.Formatter):
@@ -25,24 +26,31 @@ class _ProcessPrefix(logging.Formatter):
 
 
 def run_log_file(cfg: Config, writes: bool) -> str | None:
-    """The run's log file (<experiment>/log.txt), or None: without --log_to_file, or on a rank that writes no files."""
+    """The run's log file (<experiment>/log.txt), or None: without --log_to_file, or on a rank that
+    writes no files."""
     return os.path.join(cfg.experiment_dir, LOG_FILE) if cfg.log_to_file and writes else None
 
 
 def setup_logging(level: str = "info", file: str | None = None) -> None:
-    """Configure this process's "asyncrl" logger (again: the handlers of an earlier call are replaced)."""
+    """Configure this process's "asyncrl" logger (again: the handlers of an earlier call are
+    replaced)."""
     for handler in list(log.handlers):
         log.removeHandler(handler)
         handler.close()
     log.setLevel(level.upper())
-    log.propagate = False  # a user's root logger configuration (in a script calling asyncrl.train) is theirs
-    for stream, with_traceback in ((sys.stdout, False), (sys.stderr, True)):  # tracebacks to stderr, as Python's
+    # a user's root logger configuration (in a script calling asyncrl.train) is theirs
+    log.propagate = False
+    # tracebacks to stderr, as Python's
+    for stream, with_traceback in ((sys.stdout, False), (sys.stderr, True)):
         console = logging.StreamHandler(stream)
         console.setFormatter(_ProcessPrefix("%(process_title)s: %(message)s"))
         console.addFilter(lambda record, wanted=with_traceback: bool(record.exc_info) == wanted)
         log.addHandler(console)
     if file is not None:
         os.makedirs(os.path.dirname(file), exist_ok=True)
-        to_file = logging.FileHandler(file, encoding="utf-8")  # appends: each process's records, each line whole
-        to_file.setFormatter(_ProcessPrefix("%(asctime)s %(levelname)s %(process_title)s: %(message)s"))
+        # appends: each process's records, each line whole
+        to_file = logging.FileHandler(file, encoding="utf-8")
+        to_file.setFormatter(
+            _ProcessPrefix("%(asctime)s %(levelname)s %(process_title)s: %(message)s")
+        )
         log.addHandler(to_file)

@@ -1,8 +1,8 @@
 """Every message the run's processes send each other, in one place (queues.py allocates the queues).
 
-The data itself stays in the shared tensors of buffers.py. The queues of the data path carry small tuples of ints,
-pickled in a fraction of a microsecond (a NamedTuple costs 8x that); a Signal takes the place of an index where a
-queue also carries news rather than data:
+The data itself stays in the shared tensors of buffers.py. The queues of the data path carry small
+tuples of ints, pickled in a fraction of a microsecond (a NamedTuple costs 8x that); a Signal takes
+the place of an index where a queue also carries news rather than data:
 
     free_slots          -> rollout workers      slot index ready to be filled
     full_slots[p]       -> learner p            slot index of a finished trajectory of policy p;
@@ -30,18 +30,23 @@ from typing import NamedTuple
 
 
 class Signal(IntEnum):
-    """Values that stand in place of an index (a slot, a worker or a policy id): all negative and distinct, so that
-    one can never be read as another or as an index."""
+    """Values that stand in place of an index (a slot, a worker or a policy id): all negative and
+    distinct, so that one can never be read as another or as an index."""
 
-    NEW_VERSION = -1  # on policy_requests, in place of a worker
-    ROLLOUT_CLOSED = -2  # on full_slots, in place of a slot
-    ENV_RESULTS = -3  # on actions_ready, in place of a policy
-    END_ROLLOUT = -4  # on actions_ready, in place of a policy
+    # on policy_requests, in place of a worker
+    NEW_VERSION = -1
+    # on full_slots, in place of a slot
+    ROLLOUT_CLOSED = -2
+    # on actions_ready, in place of a policy
+    ENV_RESULTS = -3
+    # on actions_ready, in place of a policy
+    END_ROLLOUT = -4
 
 
 # --- reports: children -> runner
 class Episodes(NamedTuple):
-    """Episodes a rollout worker's envs finished: (policy, return, length, the env's episode stats) each."""
+    """Episodes a rollout worker's envs finished: (policy, return, length, the env's episode stats)
+    each."""
 
     episodes: list
 
@@ -110,7 +115,8 @@ class LearnerStopped(NamedTuple):
 
 
 class Fatal(NamedTuple):
-    """An error that must stop the run rather than restart the workers; the message is the run's one error line."""
+    """An error that must stop the run rather than restart the workers; the message is the run's one
+    error line."""
 
     message: str
 

@@ -1,5 +1,5 @@
-"""What every child process does the same way: name itself, pin its threads, die with its parent, and
-run its component's poll loop until the run stops."""
+"""What every child process does the same way: name itself, pin its threads, die with its parent,
+and run its component's poll loop until the run stops."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from asyncrl.core.log import log
 from asyncrl.core.messages import Fatal
 from asyncrl.core.reaper import start_reaper
 
-# torch is imported where it is used: an env server's process uses this module's helpers, and needs no torch (seconds
-# of CPU at its start)
+# torch is imported where it is used: an env server's process uses this module's helpers, and needs
+# no torch (seconds of CPU at its start)
 
 POLL_TIMEOUT_S = 0.1
-RUN_STOPPED_EXIT_CODE = 3  # a child's error that stops the run instead of restarting the workers (RunStopped)
+# a child's error that stops the run instead of restarting the workers (RunStopped)
+RUN_STOPPED_EXIT_CODE = 3
 
 
 class RunStopped(Exception):
@@ -31,14 +32,16 @@ class StopRequested(Exception):
 
 
 def stop_run(reports, message: str) -> NoReturn:
-    """Tell the runner why (a Fatal report: the run's one error line) and stop this child without a traceback."""
+    """Tell the runner why (a Fatal report: the run's one error line) and stop this child without a
+    traceback."""
     reports.put(Fatal(message))
     raise RunStopped(message)
 
 
 class StopFlag:
-    """Set by the runner to stop its children. A byte of shared memory rather than a multiprocessing.Event, whose
-    named semaphores stay in /dev/shm until Python's resource tracker removes them, some time after a killed run."""
+    """Set by the runner to stop its children. A byte of shared memory rather than a
+    multiprocessing.Event, whose named semaphores stay in /dev/shm until Python's resource tracker
+    removes them, some time after a killed run."""
 
     def __init__(self):
         import torch
@@ -53,16 +56,18 @@ class StopFlag:
 
 
 def parent_death_signal(signum: int) -> None:
-    """Ask Linux to send this process `signum` when its parent dies (prctl PR_SET_PDEATHSIG; elsewhere nothing)."""
+    """Ask Linux to send this process `signum` when its parent dies (prctl PR_SET_PDEATHSIG;
+    elsewhere nothing)."""
     if sys.platform.startswith("linux"):
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signum)
 
 
 def die_with_parent(owner_pid: int | None = None) -> bool:
-    """Ask Linux to SIGKILL this process when its parent dies (a child's parent is the fork server, which exits with
-    the process that started it), so a killed runner leaves no orphans. False if that came too late: the parent, or
-    the owner (the process that asked for this child), is gone already."""
+    """Ask Linux to SIGKILL this process when its parent dies (a child's parent is the fork server,
+    which exits with the process that started it), so a killed runner leaves no orphans. False if
+    that came too late: the parent, or the owner (the process that asked for this child), is gone
+    already."""
     release_fork_server()
     parent = os.getppid()
     parent_death_signal(signal.SIGKILL)
@@ -78,24 +83,29 @@ def _alive(pid: int) -> bool:
 
 
 def lead_group_with_reaper() -> None:
-    """Make this process the leader of its own process group (what it starts, e.g. VizDoom engines, joins
-    it; the terminal's Ctrl-C does not reach it) and start a reaper that kills the group once we are gone."""
+    """Make this process the leader of its own process group (what it starts, e.g. VizDoom engines,
+    joins it; the terminal's Ctrl-C does not reach it) and start a reaper that kills the group once
+    we are gone."""
     os.setpgid(0, 0)
     start_reaper()
 
 
 def keep_freed_memory_for_reuse() -> None:
-    """Make glibc's malloc keep large freed blocks for reuse instead of returning them to the kernel.
+    """Make glibc's malloc keep large freed blocks for reuse instead of returning them to the
+    kernel.
 
-    By default every allocation over 32 MiB is a fresh mmap, so each learner update page-faults in every byte of
-    its large tensors again (a doom_basic batch: ~500 MB, 130k faults, 27% of the learner's time in the kernel;
-    with this the learner steps 26% faster, 0.88 -> 0.65 ms per sample). The tensors have the same sizes every
-    update, so the heap settles at the peak of one update instead of growing."""
+    By default every allocation over 32 MiB is a fresh mmap, so each learner update page-faults in
+    every byte of its large tensors again (a doom_basic batch: ~500 MB, 130k faults, 27% of the
+    learner's time in the kernel; with this the learner steps 26% faster, 0.88 -> 0.65 ms per
+    sample). The tensors have the same sizes every update, so the heap settles at the peak of one
+    update instead of growing."""
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):  # not glibc (macOS, musl): other allocators, nothing to tune
+    # not glibc (macOS, musl): other allocators, nothing to tune
+    except (OSError, AttributeError):
         return
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    M_TRIM_THRESHOLD = -1
+    M_MMAP_THRESHOLD = -3
     mallopt(M_MMAP_THRESHOLD, 1 << 30)
     mallopt(M_TRIM_THRESHOLD, 1 << 30)
 
@@ -105,48 +115,66 @@ def set_process_title(title: str) -> None:
         import setproctitle
 
         setproctitle.setproctitle(title)
-    except ImportError:  # optional: the run works without it, `ps` just shows python
+    # optional: the run works without it, `ps` just shows python
+    except ImportError:
         pass
 
 
 def plan_cores(titles: list[str], cores: list[int], cpu_learning: bool) -> dict[str, list[int]]:
-    """The cores each child may run on (--set_workers_cpu_affinity). With learning on the CPU, the learners'
-    convolutions and the envs compete for the same cores; the learners get half of them to themselves (at least
-    one) and use one torch thread per core, and the rollout workers are pinned one core each, round-robin over the
-    rest. With a GPU the rollout workers are pinned over all cores. A pinned VizDoom process (the engine inherits
-    its worker's affinity) ran 30-55% faster on a VM here. Next to single-threaded learners policy workers may
-    run on any core and fill the time a learner waits for its next batch (doom_basic on 2 cores: 4.47k vs 4.23k
-    frames/s when kept off the learner's core; a second policy worker slowed the learner more than it gained)."""
+    """The cores each child may run on (--set_workers_cpu_affinity). With learning on the CPU, the
+    learners' convolutions and the envs compete for the same cores; the learners get half of them to
+    themselves (at least one) and use one torch thread per core, and the rollout workers are pinned
+    one core each, round-robin over the rest. With a GPU the rollout workers are pinned over all
+    cores. A pinned VizDoom process (the engine inherits its worker's affinity) ran 30-55% faster on
+    a VM here. Next to single-threaded learners policy workers may run on any core and fill the time
+    a learner waits for its next batch (doom_basic on 2 cores: 4.47k vs 4.23k frames/s when kept off
+    the learner's core; a second policy worker slowed the learner more than it gained)."""
     if len(cores) < 2:
         return {title: list(cores) for title in titles}
     learners = [t for t in titles if t.startswith("asyncrl-learner-")]
     rollouts = [t for t in titles if t.startswith("asyncrl-rollout-")]
     if cpu_learning:
         num_learning = min(len(cores) - 1, max(1, len(cores) // 2))
-        learning, rest = cores[:num_learning], cores[num_learning:]
+        learning = cores[:num_learning]
+        rest = cores[num_learning:]
     else:
-        learning, rest = cores, cores
-    # policy workers: the rest, or any core if each learner is single-threaded (a learner's thread that loses its
-    # core to a policy worker only pauses; one of several intra-op threads would hold up all the others)
+        learning = cores
+        rest = cores
+    # policy workers: the rest, or any core if each learner is single-threaded (a learner's thread
+    # that loses its core to a policy worker only pauses; one of several intra-op threads would hold
+    # up all the others)
     single_threaded_learners = len(learning) <= len(learners)
-    plan = {title: list(cores if single_threaded_learners and cpu_learning else rest) for title in titles}
+    plan = {
+        title: list(cores if single_threaded_learners and cpu_learning else rest)
+        for title in titles
+    }
     for i, title in enumerate(learners):
         share = len(learning) // len(learners)
-        plan[title] = learning[i * share : (i + 1) * share] if share else [learning[i % len(learning)]]
+        plan[title] = (
+            learning[i * share : (i + 1) * share] if share else [learning[i % len(learning)]]
+        )
     for i, title in enumerate(rollouts):
         plan[title] = [rest[i % len(rest)]]
     return plan
 
 
 def child_main(
-    title: str, make_component, stop_flag, torch_threads: int, parent_pid: int, cores: list[int] | None, setup
+    title: str,
+    make_component,
+    stop_flag,
+    torch_threads: int,
+    parent_pid: int,
+    cores: list[int] | None,
+    setup,
 ) -> None:
     """Entry point of every child: build the component in the child (its envs and model live here),
-    then poll it until the runner sets `stop_flag`. The runner handles Ctrl-C; children ignore it.
-    A component has poll(timeout), and optionally start(), stop() (after a normal stop) and close() (always).
-    `setup()` runs first (the runner's adopts the env it resolved, so the child makes exactly that one)."""
+    then poll it until the runner sets `stop_flag`. The runner handles Ctrl-C; children ignore it. A
+    component has poll(timeout), and optionally start(), stop() (after a normal stop) and close()
+    (always). `setup()` runs first (the runner's adopts the env it resolved, so the child makes
+    exactly that one)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if not die_with_parent(parent_pid):  # the runner died before prctl took effect
+    # the runner died before prctl took effect
+    if not die_with_parent(parent_pid):
         return
     lead_group_with_reaper()
     set_process_title(title)
@@ -159,7 +187,8 @@ def child_main(
     setup()
     log.debug(f"started (pid {os.getpid()}, cores {cores or 'any'}, {torch_threads} torch threads)")
 
-    component, exit_code = None, 0
+    component = None
+    exit_code = 0
     try:
         component = make_component()
         try:
@@ -167,11 +196,14 @@ def child_main(
                 component.start()
             while not stop_flag.is_set():
                 component.poll(POLL_TIMEOUT_S)
-        except StopRequested:  # a normal stop that came while a rollout worker waited for a free slot
+        # a normal stop that came while a rollout worker waited for a free slot
+        except StopRequested:
             pass
         if hasattr(component, "stop"):
-            component.stop()  # a normal stop only: a failed learner must not overwrite its last good checkpoint
-    except RunStopped:  # the component told the runner why (stop_run); no traceback
+            # a normal stop only: a failed learner must not overwrite its last good checkpoint
+            component.stop()
+    # the component told the runner why (stop_run); no traceback
+    except RunStopped:
         exit_code = RUN_STOPPED_EXIT_CODE
     except Exception:
         log.error("failed:", exc_info=True)
@@ -181,10 +213,13 @@ def child_main(
             component.close()
     log.debug(f"stopped (exit code {exit_code})")
     if exit_code:
-        os._exit(exit_code)  # skip interpreter teardown: queues and tensors are the runner's to release
+        # skip interpreter teardown: queues and tensors are the runner's to release
+        os._exit(exit_code)
 
 
-def start_child(title: str, make_component, stop_flag, torch_threads: int, cores: list[int] | None, setup):
+def start_child(
+    title: str, make_component, stop_flag, torch_threads: int, cores: list[int] | None, setup
+):
     process = mp_context.Process(
         target=child_main,
         name=title,

@@ -1,8 +1,10 @@
-"""Per-component timers: where each process spends its wall time (waiting vs working), reported to the runner
-about once a second and logged as fractions, so a user sees the bottleneck in TensorBoard without a profiler.
+"""Per-component timers: where each process spends its wall time (waiting vs working), reported to
+the runner about once a second and logged as fractions, so a user sees the bottleneck in TensorBoard
+without a profiler.
 
-A busy learner with waiting workers means learning is the limit; workers busy stepping envs with an idle
-learner means simulation is; rollout workers waiting for actions while the policy worker is busy means inference.
+A busy learner with waiting workers means learning is the limit; workers busy stepping envs with an
+idle learner means simulation is; rollout workers waiting for actions while the policy worker is
+busy means inference.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ REPORT_INTERVAL_S = 1.0
 
 class Timing:
     def __init__(self, role: str):
-        self.role = role  # e.g. "learner_0", "policy_0", "rollout_1"
+        # e.g. "learner_0", "policy_0", "rollout_1"
+        self.role = role
         self.seconds: dict[str, float] = defaultdict(float)
-        self.counts: dict[str, float] = defaultdict(float)  # e.g. inference batch sizes, summed
+        # e.g. inference batch sizes, summed
+        self.counts: dict[str, float] = defaultdict(float)
         self.since = time.monotonic()
 
     @contextmanager

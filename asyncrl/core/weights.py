@@ -1,4 +1,5 @@
-"""A model's state as one flat float32 vector: the shared weight tensors, PBT's copies, DD-PPO's broadcast."""
+"""A model's state as one flat float32 vector: the shared weight tensors, PBT's copies, DD-PPO's
+broadcast."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from torch import nn
 
 # --- a model's state as one flat float32 vector (the shared weight tensors, PBT's copies, DD-PPO's broadcast)
 def state_tensors(model: nn.Module) -> list[torch.Tensor]:
-    """Everything the policy workers need to act like the learner: parameters, then buffers (normalizer)."""
+    """Everything the policy workers need to act like the learner: parameters, then buffers
+    (normalizer)."""
     return list(model.parameters()) + list(model.buffers())
 
 
@@ -22,8 +24,8 @@ def num_state_floats(model: nn.Module) -> int:
 
 
 def unflatten(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Views of the consecutive pieces of `flat`, each shaped like its tensor in `like` (the inverse of concatenating
-    their flattened values)."""
+    """Views of the consecutive pieces of `flat`, each shaped like its tensor in `like` (the inverse
+    of concatenating their flattened values)."""
     return [piece.view_as(t) for piece, t in zip(flat.split([t.numel() for t in like]), like)]
 
 

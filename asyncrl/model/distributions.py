@@ -1,7 +1,7 @@
-"""Categorical actions: one Discrete choice, or one per dimension of a MultiDiscrete or MultiBinary space, drawn
-independently (the factorized policy of Sample Factory and CleanRL). The logits of every dimension sit one after
-another in the action head's output; `sizes` says how many each has. Box actions: a diagonal Gaussian, sampled here
-for inference (the learner takes torch's Normal)."""
+"""Categorical actions: one Discrete choice, or one per dimension of a MultiDiscrete or MultiBinary
+space, drawn independently (the factorized policy of Sample Factory and CleanRL). The logits of
+every dimension sit one after another in the action head's output; `sizes` says how many each has.
+Box actions: a diagonal Gaussian, sampled here for inference (the learner takes torch's Normal)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from torch.distributions import Categorical, Distribution
 
 
 class MultiCategorical(Distribution):
-    """Independent categoricals over an action's dimensions: log pi(a) = sum_d log pi_d(a_d), and the entropy is the
-    sum of the dimensions' entropies."""
+    """Independent categoricals over an action's dimensions: log pi(a) = sum_d log pi_d(a_d), and
+    the entropy is the sum of the dimensions' entropies."""
 
     arg_constraints: dict = {}
 
@@ -22,7 +22,9 @@ class MultiCategorical(Distribution):
         super().__init__(logits.shape[:-1], torch.Size([len(sizes)]), validate_args=False)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        return torch.stack([p.log_prob(a) for p, a in zip(self.parts, actions.unbind(-1))], -1).sum(-1)
+        return torch.stack([p.log_prob(a) for p, a in zip(self.parts, actions.unbind(-1))], -1).sum(
+            -1
+        )
 
     def entropy(self) -> torch.Tensor:
         return torch.stack([p.entropy() for p in self.parts], -1).sum(-1)
@@ -31,30 +33,36 @@ class MultiCategorical(Distribution):
         return torch.stack([p.sample(sample_shape) for p in self.parts], -1)
 
 
-# The logit of an action a mask forbids: its probability exp(-1e8 - log Z) is 0 in float32 while the logit stays
-# finite, so log-probabilities, entropies (0 x logit) and KLs of masked distributions stay finite too.
+# The logit of an action a mask forbids: its probability exp(-1e8 - log Z) is 0 in float32 while the
+# logit stays finite, so log-probabilities, entropies (0 x logit) and KLs of masked distributions
+# stay finite too.
 ILLEGAL_LOGIT = -1e8
 
 
 def legal_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Invalid action masking (Huang & Ontanon 2022, "A Closer Look at Invalid Action Masking in Policy Gradient
-    Algorithms", eq. 2): the logits the mask forbids (entries below 0.5) set to ILLEGAL_LOGIT, so the policy never
-    draws those actions and its gradient at their logits is 0. A dimension whose mask forbids every action draws
-    uniformly from all of them (no NaN)."""
+    """Invalid action masking (Huang & Ontanon 2022, "A Closer Look at Invalid Action Masking in
+    Policy Gradient Algorithms", eq. 2): the logits the mask forbids (entries below 0.5) set to
+    ILLEGAL_LOGIT, so the policy never draws those actions and its gradient at their logits is 0. A
+    dimension whose mask forbids every action draws uniformly from all of them (no NaN)."""
     return logits.masked_fill(mask < 0.5, ILLEGAL_LOGIT)
 
 
 def gumbel_max_sample(logits: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(actions [..., dims], their log-probabilities [...]) by the Gumbel-max trick in each dimension,
-    argmax(log p + G) with G = -log(Exp(1)) ~ Gumbel(0, 1): the same distribution as Categorical.sample in a few
-    tensor ops instead of ~40 (measured at batch 9 with one dimension: 15 us vs 138 us a step)."""
-    actions, action_log_probs = [], []
+    """(actions [..., dims], their log-probabilities [...]) by the Gumbel-max trick in each
+    dimension, argmax(log p + G) with G = -log(Exp(1)) ~ Gumbel(0, 1): the same distribution as
+    Categorical.sample in a few tensor ops instead of ~40 (measured at batch 9 with one dimension:
+    15 us vs 138 us a step)."""
+    actions = []
+    action_log_probs = []
     for part in logits.split(sizes, -1):
         log_probs = torch.log_softmax(part, -1)
-        action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(-1, keepdim=True)
+        action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(
+            -1, keepdim=True
+        )
         actions.append(action)
         action_log_probs.append(log_probs.gather(-1, action))
-    if len(sizes) == 1:  # a Discrete space: no concatenation (inference's hot path)
+    # a Discrete space: no concatenation (inference's hot path)
+    if len(sizes) == 1:
         return actions[0], action_log_probs[0].squeeze(-1)
     return torch.cat(actions, -1), torch.cat(action_log_probs, -1).sum(-1)
 
@@ -76,9 +84,10 @@ def most_likely(logits: torch.Tensor, sizes: list[int]) -> torch.Tensor:
 
 
 def categorical_kl(behavior: Distribution, current: Distribution) -> torch.Tensor:
-    """KL(mu || pi) per sample from the normalized log-probabilities, sum_a mu(a) (log mu(a) - log pi(a)) (summed over
-    the dimensions of a MultiCategorical): finite wherever they are, where torch's is inf once some pi(a) underflows
-    to 0 (and a penalty weighted 0 then makes the loss NaN)."""
+    """KL(mu || pi) per sample from the normalized log-probabilities, sum_a mu(a) (log mu(a) - log
+    pi(a)) (summed over the dimensions of a MultiCategorical): finite wherever they are, where
+    torch's is inf once some pi(a) underflows to 0 (and a penalty weighted 0 then makes the loss
+    NaN)."""
     if isinstance(behavior, MultiCategorical):
         return sum(categorical_kl(b, c) for b, c in zip(behavior.parts, current.parts))
     return (behavior.probs * (behavior.logits - current.logits)).sum(-1)

@@ -10,22 +10,28 @@ from torch import nn
 from asyncrl.cfg.config import ConfigError
 from asyncrl.envs.gym_adapter import PackedObservation
 
-ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}  # --nonlinearity
+# --nonlinearity
+ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
 # --encoder_conv_architecture, by Sample Factory's names: (the last conv's channels and stride, the activation)
 CONV_ARCHITECTURES = {
-    "convnet_simple": (128, 2, nn.ELU),  # Sample Factory's default
-    "convnet_atari": (64, 1, nn.ReLU),  # the Nature DQN encoder (Mnih et al. 2015): CleanRL's, Sample Factory's Atari
+    # Sample Factory's default
+    "convnet_simple": (128, 2, nn.ELU),
+    # the Nature DQN encoder (Mnih et al. 2015): CleanRL's, Sample Factory's Atari
+    "convnet_atari": (64, 1, nn.ReLU),
 }
 
 
-CONV_MIN_SIZE = 36  # the third conv needs 3 rows of the second's output, so 8 of the first's: 36 pixels
+# the third conv needs 3 rows of the second's output, so 8 of the first's: 36 pixels
+CONV_MIN_SIZE = 36
 
 
-def conv_encoder(obs_shape, architecture: str = "convnet_simple", activation=None) -> tuple[nn.Module, int]:
-    """Three convs (32 8x8 stride 4, 64 4x4 stride 2, then 3x3 as CONV_ARCHITECTURES says) and a 512-unit fully
-    connected layer, with the architecture's activation unless one is given. On 84x84 frames convnet_atari's last conv
-    keeps a 7x7 map where convnet_simple's halves it to 4x4 (a finer place for Breakout's ball, at ~1.5x the
-    multiply-adds)."""
+def conv_encoder(
+    obs_shape, architecture: str = "convnet_simple", activation=None
+) -> tuple[nn.Module, int]:
+    """Three convs (32 8x8 stride 4, 64 4x4 stride 2, then 3x3 as CONV_ARCHITECTURES says) and a
+    512-unit fully connected layer, with the architecture's activation unless one is given. On 84x84
+    frames convnet_atari's last conv keeps a 7x7 map where convnet_simple's halves it to 4x4 (a
+    finer place for Breakout's ball, at ~1.5x the multiply-adds)."""
     channels, stride, own_activation = CONV_ARCHITECTURES[architecture]
     activation = activation or own_activation
     if min(obs_shape[1:]) < CONV_MIN_SIZE:
@@ -49,16 +55,20 @@ def conv_encoder(obs_shape, architecture: str = "convnet_simple", activation=Non
 
 
 def mlp_encoder(in_size: int, layers: list[int], activation=nn.Tanh) -> tuple[nn.Module, int]:
-    modules, size = [], in_size
+    modules = []
+    size = in_size
     for hidden in layers:
         modules += [nn.Linear(size, hidden), activation()]
         size = hidden
     return nn.Sequential(*modules), size
 
 
-def unpack_observation(space: PackedObservation, obs: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Views, not copies, of packed observations [..., bytes] (gym_adapter.PackedObservation): each image
-    [..., C, H, W] uint8, and the float32 vector [..., n] (its last entries the action mask, if any)."""
+def unpack_observation(
+    space: PackedObservation, obs: torch.Tensor
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Views, not copies, of packed observations [..., bytes] (gym_adapter.PackedObservation): each
+    image [..., C, H, W] uint8, and the float32 vector [..., n] (its last entries the action mask,
+    if any)."""
     lead = obs.shape[:-1]
     images = [
         obs[..., offset : offset + math.prod(shape)].view(*lead, *shape)
@@ -68,10 +78,11 @@ def unpack_observation(space: PackedObservation, obs: torch.Tensor) -> tuple[lis
 
 
 class ImagesAndVectorEncoder(nn.Module):
-    """The encoders of a packed observation's parts side by side (Sample Factory's encoder of Dict observations): a
-    conv encoder per image, an MLP on the vector (left out if it has no entries), then one more layer over all their
-    features, so that the heads see the parts together (linear heads on features side by side could only add what
-    each part says, without a core to mix them)."""
+    """The encoders of a packed observation's parts side by side (Sample Factory's encoder of Dict
+    observations): a conv encoder per image, an MLP on the vector (left out if it has no entries),
+    then one more layer over all their features, so that the heads see the parts together (linear
+    heads on features side by side could only add what each part says, without a core to mix
+    them)."""
 
     def __init__(self, space: PackedObservation, make_conv, mlp_layers: list[int], activation):
         super().__init__()
@@ -88,36 +99,44 @@ class ImagesAndVectorEncoder(nn.Module):
         self.mix, self.out_features = mlp_encoder(size, [512], activation)
 
     def forward(self, parts: tuple[list[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """Features of (images [N, C, H, W], float vectors [N, n]): uint8 images are scaled to [0, 1] here, float
-        ones come normalized."""
+        """Features of (images [N, C, H, W], float vectors [N, n]): uint8 images are scaled to [0,
+        1] here, float ones come normalized."""
         images, vector = parts
-        dtype = self.mix[0].weight.dtype  # bfloat16 in a policy worker that stores its weights so
-        features = [encoder(scaled_image(image).to(dtype)) for encoder, image in zip(self.images, images)]
+        # bfloat16 in a policy worker that stores its weights so
+        dtype = self.mix[0].weight.dtype
+        features = [
+            encoder(scaled_image(image).to(dtype)) for encoder, image in zip(self.images, images)
+        ]
         if self.vector is not None:
             features.append(self.vector(vector.to(dtype)))
         return self.mix(torch.cat(features, dim=-1))
 
 
 def scaled_image(images: torch.Tensor) -> torch.Tensor:
-    """uint8 images as floats in [0, 1] (a copy); float ones (normalized already) in the same layout."""
-    floats = images.to(torch.float32, copy=images.dtype == torch.uint8, memory_format=image_layout(images))
+    """uint8 images as floats in [0, 1] (a copy); float ones (normalized already) in the same
+    layout."""
+    floats = images.to(
+        torch.float32, copy=images.dtype == torch.uint8, memory_format=image_layout(images)
+    )
     return floats.mul_(1 / 255.0) if images.dtype == torch.uint8 else floats
 
 
 def image_layout(images: torch.Tensor) -> torch.memory_format:
-    """Channels-last on CPU where gradients follow: oneDNN's convolutions train ~1.3x faster so, but infer small
-    batches 9-48% slower (channels_last_ab.md)."""
+    """Channels-last on CPU where gradients follow: oneDNN's convolutions train ~1.3x faster so, but
+    infer small batches 9-48% slower (channels_last_ab.md)."""
     channels_last = images.dim() == 4 and images.device.type == "cpu" and torch.is_grad_enabled()
     return torch.channels_last if channels_last else torch.contiguous_format
 
 
 class ActorAndCriticEncoders(nn.Module):
-    """Two encoders side by side (--actor_critic_share_weights False): the actor's features, then the critic's, in
-    one vector; ActorCritic.heads gives each head its part. Its input is normalized once for both."""
+    """Two encoders side by side (--actor_critic_share_weights False): the actor's features, then
+    the critic's, in one vector; ActorCritic.heads gives each head its part. Its input is normalized
+    once for both."""
 
     def __init__(self, actor: nn.Module, critic: nn.Module):
         super().__init__()
-        self.actor, self.critic = actor, critic
+        self.actor = actor
+        self.critic = critic
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([self.actor(x), self.critic(x)], dim=-1)

@@ -8,12 +8,16 @@ from torch.nn import functional as F
 
 
 def autocast_if(device_type: str, dtype: torch.dtype | None):
-    """torch.autocast to `dtype` (the learner's mixed precision), or a context that changes nothing if None."""
+    """torch.autocast to `dtype` (the learner's mixed precision), or a context that changes nothing
+    if None."""
     return torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None)
 
 
 def gru_step(
-    core: nn.GRUCell, input_gates: torch.Tensor, h: torch.Tensor, autocast_dtype: torch.dtype | None = None
+    core: nn.GRUCell,
+    input_gates: torch.Tensor,
+    h: torch.Tensor,
+    autocast_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """nn.GRUCell's update given its input projection W_i x + b_i (gates r, z, n as in torch's GRUCell docs):
     r = sigma(i_r + W_hr h + b_hr), z = sigma(i_z + W_hz h + b_hz), n = tanh(i_n + r * (W_hn h + b_hn)),
@@ -24,6 +28,7 @@ def gru_step(
         hidden_gates = F.linear(h, core.weight_hh, core.bias_hh)
     i_r, i_z, i_n = input_gates.float().chunk(3, -1)
     h_r, h_z, h_n = hidden_gates.float().chunk(3, -1)
-    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+    r = torch.sigmoid(i_r + h_r)
+    z = torch.sigmoid(i_z + h_z)
     n = torch.tanh(i_n + r * h_n)
     return n + z * (h - n)

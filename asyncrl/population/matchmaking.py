@@ -1,5 +1,6 @@
-"""Who plays an env's agents for an episode: learning policies, or, in self-play, a learning policy against frozen
-past versions (buffers.frozen_player). Called by the rollout worker at every env reset."""
+"""Who plays an env's agents for an episode: learning policies, or, in self-play, a learning policy
+against frozen past versions (buffers.frozen_player). Called by the rollout worker at every env
+reset."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ def draw_players(
         if available:
             learner = int(rng.integers(P))
             if cfg.matchmaking == "rating":
-                weights = np.exp(-0.5 * ((rating_mu[available] - rating_mu[learner]) / RATING_WIDTH) ** 2)
+                weights = np.exp(
+                    -0.5 * ((rating_mu[available] - rating_mu[learner]) / RATING_WIDTH) ** 2
+                )
                 opponents = rng.choice(available, size=n - 1, p=weights / weights.sum())
             else:
                 opponents = rng.choice(available, size=n - 1)
@@ -41,6 +44,8 @@ def draw_players(
 
 
 def owner_policies(cfg: Config, players: np.ndarray) -> np.ndarray:
-    """The policy whose policy workers serve each player (a frozen version's: the policy it was taken from)."""
-    P, K = cfg.num_policies, max(1, cfg.frozen_pool_size)
+    """The policy whose policy workers serve each player (a frozen version's: the policy it was
+    taken from)."""
+    P = cfg.num_policies
+    K = max(1, cfg.frozen_pool_size)
     return np.where(players < P, players, (players - P) // K)

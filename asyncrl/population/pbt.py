@@ -1,4 +1,5 @@
-"""Population-based training (Jaderberg et al. 2017), with Sample Factory's flags, run by the runner.
+"""Population-based training (Jaderberg et al. 2017), with Sample Factory's flags, run by the
+runner.
 
 PBT runs on the population's clock: its mean env steps (the policies' env steps summed, divided by their number).
 Each time that clock passes another --pbt_period_env_steps (after --pbt_start_mutation), every policy gets a
@@ -28,19 +29,21 @@ from asyncrl.core.buffers import SharedBuffers
 from asyncrl.core.messages import ExportState, ImportState, StateExported, StateImported
 from asyncrl.population.policy_stats import PolicyStats
 
-MUTATED = tuple(name for name in PER_POLICY_HPARAMS if name != "gamma")  # gamma only with --pbt_optimize_gamma
+# gamma only with --pbt_optimize_gamma
+MUTATED = tuple(name for name in PER_POLICY_HPARAMS if name != "gamma")
 MAX_GAMMA = 0.9999
 
 
 def objective(policy: PolicyStats, key: str) -> float | None:
-    """The mean of the episode stat `key` over the policy's recent episodes (its return if the env has no such
-    stat); None before its first episode."""
+    """The mean of the episode stat `key` over the policy's recent episodes (its return if the env
+    has no such stat); None before its first episode."""
     window = policy.env_stats.get(key) or policy.episode_returns
     return float(np.mean(window)) if window else None
 
 
 def mutate(hparams: dict, cfg: Config, rng: random.Random) -> dict:
-    """Each hyperparameter, with probability --pbt_mutation_rate, times or divided by U[perturb_min, perturb_max]."""
+    """Each hyperparameter, with probability --pbt_mutation_rate, times or divided by U[perturb_min,
+    perturb_max]."""
     mutated = dict(hparams)
     names = MUTATED + (("gamma",) if cfg.pbt_optimize_gamma else ())
     for name in names:
@@ -48,7 +51,8 @@ def mutate(hparams: dict, cfg: Config, rng: random.Random) -> dict:
             continue
         factor = rng.uniform(cfg.pbt_perturb_min, cfg.pbt_perturb_max)
         factor = factor if rng.random() < 0.5 else 1 / factor
-        if name == "gamma":  # the horizon 1 / (1 - gamma) is what scales
+        # the horizon 1 / (1 - gamma) is what scales
+        if name == "gamma":
             mutated[name] = min(MAX_GAMMA, 1 - (1 - hparams[name]) * factor)
         else:
             mutated[name] = hparams[name] * factor
@@ -56,36 +60,50 @@ def mutate(hparams: dict, cfg: Config, rng: random.Random) -> dict:
 
 
 def copy_source(p: int, objectives: list[float], cfg: Config, rng: random.Random) -> int | None:
-    """The top policy that bottom policy p copies, or None: p is not in the bottom, or the top one is not better by
-    the gaps (--pbt_replace_reward_gap of its magnitude, and --pbt_replace_reward_gap_absolute)."""
+    """The top policy that bottom policy p copies, or None: p is not in the bottom, or the top one
+    is not better by the gaps (--pbt_replace_reward_gap of its magnitude, and
+    --pbt_replace_reward_gap_absolute)."""
     k = math.ceil(cfg.pbt_replace_fraction * len(objectives))
     ranked = sorted(range(len(objectives)), key=lambda q: objectives[q])
     if p not in ranked[:k]:
         return None
     source = rng.choice(ranked[-k:])
     gap = objectives[source] - objectives[p]
-    if gap > max(cfg.pbt_replace_reward_gap * abs(objectives[source]), cfg.pbt_replace_reward_gap_absolute):
+    if gap > max(
+        cfg.pbt_replace_reward_gap * abs(objectives[source]), cfg.pbt_replace_reward_gap_absolute
+    ):
         return source
     return None
 
 
 class PopulationBasedTraining:
-    def __init__(self, cfg: Config, buffers: SharedBuffers, commands: list, policies: list[PolicyStats]):
-        self.cfg, self.buffers, self.commands, self.policies = cfg, buffers, commands, policies
+    def __init__(
+        self, cfg: Config, buffers: SharedBuffers, commands: list, policies: list[PolicyStats]
+    ):
+        self.cfg = cfg
+        self.buffers = buffers
+        self.commands = commands
+        self.policies = policies
         self.rng = random.Random(cfg.seed)
-        self.next_update: float | None = None  # the population's clock (mean env steps) at the next decisions
-        self.waiting: dict[int, list[tuple[int, dict]]] = {}  # source -> (policy, its new hparams): awaiting export
-        self.importing: dict[int, int] = {}  # source -> imports of its exported state not yet done (do not overwrite)
+        # the population's clock (mean env steps) at the next decisions
+        self.next_update: float | None = None
+        # source -> (policy, its new hparams): awaiting export
+        self.waiting: dict[int, list[tuple[int, dict]]] = {}
+        # source -> imports of its exported state not yet done (do not overwrite)
+        self.importing: dict[int, int] = {}
         self.log_path = os.path.join(cfg.experiment_dir, "pbt.jsonl")
         self.start = time.monotonic()
 
     def update(self) -> None:
-        """Once the population's clock passes the next point, a decision for every policy (see the module
-        docstring)."""
-        if any(p.launch_env_steps is None for p in self.policies):  # not every learner has reported yet
+        """Once the population's clock passes the next point, a decision for every policy (see the
+        module docstring)."""
+        # not every learner has reported yet
+        if any(p.launch_env_steps is None for p in self.policies):
             return
         if self.next_update is None:
-            self.next_update = self._next_point(np.mean([p.launch_env_steps for p in self.policies]))
+            self.next_update = self._next_point(
+                np.mean([p.launch_env_steps for p in self.policies])
+            )
         objectives = [objective(p, self.cfg.pbt_target_objective) for p in self.policies]
         clock = np.mean([p.env_steps for p in self.policies])
         if clock >= self.next_update and None not in objectives:
@@ -94,17 +112,22 @@ class PopulationBasedTraining:
             self.next_update = self._next_point(clock)
 
     def _next_point(self, env_steps: float) -> float:
-        start, period = self.cfg.pbt_start_mutation, self.cfg.pbt_period_env_steps
+        start = self.cfg.pbt_start_mutation
+        period = self.cfg.pbt_period_env_steps
         return start if env_steps < start else start + ((env_steps - start) // period + 1) * period
 
     def _update_policy(self, policy: PolicyStats, objectives: list[float], clock: float) -> None:
         p = policy.policy_id
         before = self.buffers.hparams(p)
         source = copy_source(p, objectives, self.cfg, self.rng)
-        after = mutate(self.buffers.hparams(source) if source is not None else before, self.cfg, self.rng)
+        after = mutate(
+            self.buffers.hparams(source) if source is not None else before, self.cfg, self.rng
+        )
         if source is None:
             self.buffers.set_hparams(p, after)
-        else:  # the copy and the new hyperparameters take effect once the source's learner has exported its state
+        # the copy and the new hyperparameters take effect once the source's learner has exported
+        # its state
+        else:
             if source not in self.waiting and not self.importing.get(source):
                 self.commands[source].put(ExportState())
             self.waiting.setdefault(source, []).append((p, after))
@@ -122,8 +145,8 @@ class PopulationBasedTraining:
         )
 
     def exported(self, report: StateExported) -> None:
-        """The policies waiting for that source's state load it, with their new hparams; their episode windows
-        restart, so that their next ranking judges the copied weights."""
+        """The policies waiting for that source's state load it, with their new hparams; their
+        episode windows restart, so that their next ranking judges the copied weights."""
         source = report.policy_id
         for p, hparams in self.waiting.pop(source, []):
             self.buffers.set_hparams(p, hparams)
@@ -132,16 +155,19 @@ class PopulationBasedTraining:
             self.policies[p].clear_episodes()
 
     def imported(self, report: StateImported) -> None:
-        """Once nobody reads the source's exported state, a copy that was decided meanwhile asks for a fresh
-        export."""
+        """Once nobody reads the source's exported state, a copy that was decided meanwhile asks for
+        a fresh export."""
         source = report.source
         self.importing[source] -= 1
         if self.importing[source] == 0 and source in self.waiting:
             self.commands[source].put(ExportState())
 
     def restart(self, commands: list) -> None:
-        """The learners were restarted with new queues: copies in flight are dropped (the next update decides anew)."""
-        self.commands, self.waiting, self.importing = commands, {}, {}
+        """The learners were restarted with new queues: copies in flight are dropped (the next
+        update decides anew)."""
+        self.commands = commands
+        self.waiting = {}
+        self.importing = {}
 
     def _log(self, row: dict) -> None:
         with open(self.log_path, "a") as f:

@@ -1,5 +1,6 @@
-"""What the runner knows of each policy: its recent episodes (returns, lengths, the env's own stats) and its learner's
-last report, over a window; PBT ranks policies by it and the progress line shows it."""
+"""What the runner knows of each policy: its recent episodes (returns, lengths, the env's own stats)
+and its learner's last report, over a window; PBT ranks policies by it and the progress line shows
+it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from collections import deque
 
 import numpy as np
 
-FPS_WINDOW_S = 10.0  # fps shown and logged: frames the learner took over about its last 10 s of reports
+# fps shown and logged: frames the learner took over about its last 10 s of reports
+FPS_WINDOW_S = 10.0
 
 
 class PolicyStats:
@@ -15,12 +17,15 @@ class PolicyStats:
         self.policy_id = policy_id
         self.episode_returns: deque[float] = deque(maxlen=window)
         self.episode_lengths: deque[int] = deque(maxlen=window)
-        self.env_stats: dict[str, deque[float]] = {}  # the env's info["episode_stats"], e.g. kills
+        # the env's info["episode_stats"], e.g. kills
+        self.env_stats: dict[str, deque[float]] = {}
         self.episodes_total = 0
         self.learner: dict = {}
         self.env_steps = 0
-        self.launch_env_steps: int | None = None  # from the learner's first report (a resumed run starts > 0)
-        self.reports: deque[tuple[float, int]] = deque()  # (time received, env steps) of the window's reports
+        # from the learner's first report (a resumed run starts > 0)
+        self.launch_env_steps: int | None = None
+        # (time received, env steps) of the window's reports
+        self.reports: deque[tuple[float, int]] = deque()
 
     def add_episode(self, episode_return: float, length: int, env_stats: dict) -> None:
         self.episode_returns.append(episode_return)
@@ -42,7 +47,8 @@ class PolicyStats:
             self.launch_env_steps = self.env_steps
         self.reports.append((received_at, self.env_steps))
         while len(self.reports) > 2 and self.reports[1][0] < received_at - FPS_WINDOW_S:
-            self.reports.popleft()  # keep the last report before the window: the rate spans the whole window
+            # keep the last report before the window: the rate spans the whole window
+            self.reports.popleft()
 
     def fps(self, now: float) -> float:
         """Env frames per second the learner took, measured between its reports rather than between summaries:
@@ -51,11 +57,9 @@ class PolicyStats:
         0 until the second report."""
         if len(self.reports) < 2:
             return 0.0
-        (first_t, first_steps), (previous_t, _), (last_t, last_steps) = (
-            self.reports[0],
-            self.reports[-2],
-            self.reports[-1],
-        )
+        first_t, first_steps = self.reports[0]
+        previous_t = self.reports[-2][0]
+        last_t, last_steps = self.reports[-1]
         end = now if now - last_t > 2 * (last_t - previous_t) else last_t
         return (last_steps - first_steps) / max(1e-6, end - first_t)
 

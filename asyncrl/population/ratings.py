@@ -1,12 +1,14 @@
-"""Skill ratings of every policy and frozen past version, from the outcomes of multi-agent episodes (openskill's
-Plackett-Luce model: a maintained implementation of Bayesian rating, rather than maths of our own).
+"""Skill ratings of every policy and frozen past version, from the outcomes of multi-agent episodes
+(openskill's Plackett-Luce model: a maintained implementation of Bayesian rating, rather than maths
+of our own).
 
-The runner owns them: rollout workers report each finished multi-agent episode as (players, scores); the agents
-are ranked by score (ties are draws) and rated. A snapshot starts with the rating its policy had when it was taken;
-an overwritten pool entry is a new player. Each rating's mu goes to shared memory for --matchmaking rating; the
-ratings (ordinal = mu - 3 sigma, a conservative skill estimate) reach the stats, and every snapshot's rating history
-is kept in <experiment>/ratings.json, so one can check that later snapshots are rated higher. A resumed run reads
-it back: its policies and the frozen versions its checkpoints restore keep their ratings.
+The runner owns them: rollout workers report each finished multi-agent episode as (players, scores);
+the agents are ranked by score (ties are draws) and rated. A snapshot starts with the rating its
+policy had when it was taken; an overwritten pool entry is a new player. Each rating's mu goes to
+shared memory for --matchmaking rating; the ratings (ordinal = mu - 3 sigma, a conservative skill
+estimate) reach the stats, and every snapshot's rating history is kept in <experiment>/ratings.json,
+so one can check that later snapshots are rated higher. A resumed run reads it back: its policies
+and the frozen versions its checkpoints restore keep their ratings.
 """
 
 from __future__ import annotations
@@ -23,32 +25,44 @@ from asyncrl.core.log import log
 def openskill_models():
     """openskill.models (the multiagent extra's; MissingExtra if it is not installed)."""
     require("multiagent", "rating the players of multi-agent episodes")
-    import openskill.models  # an extra's: imported once it is known to be there
+    # an extra's: imported once it is known to be there
+    import openskill.models
 
     return openskill.models
 
 
 class Ratings:
     def __init__(self, cfg: Config, buffers: SharedBuffers):
-        self.cfg, self.buffers = cfg, buffers
+        self.cfg = cfg
+        self.buffers = buffers
         self.model = openskill_models().PlackettLuce()
         num_players = cfg.num_policies * (1 + cfg.frozen_pool_size)
-        self.players = [self.model.rating() for _ in range(num_players)]  # by player
-        self.names = [f"policy_{p}" for p in range(cfg.num_policies)] + [""] * (num_players - cfg.num_policies)
-        self.snapshots: dict[str, dict] = {}  # "policy_<p>@<train step>" -> its latest rating, while in the pool
+        # by player
+        self.players = [self.model.rating() for _ in range(num_players)]
+        self.names = [f"policy_{p}" for p in range(cfg.num_policies)] + [""] * (
+            num_players - cfg.num_policies
+        )
+        # "policy_<p>@<train step>" -> its latest rating, while in the pool
+        self.snapshots: dict[str, dict] = {}
         self.matches = 0
         self.path = os.path.join(cfg.experiment_dir, "ratings.json")
-        self.resumed = self._load()  # a resumed run's players by name, until each is back in play
+        # a resumed run's players by name, until each is back in play
+        self.resumed = self._load()
         self._publish()
 
     def _load(self) -> dict:
-        """A resumed run's ratings (ratings.json of its last stop): the policies' own now, and those of its frozen
-        versions once the learners announce them back in the pool (add_snapshot finds them by name)."""
+        """A resumed run's ratings (ratings.json of its last stop): the policies' own now, and those
+        of its frozen versions once the learners announce them back in the pool (add_snapshot finds
+        them by name)."""
         try:
             with open(self.path) as f:
                 saved = json.load(f)
-            players = {name: self.model.rating(mu=r["mu"], sigma=r["sigma"]) for name, r in saved["players"].items()}
-            self.snapshots, self.matches = dict(saved["snapshots"]), int(saved["matches"])
+            players = {
+                name: self.model.rating(mu=r["mu"], sigma=r["sigma"])
+                for name, r in saved["players"].items()
+            }
+            self.snapshots = dict(saved["snapshots"])
+            self.matches = int(saved["matches"])
         except FileNotFoundError:
             return {}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -59,8 +73,8 @@ class Ratings:
         return players
 
     def add_snapshot(self, policy: int, k: int, train_step: int) -> None:
-        """Frozen version k of `policy` was (re)written: a new player, starting from the policy's rating now (or
-        the version's own rating, if a resumed run's checkpoint brought it back)."""
+        """Frozen version k of `policy` was (re)written: a new player, starting from the policy's
+        rating now (or the version's own rating, if a resumed run's checkpoint brought it back)."""
         i = frozen_player(self.cfg, policy, k)
         self.names[i] = f"policy_{policy}@{train_step}"
         source = self.resumed.pop(self.names[i], self.players[policy])
@@ -78,7 +92,8 @@ class Ratings:
         self._publish()
 
     def policy_stats(self, policy: int) -> dict:
-        """The policy's rating and the best and mean rating of its frozen versions, for stats.jsonl and TensorBoard."""
+        """The policy's rating and the best and mean rating of its frozen versions, for stats.jsonl
+        and TensorBoard."""
         stats = {
             "rating_mu": self.players[policy].mu,
             "rating_ordinal": self.players[policy].ordinal(),
@@ -97,7 +112,11 @@ class Ratings:
     def save(self) -> None:
         current = {name: _as_dict(r) for name, r in zip(self.names, self.players) if name}
         with open(self.path, "w") as f:
-            json.dump({"players": current, "snapshots": self.snapshots, "matches": self.matches}, f, indent=1)
+            json.dump(
+                {"players": current, "snapshots": self.snapshots, "matches": self.matches},
+                f,
+                indent=1,
+            )
 
     def _remember(self, i: int) -> None:
         if i >= self.cfg.num_policies:

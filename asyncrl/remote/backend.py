@@ -1,8 +1,10 @@
-"""The env backend of remote envs (`--env remote:...`): a rollout worker's groups stepped on env servers.
+"""The env backend of remote envs (`--env remote:...`): a rollout worker's groups stepped on env
+servers.
 
-A group's actions go out as one request per server (begin_step) and the worker steps its other groups until every
-server has replied; then step() reads each env's results. An env whose server cannot be reached stops the run with
-one line, or with --remote_reconnect waits, without a policy, until its server is back (reconnect).
+A group's actions go out as one request per server (begin_step) and the worker steps its other
+groups until every server has replied; then step() reads each env's results. An env whose server
+cannot be reached stops the run with one line, or with --remote_reconnect waits, without a policy,
+until its server is back (reconnect).
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from asyncrl.core.log import log
 from asyncrl.core.processes import stop_run
 from asyncrl.envs import EnvEntry, EnvError, EnvUnavailable, env_entry
 from asyncrl.envs.multi_agent import env_actions
-from asyncrl.remote.client import RemoteAgents, RemoteSettings, begin_group_step, describe, parse_addresses
+from asyncrl.remote.client import (
+    RemoteAgents,
+    RemoteSettings,
+    begin_group_step,
+    describe,
+    parse_addresses,
+)
 from asyncrl.remote.wire import pb
 from asyncrl.roles.env_backends import PerEnvBackend
 
@@ -27,13 +35,17 @@ RECONNECT_INTERVAL_S = 2.0
 
 class RemoteBackend(PerEnvBackend):
     def __init__(self, cfg: Config, worker_idx: int, reports):
-        env_entry(cfg.env).make_fn.plan_for_worker(cfg, worker_idx)  # which server for which group
+        # which server for which group
+        env_entry(cfg.env).make_fn.plan_for_worker(cfg, worker_idx)
         super().__init__(cfg, worker_idx, reports)
-        self.unavailable: set[int] = set()  # envs whose server is unreachable (--remote_reconnect): retried
-        self.last_reconnect = np.zeros(cfg.worker_num_splits)  # when each group last tried its unavailable envs
+        # envs whose server is unreachable (--remote_reconnect): retried
+        self.unavailable: set[int] = set()
+        # when each group last tried its unavailable envs
+        self.last_reconnect = np.zeros(cfg.worker_num_splits)
 
     def reset(self, group: int) -> list:
-        k, first_obs = self.cfg.envs_per_group, []
+        k = self.cfg.envs_per_group
+        first_obs = []
         for i, env in enumerate(self.groups[group]):
             try:
                 first_obs.append(env.reset(seed=self.seeds[group * k + i])[0])
@@ -43,7 +55,8 @@ class RemoteBackend(PerEnvBackend):
 
     def begin_step(self, group: int, actions: np.ndarray, on_results) -> bool:
         """Send the group's actions; on_results() once every server has replied."""
-        envs, n = self.groups[group], self.cfg.agents_per_env
+        envs = self.groups[group]
+        n = self.cfg.agents_per_env
         actions = env_actions(self.action_space, actions)
         begin_group_step(envs, [actions[i * n : (i + 1) * n] for i in range(len(envs))], on_results)
         return True
@@ -55,27 +68,33 @@ class RemoteBackend(PerEnvBackend):
             return self._unreachable(group * self.cfg.envs_per_group + env_in_group, unavailable)
 
     def _unreachable(self, env_idx: int, error: Exception) -> None:
-        """The env's server cannot be reached: stop the run with one line, or with --remote_reconnect let the env wait
-        (None: its agents play no episode) until reconnect gets it back."""
+        """The env's server cannot be reached: stop the run with one line, or with
+        --remote_reconnect let the env wait (None: its agents play no episode) until reconnect gets
+        it back."""
         if not self.cfg.remote_reconnect:
-            stop_run(self.reports, f"{error}; the run stops (--remote_reconnect True waits for the server instead)")
+            stop_run(
+                self.reports,
+                f"{error}; the run stops (--remote_reconnect True waits for the server instead)",
+            )
         if not self.unavailable:
             log.warning(f"{error}; waiting for it (--remote_reconnect)")
         self.unavailable.add(env_idx)
         return None
 
     def reconnect(self, group: int) -> list:
-        """Try again (every RECONNECT_INTERVAL_S) the group's envs whose server was unreachable: (env, first
-        observations) of those that reset."""
+        """Try again (every RECONNECT_INTERVAL_S) the group's envs whose server was unreachable:
+        (env, first observations) of those that reset."""
         now = time.monotonic()
         if not self.unavailable or now - self.last_reconnect[group] < RECONNECT_INTERVAL_S:
             return []
         self.last_reconnect[group] = now
-        k, back = self.cfg.envs_per_group, []
+        k = self.cfg.envs_per_group
+        back = []
         for env_idx in sorted(e for e in self.unavailable if e // k == group):
             try:
                 obs = self.envs[env_idx].reset(seed=self.later_seed(env_idx))[0]
-            except (EnvUnavailable, RuntimeError):  # still down, or came back without our lease: next time
+            # still down, or came back without our lease: next time
+            except (EnvUnavailable, RuntimeError):
                 continue
             self.unavailable.discard(env_idx)
             back.append((env_idx % k, obs))
@@ -85,15 +104,20 @@ class RemoteBackend(PerEnvBackend):
 
 
 class RemoteFactory:
-    """The factory of a `remote:` env. A rollout worker's env groups go to the servers round robin over all workers'
-    groups (plan_for_worker), each group to one server, so that a group's step is one request (doom_basic 2x16
-    sampler through 2 servers: 5.2k -> 5.8k frames/s, against one request per server per group); without a plan
-    (an env made alone), envs go round robin."""
+    """The factory of a `remote:` env. A rollout worker's env groups go to the servers round robin
+    over all workers' groups (plan_for_worker), each group to one server, so that a group's step is
+    one request (doom_basic 2x16 sampler through 2 servers: 5.2k -> 5.8k frames/s, against one
+    request per server per group); without a plan (an env made alone), envs go round robin."""
 
-    def __init__(self, addresses: list[str], descriptions: list[pb.DescribeReply], settings: RemoteSettings):
-        self.addresses, self.settings = addresses, settings
-        self.descriptions = [d.SerializeToString() for d in descriptions]  # messages do not pickle
-        self.made, self.envs_per_group = 0, 1
+    def __init__(
+        self, addresses: list[str], descriptions: list[pb.DescribeReply], settings: RemoteSettings
+    ):
+        self.addresses = addresses
+        self.settings = settings
+        # messages do not pickle
+        self.descriptions = [d.SerializeToString() for d in descriptions]
+        self.made = 0
+        self.envs_per_group = 1
 
     @staticmethod
     def env_backend():
@@ -101,7 +125,8 @@ class RemoteFactory:
         return RemoteBackend
 
     def plan_for_worker(self, cfg, worker_idx: int) -> None:
-        """Called by rollout worker `worker_idx` before it makes its envs (in its own copy of the factory)."""
+        """Called by rollout worker `worker_idx` before it makes its envs (in its own copy of the
+        factory)."""
         self.envs_per_group = cfg.envs_per_group
         self.made = worker_idx * cfg.num_envs_per_worker
 
@@ -114,12 +139,14 @@ class RemoteFactory:
         i = (self.made // self.envs_per_group) % len(self.addresses)
         self.made += 1
         settings = dataclasses.replace(self.settings, frames=render_mode is not None)
-        return RemoteAgents(self.addresses[i], pb.DescribeReply.FromString(self.descriptions[i]), settings)
+        return RemoteAgents(
+            self.addresses[i], pb.DescribeReply.FromString(self.descriptions[i]), settings
+        )
 
 
 def remote_entry(name: str, settings: RemoteSettings | None = None) -> EnvEntry:
-    """The registry entry of `remote:HOST:PORT[,...]`: its spaces and defaults from the servers, which must all
-    serve the same env. EnvError if a server cannot be reached or they differ."""
+    """The registry entry of `remote:HOST:PORT[,...]`: its spaces and defaults from the servers,
+    which must all serve the same env. EnvError if a server cannot be reached or they differ."""
     settings = settings or RemoteSettings()
     addresses = parse_addresses(name)
     descriptions = [describe(a, settings) for a in addresses]
@@ -137,7 +164,9 @@ def remote_entry(name: str, settings: RemoteSettings | None = None) -> EnvEntry:
                 f"(with other spaces or agents): every server of a run must serve the same env"
             )
     if any(not 0 <= a < len(first.agent_ids) for a in settings.agents):
-        raise EnvError(f"--remote_agents {list(settings.agents)}: the env has agents 0..{len(first.agent_ids) - 1}")
+        raise EnvError(
+            f"--remote_agents {list(settings.agents)}: the env has agents 0..{len(first.agent_ids) - 1}"
+        )
     return EnvEntry(
         RemoteFactory(addresses, descriptions, settings),
         f"{first.env} served at {', '.join(addresses)}",

@@ -1,6 +1,6 @@
-"""Builds ude_pb2.py and ude_pb2_grpc.py from ude.proto with grpcio-tools' protoc. setup.py runs it at install
-(it loads this file alone: nothing here imports the package); wire.py runs it on first import from a source
-checkout that was never installed."""
+"""Builds ude_pb2.py and ude_pb2_grpc.py from ude.proto with grpcio-tools' protoc. setup.py runs it
+at install (it loads this file alone: nothing here imports the package); wire.py runs it on first
+import from a source checkout that was never installed."""
 
 import os
 
@@ -12,7 +12,8 @@ def compile_proto(out_dir: str = PROTO_DIR) -> None:
     import grpc_tools
     from grpc_tools import protoc
 
-    includes = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")  # google/protobuf's own .proto files
+    # google/protobuf's own .proto files
+    includes = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
     status = protoc.main(
         [
             "protoc",

@@ -1,6 +1,7 @@
-"""`asyncrl env-server`: serves N instances of any env over gRPC (service.py, ude.proto) to trainers on this or other
-machines. Flags are checked first (one line, exit code 2); the service then runs in a child process that leads a
-process group with a reaper, so whatever its envs start (VizDoom engines) dies with it however it ends.
+"""`asyncrl env-server`: serves N instances of any env over gRPC (service.py, ude.proto) to trainers
+on this or other machines. Flags are checked first (one line, exit code 2); the service then runs in
+a child process that leads a process group with a reaper, so whatever its envs start (VizDoom
+engines) dies with it however it ends.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def server_arguments() -> OneLineErrorParser:
-    parser = OneLineErrorParser(prog="asyncrl env-server", description="Serve envs over gRPC to asyncrl trainers.")
+    parser = OneLineErrorParser(
+        prog="asyncrl env-server", description="Serve envs over gRPC to asyncrl trainers."
+    )
     add = parser.add_argument
     add("--env", required=True, help="Env to serve: any name `asyncrl train --env` takes.")
     add(
@@ -38,8 +41,17 @@ def server_arguments() -> OneLineErrorParser:
         "frames, as enjoy --save_video does).",
     )
     add("--num_envs", type=int, default=8, help="Env instances to serve (clients open some each).")
-    add("--host", default="127.0.0.1", help="Address to listen on; any but loopback needs --auth_token(_file).")
-    add("--port", type=int, default=50051, help="Port to listen on (0: any free one, printed at start).")
+    add(
+        "--host",
+        default="127.0.0.1",
+        help="Address to listen on; any but loopback needs --auth_token(_file).",
+    )
+    add(
+        "--port",
+        type=int,
+        default=50051,
+        help="Port to listen on (0: any free one, printed at start).",
+    )
     add(
         "--auth_token",
         default=None,
@@ -50,8 +62,18 @@ def server_arguments() -> OneLineErrorParser:
     add("--tls_cert", default=None, help="PEM certificate chain: serve over TLS (needs --tls_key).")
     add("--tls_key", default=None, help="PEM private key of --tls_cert.")
     add("--max_message_mb", type=float, default=4.0, help="Largest request accepted, in MiB.")
-    add("--step_timeout", type=float, default=30.0, help="Seconds a step waits for the other owners' actions.")
-    add("--lease_timeout", type=float, default=60.0, help="Seconds after which a silent client's envs are freed.")
+    add(
+        "--step_timeout",
+        type=float,
+        default=30.0,
+        help="Seconds a step waits for the other owners' actions.",
+    )
+    add(
+        "--lease_timeout",
+        type=float,
+        default=60.0,
+        help="Seconds after which a silent client's envs are freed.",
+    )
     return parser
 
 
@@ -73,9 +95,20 @@ def checked_security(args) -> tuple[str | None, tuple[bytes, bytes] | None]:
         )
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ConfigError("--tls_cert and --tls_key go together")
-    if args.num_envs <= 0 or args.max_message_mb <= 0 or args.step_timeout <= 0 or args.lease_timeout <= 0:
-        raise ConfigError("--num_envs, --max_message_mb, --step_timeout and --lease_timeout must be positive")
-    tls = (_read_file("--tls_key", args.tls_key), _read_file("--tls_cert", args.tls_cert)) if args.tls_cert else None
+    if (
+        args.num_envs <= 0
+        or args.max_message_mb <= 0
+        or args.step_timeout <= 0
+        or args.lease_timeout <= 0
+    ):
+        raise ConfigError(
+            "--num_envs, --max_message_mb, --step_timeout and --lease_timeout must be positive"
+        )
+    tls = (
+        (_read_file("--tls_key", args.tls_key), _read_file("--tls_cert", args.tls_cert))
+        if args.tls_cert
+        else None
+    )
     return token, tls
 
 
@@ -84,7 +117,8 @@ def check_port_free(host: str, port: int) -> None:
         return
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds: a just-closed port is free
+        # as gRPC binds: a just-closed port is free
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as e:
@@ -94,11 +128,16 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
-def build_server(args, token: str | None, tls: tuple[bytes, bytes] | None) -> tuple[grpc.Server, EnvService, int]:
+def build_server(
+    args, token: str | None, tls: tuple[bytes, bytes] | None
+) -> tuple[grpc.Server, EnvService, int]:
     """The server for parsed `args` (not started) and its port."""
     max_bytes = int(args.max_message_mb * 2**20)
-    service = EnvService(args.env, args.env_options, args.num_envs, args.step_timeout, args.lease_timeout, max_bytes)
-    # a step may wait on another client's actions: one thread per waiting request; and one per open step stream
+    service = EnvService(
+        args.env, args.env_options, args.num_envs, args.step_timeout, args.lease_timeout, max_bytes
+    )
+    # a step may wait on another client's actions: one thread per waiting request; and one per open
+    # step stream
     threads = 4 + 2 * args.num_envs + service.max_streams
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=threads),
@@ -121,16 +160,19 @@ def build_server(args, token: str | None, tls: tuple[bytes, bytes] | None) -> tu
 
 
 def serve(args, token: str | None, tls: tuple[bytes, bytes] | None, parent_pid: int) -> None:
-    """The server process: it and what its envs start (VizDoom engines) form a process group that a reaper kills
-    once the process is gone, however it went; it dies with the `asyncrl env-server` process that started it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent forwards Ctrl-C as SIGTERM
+    """The server process: it and what its envs start (VizDoom engines) form a process group that a
+    reaper kills once the process is gone, however it went; it dies with the `asyncrl env-server`
+    process that started it."""
+    # the parent forwards Ctrl-C as SIGTERM
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not die_with_parent(parent_pid):
         return
     lead_group_with_reaper()
     set_process_title("asyncrl-env-server")
     try:
         server, service, port = build_server(args, token, tls)
-    except EnvError as e:  # the env cannot be made or served: one line, and the command exits with 2
+    # the env cannot be made or served: one line, and the command exits with 2
+    except EnvError as e:
         print(f"asyncrl env-server: error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
     server.start()
@@ -148,8 +190,8 @@ def serve(args, token: str | None, tls: tuple[bytes, bytes] | None, parent_pid: 
 
 
 def cmd_env_server(argv: list[str]) -> int:
-    """Check the flags (exit 2 on bad ones, before anything starts), then run the server in a child process until
-    Ctrl-C or SIGTERM."""
+    """Check the flags (exit 2 on bad ones, before anything starts), then run the server in a child
+    process until Ctrl-C or SIGTERM."""
     args = server_arguments().parse_args(argv)
     try:
         env_entry(args.env)
@@ -157,8 +199,11 @@ def cmd_env_server(argv: list[str]) -> int:
         raise ConfigError(str(e)) from None
     token, tls = checked_security(args)
     check_port_free(args.host, args.port)
-    start_fork_server(preload=("asyncrl.remote.server",))  # the server's process needs neither torch nor the engine
-    child = mp_context.Process(target=serve, args=(args, token, tls, os.getpid()), name="asyncrl-env-server")
+    # the server's process needs neither torch nor the engine
+    start_fork_server(preload=("asyncrl.remote.server",))
+    child = mp_context.Process(
+        target=serve, args=(args, token, tls, os.getpid()), name="asyncrl-env-server"
+    )
     child.start()
     signal.signal(signal.SIGTERM, lambda *_: os.kill(child.pid, signal.SIGTERM))
     while child.is_alive():

@@ -1,7 +1,8 @@
-"""The messages of ude.proto as numpy: arrays as (dtype, shape, bytes), side-channel values as typed oneofs.
+"""The messages of ude.proto as numpy: arrays as (dtype, shape, bytes), side-channel values as typed
+oneofs.
 
-The generated modules (ude_pb2, ude_pb2_grpc) are built from ude.proto at install (setup.py); a source checkout
-that was never installed builds them on first import, here.
+The generated modules (ude_pb2, ude_pb2_grpc) are built from ude.proto at install (setup.py); a
+source checkout that was never installed builds them on first import, here.
 """
 
 from __future__ import annotations
@@ -43,16 +44,21 @@ def _generated():
     if _stale():
         compile_proto()
         importlib.invalidate_caches()
-    return importlib.import_module("asyncrl.remote.ude_pb2"), importlib.import_module("asyncrl.remote.ude_pb2_grpc")
+    return importlib.import_module("asyncrl.remote.ude_pb2"), importlib.import_module(
+        "asyncrl.remote.ude_pb2_grpc"
+    )
 
 
 def _stale() -> bool:
-    """The generated modules are missing, or older than ude.proto (a source checkout after a pull that changed it)."""
+    """The generated modules are missing, or older than ude.proto (a source checkout after a pull
+    that changed it)."""
     proto = os.path.join(PROTO_DIR, PROTO)
     generated = [os.path.join(PROTO_DIR, name) for name in ("ude_pb2.py", "ude_pb2_grpc.py")]
     if not all(os.path.exists(path) for path in generated):
         return True
-    return os.path.exists(proto) and os.path.getmtime(proto) > min(os.path.getmtime(path) for path in generated)
+    return os.path.exists(proto) and os.path.getmtime(proto) > min(
+        os.path.getmtime(path) for path in generated
+    )
 
 
 pb, pb_grpc = _generated()
@@ -60,7 +66,8 @@ pb, pb_grpc = _generated()
 
 def encode(array: np.ndarray, out=None):
     """A numpy array as an Array message (written into `out`, a message field, if given)."""
-    array = np.asarray(array)  # tobytes() writes C order; ascontiguousarray would make a 0-d array 1-d
+    # tobytes() writes C order; ascontiguousarray would make a 0-d array 1-d
+    array = np.asarray(array)
     message = pb.Array() if out is None else out
     message.dtype = array.dtype.str
     message.shape[:] = array.shape
@@ -69,14 +76,18 @@ def encode(array: np.ndarray, out=None):
 
 
 def decode(message, max_bytes: int | None = None) -> np.ndarray:
-    """An Array message as a read-only numpy array (a view of its bytes). WireError if it is not a valid one."""
+    """An Array message as a read-only numpy array (a view of its bytes). WireError if it is not a
+    valid one."""
     if message.dtype not in WIRE_DTYPES:
-        raise WireError(f"array dtype {message.dtype!r} is not one of the numeric dtypes allowed on the wire")
+        raise WireError(
+            f"array dtype {message.dtype!r} is not one of the numeric dtypes allowed on the wire"
+        )
     shape = tuple(message.shape)
     if len(shape) > MAX_ARRAY_DIMS or any(d < 0 for d in shape):
         raise WireError(f"array shape {shape} is not a valid shape")
     dtype = np.dtype(message.dtype)
-    expected = math.prod(shape) * dtype.itemsize  # a 0-d array: prod(()) is 1
+    # a 0-d array: prod(()) is 1
+    expected = math.prod(shape) * dtype.itemsize
     if max_bytes is not None and expected > max_bytes:
         raise WireError(f"array of shape {shape} is larger than {max_bytes} bytes")
     if len(message.data) != expected:

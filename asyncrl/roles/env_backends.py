@@ -1,9 +1,11 @@
-"""How a rollout worker steps its env groups: the env backend, chosen once when the worker starts (env_backend).
+"""How a rollout worker steps its env groups: the env backend, chosen once when the worker starts
+(env_backend).
 
-The worker owns the slots and the episode bookkeeping; a backend owns the envs and answers the calls of EnvBackend,
-group by group. PerEnvBackend steps a list of gymnasium / PettingZoo envs in this process, one after the other; the
-remote backend (asyncrl/remote/backend.py) sends a group's actions to env servers. An env factory names its own
-backend with an `env_backend` attribute (a function that returns the class), as the remote factory does.
+The worker owns the slots and the episode bookkeeping; a backend owns the envs and answers the calls
+of EnvBackend, group by group. PerEnvBackend steps a list of gymnasium / PettingZoo envs in this
+process, one after the other; the remote backend (asyncrl/remote/backend.py) sends a group's actions
+to env servers. An env factory names its own backend with an `env_backend` attribute (a function
+that returns the class), as the remote factory does.
 """
 
 from __future__ import annotations
@@ -36,47 +38,67 @@ def worker_env_seeds(cfg: Config, worker_idx: int) -> list[int]:
 
 
 def tell_envs_their_worker(cfg: Config, worker_idx: int) -> None:
-    """Set WORKER_INDEX_VAR for the envs made next (this worker's index among every rank's workers)."""
+    """Set WORKER_INDEX_VAR for the envs made next (this worker's index among every rank's
+    workers)."""
     os.environ[WORKER_INDEX_VAR] = str(this_rank().rank * cfg.num_workers + worker_idx)
 
 
 @dataclass
 class GroupStep:
-    """What a group's step returned besides the observations, per agent of the group (agents that did not play, or
-    whose env failed, hold zeros)."""
+    """What a group's step returned besides the observations, per agent of the group (agents that
+    did not play, or whose env failed, hold zeros)."""
 
-    rewards: np.ndarray  # the env's own reward
-    terminated: np.ndarray  # bool
-    truncated: np.ndarray  # bool
-    episode_stats: dict = field(default_factory=dict)  # agent -> info["episode_stats"], for every agent that ended
-    resets: list = field(default_factory=list)  # (env, first observations): envs reset as every agent ended
-    failed: list = field(default_factory=list)  # (env, exception): envs whose step raised
-    life_lost: np.ndarray | bool = False  # terminal for learning, the episode goes on (info["life_lost"])
+    # the env's own reward
+    rewards: np.ndarray
+    # bool
+    terminated: np.ndarray
+    # bool
+    truncated: np.ndarray
+    # agent -> info["episode_stats"], for every agent that ended
+    episode_stats: dict = field(default_factory=dict)
+    # (env, first observations): envs reset as every agent ended
+    resets: list = field(default_factory=list)
+    # (env, exception): envs whose step raised
+    failed: list = field(default_factory=list)
+    # terminal for learning, the episode goes on (info["life_lost"])
+    life_lost: np.ndarray | bool = False
 
 
 class EnvBackend:
-    """What a rollout worker asks of its envs. Agents are numbered within a group (env by env, each env's agents in
-    their order); actions come as the policy workers wrote them, one row per agent."""
+    """What a rollout worker asks of its envs. Agents are numbered within a group (env by env, each
+    env's agents in their order); actions come as the policy workers wrote them, one row per
+    agent."""
 
-    unavailable: set | frozenset = frozenset()  # envs out of reach for a while (a remote env's server is down)
-    turn_based = False  # its envs' agents take turns: it answers `waiting`
-    env_errors = 0  # exceptions the envs raised (each env was restarted)
+    # envs out of reach for a while (a remote env's server is down)
+    unavailable: set | frozenset = frozenset()
+    # its envs' agents take turns: it answers `waiting`
+    turn_based = False
+    # exceptions the envs raised (each env was restarted)
+    env_errors = 0
 
     def reset(self, group: int) -> list:
-        """Every env's first observations (seeded), at the start; None for an env that is out of reach."""
+        """Every env's first observations (seeded), at the start; None for an env that is out of
+        reach."""
         raise NotImplementedError
 
     def begin_step(self, group: int, actions: np.ndarray, on_results) -> bool:
-        """True: the step goes on elsewhere, and on_results() is called (from another thread) once its results are
-        in; False (here): step() does all the work."""
+        """True: the step goes on elsewhere, and on_results() is called (from another thread) once
+        its results are in; False (here): step() does all the work."""
         return False
 
     def step(
-        self, group: int, actions: np.ndarray, playing: list, traj_obs: np.ndarray, slots: np.ndarray, rows: np.ndarray
+        self,
+        group: int,
+        actions: np.ndarray,
+        playing: list,
+        traj_obs: np.ndarray,
+        slots: np.ndarray,
+        rows: np.ndarray,
     ) -> GroupStep:
-        """Every env's step: observations go straight into the group's shared rows (traj_obs[slots[a], rows[a]] for
-        agent a), the rest is returned. `playing` (per agent) says who acts; the agents of an env that raises stop
-        playing (it is updated in place) and the env is listed in GroupStep.failed."""
+        """Every env's step: observations go straight into the group's shared rows
+        (traj_obs[slots[a], rows[a]] for agent a), the rest is returned. `playing` (per agent) says
+        who acts; the agents of an env that raises stop playing (it is updated in place) and the env
+        is listed in GroupStep.failed."""
         raise NotImplementedError
 
     def restart(self, group: int, env_in_group: int, error: Exception) -> list | None:
@@ -88,8 +110,8 @@ class EnvBackend:
         return []
 
     def waiting(self, group: int) -> np.ndarray:
-        """A backend of turn-based envs (turn_based): per agent of the group, after its last step or reset, whether
-        it waits for its turn (another agent acts next; turns.py)."""
+        """A backend of turn-based envs (turn_based): per agent of the group, after its last step or
+        reset, whether it waits for its turn (another agent acts next; turns.py)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -97,29 +119,36 @@ class EnvBackend:
 
     @staticmethod
     def check(cfg: Config, obs_space: gym.Space, action_space: gym.Space, num_agents: int) -> None:
-        """Before any process starts, for the backend --env_backend names: EnvError if the env (its spaces and agent
-        count, as the main process's probe found them) cannot be stepped by it."""
+        """Before any process starts, for the backend --env_backend names: EnvError if the env (its
+        spaces and agent count, as the main process's probe found them) cannot be stepped by it."""
 
 
 class PerEnvBackend(EnvBackend):
-    """The worker's envs, made and stepped in this process one after the other (each as a list of agents)."""
+    """The worker's envs, made and stepped in this process one after the other (each as a list of
+    agents)."""
 
     def __init__(self, cfg: Config, worker_idx: int, reports):
-        self.cfg, self.worker_idx, self.reports = cfg, worker_idx, reports
+        self.cfg = cfg
+        self.worker_idx = worker_idx
+        self.reports = reports
         self.envs = [self._make_env() for _ in range(cfg.num_envs_per_worker)]
         self.seeds = worker_env_seeds(cfg, worker_idx)
         k = cfg.envs_per_group
         self.groups = [self.envs[g * k : (g + 1) * k] for g in range(cfg.worker_num_splits)]
         self.action_space = self.envs[0].action_space
-        self.turn_based = getattr(self.envs[0], "turn_based", False)  # its agents take turns (TurnBasedAgents)
-        self.env_errors = 0  # exceptions this worker's envs raised
-        self.consecutive_errors = np.zeros(cfg.num_envs_per_worker, np.int64)  # per env, since its last whole episode
+        # its agents take turns (TurnBasedAgents)
+        self.turn_based = getattr(self.envs[0], "turn_based", False)
+        # exceptions this worker's envs raised
+        self.env_errors = 0
+        # per env, since its last whole episode
+        self.consecutive_errors = np.zeros(cfg.num_envs_per_worker, np.int64)
         self.logged_errors: set[int] = set()
 
     def _make_env(self):
         tell_envs_their_worker(self.cfg, self.worker_idx)
         env = make_agents(self.cfg.env, **self.cfg.env_kwargs())
-        if env.num_agents != self.cfg.agents_per_env:  # the runner's probe env had another count
+        # the runner's probe env had another count
+        if env.num_agents != self.cfg.agents_per_env:
             raise EnvError(
                 f"env {self.cfg.env!r} made an env with {env.num_agents} agents, another with "
                 f"{self.cfg.agents_per_env}: an env's agent count must be fixed"
@@ -128,17 +157,31 @@ class PerEnvBackend(EnvBackend):
 
     def reset(self, group: int) -> list:
         k = self.cfg.envs_per_group
-        return [env.reset(seed=self.seeds[group * k + i])[0] for i, env in enumerate(self.groups[group])]
+        return [
+            env.reset(seed=self.seeds[group * k + i])[0] for i, env in enumerate(self.groups[group])
+        ]
 
     def step(
-        self, group: int, actions: np.ndarray, playing: list, traj_obs: np.ndarray, slots: np.ndarray, rows: np.ndarray
+        self,
+        group: int,
+        actions: np.ndarray,
+        playing: list,
+        traj_obs: np.ndarray,
+        slots: np.ndarray,
+        rows: np.ndarray,
     ) -> GroupStep:
         """Each env in turn; an env all of whose agents ended is reset."""
-        envs, n = self.groups[group], self.cfg.agents_per_env
+        envs = self.groups[group]
+        n = self.cfg.agents_per_env
         first_env = group * len(envs)
         actions = env_actions(self.action_space, actions)
         size = len(playing)
-        result = GroupStep(np.zeros(size), np.zeros(size, bool), np.zeros(size, bool), life_lost=np.zeros(size, bool))
+        result = GroupStep(
+            np.zeros(size),
+            np.zeros(size, bool),
+            np.zeros(size, bool),
+            life_lost=np.zeros(size, bool),
+        )
         for i, env in enumerate(envs):
             first = i * n
             if self.unavailable and first_env + i in self.unavailable:
@@ -146,7 +189,8 @@ class PerEnvBackend(EnvBackend):
             try:
                 obs, rewards, terminated, truncated, infos = env.step(actions[first : first + n])
             except Exception as error:
-                result.failed.append((i, error))  # restarted by the worker, once the group's shared writes are done
+                # restarted by the worker, once the group's shared writes are done
+                result.failed.append((i, error))
                 playing[first : first + n] = [False] * n
                 continue
             still_playing = 0
@@ -155,11 +199,14 @@ class PerEnvBackend(EnvBackend):
                 if not playing[a]:
                     continue
                 result.rewards[a] = rewards[j]
-                traj_obs[slots[a], rows[a]] = obs[j]  # a truncated episode's final obs stays: the learner needs it
+                # a truncated episode's final obs stays: the learner needs it
+                traj_obs[slots[a], rows[a]] = obs[j]
                 if terminated[j] or truncated[j]:
-                    result.terminated[a], result.truncated[a] = terminated[j], truncated[j]
+                    result.terminated[a] = terminated[j]
+                    result.truncated[a] = truncated[j]
                     result.episode_stats[a] = infos[j].get("episode_stats", {})
-                    self.consecutive_errors[first_env + i] = 0  # a whole episode went through
+                    # a whole episode went through
+                    self.consecutive_errors[first_env + i] = 0
                 else:
                     still_playing += 1
                     result.life_lost[a] = infos[j].get("life_lost", False)
@@ -171,12 +218,14 @@ class PerEnvBackend(EnvBackend):
         return np.concatenate([env.waits for env in self.groups[group]])
 
     def restart(self, group: int, env_in_group: int, error: Exception) -> list | None:
-        """An env raised: count it, log it (once per env), and start it over: a reset, or a new env after
-        MAX_CONSECUTIVE_ENV_ERRORS errors in a row (or if the reset fails). Its first observations."""
+        """An env raised: count it, log it (once per env), and start it over: a reset, or a new env
+        after MAX_CONSECUTIVE_ENV_ERRORS errors in a row (or if the reset fails). Its first
+        observations."""
         env_idx = group * self.cfg.envs_per_group + env_in_group
         self.env_errors += 1
         self.consecutive_errors[env_idx] += 1
-        if env_idx not in self.logged_errors and not isinstance(error, EnvUnavailable):  # that one: one line
+        # that one: one line
+        if env_idx not in self.logged_errors and not isinstance(error, EnvUnavailable):
             self.logged_errors.add(env_idx)
             log.warning(
                 f"env {env_idx} raised; its unfinished trajectory is discarded (further errors of this env are only "
@@ -186,8 +235,8 @@ class PerEnvBackend(EnvBackend):
         return self._restart_env(env_idx)
 
     def _restart_env(self, env_idx: int) -> list:
-        """Reset the env; after MAX_CONSECUTIVE_ENV_ERRORS errors in a row (or if reset fails), recreate it.
-        EnvUnavailable if its host cannot be reached."""
+        """Reset the env; after MAX_CONSECUTIVE_ENV_ERRORS errors in a row (or if reset fails),
+        recreate it. EnvUnavailable if its host cannot be reached."""
         env = self.envs[env_idx]
         if self.consecutive_errors[env_idx] < MAX_CONSECUTIVE_ENV_ERRORS:
             try:
@@ -207,7 +256,8 @@ class PerEnvBackend(EnvBackend):
         return env.reset(seed=self.later_seed(env_idx))[0]
 
     def later_seed(self, env_idx: int) -> int:
-        """A new seed for an env started over (not its first one: the episodes it played would repeat)."""
+        """A new seed for an env started over (not its first one: the episodes it played would
+        repeat)."""
         return self.seeds[env_idx] + 1_000_003 * self.env_errors
 
     def close(self) -> None:
@@ -216,8 +266,8 @@ class PerEnvBackend(EnvBackend):
 
 
 def reset_vector(vector: gym.vector.VectorEnv, seeds: list[int]) -> np.ndarray:
-    """Resets a vector env with a seed per env, or with the first alone where the vector env takes one seed (its
-    envs share a generator: CartPole's); returns the observations."""
+    """Resets a vector env with a seed per env, or with the first alone where the vector env takes
+    one seed (its envs share a generator: CartPole's); returns the observations."""
     try:
         return vector.reset(seed=seeds)[0]
     except (TypeError, gym.error.Error):
@@ -225,12 +275,18 @@ def reset_vector(vector: gym.vector.VectorEnv, seeds: list[int]) -> np.ndarray:
 
 
 def vector_episode_stats(info: dict, env: int) -> dict:
-    """An ended env's info["episode_stats"] out of a vector env's infos: gymnasium stacks each key over the envs
-    ("_key" says which envs gave it), under "final_info" with same-step autoreset (the info is then the reset's)."""
-    stats, ended = info.get("final_info", info).get("episode_stats", {}), {}
+    """An ended env's info["episode_stats"] out of a vector env's infos: gymnasium stacks each key
+    over the envs ("_key" says which envs gave it), under "final_info" with same-step autoreset (the
+    info is then the reset's)."""
+    stats = info.get("final_info", info).get("episode_stats", {})
+    ended = {}
     for key, values in stats.items():
         given = stats.get("_" + key)
-        if not key.startswith("_") and isinstance(values, np.ndarray) and (given is None or given[env]):
+        if (
+            not key.startswith("_")
+            and isinstance(values, np.ndarray)
+            and (given is None or given[env])
+        ):
             ended[key] = values[env].item()
     return ended
 
@@ -239,33 +295,41 @@ class VectorBackend(EnvBackend):
     """Each group's envs as one gymnasium VectorEnv (ALE's, EnvPool's, gymnasium's; the env entry's make_vector):
     one call steps the group, and its observations land in the group's shared rows with one copy.
 
-    Autoreset (gymnasium's modes): same-step, an env whose episode ended returns its next episode's first observation
-    and the final one in info["final_obs"]: the final one goes in the row, the first one starts the next episode now.
-    Next-step: the ended env's next step is its reset (its action is ignored); its agent waits out that step as an
-    agent of an unfinished multi-agent env does, and starts its next episode from the observation it returns."""
+    Autoreset (gymnasium's modes): same-step, an env whose episode ended returns its next episode's
+    first observation and the final one in info["final_obs"]: the final one goes in the row, the
+    first one starts the next episode now. Next-step: the ended env's next step is its reset (its
+    action is ignored); its agent waits out that step as an agent of an unfinished multi-agent env
+    does, and starts its next episode from the observation it returns."""
 
     def __init__(self, cfg: Config, worker_idx: int, reports):
-        self.cfg, self.worker_idx = cfg, worker_idx
+        self.cfg = cfg
+        self.worker_idx = worker_idx
         self.make_vector = env_entry(cfg.env).make_vector
-        k, seeds = cfg.envs_per_group, worker_env_seeds(cfg, worker_idx)
+        k = cfg.envs_per_group
+        seeds = worker_env_seeds(cfg, worker_idx)
         self.seeds = [seeds[g * k : (g + 1) * k] for g in range(cfg.worker_num_splits)]
         self.vectors = [self._make_vector() for _ in range(cfg.worker_num_splits)]
         self.action_space = self.vectors[0].single_action_space
         self.next_step_reset = [self._next_step(v) for v in self.vectors]
-        self.resetting = [np.zeros(k, bool) for _ in self.vectors]  # next-step mode: the env's next step resets it
+        # next-step mode: the env's next step resets it
+        self.resetting = [np.zeros(k, bool) for _ in self.vectors]
         self.env_errors = 0
-        self.restarted: dict[int, list] = {}  # group -> first observations of its vector env made anew
+        # group -> first observations of its vector env made anew
+        self.restarted: dict[int, list] = {}
 
     def _make_vector(self):
         tell_envs_their_worker(self.cfg, self.worker_idx)
         vector = self.make_vector(self.cfg.envs_per_group, **self.cfg.env_kwargs())
         if vector.num_envs != self.cfg.envs_per_group:
-            raise EnvError(f"env {self.cfg.env!r}: make_vector({self.cfg.envs_per_group}) made {vector.num_envs} envs")
+            raise EnvError(
+                f"env {self.cfg.env!r}: make_vector({self.cfg.envs_per_group}) made {vector.num_envs} envs"
+            )
         return vector
 
     @staticmethod
     def check(cfg: Config, obs_space: gym.Space, action_space: gym.Space, num_agents: int) -> None:
-        """The env has a vector env of one agent per env, and a vector env of it has the spaces of the env itself."""
+        """The env has a vector env of one agent per env, and a vector env of it has the spaces of
+        the env itself."""
         entry = env_entry(cfg.env)
         if entry.make_vector is None or getattr(entry.make_fn, "env_backend", None) is not None:
             raise EnvError(
@@ -307,13 +371,20 @@ class VectorBackend(EnvBackend):
         return [[o] for o in obs]
 
     def step(
-        self, group: int, actions: np.ndarray, playing: list, traj_obs: np.ndarray, slots: np.ndarray, rows: np.ndarray
+        self,
+        group: int,
+        actions: np.ndarray,
+        playing: list,
+        traj_obs: np.ndarray,
+        slots: np.ndarray,
+        rows: np.ndarray,
     ) -> GroupStep:
         if isinstance(self.action_space, gym.spaces.Box):
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         try:
             obs, rewards, terminated, truncated, info = self.vectors[group].step(actions)
-        except Exception as error:  # every env of the group: the worker restarts them (restart below)
+        # every env of the group: the worker restarts them (restart below)
+        except Exception as error:
             playing[:] = [False] * len(playing)
             return GroupStep(
                 np.zeros(len(playing)),
@@ -321,7 +392,8 @@ class VectorBackend(EnvBackend):
                 np.zeros(len(playing), bool),
                 failed=[(i, error) for i in range(len(playing))],
             )
-        resetting, ended = self.resetting[group], terminated | truncated
+        resetting = self.resetting[group]
+        ended = terminated | truncated
         result = GroupStep(
             np.where(resetting, 0.0, rewards),
             terminated & ~resetting,
@@ -332,7 +404,8 @@ class VectorBackend(EnvBackend):
         if self.next_step_reset[group]:
             result.resets = [(i, [obs[i]]) for i in np.flatnonzero(resetting)]
             resetting[:] = ended & ~resetting
-        elif ended.any():  # same-step: the final observations go in the rows, the first ones start new episodes
+        # same-step: the final observations go in the rows, the first ones start new episodes
+        elif ended.any():
             obs = obs.copy()
             for i in np.flatnonzero(ended):
                 obs[i] = info["final_obs"][i]
@@ -344,7 +417,8 @@ class VectorBackend(EnvBackend):
         return result
 
     def restart(self, group: int, env_in_group: int, error: Exception) -> list | None:
-        """The group's vector env raised: made anew (once for the group, at its first env), with new seeds."""
+        """The group's vector env raised: made anew (once for the group, at its first env), with new
+        seeds."""
         if env_in_group == 0:
             self.env_errors += 1
             if self.env_errors == 1:
@@ -371,6 +445,7 @@ BACKENDS = {"per_env": PerEnvBackend, "vector": VectorBackend}
 
 
 def env_backend(cfg: Config, worker_idx: int, reports) -> EnvBackend:
-    """The backend of this worker's envs: the one the env's factory names (remote envs), else --env_backend's."""
+    """The backend of this worker's envs: the one the env's factory names (remote envs), else
+    --env_backend's."""
     named = getattr(env_entry(cfg.env).make_fn, "env_backend", None)
     return (named() if named is not None else BACKENDS[cfg.env_backend])(cfg, worker_idx, reports)

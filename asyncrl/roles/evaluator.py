@@ -3,7 +3,8 @@
 the best-scoring weights as best_checkpoint.pth. It runs at the lowest CPU priority, in the time training leaves.
 At a run's limit the runner asks for one more, of the final weights, which the evaluator plays as it stops.
 
-`play_episode` is also what `asyncrl enjoy` plays, and `ModelPlayer` a checkpoint's seat in `asyncrl match`.
+`play_episode` is also what `asyncrl enjoy` plays, and `ModelPlayer` a checkpoint's seat in `asyncrl
+match`.
 """
 
 from __future__ import annotations
@@ -29,33 +30,45 @@ from asyncrl.envs.multi_agent import acting, env_actions
 from asyncrl.model.actor_critic import ActorCritic, build_model
 from asyncrl.model.policy import model_actions
 
-EVAL_SEED_BASE = 1_000_000  # fixed: the same episodes for every evaluation, of every run
+# fixed: the same episodes for every evaluation, of every run
+EVAL_SEED_BASE = 1_000_000
 
 
 @torch.no_grad()
 def play_episode(
-    model: ActorCritic, env, deterministic: bool, seed: int | None = None, frames: list | None = None
+    model: ActorCritic,
+    env,
+    deterministic: bool,
+    seed: int | None = None,
+    frames: list | None = None,
 ) -> dict:
-    """One episode of `env` (a list of agents, make_agents) with `model` acting for every agent (argmax/mean actions
-    if deterministic, else sampled). Returns the return (the mean over agents), each agent's, the length in env steps
-    and the env's episode stats (the mean over agents). With `frames`, appends env.render() after the reset and every
-    step."""
+    """One episode of `env` (a list of agents, make_agents) with `model` acting for every agent
+    (argmax/mean actions if deterministic, else sampled). Returns the return (the mean over agents),
+    each agent's, the length in env steps and the env's episode stats (the mean over agents). With
+    `frames`, appends env.render() after the reset and every step."""
     obs, _ = env.reset(seed=seed)
     n = env.num_agents
     state = torch.zeros(n, model.rnn_state_size)
-    returns, playing, stats, length = np.zeros(n), [True] * n, [{}] * n, 0
+    returns = np.zeros(n)
+    playing = [True] * n
+    stats = [{}] * n
+    length = 0
     while any(playing):
         if frames is not None:
             frames.append(env.render())
         actions, new_state = model_actions(model, np.stack(obs), state, deterministic)
-        state = torch.where(torch.tensor(acting(env)).unsqueeze(1), new_state, state)  # a waiting agent's holds
-        obs, rewards, terminated, truncated, infos = env.step(env_actions(env.action_space, actions))
+        # a waiting agent's holds
+        state = torch.where(torch.tensor(acting(env)).unsqueeze(1), new_state, state)
+        obs, rewards, terminated, truncated, infos = env.step(
+            env_actions(env.action_space, actions)
+        )
         length += 1
         for i in range(n):
             if playing[i]:
                 returns[i] += float(rewards[i])
                 if terminated[i] or truncated[i]:
-                    playing[i], stats[i] = False, infos[i].get("episode_stats", {})
+                    playing[i] = False
+                    stats[i] = infos[i].get("episode_stats", {})
     if frames is not None:
         frames.append(env.render())
     return {
@@ -72,14 +85,18 @@ class ModelPlayer:
     def __init__(self, path: str, env, cfg: Config):
         self.model = build_model(env.observation_space, env.action_space, cfg).eval()
         load_weights(path, self.model)
-        self.deterministic, self.action_space = cfg.eval_deterministic, env.action_space
+        self.deterministic = cfg.eval_deterministic
+        self.action_space = env.action_space
 
     def reset(self) -> None:
         self.state = torch.zeros(1, self.model.rnn_state_size)
 
     def act(self, env, seat: int, obs) -> object:
-        actions, state = model_actions(self.model, np.expand_dims(obs, 0), self.state, self.deterministic)
-        if acting(env)[seat]:  # (in a turn-based game, a waiting agent's state holds)
+        actions, state = model_actions(
+            self.model, np.expand_dims(obs, 0), self.state, self.deterministic
+        )
+        # (in a turn-based game, a waiting agent's state holds)
+        if acting(env)[seat]:
             self.state = state
         return env_actions(self.action_space, actions)[0]
 
@@ -87,18 +104,25 @@ class ModelPlayer:
 def saved_best_score(path: str) -> float:
     try:
         return float(load_checkpoint(path, ("model", "eval_score"))["eval_score"])
-    except CheckpointError:  # none yet, or unreadable: the next evaluation writes a new one
+    # none yet, or unreadable: the next evaluation writes a new one
+    except CheckpointError:
         return float("-inf")
 
 
 class Evaluator:
-    def __init__(self, cfg: Config, buffers: SharedBuffers, queues: Queues, obs_space, action_space):
-        self.cfg, self.buffers = cfg, buffers
-        self.requests, self.reports = queues.eval_requests, queues.reports
+    def __init__(
+        self, cfg: Config, buffers: SharedBuffers, queues: Queues, obs_space, action_space
+    ):
+        self.cfg = cfg
+        self.buffers = buffers
+        self.requests = queues.eval_requests
+        self.reports = queues.reports
         self.model = build_model(obs_space, action_space, cfg).eval()
         self.env = make_agents(cfg.env, **cfg.env_kwargs())
         self.seeds = [EVAL_SEED_BASE + i for i in range(cfg.eval_episodes)]
-        self.best_paths = [best_checkpoint_path(cfg.experiment_dir, p) for p in range(cfg.num_policies)]
+        self.best_paths = [
+            best_checkpoint_path(cfg.experiment_dir, p) for p in range(cfg.num_policies)
+        ]
         self.best_scores = [saved_best_score(path) for path in self.best_paths]
 
     def poll(self, timeout: float) -> bool:
@@ -106,20 +130,23 @@ class Evaluator:
             requests = self.requests.get_many(block=timeout > 0, timeout=timeout)
         except Empty:
             return False
-        newest = {policy_id: env_steps for policy_id, env_steps in requests}  # a backlog: evaluate only the newest
+        # a backlog: evaluate only the newest
+        newest = {policy_id: env_steps for policy_id, env_steps in requests}
         for policy_id, env_steps in newest.items():
             self._evaluate(policy_id, env_steps)
         return True
 
     def stop(self) -> None:
-        """A normal stop: the evaluation asked for last (at the run's limit: the final weights) is played."""
+        """A normal stop: the evaluation asked for last (at the run's limit: the final weights) is
+        played."""
         self.poll(timeout=0.0)
 
     def close(self) -> None:
         self.env.close()
 
     def _load_weights(self, policy_id: int) -> int:
-        """The newest published weights of the policy (retried while the learner is writing them)."""
+        """The newest published weights of the policy (retried while the learner is writing
+        them)."""
         while (version := self.buffers.read_weights(policy_id, self.model, -1)) < 0:
             time.sleep(0.01)
         return version
@@ -127,9 +154,13 @@ class Evaluator:
     def _evaluate(self, policy_id: int, env_steps: int) -> None:
         version = self._load_weights(policy_id)
         start = time.monotonic()
-        with torch.random.fork_rng(devices=[]):  # sampled actions drawn anew too: the same weights, the same score
+        # sampled actions drawn anew too: the same weights, the same score
+        with torch.random.fork_rng(devices=[]):
             torch.manual_seed(EVAL_SEED_BASE)
-            episodes = [play_episode(self.model, self.env, self.cfg.eval_deterministic, seed) for seed in self.seeds]
+            episodes = [
+                play_episode(self.model, self.env, self.cfg.eval_deterministic, seed)
+                for seed in self.seeds
+            ]
         returns = np.array([e["return"] for e in episodes])
         result = {
             "env_steps": env_steps,

@@ -1,6 +1,6 @@
-"""Launching a run: everything that can be checked is checked before a process starts (the rank's share, the device,
-the env, the automatic settings, shared memory, the experiment folder and its checkpoints), then the runner class
-the config asks for runs it."""
+"""Launching a run: everything that can be checked is checked before a process starts (the rank's
+share, the device, the env, the automatic settings, shared memory, the experiment folder and its
+checkpoints), then the runner class the config asks for runs it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,12 @@ from asyncrl.algo.optimizer import learner_state_floats
 from asyncrl.cfg.config import Config, ConfigError
 from asyncrl.cfg.settle import Settled
 from asyncrl.core.buffers import buffer_layout, layout_nbytes, num_agents
-from asyncrl.core.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint
+from asyncrl.core.checkpoint import (
+    check_compatible,
+    checkpoint_dir,
+    list_checkpoints,
+    load_checkpoint,
+)
 from asyncrl.core.log import log, run_log_file, setup_logging
 from asyncrl.core.weights import num_state_floats
 from asyncrl.distributed.rank import Rank, this_rank
@@ -31,15 +36,19 @@ from asyncrl.roles.runner import EnvInfo
 from asyncrl.roles.serial_runner import SerialRunner
 from asyncrl.roles.wandb_run import WandbRun, require_wandb
 
-QUEUES_SHM_BYTES = 64 * 2**20  # faster-fifo queues and headroom
+# faster-fifo queues and headroom
+QUEUES_SHM_BYTES = 64 * 2**20
 
 
 def resolve_device(cfg: Config, rank: Rank = Rank()) -> torch.device:
-    """The device of the policy workers and learners; under torchrun, --device cuda is GPU LOCAL_RANK."""
+    """The device of the policy workers and learners; under torchrun, --device cuda is GPU
+    LOCAL_RANK."""
     if cfg.device == "auto":
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     elif cfg.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"--device {cfg.device} but torch sees no CUDA GPU; use --device cpu (or auto)")
+        raise ConfigError(
+            f"--device {cfg.device} but torch sees no CUDA GPU; use --device cpu (or auto)"
+        )
     else:
         device = torch.device(cfg.device)
     if device.type == "cuda" and rank.distributed and device.index is None:
@@ -53,8 +62,9 @@ def resolve_device(cfg: Config, rank: Rank = Rank()) -> torch.device:
 
 
 def rank_settings(cfg: Config, rank: Rank) -> dict:
-    """The rank stage of the settings (cfg/settle.py): under torchrun, one rank's share of the run. --batch_size is the
-    batch of all ranks together; seeds differ per rank. Options a distributed run does not have are one line, exit 2."""
+    """The rank stage of the settings (cfg/settle.py): under torchrun, one rank's share of the run.
+    --batch_size is the batch of all ranks together; seeds differ per rank. Options a distributed
+    run does not have are one line, exit 2."""
     if not rank.distributed:
         return {}
     for used, what in [
@@ -84,29 +94,37 @@ def rank_settings(cfg: Config, rank: Rank) -> dict:
 
 
 def probe_env(cfg: Config) -> EnvInfo:
-    """Make one env in the main process to learn the spaces and agent count that size the shared buffers. A local
-    multi-agent env is also reset once: it must start an episode with every agent it declares (a remote one's
-    server checks that itself, and the env is not even opened here)."""
+    """Make one env in the main process to learn the spaces and agent count that size the shared
+    buffers. A local multi-agent env is also reset once: it must start an episode with every agent
+    it declares (a remote one's server checks that itself, and the env is not even opened here)."""
     env = make_agents(cfg.env, **cfg.env_kwargs())
     try:
         if not isinstance(env, SingleAgent) and not is_agents(env):
             env.reset(seed=0)
-        if getattr(env, "turn_based", False) and cfg.synchronous:  # multi_agent.TurnBasedAgents
+        # multi_agent.TurnBasedAgents
+        if getattr(env, "turn_based", False) and cfg.synchronous:
             raise ConfigError(
                 f"env {cfg.env!r} is a turn-based game: --algo {cfg.algo} is not supported for its "
                 f"agents yet (a rollout would close before a turn pays for the last moves); use --algo "
                 f"appo"
             )
-        BACKENDS[cfg.env_backend].check(cfg, env.observation_space, env.action_space, env.num_agents)
+        BACKENDS[cfg.env_backend].check(
+            cfg, env.observation_space, env.action_space, env.num_agents
+        )
         return EnvInfo(
-            env.observation_space, env.action_space, env.frameskip, env.num_agents, (cfg.env, portable_entry(cfg.env))
+            env.observation_space,
+            env.action_space,
+            env.frameskip,
+            env.num_agents,
+            (cfg.env, portable_entry(cfg.env)),
         )
     finally:
         env.close()
 
 
 def model_and_layout(cfg: Config, env: EnvInfo) -> tuple[torch.nn.Module, dict]:
-    """The run's model (its sizes set the recurrent-state and weight tensors) and its shared-memory layout."""
+    """The run's model (its sizes set the recurrent-state and weight tensors) and its shared-memory
+    layout."""
     model = build_model(env.obs_space, env.action_space, cfg)
     return model, buffer_layout(
         cfg,
@@ -120,14 +138,16 @@ def model_and_layout(cfg: Config, env: EnvInfo) -> tuple[torch.nn.Module, dict]:
 
 
 def unwritable(cfg: Config, e: OSError) -> ConfigError:
-    return ConfigError(f"cannot write to --train_dir {cfg.train_dir!r} ({e.strerror}); choose a writable folder")
+    return ConfigError(
+        f"cannot write to --train_dir {cfg.train_dir!r} ({e.strerror}); choose a writable folder"
+    )
 
 
 @contextlib.contextmanager
 def experiment_dir_claimed(cfg: Config):
-    """Holds an exclusive lock on the experiment folder while the run lasts: a second run of the same experiment
-    would interleave its checkpoints and stats with this one's. The kernel drops the lock with the process, however
-    it ends, so no stale lock is ever left behind."""
+    """Holds an exclusive lock on the experiment folder while the run lasts: a second run of the
+    same experiment would interleave its checkpoints and stats with this one's. The kernel drops the
+    lock with the process, however it ends, so no stale lock is ever left behind."""
     try:
         os.makedirs(cfg.experiment_dir, exist_ok=True)
         folder = os.open(cfg.experiment_dir, os.O_RDONLY)
@@ -147,8 +167,8 @@ def experiment_dir_claimed(cfg: Config):
 
 
 def prepare_experiment_dir(cfg: Config, model: torch.nn.Module) -> None:
-    """The experiment folder, emptied for --restart_behavior restart (emptied, not replaced: its lock stays), with
-    the checkpoints to resume from checked against the model."""
+    """The experiment folder, emptied for --restart_behavior restart (emptied, not replaced: its
+    lock stays), with the checkpoints to resume from checked against the model."""
     try:
         os.makedirs(cfg.experiment_dir, exist_ok=True)
         if cfg.restart_behavior == "restart":
@@ -163,8 +183,9 @@ def prepare_experiment_dir(cfg: Config, model: torch.nn.Module) -> None:
 
 
 def save_config(settled: Settled) -> None:
-    """This run's config.json, written once nothing else can refuse the run (checkpoints, wandb): a refused resume
-    leaves the saved config as it was, and the next plain resume as it would have been."""
+    """This run's config.json, written once nothing else can refuse the run (checkpoints, wandb): a
+    refused resume leaves the saved config as it was, and the next plain resume as it would have
+    been."""
     try:
         with open(os.path.join(settled.config.experiment_dir, "config.json"), "w") as f:
             json.dump(settled.to_json(), f, indent=2)
@@ -173,8 +194,9 @@ def save_config(settled: Settled) -> None:
 
 
 def check_checkpoints(cfg: Config, model: torch.nn.Module) -> None:
-    """Fail before any process starts if the checkpoint a learner would resume from cannot be used; say which one
-    it is (running a command again resumes: a user who meant a new run learns it at once)."""
+    """Fail before any process starts if the checkpoint a learner would resume from cannot be used;
+    say which one it is (running a command again resumes: a user who meant a new run learns it at
+    once)."""
     for policy_id in range(cfg.num_policies):
         paths = list_checkpoints(checkpoint_dir(cfg.experiment_dir, policy_id))
         if paths:
@@ -207,10 +229,11 @@ def check_shared_memory(layout: dict, shm_dir: str = "/dev/shm") -> None:
 
 
 def auto_settings(cfg: Config, device: torch.device, env: EnvInfo, world_size: int = 1) -> dict:
-    """The auto stage of the settings (cfg/settle.py): the values --policy_workers_per_policy and --agents_per_env
-    take for this run and env (config.json keeps them automatic)."""
+    """The auto stage of the settings (cfg/settle.py): the values --policy_workers_per_policy and
+    --agents_per_env take for this run and env (config.json keeps them automatic)."""
     policy_workers = cfg.policy_workers_per_policy
-    if policy_workers == -1:  # see the flag's help: 2 only where no CPU learner needs a core; ppo/ver's budget: 1
+    # see the flag's help: 2 only where no CPU learner needs a core; ppo/ver's budget: 1
+    if policy_workers == -1:
         sampling_alone = cfg.sampler_only and device.type == "cpu" and not cfg.synchronous
         policy_workers = min(2, len(os.sched_getaffinity(0))) if sampling_alone else 1
     if cfg.agents_per_env not in (-1, env.num_agents):
@@ -230,8 +253,8 @@ def auto_settings(cfg: Config, device: torch.device, env: EnvInfo, world_size: i
 
 
 def train(settled: Settled) -> int:
-    """Validate, settle this rank's and the automatic values, prepare and run. Raises ConfigError/EnvError/
-    CheckpointError before any process starts."""
+    """Validate, settle this rank's and the automatic values, prepare and run. Raises
+    ConfigError/EnvError/ CheckpointError before any process starts."""
     cfg = settled.config
     cfg.validate()
     setup_logging(cfg.log_level)
@@ -243,7 +266,8 @@ def train(settled: Settled) -> int:
     env = probe_env(cfg)
     run = run.then("auto", auto_settings(run.config, device, env, rank.world_size))
     run_cfg = run.config
-    if run_cfg.agents_per_env > 1:  # the runner rates the players of multi-agent episodes
+    # the runner rates the players of multi-agent episodes
+    if run_cfg.agents_per_env > 1:
         openskill_models()
     model, layout = model_and_layout(run_cfg, env)
     check_shared_memory(layout)
@@ -252,7 +276,8 @@ def train(settled: Settled) -> int:
         if rank.writes:
             prepare_experiment_dir(cfg, model)
             setup_logging(cfg.log_level, run_log_file(cfg, rank.writes))
-            wandb = WandbRun(run_cfg, cfg.num_policies) if cfg.with_wandb else None  # may refuse the run
+            # may refuse the run
+            wandb = WandbRun(run_cfg, cfg.num_policies) if cfg.with_wandb else None
             save_config(settled)
             for line in run.lines():
                 log.info(line)

@@ -1,5 +1,6 @@
-"""Learner: one per policy. Takes its batches from a batch source (rollouts.py), takes APPO steps, and publishes the
-new weights to shared memory, where the policy workers pick them up before their next batch."""
+"""Learner: one per policy. Takes its batches from a batch source (rollouts.py), takes APPO steps,
+and publishes the new weights to shared memory, where the policy workers pick them up before their
+next batch."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ from asyncrl.algo.optimizer import Adam, pack_state, unpack_state
 from asyncrl.algo.packing import time_major
 from asyncrl.cfg.config import Config
 from asyncrl.core.buffers import SharedBuffers
-from asyncrl.core.checkpoint import check_compatible, checkpoint_dir, list_checkpoints, load_checkpoint, save_checkpoint
+from asyncrl.core.checkpoint import (
+    check_compatible,
+    checkpoint_dir,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
 from asyncrl.core.messages import (
     ExportState,
     ImportState,
@@ -33,15 +40,19 @@ from asyncrl.model.actor_critic import build_model, low_precision, seed_torch
 from asyncrl.roles.rollouts import Batch, batch_source
 
 MAX_NAN_UPDATES_IN_A_ROW = 10
-# The input normalizer's statistics are updated from this many random valid observations per batch: as good an
-# estimate of per-pixel mean and variance over a run, at a quarter of the cost of using a whole 1024-sample batch.
+# The input normalizer's statistics are updated from this many random valid observations per batch:
+# as good an estimate of per-pixel mean and variance over a run, at a quarter of the cost of using a
+# whole 1024-sample batch.
 NORMALIZER_SAMPLES_PER_BATCH = 256
 
 
 def _sample_observations(obs: torch.Tensor, valid: torch.Tensor, n: int) -> torch.Tensor:
-    """Up to n observations at random from the valid steps of time-major obs [T, B, ...] (contiguous)."""
+    """Up to n observations at random from the valid steps of time-major obs [T, B, ...]
+    (contiguous)."""
     rows = valid.flatten().nonzero().squeeze(1)
-    return obs.flatten(0, 1).index_select(0, rows[torch.randperm(len(rows), device=rows.device)[:n]])
+    return obs.flatten(0, 1).index_select(
+        0, rows[torch.randperm(len(rows), device=rows.device)[:n]]
+    )
 
 
 class Learner:
@@ -57,34 +68,56 @@ class Learner:
         frameskip: int,
         stop_flag: StopFlag,
     ):
-        self.policy_id, self.cfg, self.buffers, self.device, self.frameskip = policy_id, cfg, buffers, device, frameskip
-        # every queue through queue_calls: given up on if the stop finds it locked by a dead worker, so we still save
+        self.policy_id = policy_id
+        self.cfg = cfg
+        self.buffers = buffers
+        self.device = device
+        self.frameskip = frameskip
+        # every queue through queue_calls: given up on if the stop finds it locked by a dead worker,
+        # so we still save
         self.queue_calls = GuardedCalls(stop_flag.is_set)
         self.reports = GuardedQueue(queues.reports, self.queue_calls)
-        self.commands = GuardedQueue(queues.learner_commands[policy_id], self.queue_calls)  # from PBT (pbt.py)
-        seed_torch(cfg.seed, "learner", policy_id)  # the initial weights (rank 0's under torchrun), minibatch order
+        # from PBT (pbt.py)
+        self.commands = GuardedQueue(queues.learner_commands[policy_id], self.queue_calls)
+        # the initial weights (rank 0's under torchrun), minibatch order
+        seed_torch(cfg.seed, "learner", policy_id)
         self.model = build_model(obs_space, action_space, cfg).to(device).train()
-        self.autocast_dtype = low_precision(cfg, device, self.model)  # of the encoder; master weights stay float32
-        self.minibatches = minibatches(cfg, self.model, self.autocast_dtype)  # trajectories, or samples
+        # of the encoder; master weights stay float32
+        self.autocast_dtype = low_precision(cfg, device, self.model)
+        # trajectories, or samples
+        self.minibatches = minibatches(cfg, self.model, self.autocast_dtype)
         self.optimizer = Adam(
-            self.model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps, betas=(cfg.adam_beta1, cfg.adam_beta2)
+            self.model.parameters(),
+            lr=cfg.learning_rate,
+            eps=cfg.adam_eps,
+            betas=(cfg.adam_beta1, cfg.adam_beta2),
         )
         self.checkpoint_dir = checkpoint_dir(cfg.experiment_dir, policy_id)
-        self.train_step = 0  # also the policy version: one per batch
-        self.env_steps = 0  # frames (frameskip included) of the samples this learner received
-        self.nan_updates, self.nan_updates_in_a_row = 0, 0
-        self.snapshots = 0  # frozen past versions this learner has written to its pool (self-play)
-        self.preempted_updates = 0  # in this launch: updates the straggler rule ended early (under torchrun)
+        # also the policy version: one per batch
+        self.train_step = 0
+        # frames (frameskip included) of the samples this learner received
+        self.env_steps = 0
+        self.nan_updates = 0
+        self.nan_updates_in_a_row = 0
+        # frozen past versions this learner has written to its pool (self-play)
+        self.snapshots = 0
+        # in this launch: updates the straggler rule ended early (under torchrun)
+        self.preempted_updates = 0
         self.last_checkpoint = time.monotonic()
         self.timing = Timing(f"learner_{policy_id}")
-        self.hp = cfg.policy_hparams(policy_id)  # this policy's own hyperparameters, re-read from shared memory
-        self.rank = this_rank()  # under torchrun: this learner's place among the ranks that train together
-        # the other ranks' learners, if any (first: under torchrun, rank 0's process group hosts the store that the
-        # batch source's straggler rule connects to)
+        # this policy's own hyperparameters, re-read from shared memory
+        self.hp = cfg.policy_hparams(policy_id)
+        # under torchrun: this learner's place among the ranks that train together
+        self.rank = this_rank()
+        # the other ranks' learners, if any (first: under torchrun, rank 0's process group hosts the
+        # store that the batch source's straggler rule connects to)
         self.collective = collective(self.rank, device, cfg.dist_timeout)
-        self.lr_schedule = lr_schedule(cfg, self.optimizer, self.collective)  # how the rate moves over the run
-        self.source = batch_source(cfg, policy_id, buffers, queues, self.timing, self.queue_calls)  # which samples
-        self.stopped = False  # under torchrun: the ranks agreed to stop; no more batches
+        # how the rate moves over the run
+        self.lr_schedule = lr_schedule(cfg, self.optimizer, self.collective)
+        # which samples
+        self.source = batch_source(cfg, policy_id, buffers, queues, self.timing, self.queue_calls)
+        # under torchrun: the ranks agreed to stop; no more batches
+        self.stopped = False
         if self.rank.writes:
             self._load_latest_checkpoint()
         self.train_step, self.env_steps, self.nan_updates = self.collective.start_from_rank_0(
@@ -95,7 +128,10 @@ class Learner:
         buffers.set_hparams(policy_id, self.hp)
         buffers.publish_weights(policy_id, self.model, self.train_step)
         self.reports.put(
-            LearnerStats(policy_id, {"train_step": self.train_step, "env_steps": self.env_steps, **self._hp_stats()})
+            LearnerStats(
+                policy_id,
+                {"train_step": self.train_step, "env_steps": self.env_steps, **self._hp_stats()},
+            )
         )
 
     # --- lifecycle
@@ -105,7 +141,8 @@ class Learner:
             return self._poll(timeout)
         except RankLost as e:
             stop_run(
-                self.reports, f"{e}; the run stops (run the same command again to resume from rank 0's last checkpoint)"
+                self.reports,
+                f"{e}; the run stops (run the same command again to resume from rank 0's last checkpoint)",
             )
 
     def _poll(self, timeout: float) -> bool:
@@ -135,30 +172,43 @@ class Learner:
         self.reports.put(LearnerStats(self.policy_id, stats))
         if self.cfg.frozen_pool_size and self.env_steps >= self.next_snapshot:
             self._snapshot()
-        wants_to_stop = bool(self.buffers.stop_requested[0]) or self.env_steps >= self.cfg.train_for_env_steps
-        if self.collective.agree_to_stop(wants_to_stop):  # the runner stops this process next, and stop() saves
+        wants_to_stop = (
+            bool(self.buffers.stop_requested[0]) or self.env_steps >= self.cfg.train_for_env_steps
+        )
+        # the runner stops this process next, and stop() saves
+        if self.collective.agree_to_stop(wants_to_stop):
             self.stopped = True
             self.reports.put(LearnerStopped(self.policy_id))
         if time.monotonic() - self.last_checkpoint >= self.cfg.save_every_sec:
             self.save()
 
     def _publish(self) -> None:
-        """New weights for the policy workers (ppo/ver: they open the next rollout; see rollouts.py)."""
+        """New weights for the policy workers (ppo/ver: they open the next rollout; see
+        rollouts.py)."""
         self.source.publish(
-            self.train_step, lambda: self.buffers.publish_weights(self.policy_id, self.model, self.train_step)
+            self.train_step,
+            lambda: self.buffers.publish_weights(self.policy_id, self.model, self.train_step),
         )
 
     def _count_and_recycle(self, batch: Batch) -> None:
         """--sampler_only: count the samples and hand the slots straight back (measures sampling alone)."""
-        self.env_steps += int(batch.learned(self.buffers.traj_valid[batch.slots]).sum()) * self.frameskip
+        self.env_steps += (
+            int(batch.learned(self.buffers.traj_valid[batch.slots]).sum()) * self.frameskip
+        )
         self.source.free(batch)
-        if self.source.ROLLOUTS_WAIT_FOR_A_VERSION:  # no learning, but the next rollout needs a new version
+        # no learning, but the next rollout needs a new version
+        if self.source.ROLLOUTS_WAIT_FOR_A_VERSION:
             self.train_step += 1
             self._publish()
-        self.reports.put(LearnerStats(self.policy_id, {"train_step": self.train_step, "env_steps": self.env_steps}))
+        self.reports.put(
+            LearnerStats(
+                self.policy_id, {"train_step": self.train_step, "env_steps": self.env_steps}
+            )
+        )
 
     def _snapshot(self) -> None:
-        """A frozen copy of the current weights joins this policy's pool, replacing the oldest once it is full."""
+        """A frozen copy of the current weights joins this policy's pool, replacing the oldest once
+        it is full."""
         k = self.snapshots % self.cfg.frozen_pool_size
         self.buffers.snapshot_weights(self.policy_id, k, self.model, self.train_step)
         self.snapshots += 1
@@ -166,9 +216,9 @@ class Learner:
         self.reports.put(Snapshot(self.policy_id, k, self.train_step, self.env_steps))
 
     def _run_commands(self) -> None:
-        """PBT's requests: ExportState writes this learner's weights and Adam state to its learner_state row;
-        ImportState loads the source's row, and moves the version past --max_policy_lag so that samples the replaced
-        weights collected are masked from the loss."""
+        """PBT's requests: ExportState writes this learner's weights and Adam state to its
+        learner_state row; ImportState loads the source's row, and moves the version past
+        --max_policy_lag so that samples the replaced weights collected are masked from the loss."""
         for command in self.commands.take_all():
             if isinstance(command, ExportState):
                 pack_state(self.model, self.optimizer, self.buffers.learner_state[self.policy_id])
@@ -182,7 +232,9 @@ class Learner:
     def stop(self) -> None:
         if not self.cfg.sampler_only:
             self.save()
-        self.collective.report_stop(f"asyncrl-learner-{self.policy_id}", self.train_step, self.env_steps, self.model)
+        self.collective.report_stop(
+            f"asyncrl-learner-{self.policy_id}", self.train_step, self.env_steps, self.model
+        )
 
     def close(self) -> None:
         self.collective.close()
@@ -204,13 +256,16 @@ class Learner:
             "hparams": self.buffers.hparams(self.policy_id),
             "lr_schedule": self.lr_schedule.state(),
         }
-        if self.cfg.frozen_pool_size:  # self-play: the pool of frozen past versions goes on after a resume
+        # self-play: the pool of frozen past versions goes on after a resume
+        if self.cfg.frozen_pool_size:
             state["frozen_pool"] = {
                 "weights": self.buffers.frozen_weights[self.policy_id].clone(),
                 "versions": self.buffers.frozen_version[self.policy_id].clone(),
                 "snapshots": self.snapshots,
             }
-        return save_checkpoint(self.checkpoint_dir, state, self.cfg.keep_checkpoints, self.cfg.save_milestones_sec)
+        return save_checkpoint(
+            self.checkpoint_dir, state, self.cfg.keep_checkpoints, self.cfg.save_milestones_sec
+        )
 
     def _load_latest_checkpoint(self) -> None:
         paths = list_checkpoints(self.checkpoint_dir)
@@ -220,17 +275,20 @@ class Learner:
         check_compatible(paths[-1], state["model"], self.model)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.train_step, self.env_steps = int(state["train_step"]), int(state["env_steps"])
+        self.train_step = int(state["train_step"])
+        self.env_steps = int(state["env_steps"])
         self.nan_updates = int(state.get("nan_updates", 0))
         self.lr_schedule.load_state(state.get("lr_schedule", self.lr_schedule.state()))
-        if self.cfg.with_pbt and "hparams" in state:  # PBT's mutations survive a resume; without PBT the config rules
+        # PBT's mutations survive a resume; without PBT the config rules
+        if self.cfg.with_pbt and "hparams" in state:
             self.hp = {**self.hp, **state["hparams"]}
         if self.cfg.frozen_pool_size and "frozen_pool" in state:
             self._restore_pool(state["frozen_pool"])
 
     def _restore_pool(self, pool: dict) -> None:
-        """Self-play: the checkpoint's frozen versions back in their pool entries (as many as --selfplay_pool_size
-        keeps), each announced as a snapshot (the runner rates it from the policy's rating)."""
+        """Self-play: the checkpoint's frozen versions back in their pool entries (as many as
+        --selfplay_pool_size keeps), each announced as a snapshot (the runner rates it from the
+        policy's rating)."""
         for k, version in enumerate(pool["versions"][: self.cfg.frozen_pool_size].tolist()):
             if version >= 0:
                 self.buffers.restore_snapshot(self.policy_id, k, pool["weights"][k], version)
@@ -239,8 +297,9 @@ class Learner:
 
     # --- one update
     def gather(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """Copy the batch's slots out of shared memory (so they can be recycled at once), time-major [T, C, ...]: a
-        column per slot, or fewer with part-filled slots packed together (packing.py)."""
+        """Copy the batch's slots out of shared memory (so they can be recycled at once), time-major
+        [T, C, ...]: a column per slot, or fewer with part-filled slots packed together
+        (packing.py)."""
         # index_select copies whole slots (5x faster than tensor[slots] for a batch of images)
         tensors = {
             name: getattr(self.buffers, "traj_" + field).index_select(0, batch.slots)
@@ -259,7 +318,9 @@ class Learner:
         }
         tensors["valid"] = batch.learned(tensors["valid"])
         # contiguous time-major: a minibatch of trajectories is then a copy of whole rows
-        tensors = time_major(tensors, self.cfg.bptt_len, self.cfg.pack_sequences, self.cfg.num_batches_per_epoch)
+        tensors = time_major(
+            tensors, self.cfg.bptt_len, self.cfg.pack_sequences, self.cfg.num_batches_per_epoch
+        )
         return {k: v.to(self.device, non_blocking=True) for k, v in tensors.items()}
 
     def train(self, batch: dict[str, torch.Tensor], preempted_steps: int = 0) -> dict:
@@ -268,7 +329,8 @@ class Learner:
         lag = self.train_step - batch["policy_version"]
         valid = batch["valid"]
         batch["mask"] = valid & (lag <= cfg.max_policy_lag)
-        self.env_steps += int(self.collective.sum(valid.sum().reshape(1))[0]) * self.frameskip  # every rank's
+        # every rank's
+        self.env_steps += int(self.collective.sum(valid.sum().reshape(1))[0]) * self.frameskip
         self.hp = self.buffers.hparams(self.policy_id)
         self._merge_batch_statistics(batch, valid)
         self.lr_schedule.batch_start(self.hp["learning_rate"], self.env_steps)
@@ -276,21 +338,25 @@ class Learner:
         first_epoch_targets = []
         for epoch in range(cfg.num_epochs):
             for minibatch in self.minibatches.epoch(batch, self.hp["gamma"]):
-                lr = self.lr_schedule.rate  # the rate this step takes, for the stats
+                # the rate this step takes, for the stats
+                lr = self.lr_schedule.rate
                 stats, targets = self._optimizer_step(minibatch)
                 self.lr_schedule.after_minibatch(stats)
                 if epoch == 0:
                     first_epoch_targets.append(targets)
             self.lr_schedule.after_epoch()
         if self.model.returns_normalizer is not None:
-            # once per batch, after its updates, so the head's normalized targets hold still (why: merge_returns)
+            # once per batch, after its updates, so the head's normalized targets hold still (why:
+            # merge_returns)
             self.model.merge_returns(torch.cat(first_epoch_targets), self.collective.sum)
         self.train_step += 1
         self.preempted_updates += preempted_steps > 0
         valid_lag = lag[valid].float()
         samples = int(valid.sum())
         stats.update(
-            batch_samples=samples, padded_fraction=1.0 - samples / valid.numel(), preempted_steps=preempted_steps
+            batch_samples=samples,
+            padded_fraction=1.0 - samples / valid.numel(),
+            preempted_steps=preempted_steps,
         )
         stats = self.collective.mean_over_ranks(stats)
         stats.update(self._hp_stats())
@@ -308,8 +374,9 @@ class Learner:
         return stats
 
     def _merge_batch_statistics(self, batch: dict[str, torch.Tensor], valid: torch.Tensor) -> None:
-        """The input normalizer and --scale_rewards' return moments take in the batch (summed over DD-PPO's ranks, so
-        every rank keeps the same); the rewards are then divided by the return's std (reward_scaling.py)."""
+        """The input normalizer and --scale_rewards' return moments take in the batch (summed over
+        DD-PPO's ranks, so every rank keeps the same); the rewards are then divided by the return's
+        std (reward_scaling.py)."""
         if self.model.normalizer is not None:
             samples = _sample_observations(batch["obs"][:-1], valid, NORMALIZER_SAMPLES_PER_BATCH)
             self.model.normalizer.update(self.model.normalized_part(samples), self.collective.sum)
@@ -318,8 +385,9 @@ class Learner:
             batch["rewards"] = batch["rewards"] / self.model.reward_std.std
 
     def _optimizer_step(self, mb: dict[str, torch.Tensor]) -> tuple[dict, torch.Tensor]:
-        """One step on a minibatch: its stats and its learned samples' value targets (return units); skipped and counted
-        if the loss or gradient is not finite (under torchrun one rank's makes every rank's average so: all skip)."""
+        """One step on a minibatch: its stats and its learned samples' value targets (return units);
+        skipped and counted if the loss or gradient is not finite (under torchrun one rank's makes
+        every rank's average so: all skip)."""
         self.optimizer.zero_grad()
         if mb["valid"].numel() == 0:
             stats, targets = self._empty_minibatch()
@@ -331,16 +399,17 @@ class Learner:
         max_norm = self.hp["max_grad_norm"] if self.hp["max_grad_norm"] > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         if not torch.isfinite(grad_norm):
-            return self._skip_update(stats), targets[:0]  # a non-finite target must not reach the statistics
+            # a non-finite target must not reach the statistics
+            return self._skip_update(stats), targets[:0]
         self.optimizer.step()
         self.nan_updates_in_a_row = 0
         stats["grad_norm"] = float(grad_norm)
         return stats, targets
 
     def _empty_minibatch(self) -> tuple[dict, torch.Tensor]:
-        """Under torchrun a preempted rank may hold fewer trajectories than minibatches. An empty one has no loss but
-        makes the same collectives as any (advantage moments, gradients), so the ranks stay in step and this rank
-        applies the same averaged update as the others."""
+        """Under torchrun a preempted rank may hold fewer trajectories than minibatches. An empty
+        one has no loss but makes the same collectives as any (advantage moments, gradients), so the
+        ranks stay in step and this rank applies the same averaged update as the others."""
         empty = torch.zeros(0, device=self.device)
         if self.cfg.normalize_advantage:
             losses.normalize(empty, empty.bool(), self.collective.sum)
@@ -359,22 +428,28 @@ class Learner:
         return stats
 
     def _loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict, torch.Tensor]:
-        hp, mask = self.hp, mb["mask"]
+        hp = self.hp
+        mask = mb["mask"]
         now = self.minibatches.forward(mb, hp["gamma"])
         advantages = now.advantages
         if self.cfg.normalize_advantage:
             advantages = losses.normalize(advantages, mask, self.collective.sum)
         policy_loss = losses.ppo_policy_loss(
-            ratio := torch.exp(now.log_ratio - now.proximal_log_ratio),  # pi/pi_prox
+            # pi/pi_prox
+            ratio := torch.exp(now.log_ratio - now.proximal_log_ratio),
             torch.exp(now.proximal_log_ratio),
             advantages,
             hp["ppo_clip_ratio"],
             mask,
         )
         # with --normalize_returns the value head learns normalized returns
-        learned, anchor, norm = now.targets, now.proximal_values, self.model.returns_normalizer
-        if norm is not None:  # both in the units of the statistics the head learns now
-            learned, anchor = norm.normalize(now.targets), norm.normalize(anchor)
+        learned = now.targets
+        anchor = now.proximal_values
+        norm = self.model.returns_normalizer
+        # both in the units of the statistics the head learns now
+        if norm is not None:
+            learned = norm.normalize(now.targets)
+            anchor = norm.normalize(anchor)
         value_loss = losses.value_loss(now.values, learned, anchor, hp["ppo_clip_value"], mask)
         entropy = losses.masked_mean(now.dist.entropy(), mask)
         behavior = self.model.distribution_from_params(mb["behavior_params"])
@@ -391,7 +466,9 @@ class Learner:
             "value_loss": value_loss.item(),
             "entropy": entropy.item(),
             "kl_divergence": kl.item(),
-            "clip_fraction": losses.clip_fraction(ratio.detach(), hp["ppo_clip_ratio"], mask).item(),
+            "clip_fraction": losses.clip_fraction(
+                ratio.detach(), hp["ppo_clip_ratio"], mask
+            ).item(),
             "value": losses.masked_mean(now.returns, mask).item(),
         }
         return loss, stats, now.targets

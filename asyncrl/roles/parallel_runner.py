@@ -1,6 +1,7 @@
-"""The runner of a run whose roles are processes of their own (the default): each started from the fork server and
-pinned to its cores (--set_workers_cpu_affinity). A dead rollout or policy worker restarts the workers, a dead
-learner stops the run, and at the end each gets its time to stop before it is killed."""
+"""The runner of a run whose roles are processes of their own (the default): each started from the
+fork server and pinned to its cores (--set_workers_cpu_affinity). A dead rollout or policy worker
+restarts the workers, a dead learner stops the run, and at the end each gets its time to stop before
+it is killed."""
 
 from __future__ import annotations
 
@@ -17,16 +18,19 @@ from asyncrl.roles.rollouts import reset_after_restart
 from asyncrl.roles.runner import EVALUATOR_TITLE, ChildFailed, Runner, rollout_title
 
 SHUTDOWN_TIMEOUT_S = 10.0
-# On a restart the rollout and policy workers have nothing to save (their samples in flight are dropped) and one of
-# them may never return: blocked on a queue lock the dead child held. They get this long, the learners the above.
+# On a restart the rollout and policy workers have nothing to save (their samples in flight are
+# dropped) and one of them may never return: blocked on a queue lock the dead child held. They get
+# this long, the learners the above.
 WORKER_RESTART_GRACE_S = 2.0
 WORKER_TITLES = ("asyncrl-rollout-", "asyncrl-policy-")
 RESTART_WINDOW_S = 300.0
 
 
-def child_setup(log_level: str, log_file: str | None, env_name: str, env_entry: bytes, lowest_priority: bool) -> None:
-    """A child's first steps: the run's logging and env; the evaluator also takes the lowest CPU priority (it never
-    takes a core from training)."""
+def child_setup(
+    log_level: str, log_file: str | None, env_name: str, env_entry: bytes, lowest_priority: bool
+) -> None:
+    """A child's first steps: the run's logging and env; the evaluator also takes the lowest CPU
+    priority (it never takes a core from training)."""
     if lowest_priority:
         os.nice(19)
     setup_logging(log_level, log_file)
@@ -35,8 +39,10 @@ def child_setup(log_level: str, log_file: str | None, env_name: str, env_entry: 
 
 class ParallelRunner(Runner):
     def __init__(self, *args, **kwargs):
-        self.processes: dict = {}  # title -> process
-        self.restart_times: list[float] = []  # of the workers' restarts, over the last RESTART_WINDOW_S
+        # title -> process
+        self.processes: dict = {}
+        # of the workers' restarts, over the last RESTART_WINDOW_S
+        self.restart_times: list[float] = []
         super().__init__(*args, **kwargs)
 
     def _a_child_died(self) -> bool:
@@ -47,7 +53,8 @@ class ParallelRunner(Runner):
         cpu_learning = self.device.type == "cpu" and not self.cfg.sampler_only
         plan = {}
         if self.cfg.set_workers_cpu_affinity:
-            # ppo/ver collect and learn in turn: the rollout workers may use the learner's cores, and the learner all
+            # ppo/ver collect and learn in turn: the rollout workers may use the learner's cores,
+            # and the learner all
             plan = plan_cores(
                 [title for title, _ in factories],
                 self.rank.my_cores(sorted(os.sched_getaffinity(0))),
@@ -57,29 +64,45 @@ class ParallelRunner(Runner):
         for title, factory in factories:
             cores = plan.get(title)
             # a learner with cores of its own uses them all; everyone else keeps --torch_threads
-            threads = len(cores) if cores and "learner" in title and cpu_learning else self.cfg.torch_threads
+            threads = (
+                len(cores)
+                if cores and "learner" in title and cpu_learning
+                else self.cfg.torch_threads
+            )
             setup = partial(child_setup, *logging, *self.env.portable, title == EVALUATOR_TITLE)
-            self.processes[title] = start_child(title, factory, self.stop_flag, threads, cores, setup)
+            self.processes[title] = start_child(
+                title, factory, self.stop_flag, threads, cores, setup
+            )
 
     def _stop_with_the_other_ranks(self) -> None:
-        """Under torchrun: ask this rank's learner to stop, which it agrees with the other ranks' learners after an
-        update (a rank that stopped alone would leave the others waiting in an all-reduce), and wait for its word."""
+        """Under torchrun: ask this rank's learner to stop, which it agrees with the other ranks'
+        learners after an update (a rank that stopped alone would leave the others waiting in an
+        all-reduce), and wait for its word."""
         if not self.rank.distributed or self.learners_stopped:
             return
         self.buffers.stop_requested[0] = True
         deadline = time.monotonic() + 2 * self.cfg.dist_timeout
         learners = [p for title, p in self.processes.items() if "learner" in title]
-        while not self.learners_stopped and time.monotonic() < deadline and all(p.is_alive() for p in learners):
+        while (
+            not self.learners_stopped
+            and time.monotonic() < deadline
+            and all(p.is_alive() for p in learners)
+        ):
             self._drain_reports(timeout=0.05)
 
     def _check_children(self) -> None:
-        """A dead learner stops the run (its last checkpoint stays); a dead worker restarts the workers;
-        a rollout worker stuck in an env for --env_step_timeout is killed, and so counts as dead."""
+        """A dead learner stops the run (its last checkpoint stays); a dead worker restarts the
+        workers; a rollout worker stuck in an env for --env_step_timeout is killed, and so counts as
+        dead."""
         super()._check_children()
         now = time.monotonic()
         for w, beat in enumerate(self.buffers.worker_heartbeat.tolist()):
             process = self.processes.get(rollout_title(w))
-            if process is not None and process.exitcode is None and 0 < beat < now - self.cfg.env_step_timeout:
+            if (
+                process is not None
+                and process.exitcode is None
+                and 0 < beat < now - self.cfg.env_step_timeout
+            ):
                 log.warning(
                     f"{rollout_title(w)} was stuck for {now - beat:.0f} s (--env_step_timeout "
                     f"{self.cfg.env_step_timeout:g}): an env hangs; killing the worker"
@@ -100,10 +123,10 @@ class ParallelRunner(Runner):
             return
 
     def _restart_children(self, title: str, exitcode: int) -> None:
-        """Replace every child, with fresh queues. Why not just the dead one: faster-fifo's queues use
-        process-shared mutexes and condition variables that are not robust, so a process killed while it
-        held or waited on one can leave that queue blocking everyone else. The learners save a checkpoint
-        on the way out and resume from it; the samples in flight are dropped."""
+        """Replace every child, with fresh queues. Why not just the dead one: faster-fifo's queues
+        use process-shared mutexes and condition variables that are not robust, so a process killed
+        while it held or waited on one can leave that queue blocking everyone else. The learners
+        save a checkpoint on the way out and resume from it; the samples in flight are dropped."""
         if self.rank.distributed:
             raise ChildFailed(
                 f"{title} exited with code {exitcode}; the ranks of a distributed run cannot replace one "

@@ -4,8 +4,9 @@ A request names an env group (worker, group); the agents, their slots and steps 
 shared agent tables, observations and recurrent states from the shared trajectory slots. Actions,
 log-probs, values, the weights' version and the new recurrent states are written back in place.
 
-A budget decides which requests are served now (rollouts.py): APPO serves every one; with --algo ppo/ver the requests
-past a rollout's budget wait for the next version, and their groups are told to end the rollout.
+A budget decides which requests are served now (rollouts.py): APPO serves every one; with --algo
+ppo/ver the requests past a rollout's budget wait for the next version, and their groups are told to
+end the rollout.
 """
 
 from __future__ import annotations
@@ -38,15 +39,25 @@ class PolicyWorker:
         action_space,
         device: torch.device,
     ):
-        self.policy_id, self.cfg, self.buffers, self.device = policy_id, cfg, buffers, device
+        self.policy_id = policy_id
+        self.cfg = cfg
+        self.buffers = buffers
+        self.device = device
         self.requests = queues.policy_requests[policy_id]
-        self.actions_ready, self.reports = queues.actions_ready, queues.reports
-        self.timing = Timing(f"policy_{policy_id}" + (f"_{worker_idx}" if cfg.policy_workers_per_policy > 1 else ""))
-        self.obs_space, self.action_space = obs_space, action_space
-        seed_torch(cfg.seed, "policy_worker", policy_id, worker_idx)  # its sampled actions
+        self.actions_ready = queues.actions_ready
+        self.reports = queues.reports
+        self.timing = Timing(
+            f"policy_{policy_id}" + (f"_{worker_idx}" if cfg.policy_workers_per_policy > 1 else "")
+        )
+        self.obs_space = obs_space
+        self.action_space = action_space
+        # its sampled actions
+        seed_torch(cfg.seed, "policy_worker", policy_id, worker_idx)
         self.model = self._new_model()
-        self.version = -1  # weights not loaded yet
-        # frozen past versions of this policy (self-play): player -> [model, version], built when first needed
+        # weights not loaded yet
+        self.version = -1
+        # frozen past versions of this policy (self-play): player -> [model, version], built when
+        # first needed
         self.frozen: dict[int, list] = {}
         self.first_frozen_player = frozen_player(cfg, policy_id, 0)
         # [slots * steps, ...] views of the trajectory tensors this worker reads and writes
@@ -69,7 +80,8 @@ class PolicyWorker:
         self.budget = rollout_budget(cfg, policy_id, buffers, self.group_agents, queues)
 
     def poll(self, timeout: float) -> bool:
-        if self.version < 0:  # act only with the learner's weights, never with a random init of our own
+        # act only with the learner's weights, never with a random init of our own
+        if self.version < 0:
             self.version = self.buffers.read_weights(self.policy_id, self.model, self.version)
             if self.version < 0:
                 time.sleep(timeout)
@@ -93,7 +105,8 @@ class PolicyWorker:
         with self.timing.phase("inference"):
             agents = torch.cat([self.group_agents[r] for r in requests])
             players = self.buffers.agent_player[agents]
-            if self.cfg.frozen_pool_size:  # some agents may be played by frozen versions of this policy
+            # some agents may be played by frozen versions of this policy
+            if self.cfg.frozen_pool_size:
                 self._act_frozen(agents, players)
             agents = agents[players == self.policy_id]
             if len(agents):
@@ -107,19 +120,25 @@ class PolicyWorker:
     def _act_frozen(self, agents: torch.Tensor, players: torch.Tensor) -> None:
         """The agents a frozen past version of this policy plays, one forward pass per version."""
         first = self.first_frozen_player
-        for player in players[(players >= first) & (players < first + self.cfg.frozen_pool_size)].unique().tolist():
+        for player in (
+            players[(players >= first) & (players < first + self.cfg.frozen_pool_size)]
+            .unique()
+            .tolist()
+        ):
             model, version = self._frozen_model(player)
             self.act(agents[players == player], model, version)
 
     def _frozen_model(self, player: int) -> tuple[nn.Module, int]:
-        """The model of a frozen version, with that pool entry's newest weights (an entry is reused once the pool is
-        full; a new snapshot there has a new version)."""
-        if player not in self.frozen:  # (not setdefault: it would build a model at every call)
+        """The model of a frozen version, with that pool entry's newest weights (an entry is reused
+        once the pool is full; a new snapshot there has a new version)."""
+        # (not setdefault: it would build a model at every call)
+        if player not in self.frozen:
             self.frozen[player] = [self._new_model(), -1]
         entry = self.frozen[player]
         k = player - self.first_frozen_player
         entry[1] = self.buffers.read_frozen_weights(self.policy_id, k, entry[0], entry[1])
-        while entry[1] < 0:  # first use, while the learner rewrites that entry: never act with a random init
+        # first use, while the learner rewrites that entry: never act with a random init
+        while entry[1] < 0:
             time.sleep(0.001)
             entry[1] = self.buffers.read_frozen_weights(self.policy_id, k, entry[0], entry[1])
         return entry[0], entry[1]
@@ -127,17 +146,23 @@ class PolicyWorker:
     def _new_model(self) -> nn.Module:
         model = build_model(self.obs_space, self.action_space, self.cfg).to(self.device).eval()
         if (dtype := low_precision(self.cfg, self.device, model)) is not None:
-            model.store_weights_as(dtype)  # the learner's float32 weights are converted as they are loaded
+            # the learner's float32 weights are converted as they are loaded
+            model.store_weights_as(dtype)
         return model
 
     @torch.no_grad()
     def act(self, agents: torch.Tensor, model: nn.Module, version: int) -> None:
-        """The agents' next actions (and log-probs, distributions, recurrent states) with `model`, written to shared
-        memory."""
-        b, rollout = self.buffers, self.cfg.rollout
-        slots, steps = b.agent_slot[agents], b.agent_step[agents]
-        # one flat row index per agent: index_select copies whole rows, ~13x faster than indexing by (slot, step)
-        obs = self.obs_rows.index_select(0, slots * (rollout + 1) + steps).to(self.device, non_blocking=True)
+        """The agents' next actions (and log-probs, distributions, recurrent states) with `model`,
+        written to shared memory."""
+        b = self.buffers
+        rollout = self.cfg.rollout
+        slots = b.agent_slot[agents]
+        steps = b.agent_step[agents]
+        # one flat row index per agent: index_select copies whole rows, ~13x faster than indexing by
+        # (slot, step)
+        obs = self.obs_rows.index_select(0, slots * (rollout + 1) + steps).to(
+            self.device, non_blocking=True
+        )
         rows = slots * rollout + steps
         rnn_state = b.agent_rnn_state[agents]
         action_params, _, new_rnn_state = model.forward_step(obs, rnn_state.to(self.device))

@@ -1,7 +1,8 @@
-"""Runner (the main process): what every run does the same way, whether its roles run in processes of their own
-(parallel_runner.py) or all in this one (serial_runner.py): the shared buffers and queues, the reports and progress,
-the limits, evaluations, PBT and ratings, and the stop at the step or time limit, on Ctrl-C/SIGTERM, or when a role
-fails. launch.py prepares a run and chooses its runner class."""
+"""Runner (the main process): what every run does the same way, whether its roles run in processes
+of their own (parallel_runner.py) or all in this one (serial_runner.py): the shared buffers and
+queues, the reports and progress, the limits, evaluations, PBT and ratings, and the stop at the step
+or time limit, on Ctrl-C/SIGTERM, or when a role fails. launch.py prepares a run and chooses its
+runner class."""
 
 from __future__ import annotations
 
@@ -16,7 +17,15 @@ import torch
 from asyncrl.cfg.config import Config
 from asyncrl.core.buffers import SharedBuffers, num_slots
 from asyncrl.core.log import log
-from asyncrl.core.messages import Episodes, Fatal, LearnerStopped, Matches, Snapshot, StateExported, StateImported
+from asyncrl.core.messages import (
+    Episodes,
+    Fatal,
+    LearnerStopped,
+    Matches,
+    Snapshot,
+    StateExported,
+    StateImported,
+)
 from asyncrl.core.processes import RunStopped, StopFlag
 from asyncrl.core.queues import GuardedCalls, GuardedQueue, Queues
 from asyncrl.distributed.preemption import EpisodeRelay
@@ -48,15 +57,19 @@ class EnvInfo:
     action_space: object
     frameskip: int
     num_agents: int
-    portable: tuple[str, bytes]  # (name, entry) for the worker processes: see asyncrl.envs.portable_entry
+    # (name, entry) for the worker processes: see asyncrl.envs.portable_entry
+    portable: tuple[str, bytes]
 
 
 class Runner:
-    """The run's main loop and everything it owns but the roles' processes. A runner class (ParallelRunner,
-    SerialRunner) decides where the roles run: its _start, _poll_in_process, _check_children and _stop_children."""
+    """The run's main loop and everything it owns but the roles' processes. A runner class
+    (ParallelRunner, SerialRunner) decides where the roles run: its _start, _poll_in_process,
+    _check_children and _stop_children."""
 
-    REPORT_TIMEOUT_S = 0.05  # how long one turn of the loop waits for reports
-    WORKERS_WAIT_FOR_SLOTS = True  # a rollout worker without a free slot waits for a learner to free one
+    # how long one turn of the loop waits for reports
+    REPORT_TIMEOUT_S = 0.05
+    # a rollout worker without a free slot waits for a learner to free one
+    WORKERS_WAIT_FOR_SLOTS = True
 
     def __init__(
         self,
@@ -67,19 +80,28 @@ class Runner:
         rank: Rank = Rank(),
         wandb: WandbRun | None = None,
     ):
-        self.cfg, self.env, self.device, self.rank = cfg, env, device, rank
+        self.cfg = cfg
+        self.env = env
+        self.device = device
+        self.rank = rank
         self.buffers = SharedBuffers.allocate(layout)
         self.queues = Queues(cfg, num_slots(cfg))
         self._guard_queues()
         self.stop_flag = StopFlag()
-        self.stats = StatsWriter(cfg.experiment_dir, cfg.num_policies, cfg.stats_avg, write=rank.writes, wandb=wandb)
+        self.stats = StatsWriter(
+            cfg.experiment_dir, cfg.num_policies, cfg.stats_avg, write=rank.writes, wandb=wandb
+        )
         self.stats_state_path = os.path.join(cfg.experiment_dir, "stats_state.json")
         if rank.writes:
             self.stats.load_state(self.stats_state_path)
-        self.learners_stopped = False  # under torchrun: the ranks' learners agreed to stop
-        self.relay = EpisodeRelay(rank) if rank.distributed else None  # under torchrun: every rank's episodes
-        self.next_evaluation: list[int | None] = [None] * cfg.num_policies  # env steps of each policy's next one
-        self.evaluated_at: list[int | None] = [None] * cfg.num_policies  # env steps of each policy's last one asked
+        # under torchrun: the ranks' learners agreed to stop
+        self.learners_stopped = False
+        # under torchrun: every rank's episodes
+        self.relay = EpisodeRelay(rank) if rank.distributed else None
+        # env steps of each policy's next one
+        self.next_evaluation: list[int | None] = [None] * cfg.num_policies
+        # env steps of each policy's last one asked
+        self.evaluated_at: list[int | None] = [None] * cfg.num_policies
         self.pbt = (
             PopulationBasedTraining(cfg, self.buffers, self.learner_commands, self.stats.policies)
             if cfg.with_pbt
@@ -88,27 +110,37 @@ class Runner:
         self.ratings = Ratings(cfg, self.buffers) if cfg.agents_per_env > 1 else None
         if self.ratings is not None:
             self.stats.policy_extras = self.ratings.policy_stats
-        self.fatal: str | None = None  # a child's error that stops the run (a Fatal report)
+        # a child's error that stops the run (a Fatal report)
+        self.fatal: str | None = None
         self.handlers = self._report_handlers()
 
     def _guard_queues(self) -> None:
-        """The queues this process uses, through GuardedCalls: a child that died holding a queue's lock must not
-        leave the runner waiting for it (queues.py)."""
+        """The queues this process uses, through GuardedCalls: a child that died holding a queue's
+        lock must not leave the runner waiting for it (queues.py)."""
         self.queue_calls = GuardedCalls(self._a_child_died)
         self.reports = GuardedQueue(self.queues.reports, self.queue_calls)
         self.eval_requests = GuardedQueue(self.queues.eval_requests, self.queue_calls)
-        self.learner_commands = [GuardedQueue(q, self.queue_calls) for q in self.queues.learner_commands]
+        self.learner_commands = [
+            GuardedQueue(q, self.queue_calls) for q in self.queues.learner_commands
+        ]
 
     def _report_handlers(self) -> dict:
-        """Who handles each kind of report the runner itself acts on; the stats take every other kind."""
-        handlers = {Fatal: self._fatal, LearnerStopped: self._learners_stopped, Episodes: self._episodes}
+        """Who handles each kind of report the runner itself acts on; the stats take every other
+        kind."""
+        handlers = {
+            Fatal: self._fatal,
+            LearnerStopped: self._learners_stopped,
+            Episodes: self._episodes,
+        }
         if self.pbt is not None:
             handlers.update({StateExported: self.pbt.exported, StateImported: self.pbt.imported})
         if self.ratings is not None:
             handlers.update(
                 {
                     Matches: lambda report: self.ratings.add_matches(report.matches),
-                    Snapshot: lambda report: self.ratings.add_snapshot(report.policy_id, report.k, report.version),
+                    Snapshot: lambda report: self.ratings.add_snapshot(
+                        report.policy_id, report.k, report.version
+                    ),
                 }
             )
         return handlers
@@ -125,35 +157,58 @@ class Runner:
             self.relay.add(report.episodes)
 
     def _component_factories(self) -> list[tuple[str, partial]]:
-        """Learners first (they publish the initial weights), then policy workers, then rollout workers."""
-        cfg, b, q, env = self.cfg, self.buffers, self.queues, self.env
+        """Learners first (they publish the initial weights), then policy workers, then rollout
+        workers."""
+        cfg = self.cfg
+        b = self.buffers
+        q = self.queues
+        env = self.env
         factories = [
             (
                 f"asyncrl-learner-{p}",
                 partial(
-                    Learner, p, cfg, b, q, env.obs_space, env.action_space, self.device, env.frameskip, self.stop_flag
+                    Learner,
+                    p,
+                    cfg,
+                    b,
+                    q,
+                    env.obs_space,
+                    env.action_space,
+                    self.device,
+                    env.frameskip,
+                    self.stop_flag,
                 ),
             )
             for p in range(cfg.num_policies)
         ]
         factories += [
             (
-                f"asyncrl-policy-{p}-{i}" if cfg.policy_workers_per_policy > 1 else f"asyncrl-policy-{p}",
-                partial(PolicyWorker, p, i, cfg, b, q, env.obs_space, env.action_space, self.device),
+                f"asyncrl-policy-{p}-{i}"
+                if cfg.policy_workers_per_policy > 1
+                else f"asyncrl-policy-{p}",
+                partial(
+                    PolicyWorker, p, i, cfg, b, q, env.obs_space, env.action_space, self.device
+                ),
             )
             for p in range(cfg.num_policies)
             for i in range(cfg.policy_workers_per_policy)
         ]
         factories += [
-            (rollout_title(w), partial(RolloutWorker, w, cfg, b, q, self.stop_flag, self.WORKERS_WAIT_FOR_SLOTS))
+            (
+                rollout_title(w),
+                partial(RolloutWorker, w, cfg, b, q, self.stop_flag, self.WORKERS_WAIT_FOR_SLOTS),
+            )
             for w in range(cfg.num_workers)
         ]
         if cfg.eval_every_env_steps and self.rank.writes:
-            factories.append((EVALUATOR_TITLE, partial(Evaluator, cfg, b, q, env.obs_space, env.action_space)))
+            factories.append(
+                (EVALUATOR_TITLE, partial(Evaluator, cfg, b, q, env.obs_space, env.action_space))
+            )
         return factories
 
     def run(self) -> int:
-        """Train until a limit is reached or the user stops the run. Returns the process exit status."""
+        """Train until a limit is reached or the user stops the run. Returns the process exit
+        status."""
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
         status = 0
         try:
@@ -168,23 +223,30 @@ class Runner:
                     self.pbt.update()
                 if time.monotonic() - last_summary >= self.cfg.experiment_summaries_interval:
                     last_summary = time.monotonic()
-                    if self.relay is not None and self.stats.policies[0].launch_env_steps is not None:
-                        # rank 0's stats count every rank's episodes (once the learners have joined: the store is up)
+                    if (
+                        self.relay is not None
+                        and self.stats.policies[0].launch_env_steps is not None
+                    ):
+                        # rank 0's stats count every rank's episodes (once the learners have joined:
+                        # the store is up)
                         self.stats.add_episodes(Episodes(self.relay.exchange()))
                     self.stats.summarize(self._seconds_left(), self._fraction_done())
             self._request_evaluations(final=True)
             self._stop_with_the_other_ranks()
             self._last_episodes_of_every_rank()
         except KeyboardInterrupt:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a supervisor's SIGTERM after Ctrl-C must not cut the save
+            # a supervisor's SIGTERM after Ctrl-C must not cut the save
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             log.info("stopping, saving a checkpoint (Ctrl-C again to force)")
             self._stop_with_the_other_ranks()
             self._last_episodes_of_every_rank()
-        except (ChildFailed, RunStopped) as e:  # RunStopped: from a component in this process (serial mode)
+        # RunStopped: from a component in this process (serial mode)
+        except (ChildFailed, RunStopped) as e:
             log.error(f"error: {e}")
             status = 1
         finally:
-            signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C kills at once; children die with us
+            # a second Ctrl-C kills at once; children die with us
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             self._stop_children()
             self._drain_reports(timeout=0.0)
             self.stats.summarize(self._seconds_left(), self._fraction_done())
@@ -196,9 +258,9 @@ class Runner:
         return status
 
     def _last_episodes_of_every_rank(self) -> None:
-        """Under torchrun, once the ranks agreed to stop: every rank's episodes so far reach rank 0's last stats row,
-        however the ranks' summaries fell. Before the children stop: rank 0's learner holds the process group's store,
-        which the relay goes through."""
+        """Under torchrun, once the ranks agreed to stop: every rank's episodes so far reach rank
+        0's last stats row, however the ranks' summaries fell. Before the children stop: rank 0's
+        learner holds the process group's store, which the relay goes through."""
         if self.relay is not None:
             self._drain_reports(timeout=0.0)
             self.stats.add_episodes(Episodes(self.relay.finish()))
@@ -208,7 +270,8 @@ class Runner:
         --eval_every_env_steps (counted from where this launch started), and (final) of its last weights once the run
         reached its limit: the evaluator plays that one as it stops."""
         every = self.cfg.eval_every_env_steps
-        if not every or not self.rank.writes:  # under torchrun, rank 0 evaluates
+        # under torchrun, rank 0 evaluates
+        if not every or not self.rank.writes:
             return
         for p in self.stats.policies:
             if p.launch_env_steps is not None:
@@ -221,7 +284,8 @@ class Runner:
                     self.evaluated_at[p.policy_id] = p.env_steps
 
     def _limit_reached(self) -> bool:
-        if self.learners_stopped:  # under torchrun: another rank's limit or Ctrl-C stopped every rank
+        # under torchrun: another rank's limit or Ctrl-C stopped every rank
+        if self.learners_stopped:
             return True
         if self.stats.elapsed() >= self.cfg.train_for_seconds:
             return True
@@ -233,11 +297,14 @@ class Runner:
         return max(steps, self.stats.elapsed() / self.cfg.train_for_seconds)
 
     def _seconds_left(self) -> float | None:
-        """To the nearer of the limits given (--train_for_seconds, --train_for_env_steps at this launch's average
-        rate); None while there is no estimate (no limit given, or no steps yet)."""
+        """To the nearer of the limits given (--train_for_seconds, --train_for_env_steps at this
+        launch's average rate); None while there is no estimate (no limit given, or no steps
+        yet)."""
         elapsed = max(1e-6, self.stats.elapsed())
         estimates = (
-            [self.cfg.train_for_seconds - elapsed] if self.cfg.train_for_seconds < Config.train_for_seconds else []
+            [self.cfg.train_for_seconds - elapsed]
+            if self.cfg.train_for_seconds < Config.train_for_seconds
+            else []
         )
         for p in self.stats.policies:
             rate = (p.env_steps - (p.launch_env_steps or 0)) / elapsed
@@ -263,11 +330,13 @@ class Runner:
         """Give the roles that run in this process their turn."""
 
     def _a_child_died(self) -> bool:
-        """Whether a role's process has exited (the queues stop waiting on a lock it may have held)."""
+        """Whether a role's process has exited (the queues stop waiting on a lock it may have
+        held)."""
         return False
 
     def _stop_with_the_other_ranks(self) -> None:
-        """Under torchrun: agree with the other ranks to stop (ParallelRunner: only a parallel run has ranks)."""
+        """Under torchrun: agree with the other ranks to stop (ParallelRunner: only a parallel run
+        has ranks)."""
 
     def _stop_children(self) -> None:
         """Stop every role; a learner saves its checkpoint on the way."""
@@ -275,5 +344,6 @@ class Runner:
 
 
 def _raise_keyboard_interrupt(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the first SIGTERM stops the run; more would cut its save short
+    # the first SIGTERM stops the run; more would cut its save short
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt()

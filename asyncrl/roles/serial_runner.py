@@ -1,5 +1,5 @@
-"""The runner of --serial_mode True: every role in this process, each polled in turn by the runner's loop. One
-process to debug or profile, and with --seed a run that repeats bit for bit."""
+"""The runner of --serial_mode True: every role in this process, each polled in turn by the runner's
+loop. One process to debug or profile, and with --seed a run that repeats bit for bit."""
 
 from __future__ import annotations
 
@@ -8,19 +8,22 @@ from asyncrl.roles.runner import Runner
 
 
 def take_turn(role) -> None:
-    """A role's turn in this process: one poll; a learner's lasts while it has a batch to learn, which frees the
-    slots the rollout workers need next."""
+    """A role's turn in this process: one poll; a learner's lasts while it has a batch to learn,
+    which frees the slots the rollout workers need next."""
     while role.poll(0.0) and isinstance(role, Learner):
         pass
 
 
 class SerialRunner(Runner):
-    REPORT_TIMEOUT_S = 0.0  # the roles are this process's too: the loop never waits
-    # a rollout worker without a free slot here could never get one (slots are sized so that this cannot happen)
+    # the roles are this process's too: the loop never waits
+    REPORT_TIMEOUT_S = 0.0
+    # a rollout worker without a free slot here could never get one (slots are sized so that this
+    # cannot happen)
     WORKERS_WAIT_FOR_SLOTS = False
 
     def __init__(self, *args, **kwargs):
-        self.components: list = []  # the roles, in the order they were made: learners first
+        # the roles, in the order they were made: learners first
+        self.components: list = []
         super().__init__(*args, **kwargs)
 
     def _start(self) -> None:

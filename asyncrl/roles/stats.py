@@ -1,5 +1,5 @@
-"""Run statistics: per-policy episode windows and learner numbers, written every summary interval to the
-terminal, TensorBoard (tensorboardX) and `stats.jsonl`."""
+"""Run statistics: per-policy episode windows and learner numbers, written every summary interval to
+the terminal, TensorBoard (tensorboardX) and `stats.jsonl`."""
 
 from __future__ import annotations
 
@@ -11,33 +11,48 @@ from collections import deque
 
 import numpy as np
 
-from asyncrl.core.messages import EnvErrors, Episodes, Evaluation, LearnerStats, Report, TimingReport
+from asyncrl.core.messages import (
+    EnvErrors,
+    Episodes,
+    Evaluation,
+    LearnerStats,
+    Report,
+    TimingReport,
+)
 from asyncrl.population.policy_stats import PolicyStats
 
 
 class StatsWriter:
-    """Turns PolicyStats into a progress line, TensorBoard scalars (and with --with_wandb the same in wandb) and
-    stats.jsonl rows."""
+    """Turns PolicyStats into a progress line, TensorBoard scalars (and with --with_wandb the same
+    in wandb) and stats.jsonl rows."""
 
-    def __init__(self, experiment_dir: str, num_policies: int, window: int, write: bool = True, wandb=None):
-        """write False (the ranks after rank 0 of a distributed run): keep the numbers, write and show nothing.
-        wandb: a wandb_run.WandbRun that gets every TensorBoard scalar too (finished by close)."""
+    def __init__(
+        self, experiment_dir: str, num_policies: int, window: int, write: bool = True, wandb=None
+    ):
+        """write False (the ranks after rank 0 of a distributed run): keep the numbers, write and
+        show nothing. wandb: a wandb_run.WandbRun that gets every TensorBoard scalar too (finished
+        by close)."""
         from tensorboardX import SummaryWriter
 
         self.policies = [PolicyStats(p, window) for p in range(num_policies)]
-        self.write, self.wandb = write, wandb
+        self.write = write
+        self.wandb = wandb
         self.tb = [
             SummaryWriter(os.path.join(experiment_dir, "tb", f"policy_{p}")) if write else None
             for p in range(num_policies)
         ]
         self.jsonl = open(os.path.join(experiment_dir, "stats.jsonl") if write else os.devnull, "a")
         self.eval_jsonl_path = os.path.join(experiment_dir, "eval.jsonl")
-        self.eval_jsonl = None  # opened at the first evaluation
-        self.env_errors = 0  # exceptions raised by envs (caught, the env restarted)
+        # opened at the first evaluation
+        self.eval_jsonl = None
+        # exceptions raised by envs (caught, the env restarted)
+        self.env_errors = 0
         self.worker_restarts = 0
-        self.timing: dict[str, tuple[dict, dict]] = {}  # role -> (phase fractions, counts) of its last report
+        # role -> (phase fractions, counts) of its last report
+        self.timing: dict[str, tuple[dict, dict]] = {}
         self.start_time = time.monotonic()
-        self.policy_extras = None  # policy id -> more stats for its rows (the runner's ratings), if set
+        # policy id -> more stats for its rows (the runner's ratings), if set
+        self.policy_extras = None
         name = os.path.basename(os.path.normpath(experiment_dir))
         self.progress = ProgressDisplay(sys.stdout.isatty() and write, name)
         self.handlers = {
@@ -49,7 +64,8 @@ class StatsWriter:
         }
 
     def handle(self, report: Report) -> None:
-        """A report from a child: the stats keep what they show (other kinds are the runner's to handle)."""
+        """A report from a child: the stats keep what they show (other kinds are the runner's to
+        handle)."""
         handler = self.handlers.get(type(report))
         if handler is not None:
             handler(report)
@@ -68,7 +84,8 @@ class StatsWriter:
         self.timing[report.role] = (report.fractions, report.counts)
 
     def write_evaluation(self, evaluation: Evaluation) -> None:
-        """An evaluator's result: a row of eval.jsonl and eval/ curves in the policy's TensorBoard."""
+        """An evaluator's result: a row of eval.jsonl and eval/ curves in the policy's
+        TensorBoard."""
         policy_id, result = evaluation
         row = {"time_s": round(self.elapsed(), 3), "policy_id": policy_id, **result}
         self.eval_jsonl = self.eval_jsonl or open(self.eval_jsonl_path, "a")
@@ -87,8 +104,9 @@ class StatsWriter:
         )
 
     def timing_summary(self, policy_id: int) -> dict:
-        """Fractions of wall time per phase for this policy's learner and policy workers and for the rollout
-        workers (averaged over processes), e.g. timing_learner_train; plus the mean inference batch size."""
+        """Fractions of wall time per phase for this policy's learner and policy workers and for the
+        rollout workers (averaged over processes), e.g. timing_learner_train; plus the mean
+        inference batch size."""
         groups = {
             "learner": lambda r: r == f"learner_{policy_id}",
             "policy": lambda r: r == f"policy_{policy_id}" or r.startswith(f"policy_{policy_id}_"),
@@ -109,21 +127,27 @@ class StatsWriter:
     def elapsed(self) -> float:
         return time.monotonic() - self.start_time
 
-    def summarize(self, seconds_left: float | None = None, fraction_done: float | None = None) -> list[dict]:
-        """A stats.jsonl row and TensorBoard points per policy (fps over the learner's last ~10 s of reports); the
-        terminal's progress display shows them (fraction_done: of the run's nearer limit, steps or seconds)."""
+    def summarize(
+        self, seconds_left: float | None = None, fraction_done: float | None = None
+    ) -> list[dict]:
+        """A stats.jsonl row and TensorBoard points per policy (fps over the learner's last ~10 s of
+        reports); the terminal's progress display shows them (fraction_done: of the run's nearer
+        limit, steps or seconds)."""
         now = time.monotonic()
         rows = []
         for p in self.policies:
             if p.launch_env_steps is None:
-                continue  # its learner has not started yet: a resumed run's counters are not known
+                # its learner has not started yet: a resumed run's counters are not known
+                continue
             row = {
                 "time_s": round(now - self.start_time, 3),
                 "policy_id": p.policy_id,
                 "env_steps": p.env_steps,
                 "fps": p.fps(now),
                 "episode_reward_mean": p.reward_mean(),
-                "episode_len_mean": float(np.mean(p.episode_lengths)) if p.episode_lengths else None,
+                "episode_len_mean": float(np.mean(p.episode_lengths))
+                if p.episode_lengths
+                else None,
                 "episodes": p.episodes_total,
                 "policy_lag_mean": p.learner.get("policy_lag_mean"),
                 "train_step": p.learner.get("train_step", 0),
@@ -152,7 +176,8 @@ class StatsWriter:
             self.wandb.log(policy_id, env_steps, scalars)
 
     def save_state(self, path: str) -> None:
-        """The recent-episode windows and run counters, so a resumed run's averages continue (atomic write)."""
+        """The recent-episode windows and run counters, so a resumed run's averages continue (atomic
+        write)."""
         state = {
             "env_errors": self.env_errors,
             "worker_restarts": self.worker_restarts,
@@ -177,8 +202,10 @@ class StatsWriter:
             with open(path) as f:
                 state = json.load(f)
         except (OSError, json.JSONDecodeError):
-            return  # statistics only: a damaged file costs the averages' history, nothing else
-        self.env_errors, self.worker_restarts = state["env_errors"], state["worker_restarts"]
+            # statistics only: a damaged file costs the averages' history, nothing else
+            return
+        self.env_errors = state["env_errors"]
+        self.worker_restarts = state["worker_restarts"]
         for p, saved in zip(self.policies, state["policies"]):
             p.episode_returns.extend(saved["returns"])
             p.episode_lengths.extend(saved["lengths"])
@@ -221,7 +248,8 @@ class ProgressDisplay:
         if interactive:
             from tqdm import tqdm
 
-            # follow the terminal's size, unless it reports none (0 x 0, as a new pty does; tqdm then hides the bar)
+            # follow the terminal's size, unless it reports none (0 x 0, as a new pty does; tqdm
+            # then hides the bar)
             sized = os.get_terminal_size(sys.stdout.fileno()).columns > 0
             self.name = name
             self.bar = tqdm(
@@ -234,12 +262,16 @@ class ProgressDisplay:
                 nrows=None if sized else 24,
             )
 
-    def show(self, rows: list[dict], seconds_left: float | None, fraction_done: float | None) -> None:
+    def show(
+        self, rows: list[dict], seconds_left: float | None, fraction_done: float | None
+    ) -> None:
         if self.bar is None:
             print(progress_line(rows, seconds_left), flush=True)
             return
         self.bar.n = int(1000 * min(1.0, fraction_done or 0.0))
-        self.bar.set_description_str(f"{self.name}: {short_progress(rows, seconds_left)}", refresh=True)
+        self.bar.set_description_str(
+            f"{self.name}: {short_progress(rows, seconds_left)}", refresh=True
+        )
 
     def message(self, line: str) -> None:
         """A line of its own above the live bar (or among the plain lines)."""

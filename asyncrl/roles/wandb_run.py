@@ -2,9 +2,10 @@
 replay videos `asyncrl enjoy --save_video` writes. Flags as Sample Factory names them: --wandb_user, --wandb_project,
 --wandb_group, --wandb_job_type, --wandb_tags.
 
-A run's wandb id is kept in <experiment>/wandb_id, so a resumed run (and enjoy's video) goes on in the same wandb run.
-Each policy's scalars are logged under policy_<p>/ against its own env steps (policy_<p>/env_steps). WANDB_MODE=offline
-keeps everything on disk, under <experiment>/wandb/ (`wandb sync` uploads it later).
+A run's wandb id is kept in <experiment>/wandb_id, so a resumed run (and enjoy's video) goes on in
+the same wandb run. Each policy's scalars are logged under policy_<p>/ against its own env steps
+(policy_<p>/env_steps). WANDB_MODE=offline keeps everything on disk, under <experiment>/wandb/
+(`wandb sync` uploads it later).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ def require_wandb() -> None:
 
 def _wandb():
     require_wandb()
-    import wandb  # the wandb extra's, checked above
+    # the wandb extra's, checked above
+    import wandb
 
     return wandb
 
@@ -38,8 +40,8 @@ def run_id(experiment_dir: str) -> str:
 
 
 class WandbRun:
-    """One experiment's wandb run, started (or resumed) in the main process. ConfigError, one line, if wandb is not
-    installed or cannot start (no API key outside offline mode, no network)."""
+    """One experiment's wandb run, started (or resumed) in the main process. ConfigError, one line,
+    if wandb is not installed or cannot start (no API key outside offline mode, no network)."""
 
     def __init__(self, cfg: Config, policies: int):
         wandb = _wandb()
@@ -56,7 +58,8 @@ class WandbRun:
                 config=cfg.to_json(),
                 dir=cfg.experiment_dir,
             )
-        except Exception as e:  # wandb's errors for a missing key, a bad entity or no network
+        # wandb's errors for a missing key, a bad entity or no network
+        except Exception as e:
             raise ConfigError(
                 f"--with_wandb True: wandb could not start ({type(e).__name__}: "
                 f"{str(e).splitlines()[0][:200] if str(e) else 'no message'}); `wandb login`, or "
@@ -78,7 +81,9 @@ class WandbRun:
         wandb = _wandb()
         self.run.log(
             {
-                f"policy_{policy_id}/replay": wandb.Video(path, format=os.path.splitext(path)[1][1:]),
+                f"policy_{policy_id}/replay": wandb.Video(
+                    path, format=os.path.splitext(path)[1][1:]
+                ),
                 **({f"policy_{policy_id}/env_steps": env_steps} if env_steps is not None else {}),
             }
         )

@@ -1,11 +1,12 @@
-"""How far the acting policy is from the one the learner differentiates under --precision bfloat16 (auto on CPUs
-with AVX512-BF16): policy workers keep the weights in bfloat16, the learner keeps them in float32 and runs the encoder
-and the GRU's products under bfloat16 autocast. The gap shows in PPO's ratio at zero lag.
+"""How far the acting policy is from the one the learner differentiates under --precision bfloat16
+(auto on CPUs with AVX512-BF16): policy workers keep the weights in bfloat16, the learner keeps them
+in float32 and runs the encoder and the GRU's products under bfloat16 autocast. The gap shows in
+PPO's ratio at zero lag.
 
     python benchmarks/studies/bf16_policy_gap.py --train_dir DIR --experiment EXP [--steps 400]
 
-Plays the run's latest checkpoint (float32) in its env and prints, over the states visited: |log ratio| of sampled
-actions and the KL between each pair of the three policies, and the value gap.
+Plays the run's latest checkpoint (float32) in its env and prints, over the states visited: |log
+ratio| of sampled actions and the KL between each pair of the three policies, and the value gap.
 """
 
 import argparse
@@ -22,7 +23,8 @@ from asyncrl.model.actor_critic import build_model
 
 def visited_states(model, env, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(observations, recurrent states) of `steps` steps of the float32 policy."""
-    observations, states = [], []
+    observations = []
+    states = []
     obs, _ = env.reset(seed=1)
     state = torch.zeros(1, model.rnn_state_size)
     for _ in range(steps):
@@ -39,7 +41,8 @@ def visited_states(model, env, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def gap(name: str, model, params_a: torch.Tensor, params_b: torch.Tensor) -> None:
     """PPO's |log ratio| of actions sampled from b, and the learner's KL(b || a)."""
-    a, b = model.distribution(params_a), model.distribution(params_b)
+    a = model.distribution(params_a)
+    b = model.distribution(params_b)
     actions = b.sample()
     log_ratio = (a.log_prob(actions) - b.log_prob(actions)).abs()
     kl = losses.kl_divergence(b, a)
@@ -56,23 +59,30 @@ def main() -> None:
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--steps", type=int, default=400)
     args = parser.parse_args()
-    torch.manual_seed(0)  # the sampled actions: the same states and numbers every run
+    # the sampled actions: the same states and numbers every run
+    torch.manual_seed(0)
     cfg = config_of_run({"train_dir": args.train_dir, "experiment": args.experiment})
     env = make_env(cfg.env, **cfg.env_kwargs())
     weights = load_checkpoint(
-        checkpoint_to_load({"checkpoint": None, "load_checkpoint_kind": "latest", "policy_index": 0}, cfg), ("model",)
+        checkpoint_to_load(
+            {"checkpoint": None, "load_checkpoint_kind": "latest", "policy_index": 0}, cfg
+        ),
+        ("model",),
     )["model"]
     models = [build_model(env.observation_space, env.action_space, cfg) for _ in range(2)]
     for model in models:
         model.load_state_dict(weights)
         model.eval()
     learner, acting = models
-    acting.store_weights_as(torch.bfloat16)  # as policy workers keep them
+    # as policy workers keep them
+    acting.store_weights_as(torch.bfloat16)
     obs, states = visited_states(learner, env, args.steps)
     full, full_values, _ = learner.forward_step(obs, states)
     acted, acted_values, _ = acting.forward_step(obs, states)
     no_dones = torch.zeros(1, len(obs), dtype=torch.bool)
-    learned = learner.forward_sequence(torch.stack([obs, obs]), states[None], ~no_dones, no_dones, torch.bfloat16)[0][0]
+    learned = learner.forward_sequence(
+        torch.stack([obs, obs]), states[None], ~no_dones, no_dones, torch.bfloat16
+    )[0][0]
     gap("acting (bfloat16 weights) vs float32", learner, full, acted)
     gap("learner (bfloat16 autocast) vs float32", learner, full, learned)
     gap("learner vs acting", learner, learned, acted)

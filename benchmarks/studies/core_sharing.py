@@ -1,4 +1,5 @@
-"""Where `asyncrl bench`'s train efficiency goes: each role's cost alone, sharing the cores as in a run, and used.
+"""Where `asyncrl bench`'s train efficiency goes: each role's cost alone, sharing the cores as in a
+run, and used.
 
     python benchmarks/studies/core_sharing.py [--mode train|sampler] [--seconds 30] [--warmup_seconds 10] \
         [asyncrl bench flags]
@@ -26,23 +27,32 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/_run.py
+# benchmarks/_run.py
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _run import STUDY_RESULTS, machine, write_result  # noqa: E402
 
 from asyncrl.commands.bench import BenchArgs, parse_bench_args, run_bench
-from asyncrl.commands.measure import model_workloads, process_tree_cpu_seconds, seconds_per_call, simulation_workload
+from asyncrl.commands.measure import (
+    model_workloads,
+    process_tree_cpu_seconds,
+    seconds_per_call,
+    simulation_workload,
+)
 from asyncrl.core.fork_server import mp_context
 from asyncrl.core.processes import keep_freed_memory_for_reuse, plan_cores
 
 DEFAULT_FLAGS = ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8"]
 
 
-def _role_process(role: str, cfg, num_envs: int, batch: int, core: int, results, ready, stop) -> None:
-    """Run one role's workload pinned to `core`: measure it (results gets CPU seconds per agent step), or, with
-    a `stop` event, repeat it as a neighbour until stopped."""
+def _role_process(
+    role: str, cfg, num_envs: int, batch: int, core: int, results, ready, stop
+) -> None:
+    """Run one role's workload pinned to `core`: measure it (results gets CPU seconds per agent
+    step), or, with a `stop` event, repeat it as a neighbour until stopped."""
     import torch
 
-    os.sched_setaffinity(0, [core])  # before the engines start: they inherit it
+    # before the engines start: they inherit it
+    os.sched_setaffinity(0, [core])
     torch.set_num_threads(1)
     keep_freed_memory_for_reuse()
     workload = simulation_workload(cfg, num_envs) if role == "sim" else model_workloads(cfg, batch)
@@ -50,11 +60,15 @@ def _role_process(role: str, cfg, num_envs: int, batch: int, core: int, results,
         if role == "sim":
             fn, per_call, _frameskip = handles
         elif role == "infer":
-            fn, per_call = handles[0], batch
+            fn = handles[0]
+            per_call = batch
         else:
-            fn, per_call = handles[1], cfg.batch_size
+            fn = handles[1]
+            per_call = cfg.batch_size
         if stop is None:
-            results.put(seconds_per_call(fn, min_seconds=5.0, clock=process_tree_cpu_seconds) / per_call)
+            results.put(
+                seconds_per_call(fn, min_seconds=5.0, clock=process_tree_cpu_seconds) / per_call
+            )
             return
         fn()
         ready.set()
@@ -63,25 +77,33 @@ def _role_process(role: str, cfg, num_envs: int, batch: int, core: int, results,
 
 
 def measure_next_to(role: tuple, neighbours: list[tuple], cfg, num_envs: int, batch: int) -> float:
-    """CPU seconds per agent step of `role` = (name, core) while each (name, core) of `neighbours` runs."""
-    stop, results, started = mp_context.Event(), mp_context.Queue(), []
+    """CPU seconds per agent step of `role` = (name, core) while each (name, core) of `neighbours`
+    runs."""
+    stop = mp_context.Event()
+    results = mp_context.Queue()
+    started = []
     try:
         for name, core in neighbours:
             ready = mp_context.Event()
-            p = mp_context.Process(target=_role_process, args=(name, cfg, num_envs, batch, core, None, ready, stop))
+            p = mp_context.Process(
+                target=_role_process, args=(name, cfg, num_envs, batch, core, None, ready, stop)
+            )
             p.start()
             started.append(p)
             if not ready.wait(300):
                 raise RuntimeError(f"the {name} neighbour did not start")
         name, core = role
-        p = mp_context.Process(target=_role_process, args=(name, cfg, num_envs, batch, core, results, None, None))
+        p = mp_context.Process(
+            target=_role_process, args=(name, cfg, num_envs, batch, core, results, None, None)
+        )
         p.start()
         started.append(p)
         return results.get(timeout=600)
     finally:
         stop.set()
         for p in started:
-            p.join(timeout=60)  # neighbours close their envs (and engines) on the way out
+            # neighbours close their envs (and engines) on the way out
+            p.join(timeout=60)
             if p.is_alive():
                 p.kill()
 
@@ -105,16 +127,20 @@ def main():
         modes = ("train",) if args.mode == "train" else ("raw", "sampler")
         run = run_bench(BenchArgs(modes, args.seconds, args.warmup_seconds, 2.0, None), cfg)
         batch = run["inference_batch"]
-        if args.mode == "train":  # the learner's core to itself; every engine on the other
+        # the learner's core to itself; every engine on the other
+        if args.mode == "train":
             other = plan["asyncrl-learner-0"][0]
             shared = {
                 "sim": measure_next_to(("sim", sim_core), [("learn", other)], cfg, num_envs, batch),
                 "infer": measure_next_to(
                     ("infer", sim_core), [("sim", sim_core), ("learn", other)], cfg, num_envs, batch
                 ),
-                "learn": measure_next_to(("learn", other), [("sim", sim_core)], cfg, num_envs, batch),
+                "learn": measure_next_to(
+                    ("learn", other), [("sim", sim_core)], cfg, num_envs, batch
+                ),
             }
-        else:  # the rollout workers spread over the cores, each core stepping its engines
+        # the rollout workers spread over the cores, each core stepping its engines
+        else:
             other = next(c for c in cores if c != sim_core)
             shared = {
                 "sim": measure_next_to(("sim", sim_core), [("sim", other)], cfg, num_envs, batch),
@@ -138,14 +164,28 @@ def report(args, bench_flags: list, cfg, run: dict, shared: dict, num_envs: int)
             shared["sim"],
             used.get("rollout", 0) + used.get("env", 0),
         ),
-        (f"inference (batch {run['inference_batch']})", alone["infer"], shared["infer"], used.get("policy", 0)),
+        (
+            f"inference (batch {run['inference_batch']})",
+            alone["infer"],
+            shared["infer"],
+            used.get("policy", 0),
+        ),
     ]
     if mode == "train":
         alone["learn"] = run["learn_ms_per_step"]
         rows.append(("learning", alone["learn"], shared["learn"], used.get("learner", 0)))
-    others = used.get("runner", 0) + used.get("other", 0) + (used.get("learner", 0) if mode == "sampler" else 0)
+    others = (
+        used.get("runner", 0)
+        + used.get("other", 0)
+        + (used.get("learner", 0) if mode == "sampler" else 0)
+    )
     rows += [
-        ("runner and other" + (" (and the idle learner)" if mode == "sampler" else ""), 0.0, 0.0, others),
+        (
+            "runner and other" + (" (and the idle learner)" if mode == "sampler" else ""),
+            0.0,
+            0.0,
+            others,
+        ),
         ("idle cores", 0.0, 0.0, used_idle),
     ]
     totals = [sum(r[i] for r in rows) for i in (1, 2, 3)]
@@ -163,7 +203,11 @@ def report(args, bench_flags: list, cfg, run: dict, shared: dict, num_envs: int)
         f"Machine: {machine()}",
         "",
         f"Command: `{' '.join(['python', 'benchmarks/studies/core_sharing.py', *sys.argv[1:]])}`"
-        + ("" if bench_flags is not DEFAULT_FLAGS else f" (default asyncrl bench flags: `{' '.join(DEFAULT_FLAGS)}`)"),
+        + (
+            ""
+            if bench_flags is not DEFAULT_FLAGS
+            else f" (default asyncrl bench flags: `{' '.join(DEFAULT_FLAGS)}`)"
+        ),
         "",
         f"Sharing the cores as in the run: {layout}. CPU ms per agent step:",
         "",
@@ -195,12 +239,10 @@ def report(args, bench_flags: list, cfg, run: dict, shared: dict, num_envs: int)
         "efficiency_shared": measured / fps[1],
     }
     if mode == "sampler":
-        # simulation's share of the cores when inference costs what it costs next to the engines and the engine
-        # adds nothing: the highest sampler/raw these costs allow
-        result["raw_fps"], result["best_sampler_over_raw"] = (
-            run["raw_fps"],
-            shared["sim"] / (shared["sim"] + shared["infer"]),
-        )
+        # simulation's share of the cores when inference costs what it costs next to the engines and
+        # the engine adds nothing: the highest sampler/raw these costs allow
+        result["raw_fps"] = run["raw_fps"]
+        result["best_sampler_over_raw"] = shared["sim"] / (shared["sim"] + shared["infer"])
         lines.append(
             f"Raw {run['raw_fps']:,.0f} frames/s, sampler/raw {measured / run['raw_fps']:.3f}. Even if the engine "
             f"added nothing, inference at its shared-core cost would leave simulation "

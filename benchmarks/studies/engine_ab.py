@@ -1,14 +1,16 @@
-"""This checkout's engine against an earlier commit's, in A/B pairs: did a change cost frames per second?
+"""This checkout's engine against an earlier commit's, in A/B pairs: did a change cost frames per
+second?
 
     python benchmarks/studies/engine_ab.py --base COMMIT [--name NAME] [--pairs 3] [--mode sampler|train|all]
         [--configs "doom_basic 2x8" ...] [--seconds 20] [--warmup_seconds 8]
 
-Checks COMMIT out into a temporary git worktree and, for each configuration below and each pair, runs `asyncrl bench`
-from the base tree and then from this one, back to back, so both runs of a pair see the same machine state. --mode
-sampler (rollout + policy workers with the real model, no learning: where a change to the sampling path shows most)
-compares sampler frames/s; --mode train training's; --mode all both (the bench's raw run and compute limit
-come with it). Prints each pair's ratio (this / base) and the median per configuration and measure.
-Writes benchmarks/studies/results/<NAME>.{md,json} (NAME default: engine_ab).
+Checks COMMIT out into a temporary git worktree and, for each configuration below and each pair,
+runs `asyncrl bench` from the base tree and then from this one, back to back, so both runs of a pair
+see the same machine state. --mode sampler (rollout + policy workers with the real model, no
+learning: where a change to the sampling path shows most) compares sampler frames/s; --mode train
+training's; --mode all both (the bench's raw run and compute limit come with it). Prints each pair's
+ratio (this / base) and the median per configuration and measure. Writes
+benchmarks/studies/results/<NAME>.{md,json} (NAME default: engine_ab).
 """
 
 import argparse
@@ -18,13 +20,28 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/_run.py
+# benchmarks/_run.py
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _run import REPO, STUDY_RESULTS, asyncrl_bench, machine, write_result  # noqa: E402
 
 CONFIGS = {
     "doom_basic 2x8": ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8"],
-    "CartPole-v1 2x16": ["--env", "CartPole-v1", "--num_workers", "2", "--num_envs_per_worker", "16"],
-    "atari_breakout 2x8": ["--env", "atari_breakout", "--num_workers", "2", "--num_envs_per_worker", "8"],
+    "CartPole-v1 2x16": [
+        "--env",
+        "CartPole-v1",
+        "--num_workers",
+        "2",
+        "--num_envs_per_worker",
+        "16",
+    ],
+    "atari_breakout 2x8": [
+        "--env",
+        "atari_breakout",
+        "--num_workers",
+        "2",
+        "--num_envs_per_worker",
+        "8",
+    ],
     "mujoco_hopper 1x8": [
         "--env",
         "mujoco_hopper",
@@ -38,12 +55,24 @@ CONFIGS = {
         "True",
     ],
 }
-MEASURES = {"sampler": ("sampler_fps",), "train": ("train_fps",), "all": ("sampler_fps", "train_fps")}
+MEASURES = {
+    "sampler": ("sampler_fps",),
+    "train": ("train_fps",),
+    "all": ("sampler_fps", "train_fps"),
+}
 
 
 def bench(flags: list[str], repo: str, args, tmp: str) -> dict:
     result, _ = asyncrl_bench(
-        [*flags, "--mode", args.mode, "--seconds", f"{args.seconds:g}", "--warmup_seconds", f"{args.warmup_seconds:g}"],
+        [
+            *flags,
+            "--mode",
+            args.mode,
+            "--seconds",
+            f"{args.seconds:g}",
+            "--warmup_seconds",
+            f"{args.warmup_seconds:g}",
+        ],
         tmp,
         repo=repo,
     )
@@ -76,7 +105,9 @@ def run_pairs(args, base_tree: str, tmp: str) -> list[dict]:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", required=True, help="The commit to compare with (e.g. the one before a change).")
+    parser.add_argument(
+        "--base", required=True, help="The commit to compare with (e.g. the one before a change)."
+    )
     parser.add_argument("--name", default="engine_ab")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--mode", choices=list(MEASURES), default="sampler")
@@ -90,12 +121,17 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         base_tree = os.path.join(tmp, "base")
         subprocess.run(
-            ["git", "worktree", "add", "--detach", base_tree, args.base], cwd=REPO, check=True, capture_output=True
+            ["git", "worktree", "add", "--detach", base_tree, args.base],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
         )
         try:
             rows = run_pairs(args, base_tree, tmp)
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", base_tree], cwd=REPO, capture_output=True)
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", base_tree], cwd=REPO, capture_output=True
+            )
     configs = " ".join(f'"{name}"' for name in args.configs)
     command = (
         f"python benchmarks/studies/engine_ab.py --base {args.base} --name {args.name} --pairs {args.pairs} "
@@ -126,7 +162,11 @@ def main():
         for name in args.configs
         for measure in MEASURES[args.mode]
     }
-    lines += ["", "Median this / base: " + ", ".join(f"{key} {m:.3f}" for key, m in medians.items()), ""]
+    lines += [
+        "",
+        "Median this / base: " + ", ".join(f"{key} {m:.3f}" for key, m in medians.items()),
+        "",
+    ]
     write_result(
         args.name,
         {"command": command, "base": args.base, "head": head, "rows": rows, "medians": medians},

@@ -1,5 +1,6 @@
-"""How much of a batch's gradient PPO's clips cut before its first update when the acting policy is older than the
-learner's weights (APPO's lag), if the clips are taken around the acting policy's outputs, as before 2026-11-29.
+"""How much of a batch's gradient PPO's clips cut before its first update when the acting policy is
+older than the learner's weights (APPO's lag), if the clips are taken around the acting policy's
+outputs, as before 2026-11-29.
 
     git apply benchmarks/studies/results/pong_dump_batches.patch   # the learner saves weights and every 8th batch
     mkdir DUMP && ASYNCRL_DUMP=DUMP python -m asyncrl train --env atari_pong --num_workers 1 \\
@@ -53,7 +54,8 @@ def main() -> None:
             model.store_weights_as(dtype)
         return model
 
-    c_ratio, c_value = cfg.ppo_clip_ratio, cfg.ppo_clip_value
+    c_ratio = cfg.ppo_clip_ratio
+    c_value = cfg.ppo_clip_value
     print(f"ratio clip {c_ratio}, value clip {c_value}")
     for path in sorted(glob.glob(f"{args.dump}/b*.pt"))[1:]:
         k = int(os.path.basename(path)[1:5])
@@ -64,7 +66,9 @@ def main() -> None:
         for version in batch["policy_version"][valid].unique().tolist():
             rows = valid & (batch["policy_version"] == version)
             logp, values = outputs(model_of(version, acting=True), batch)
-            assert (logp - batch["behavior_logp"])[rows].abs().max() < 1e-4, "not the acting version's weights"
+            assert (logp - batch["behavior_logp"])[rows].abs().max() < 1e-4, (
+                "not the acting version's weights"
+            )
             values_acting[rows] = values[:-1][rows]
         advantages, targets = losses.gae(
             batch["rewards"].clamp(-cfg.reward_clip, cfg.reward_clip),
@@ -80,7 +84,9 @@ def main() -> None:
         value_cut = value_out & ((clipped - targets) ** 2 > (values_now[:-1] - targets) ** 2)
         ratio = torch.exp(logp_now - batch["behavior_logp"])
         ratio_out = (ratio > 1 + c_ratio) | (ratio < 1 / (1 + c_ratio))
-        ratio_cut = (ratio > 1 + c_ratio) & (advantages > 0) | (ratio < 1 / (1 + c_ratio)) & (advantages < 0)
+        ratio_cut = (ratio > 1 + c_ratio) & (advantages > 0) | (ratio < 1 / (1 + c_ratio)) & (
+            advantages < 0
+        )
 
         def share(x, valid=valid):
             return float(x[valid].float().mean())

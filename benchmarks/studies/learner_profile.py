@@ -1,9 +1,11 @@
-"""Where a learner update's time goes: Learner.gather + train on one --batch_size batch (the engine's own code, real
-shared buffers, random observations), timed and then profiled with torch.profiler, on any device.
+"""Where a learner update's time goes: Learner.gather + train on one --batch_size batch (the
+engine's own code, real shared buffers, random observations), timed and then profiled with
+torch.profiler, on any device.
 
     python benchmarks/studies/learner_profile.py --env atari_breakout --device cuda [--batch_size 4096] [any flag]
 
-Prints ms per update and per sample, then the ops that took the most time (CPU side, and the GPU's own with CUDA).
+Prints ms per update and per sample, then the ops that took the most time (CPU side, and the GPU's
+own with CUDA).
 """
 
 import sys
@@ -26,10 +28,12 @@ def main(argv: list[str]) -> None:
     _, cfg = parse_bench_args(argv)
     device = resolve_device(cfg)
     with model_workloads(cfg, cfg.num_envs_per_worker, device) as (_, learn):
-        for _ in range(3):  # warm-up: allocations, cudnn's kernel choice
+        # warm-up: allocations, cudnn's kernel choice
+        for _ in range(3):
             learn()
         sync(device)
-        start, calls = time.perf_counter(), 10
+        start = time.perf_counter()
+        calls = 10
         for _ in range(calls):
             learn()
         sync(device)
@@ -40,14 +44,18 @@ def main(argv: list[str]) -> None:
             f"{1e6 * seconds / cfg.batch_size:.1f} us per sample",
             flush=True,
         )
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        activities = [ProfilerActivity.CPU] + (
+            [ProfilerActivity.CUDA] if device.type == "cuda" else []
+        )
         with profile(activities=activities) as prof:
             learn()
             sync(device)
     averages = prof.key_averages()
     print(averages.table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=50))
     if device.type == "cuda":
-        print(averages.table(sort_by="self_cuda_time_total", row_limit=12, max_name_column_width=50))
+        print(
+            averages.table(sort_by="self_cuda_time_total", row_limit=12, max_name_column_width=50)
+        )
 
 
 if __name__ == "__main__":

@@ -3,16 +3,17 @@
     python benchmarks/studies/scheduling_ab.py [--variant sched_idle|nice10] [--minutes 9] [--window_seconds 30] \
         [train flags]
 
-Back-to-back runs differ by 15-25% on a shared VM, more than these ideas can gain. So this starts one
-`asyncrl train` run and, every --window_seconds, switches the sampler's processes (rollout workers, the VizDoom
-engines they started, policy workers; never the learners) between the engine's own plan (A) and the variant
-(B), and measures the frames/s of each window from stats.jsonl, with the fraction of the machine left idle:
+Back-to-back runs differ by 15-25% on a shared VM, more than these ideas can gain. So this starts
+one `asyncrl train` run and, every --window_seconds, switches the sampler's processes (rollout
+workers, the VizDoom engines they started, policy workers; never the learners) between the engine's
+own plan (A) and the variant (B), and measures the frames/s of each window from stats.jsonl, with
+the fraction of the machine left idle:
 
     sched_idle  SCHED_IDLE and every core: they run on the learner's core only while it waits for a batch;
     nice10      nice 10, cores unchanged: the policy worker takes less from the learner on its core.
 
-Switching back to A needs root (or CAP_SYS_NICE). The first 3 s of each window and the first 45 s of the run
-are not measured. Writes benchmarks/studies/results/scheduling_ab_<variant>.{md,json}.
+Switching back to A needs root (or CAP_SYS_NICE). The first 3 s of each window and the first 45 s of
+the run are not measured. Writes benchmarks/studies/results/scheduling_ab_<variant>.{md,json}.
 """
 
 import argparse
@@ -26,7 +27,8 @@ import time
 
 import psutil
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/_run.py
+# benchmarks/_run.py
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _run import REPO, STUDY_RESULTS, machine, write_result  # noqa: E402
 
 DEFAULT_FLAGS = ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8"]
@@ -34,10 +36,12 @@ SETTLE_S = 3.0
 
 
 class SamplerProcesses:
-    """The run's non-learner processes, with the cores the engine gave each, switched between A and B."""
+    """The run's non-learner processes, with the cores the engine gave each, switched between A and
+    B."""
 
     def __init__(self, runner_pid: int, variant: str):
-        self.runner, self.variant = psutil.Process(runner_pid), variant
+        self.runner = psutil.Process(runner_pid)
+        self.variant = variant
         self.planned_cores: dict[int, list[int]] = {}
 
     def current(self) -> list[psutil.Process]:
@@ -49,7 +53,8 @@ class SamplerProcesses:
                     continue
                 self.planned_cores.setdefault(proc.pid, proc.cpu_affinity())
                 found.append(proc)
-            except psutil.Error:  # ended meanwhile (an engine restarting)
+            # ended meanwhile (an engine restarting)
+            except psutil.Error:
                 pass
         return found
 
@@ -60,7 +65,8 @@ class SamplerProcesses:
                     proc.nice(10 if variant_on else 0)
                 elif variant_on:
                     os.sched_setscheduler(proc.pid, os.SCHED_IDLE, os.sched_param(0))
-                    proc.cpu_affinity([])  # every core
+                    # every core
+                    proc.cpu_affinity([])
                 else:
                     os.sched_setscheduler(proc.pid, os.SCHED_OTHER, os.sched_param(0))
                     proc.cpu_affinity(self.planned_cores[proc.pid])
@@ -69,8 +75,8 @@ class SamplerProcesses:
 
 
 def newest_env_steps(stats_path: str) -> tuple[int, float] | None:
-    """(env_steps, time_s) of the row where the newest env_steps value first appeared (rows repeat the value
-    between learner reports)."""
+    """(env_steps, time_s) of the row where the newest env_steps value first appeared (rows repeat
+    the value between learner reports)."""
     try:
         with open(stats_path) as f:
             rows = [json.loads(line) for line in f if line.endswith("\n")]
@@ -85,9 +91,11 @@ def newest_env_steps(stats_path: str) -> tuple[int, float] | None:
 
 def measure_window(stats_path: str, seconds: float) -> dict | None:
     """Frames/s and the idle fraction of the machine over the next `seconds`."""
-    start, cpu_start = newest_env_steps(stats_path), psutil.cpu_times()
+    start = newest_env_steps(stats_path)
+    cpu_start = psutil.cpu_times()
     time.sleep(seconds)
-    end, cpu_end = newest_env_steps(stats_path), psutil.cpu_times()
+    end = newest_env_steps(stats_path)
+    cpu_end = psutil.cpu_times()
     if start is None or end is None or end[1] <= start[1]:
         return None
     idle = (cpu_end.idle - cpu_start.idle) / (sum(cpu_end) - sum(cpu_start))
@@ -116,7 +124,8 @@ def run(args, flags: list[str], tmp: str) -> list[dict]:
         stdout=subprocess.DEVNULL,
     )
     stats_path = os.path.join(tmp, "ab", "stats.jsonl")
-    sampler, windows = SamplerProcesses(proc.pid, args.variant), []
+    sampler = SamplerProcesses(proc.pid, args.variant)
+    windows = []
     try:
         time.sleep(45)
         end = time.monotonic() + seconds
@@ -146,11 +155,14 @@ def main():
     flags = flags or DEFAULT_FLAGS
     with tempfile.TemporaryDirectory() as tmp:
         windows = run(args, flags, tmp)
-    pairs = list(zip(windows[0::2], windows[1::2]))  # windows alternate A, B
+    # windows alternate A, B
+    pairs = list(zip(windows[0::2], windows[1::2]))
     if not pairs:
         sys.exit("no complete A/B pair was measured")
     ratios = [b["fps"] / a["fps"] for a, b in pairs]
-    idle = {v: statistics.mean(w["idle"] for w in windows if w["variant"] == v) for v in (False, True)}
+    idle = {
+        v: statistics.mean(w["idle"] for w in windows if w["variant"] == v) for v in (False, True)
+    }
     command = (
         f"python benchmarks/studies/scheduling_ab.py --variant {args.variant} --minutes {args.minutes:g} "
         f"--window_seconds {args.window_seconds:g} {' '.join(flags)}"
@@ -173,7 +185,9 @@ def main():
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for i, ((a, b), ratio) in enumerate(zip(pairs, ratios)):
-        lines.append(f"| {i} | {a['fps']:,.0f} | {b['fps']:,.0f} | {ratio:.3f} | {a['idle']:.3f} | {b['idle']:.3f} |")
+        lines.append(
+            f"| {i} | {a['fps']:,.0f} | {b['fps']:,.0f} | {ratio:.3f} | {a['idle']:.3f} | {b['idle']:.3f} |"
+        )
     lines += ["", summary, ""]
     write_result(
         f"scheduling_ab_{args.variant}",

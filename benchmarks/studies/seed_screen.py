@@ -1,16 +1,18 @@
-"""Settings over seeds, several training runs side by side, each pinned to cores of its own: a screen of learning
-settings on a box with many cores, where one run at a time on 2 cores takes hours.
+"""Settings over seeds, several training runs side by side, each pinned to cores of its own: a
+screen of learning settings on a box with many cores, where one run at a time on 2 cores takes
+hours.
 
     python benchmarks/studies/seed_screen.py --jobs JOBS_FILE --seeds 1-8 [--slots 8] [--cores_per_slot 2]
         [--train_dir DIR] [--out results.jsonl] [--deadline_s 560] [--min_start_s 150]
 
-JOBS_FILE: one setting a line, `NAME | asyncrl train flags` (`#` starts a comment). Each setting runs once per seed
-(`--seed S --experiment NAME_sS` added), seed by seed, so a screen cut short by the deadline still has every setting
-at its first seeds. Each run sees --cores_per_slot cores (its affinity), so it plans its processes as a machine of
-that many cores would. A run's score is the mean return of its last stats row (the last 100 episodes). At the
-deadline, or when the screen gets Ctrl-C or SIGTERM, the runs still going are stopped (SIGTERM: they save and exit)
-and recorded as partial.
-Prints one line per run as it ends and a table per setting at the end; each run's row goes to --out (JSON lines).
+JOBS_FILE: one setting a line, `NAME | asyncrl train flags` (`#` starts a comment). Each setting
+runs once per seed (`--seed S --experiment NAME_sS` added), seed by seed, so a screen cut short by
+the deadline still has every setting at its first seeds. Each run sees --cores_per_slot cores (its
+affinity), so it plans its processes as a machine of that many cores would. A run's score is the
+mean return of its last stats row (the last 100 episodes). At the deadline, or when the screen gets
+Ctrl-C or SIGTERM, the runs still going are stopped (SIGTERM: they save and exit) and recorded as
+partial. Prints one line per run as it ends and a table per setting at the end; each run's row goes
+to --out (JSON lines).
 """
 
 import argparse
@@ -22,7 +24,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/_run.py
+# benchmarks/_run.py
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _run import REPO  # noqa: E402
 
 from asyncrl.cfg.config import ConfigError  # noqa: E402
@@ -54,7 +57,8 @@ def last_row(experiment_dir: str) -> dict:
 
 def launch(name: str, flags: list[str], seed: int, cores: list[int], args) -> dict:
     experiment = f"{name}_s{seed}"
-    with open(os.path.join(args.train_dir, f"{experiment}.log"), "w") as log:  # the run writes to its own copy
+    # the run writes to its own copy
+    with open(os.path.join(args.train_dir, f"{experiment}.log"), "w") as log:
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -74,7 +78,8 @@ def launch(name: str, flags: list[str], seed: int, cores: list[int], args) -> di
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=lambda: os.sched_setaffinity(0, cores),
-        )  # Ctrl-C reaches the screen alone
+            # Ctrl-C reaches the screen alone
+        )
     return {
         "name": name,
         "seed": seed,
@@ -104,8 +109,13 @@ def finish(run: dict, args, partial: bool) -> dict:
 
 def screen(jobs, seeds, args) -> list[dict]:
     queue = [(name, flags, seed) for seed in seeds for name, flags in jobs]
-    free = [list(range(i * args.cores_per_slot, (i + 1) * args.cores_per_slot)) for i in range(args.slots)]
-    running, results, deadline = [], [], time.monotonic() + args.deadline_s
+    free = [
+        list(range(i * args.cores_per_slot, (i + 1) * args.cores_per_slot))
+        for i in range(args.slots)
+    ]
+    running = []
+    results = []
+    deadline = time.monotonic() + args.deadline_s
     try:
         while queue or running:
             for run in [r for r in running if r["proc"].poll() is not None]:
@@ -119,10 +129,12 @@ def screen(jobs, seeds, args) -> list[dict]:
             if time.monotonic() > deadline:
                 break
             time.sleep(1)
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (main): the runs going are stopped as at the deadline
+    # Ctrl-C, or SIGTERM (main): the runs going are stopped as at the deadline
+    except KeyboardInterrupt:
         pass
     for run in running:
-        run["proc"].send_signal(signal.SIGTERM)  # each saves its checkpoint and exits
+        # each saves its checkpoint and exits
+        run["proc"].send_signal(signal.SIGTERM)
     for run in running:
         run["proc"].wait()
         results.append(finish(run, args, partial=True))
@@ -131,12 +143,15 @@ def screen(jobs, seeds, args) -> list[dict]:
 
 def summary(results: list[dict]) -> None:
     for name in dict.fromkeys(r["name"] for r in results):
-        done = [r for r in results if r["name"] == name and not r["partial"] and r["return"] is not None]
+        done = [
+            r for r in results if r["name"] == name and not r["partial"] and r["return"] is not None
+        ]
         scores = [r["return"] for r in done]
         spread = f" ± {statistics.stdev(scores):.2f}" if len(scores) > 1 else ""
         mean = f"{statistics.mean(scores):.2f}{spread}" if scores else "-"
         print(
-            f"{name}: {mean} over {len(scores)} seeds: " + " / ".join(f"s{r['seed']} {r['return']:.2f}" for r in done)
+            f"{name}: {mean} over {len(scores)} seeds: "
+            + " / ".join(f"s{r['seed']} {r['return']:.2f}" for r in done)
         )
 
 
@@ -152,11 +167,20 @@ def main():
     parser.add_argument("--cores_per_slot", type=int, default=2)
     parser.add_argument("--train_dir", default="/tmp/seed_screen")
     parser.add_argument("--out", default="seed_screen.jsonl")
-    parser.add_argument("--deadline_s", type=float, default=1e9, help="stop every run this many seconds from start")
-    parser.add_argument("--min_start_s", type=float, default=0, help="start no run later than this before the deadline")
+    parser.add_argument(
+        "--deadline_s", type=float, default=1e9, help="stop every run this many seconds from start"
+    )
+    parser.add_argument(
+        "--min_start_s",
+        type=float,
+        default=0,
+        help="start no run later than this before the deadline",
+    )
     args = parser.parse_args()
     if args.slots * args.cores_per_slot > len(os.sched_getaffinity(0)):
-        sys.exit(f"--slots x --cores_per_slot is more than this machine's {len(os.sched_getaffinity(0))} cores")
+        sys.exit(
+            f"--slots x --cores_per_slot is more than this machine's {len(os.sched_getaffinity(0))} cores"
+        )
     os.makedirs(args.train_dir, exist_ok=True)
     signal.signal(signal.SIGTERM, interrupt)
     summary(screen(parse_jobs(args.jobs), parse_seeds(args.seeds), args))

@@ -1,12 +1,13 @@
-"""Train FPS with one env group per rollout worker against two (double-buffered sampling), in A/B pairs.
+"""Train FPS with one env group per rollout worker against two (double-buffered sampling), in A/B
+pairs.
 
     python benchmarks/studies/splits_ab.py [--pairs 2] [--seconds 20] [--warmup_seconds 8]
 
-For each configuration below and each pair, runs `asyncrl bench --mode train` with --worker_num_splits 1 and then
-2, back to back, so the two runs of a pair see the same machine state: does double buffering pay when
-inference shares the CPU cores with simulation? (On the 2-core VM here the answer drifted with the machine,
-so --worker_num_splits stays 2 by default.)
-Writes benchmarks/studies/results/splits_ab.{md,json}.
+For each configuration below and each pair, runs `asyncrl bench --mode train` with
+--worker_num_splits 1 and then 2, back to back, so the two runs of a pair see the same machine
+state: does double buffering pay when inference shares the CPU cores with simulation? (On the 2-core
+VM here the answer drifted with the machine, so --worker_num_splits stays 2 by default.) Writes
+benchmarks/studies/results/splits_ab.{md,json}.
 """
 
 import argparse
@@ -15,7 +16,8 @@ import statistics
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/_run.py
+# benchmarks/_run.py
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _run import STUDY_RESULTS, asyncrl_bench, machine, write_result  # noqa: E402
 
 CONFIGS = {
@@ -31,7 +33,14 @@ CONFIGS = {
         "8",
     ],
     "CartPole-v1 defaults": ["--env", "CartPole-v1"],
-    "CartPole-v1 2x16": ["--env", "CartPole-v1", "--num_workers", "2", "--num_envs_per_worker", "16"],
+    "CartPole-v1 2x16": [
+        "--env",
+        "CartPole-v1",
+        "--num_workers",
+        "2",
+        "--num_envs_per_worker",
+        "16",
+    ],
 }
 
 
@@ -109,7 +118,10 @@ def main():
         "",
     ]
     write_result(
-        "splits_ab", {"machine": machine(), "command": command, "pairs": rows}, "\n".join(lines), STUDY_RESULTS
+        "splits_ab",
+        {"machine": machine(), "command": command, "pairs": rows},
+        "\n".join(lines),
+        STUDY_RESULTS,
     )
 
 

@@ -1,11 +1,12 @@
-"""How well a trained tic-tac-toe policy plays its tactics: in positions reached by 0-6 random moves from the start,
-how often its most likely move takes an immediate win when it has one, and blocks the opponent's when it has none.
+"""How well a trained tic-tac-toe policy plays its tactics: in positions reached by 0-6 random moves
+from the start, how often its most likely move takes an immediate win when it has one, and blocks
+the opponent's when it has none.
 
     python benchmarks/studies/tictactoe_tactics.py --experiment tictactoe_selfplay [--train_dir train_dir]
         [--positions 2000]
 
-(after `bash experiments/tictactoe_selfplay.sh`). A perfect player scores 1 on both; a random one about 1 / (legal
-moves).
+(after `bash experiments/tictactoe_selfplay.sh`). A perfect player scores 1 on both; a random one
+about 1 / (legal moves).
 """
 
 import argparse
@@ -32,7 +33,8 @@ def completes_a_line(marks: np.ndarray, square: int) -> bool:
 
 
 def random_position(env, rng) -> np.ndarray | None:
-    """The observation of the player to move after 0-6 random moves (None if the game ended on the way)."""
+    """The observation of the player to move after 0-6 random moves (None if the game ended on the
+    way)."""
     obs, _ = env.reset(seed=int(rng.integers(2**31)))
     for _ in range(int(rng.integers(0, 7))):
         mover = env.waits.index(False)
@@ -51,16 +53,22 @@ def main() -> None:
     cfg = config_of_run({"experiment": args.experiment, "train_dir": args.train_dir, "env": ENV})
     env = make_agents(ENV)
     model = build_model(env.observation_space, env.action_space, cfg).eval()
-    load_weights(list_checkpoints(os.path.join(args.train_dir, args.experiment, "checkpoint_p0"))[-1], model)
-    rng, counts = np.random.default_rng(0), {"win": [0, 0], "block": [0, 0]}
+    load_weights(
+        list_checkpoints(os.path.join(args.train_dir, args.experiment, "checkpoint_p0"))[-1], model
+    )
+    rng = np.random.default_rng(0)
+    counts = {"win": [0, 0], "block": [0, 0]}
     for _ in range(args.positions):
         obs = random_position(env, rng)
         if obs is None:
             continue
-        board = obs[:18].reshape(9, 2)  # each square: (this player's mark, the opponent's)
+        # each square: (this player's mark, the opponent's)
+        board = obs[:18].reshape(9, 2)
         legal = np.flatnonzero(obs[-9:])
         with torch.no_grad():
-            move = int(model.forward_step(torch.as_tensor(obs)[None], torch.zeros(1, 0))[0].argmax())
+            move = int(
+                model.forward_step(torch.as_tensor(obs)[None], torch.zeros(1, 0))[0].argmax()
+            )
         wins = [s for s in legal if completes_a_line(board[:, 0], s)]
         threats = [s for s in legal if completes_a_line(board[:, 1], s)]
         kind, good = ("win", wins) if wins else ("block", threats)

@@ -1,10 +1,12 @@
-"""Can VizDoom network players be stepped as one multi-agent env in synchronous mode (Mode.PLAYER)? (issue 14)
+"""Can VizDoom network players be stepped as one multi-agent env in synchronous mode (Mode.PLAYER)?
+(issue 14)
 
     python benchmarks/studies/vizdoom_netgame.py [--seconds 25] [--frameskip 4]
 
-Two players of multi_duel.cfg on loopback UDP (host + one joiner), each engine driven by a thread of this process
-one tic at a time (advance_action(1)); every env step hands each player an action and waits until every player has
-run --frameskip tics. How a player may run past the step's last tic while it waits for its next action:
+Two players of multi_duel.cfg on loopback UDP (host + one joiner), each engine driven by a thread of
+this process one tic at a time (advance_action(1)); every env step hands each player an action and
+waits until every player has run --frameskip tics. How a player may run past the step's last tic
+while it waits for its next action:
 
     lockstep   not at all: it stops at the step's last tic
     ahead_N    up to N tics, with its last action (they count towards the next step)
@@ -15,11 +17,11 @@ one of them to finish the step (ZDoom's net code acknowledges and resends while 
 --seconds with random actions; a step that waits more than 5 s counts as a stall and ends the run. Writes
 benchmarks/studies/results/vizdoom_netgame.md.
 
-Tics are counted on each engine's clock (get_episode_time), and a finished episode ends the step. The first version
-of this study counted advance_action calls, but one call may run two tics when ZDoom catches up with its peers, and
-an episode could end on a tic run past the step; so it saw every rule but kick stall within 3-19 s. Counted right,
-none stalls in 25 s, and lock-step was the slowest rule in both runs made (351 and 113 steps/s per player; kick
-488 and 357).
+Tics are counted on each engine's clock (get_episode_time), and a finished episode ends the step.
+The first version of this study counted advance_action calls, but one call may run two tics when
+ZDoom catches up with its peers, and an episode could end on a tic run past the step; so it saw
+every rule but kick stall within 3-19 s. Counted right, none stalls in 25 s, and lock-step was the
+slowest rule in both runs made (351 and 113 steps/s per player; kick 488 and 357).
 """
 
 import argparse
@@ -41,7 +43,8 @@ from _run import machine  # noqa: E402
 from asyncrl.envs.doom_netgame import free_udp_port  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-KICK_AFTER_S, STALL_S = 0.002, 5.0
+KICK_AFTER_S = 0.002
+STALL_S = 5.0
 
 
 def new_game(port: int, host: bool) -> vzd.DoomGame:
@@ -62,12 +65,21 @@ def new_game(port: int, host: bool) -> vzd.DoomGame:
 
 
 class Player:
-    """One engine, ticked by a thread of its own; the step's caller sets `target` (the tic the step ends on)."""
+    """One engine, ticked by a thread of its own; the step's caller sets `target` (the tic the step
+    ends on)."""
 
     def __init__(self, game: vzd.DoomGame, ahead: int, kick: bool, frameskip: int):
-        self.game, self.ahead, self.kick, self.frameskip = game, ahead, kick, frameskip
+        self.game = game
+        self.ahead = ahead
+        self.kick = kick
+        self.frameskip = frameskip
         self.changed = threading.Condition()
-        self.action, self.tics, self.target, self.done_to, self.finished, self.kicks = [0, 0, 0], 0, 0, 0, False, 0
+        self.action = [0, 0, 0]
+        self.tics = 0
+        self.target = 0
+        self.done_to = 0
+        self.finished = False
+        self.kicks = 0
         self.start_time = game.get_episode_time()
         threading.Thread(target=self._run, daemon=True).start()
 
@@ -80,8 +92,13 @@ class Player:
                 extra = 0
                 while not self._may_run(extra):
                     waited_in_vain = not self.changed.wait(KICK_AFTER_S if self.kick else None)
-                    if waited_in_vain and not self.finished and self.tics - self.target < self.frameskip - 1:
-                        extra, self.kicks = extra + 1, self.kicks + 1
+                    if (
+                        waited_in_vain
+                        and not self.finished
+                        and self.tics - self.target < self.frameskip - 1
+                    ):
+                        extra = extra + 1
+                        self.kicks = self.kicks + 1
                 action = self.action
             self.game.set_action(action)
             self.game.advance_action(1, True)
@@ -89,20 +106,25 @@ class Player:
             with self.changed:
                 self.tics = (
                     self.game.get_episode_time() - self.start_time
-                )  # a call may run two tics: count the engine's
+                    # a call may run two tics: count the engine's
+                )
                 if (self.tics >= self.target and self.done_to < self.target) or finished:
-                    self.done_to, self.finished = self.target, finished
+                    self.done_to = self.target
+                    self.finished = finished
                     self.changed.notify_all()
 
     def send(self, action: list) -> None:
         with self.changed:
-            self.action, self.target = action, self.target + self.frameskip
+            self.action = action
+            self.target = self.target + self.frameskip
             self.changed.notify_all()
 
     def wait_step(self) -> bool:
         """Whether the step ended within STALL_S (False: a stall)."""
         with self.changed:
-            return self.changed.wait_for(lambda: self.done_to == self.target or self.finished, STALL_S)
+            return self.changed.wait_for(
+                lambda: self.done_to == self.target or self.finished, STALL_S
+            )
 
     def new_episode(self) -> None:
         self.game.new_episode()
@@ -123,7 +145,10 @@ def run_rule(rule: str, seconds: float, frameskip: int) -> dict:
         t.join()
     ahead = int(rule.split("_")[1]) if rule.startswith("ahead_") else 0
     players = [Player(g, ahead, rule == "kick", frameskip) for g in games]
-    steps, episodes, stalled, start = 0, 0, False, time.monotonic()
+    steps = 0
+    episodes = 0
+    stalled = False
+    start = time.monotonic()
     while time.monotonic() - start < seconds and not stalled:
         for p in players:
             p.send([random.random() < 0.5, random.random() < 0.7, random.random() < 0.3])
@@ -152,14 +177,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=25)
     parser.add_argument("--frameskip", type=int, default=4)
-    parser.add_argument("--rule", help="run only this rule, in this process (the script runs each in a child)")
+    parser.add_argument(
+        "--rule", help="run only this rule, in this process (the script runs each in a child)"
+    )
     args = parser.parse_args()
     if args.rule:
         print(json.dumps(run_rule(args.rule, args.seconds, args.frameskip)), flush=True)
-        os._exit(0)  # a stalled engine thread would hold a normal exit up
+        # a stalled engine thread would hold a normal exit up
+        os._exit(0)
     rows = []
     for rule in ("lockstep", "ahead_1", "ahead_2", "ahead_3", "kick"):
-        with tempfile.TemporaryFile("w+") as out:  # not a pipe: the engines a stall leaves would hold it open
+        # not a pipe: the engines a stall leaves would hold it open
+        with tempfile.TemporaryFile("w+") as out:
             child = subprocess.Popen(
                 [
                     sys.executable,
@@ -176,7 +205,8 @@ def main():
                 start_new_session=True,
             )
             child.wait()
-            os.killpg(child.pid, signal.SIGKILL)  # its engines, which a stalled game leaves running
+            # its engines, which a stalled game leaves running
+            os.killpg(child.pid, signal.SIGKILL)
             out.seek(0)
             rows.append(json.loads(out.read().strip().splitlines()[-1]))
         print(rows[-1], flush=True)

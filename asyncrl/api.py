@@ -18,14 +18,16 @@ before its import.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 import re
 import signal
 from dataclasses import dataclass
 
-from asyncrl.cfg.config import Config, ConfigError
+from asyncrl.cfg.checks import validate
+from asyncrl.cfg.config import Config
+from asyncrl.cfg.errors import ConfigError
+from asyncrl.cfg.parsing import nearest
 from asyncrl.commands.hub import run_from_hub
 from asyncrl.commands.plot import read_run
 from asyncrl.commands.saved_run import checkpoint_to_load, config_of_run
@@ -49,10 +51,8 @@ def check_flags(flags: dict, command: str) -> None:
     one."""
     unknown = sorted(set(flags) - FLAGS)
     if unknown:
-        near = difflib.get_close_matches(unknown[0], FLAGS, n=1)
-        hint = (
-            f" (did you mean {near[0]}?)" if near else f" (`asyncrl {command} --help` lists them)"
-        )
+        near = nearest(unknown[0], FLAGS)
+        hint = f" (did you mean {near}?)" if near else f" (`asyncrl {command} --help` lists them)"
         raise ConfigError(f"unknown flag(s) {', '.join(unknown)}{hint}")
 
 
@@ -84,7 +84,7 @@ def train(env: str | None = None, **flags) -> TrainResult:
     if flags.get("encoder") in ENCODERS and not flags.get("encoder_source"):
         flags["encoder_source"] = ENCODERS[flags["encoder"]].source
     settled = settings_from_args(flags_to_argv({"env": env, **flags}))
-    settled.config.validate()
+    validate(settled.config)
     # the run sets its own
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     start_fork_server()

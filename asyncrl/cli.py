@@ -8,13 +8,15 @@ line on stderr and exit code 2, before any worker process starts.
 from __future__ import annotations
 
 import atexit
+import importlib.metadata
 import os
 import sys
 import threading
 from typing import NoReturn
 
-from asyncrl.cfg.config import CheckpointError, ConfigError
+from asyncrl.cfg.errors import CheckpointError, ConfigError
 from asyncrl.cfg.extras import require
+from asyncrl.cfg.parsing import nearest
 from asyncrl.commands.train import cmd_train, wants_help
 from asyncrl.core.fork_server import start_fork_server, stop_fork_server
 from asyncrl.core.log import setup_logging
@@ -102,6 +104,25 @@ def cmd_tune(argv: list[str]) -> int:
     return tune(argv)
 
 
+def no_command(argv: list[str]) -> int:
+    """`asyncrl` without a command: the usage for -h/--help, else one line (a misspelled command
+    gets the nearest one) and exit code 2."""
+    names = ", ".join(COMMANDS)
+    if argv and argv[0] in ("-h", "--help"):
+        print(
+            f"usage: asyncrl {{{names}}} [flags]; `asyncrl COMMAND --help` lists a command's flags "
+            f"(`asyncrl train --help`: every training flag); `asyncrl --version` its version"
+        )
+        return 0
+    if not argv:
+        print(f"asyncrl: error: expected a command ({names})", file=sys.stderr)
+        return 2
+    near = nearest(argv[0], COMMANDS)
+    hint = f"did you mean {near}?" if near else f"one of {names}"
+    print(f"asyncrl: error: unknown command {argv[0]!r} ({hint})", file=sys.stderr)
+    return 2
+
+
 COMMANDS = {
     "train": cmd_train,
     "enjoy": cmd_enjoy,
@@ -118,19 +139,11 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--version":
+        print(f"asyncrl {importlib.metadata.version('asyncrl')}")
+        return 0
     if not argv or argv[0] not in COMMANDS:
-        names = ", ".join(COMMANDS)
-        if argv and argv[0] in ("-h", "--help"):
-            print(
-                f"usage: asyncrl {{{names}}} [flags]; `asyncrl COMMAND --help` lists a command's flags "
-                f"(`asyncrl train --help`: every training flag)"
-            )
-            return 0
-        print(
-            f"asyncrl: error: expected a command ({names}), got {argv[0] if argv else 'nothing'}",
-            file=sys.stderr,
-        )
-        return 2
+        return no_command(argv)
     # the engine's lines of any command (bench's runs, say); a run sets its own --log_level
     setup_logging()
     try:

@@ -5,7 +5,7 @@ then side by side.
 
 1. `asyncrl tune --env ENV` (its default budget): its fastest flags.
 2. A grid over --num_workers x --num_envs_per_worker x --worker_num_splits x --policy_workers_per_policy (the
-   env's default batch), each point one short training run measured the way tune measures (measure.engine_run).
+   env's default batch), each point one short training run measured the way tune measures (asyncrl/measure/engine.py).
 3. The tune pick and the grid's best, re-measured in alternating pairs, so the VM's drift between runs stays out
    of the ratio. Done when the median ratio (tune / grid best) is >= 0.9.
 Writes benchmarks/results/tune_vs_grid_<env>.{md,json}.
@@ -23,11 +23,12 @@ import tempfile
 
 from _run import REPO, machine, write_result
 
-from asyncrl.cfg.config import ConfigError
+from asyncrl.cfg.checks import validate
+from asyncrl.cfg.errors import ConfigError
 from asyncrl.cfg.settle import settle
-from asyncrl.commands.measure import engine_run
 from asyncrl.commands.tune import results_path
 from asyncrl.envs import env_entry
+from asyncrl.measure.engine import engine_run
 
 # envs per worker: cheap envs want more of them per worker
 GRIDS = {
@@ -93,7 +94,7 @@ def main():
     for values in itertools.product(*grid.values()):
         flags = dict(zip(grid, values))
         try:
-            dataclasses.replace(cfg, **flags).validate()
+            validate(dataclasses.replace(cfg, **flags))
         except ConfigError:
             continue
         points.append({"flags": flags, "fps": fps(cfg, flags, args.warmup_seconds, args.seconds)})

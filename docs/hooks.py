@@ -19,7 +19,7 @@ import os
 import re
 import sys
 
-from asyncrl.cfg.config import Config, default_value, schema_defaults
+from asyncrl.cfg.config import GROUPS, default_value, group_title, schema_defaults
 from asyncrl.envs import env_entry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,20 +38,6 @@ def cell(value) -> str:
     return "`" + text.replace("|", "\\|") + "`"
 
 
-def sections() -> dict[str, str]:
-    """Field name -> the `# --- section` of cfg/config.py it sits under."""
-    found = {}
-    section = ""
-    for line in inspect.getsource(Config).splitlines():
-        heading = re.match(r"\s+# --- (.*)", line)
-        if heading:
-            section = heading.group(1)
-        field = re.match(r"    (\w+): ", line)
-        if field:
-            found[field.group(1)] = section
-    return found
-
-
 # an env of each family whose defaults the reference shows beside the engine's
 FAMILIES = {
     "VizDoom": "doom_basic",
@@ -62,25 +48,25 @@ FAMILIES = {
 
 
 def config_reference(_: str | None) -> str:
-    by_section: dict[str, list[str]] = {}
-    where = sections()
+    """A table per flag group of cfg/groups, under its title: every flag, its default, the env
+    families' own values and its help line."""
     overrides = {family: env_entry(env).default_config for family, env in FAMILIES.items()}
-    for f in dataclasses.fields(Config):
-        help_text = f.metadata["help"].replace("|", "\\|")
-        families = "; ".join(
-            f"{family}: {cell(o[f.name])}" for family, o in overrides.items() if f.name in o
-        )
-        row = f"| `--{f.name}` | {cell(default_value(f))} | {families} | {help_text} |"
-        by_section.setdefault(where.get(f.name, "other"), []).append(row)
     out = []
-    for section, rows in by_section.items():
-        out += [f"## {section[0].upper()}{section[1:]}", ""]
+    for group in GROUPS:
+        out += [f"## {group_title(group)}", ""]
         out += [
             "| flag | default | env families' own | what it does |",
             "| --- | --- | --- | --- |",
-            *rows,
-            "",
         ]
+        for f in dataclasses.fields(group):
+            help_text = f.metadata["help"].replace("|", "\\|")
+            families = "; ".join(
+                f"{family}: {cell(values[f.name])}"
+                for family, values in overrides.items()
+                if f.name in values
+            )
+            out.append(f"| `--{f.name}` | {cell(default_value(f))} | {families} | {help_text} |")
+        out.append("")
     return "\n".join(out)
 
 

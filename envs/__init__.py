@@ -4,7 +4,8 @@
 name into its entry and its env, and each family module registers its envs on import: the VizDoom
 scenarios (doom.py, multiplayer in doom_netgame.py), atari_<game> (atari.py), mujoco_<task>
 (mujoco.py), the synthetic test envs (synthetic.py) and the duel (duel.py). `gym_adapter.py` and
-`multi_agent.py` turn a gymnasium or PettingZoo env into what the rollout workers step.
+`multi_agent.py` turn a gymnasium or PettingZoo env into what the rollout workers step, its
+observations through observations.py, action_masks.py and packed_observations.py.
 """
 
 from asyncrl.envs import atari, doom, doom_netgame, duel, mujoco, synthetic  # noqa: F401  (each registers its envs)

@@ -3,7 +3,7 @@
 
 Every game is ALE's own C++ preprocessing (ale_py.vector_env.AtariVectorEnv): a rollout worker steps
 a group's games as one vector env (`--env_backend vector`, the Atari default:
-env_backends.VectorBackend), or each game as a vector env of one (`--env_backend per_env`, AtariGame
+vector_backend.VectorBackend), or each game as a vector env of one (`--env_backend per_env`, AtariGame
 below). Both give the same observations for the same seeds and actions.
 
 Two presets, chosen with `--env_options '{"preset": "..."}'`:

@@ -18,23 +18,23 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs.gym_adapter import (
-    VECTOR_ENV_DEFAULTS,
-    ImagesAndVector,
+from asyncrl.envs.action_masks import (
     categorical_sizes,
-    channels_first,
-    check_spaces,
-    flat_space,
-    flatten,
     has_action_mask,
-    has_image,
-    has_images_beside,
-    is_flattenable,
-    is_hwc_image,
     masked_observation_space,
     observe_with_mask,
     split_mask,
 )
+from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS, check_spaces
+from asyncrl.envs.observations import (
+    channels_first,
+    flat_space,
+    flatten,
+    has_images_beside,
+    is_flattenable,
+    is_hwc_image,
+)
+from asyncrl.envs.packed_observations import ImagesAndVector, has_image
 from asyncrl.envs.registry import EnvError, env_frameskip
 
 
@@ -121,10 +121,10 @@ class ParallelEnvAgents:
                     f"every agent of an env must share its observation and action space"
                 )
         # discrete and composite observations as one vector each, as gymnasium envs'
-        # (gym_adapter.FlatObservation); a Dict observation's action mask after the rest (PettingZoo
-        # classic's; gym_adapter.ActionMaskInObservation)
+        # (observations.FlatObservation); a Dict observation's action mask after the rest (PettingZoo
+        # classic's; action_masks.ActionMaskInObservation)
         self.unflat_space = self.features = self.packer = None
-        # images beside other entries: packed (gym_adapter.PackImages)
+        # images beside other entries: packed (packed_observations.PackImages)
         if has_images_beside(obs_space):
             self.packer = ImagesAndVector(name, obs_space, act_space)
             obs_space = self.packer.space
@@ -305,7 +305,7 @@ def acting(env) -> list[bool]:
 def random_action(env, obs: np.ndarray):
     """A uniform random action of `env` (as_agents) for an agent that sees `obs`: among the allowed
     ones, where the env has an action mask (the observation's last entries,
-    gym_adapter.ObservationWithActionMask)."""
+    action_masks.ObservationWithActionMask)."""
     mask_size = getattr(env.observation_space, "mask_size", 0)
     if not mask_size:
         return env.action_space.sample()

@@ -8,7 +8,7 @@ that returns a gymnasium VectorEnv of such envs (--env_backend vector; autoreset
 next-step). An env's info["life_lost"] (a VectorEnv's: per env) marks a step terminal for learning
 while the reported episode goes on (Atari's lost lives); its action mask, in a Dict observation's
 "action_mask" entry (or a gymnasium id's info["action_mask"]), keeps the policy to the legal actions
-(gym_adapter.ActionMaskInObservation).
+(action_masks.ActionMaskInObservation).
 """
 
 from __future__ import annotations

@@ -26,8 +26,9 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS, PackImages, sync_vector
+from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS, sync_vector
 from asyncrl.envs.multi_agent import ParallelEnvBase
+from asyncrl.envs.packed_observations import PackImages
 from asyncrl.envs.registry import WORKER_INDEX_VAR, EnvError, register_env
 
 

@@ -24,7 +24,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 os.environ["WANDB_MODE"] = "offline"
 os.environ.setdefault("WANDB_SILENT", "true")
 
-from helpers import engine_processes, kill_started, run_cli, shm_entries  # noqa: E402
+from helpers import engine_processes, flags, kill_started, run_cli, shm_entries  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -63,32 +63,21 @@ def cartpole_run(tmp_path_factory):
     train_dir = tmp_path_factory.mktemp("runs")
     r = run_cli(
         "train",
-        "--env",
-        "CartPole-v1",
-        "--train_dir",
-        train_dir,
-        "--experiment",
-        "cp",
-        "--seed",
-        0,
-        "--num_workers",
-        2,
-        "--num_envs_per_worker",
-        4,
-        "--policy_workers_per_policy",
-        1,
-        "--eval_every_env_steps",
-        10_000,
-        "--eval_episodes",
-        3,
-        "--eval_deterministic",
-        "True",
-        "--train_for_env_steps",
-        40_000,
-        "--experiment_summaries_interval",
-        1,
-        "--with_wandb",
-        "True",
+        *flags(
+            env="CartPole-v1",
+            train_dir=train_dir,
+            experiment="cp",
+            seed=0,
+            num_workers=2,
+            num_envs_per_worker=4,
+            policy_workers_per_policy=1,
+            eval_every_env_steps=10_000,
+            eval_episodes=3,
+            eval_deterministic="True",
+            train_for_env_steps=40_000,
+            experiment_summaries_interval=1,
+            with_wandb="True",
+        ),
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return train_dir, r.stdout

@@ -35,6 +35,15 @@ SMALL_MLP_RUN = (
 )
 
 
+def flags(**values) -> list[str]:
+    """Command-line flags from keyword arguments, in their order: flags(env="doom_basic",
+    num_workers=2) is ["--env", "doom_basic", "--num_workers", "2"]."""
+    argv = []
+    for name, value in values.items():
+        argv += [f"--{name}", str(value)]
+    return argv
+
+
 def start_python(*args, **popen_kwargs) -> subprocess.Popen:
     """`python ARGS` in a session of its own (its group is killed at the test's end); output merged
     into stdout unless popen_kwargs say otherwise."""
@@ -175,26 +184,22 @@ def wait_for_line(proc, text: str, timeout: float = 60) -> list[str]:
     return lines
 
 
-def run_past_a_hanging_env(tmp_path, *flags) -> tuple[str, list[dict]]:
+def run_past_a_hanging_env(tmp_path, *extra_flags) -> tuple[str, list[dict]]:
     """A synthetic_constant run whose first env hangs once (at its 50th step), with
     --env_step_timeout 3: it goes on until its worker was replaced and the run trained 5k more env
     steps after that, then Ctrl-C. (output, stats)"""
     options = '{"step_us": 10, "hang_once_file": "%s"}' % (tmp_path / "hung")
     proc = start_cli(
         "train",
-        "--env",
-        "synthetic_constant",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "hang",
-        "--env_options",
-        options,
-        "--env_step_timeout",
-        3,
-        "--experiment_summaries_interval",
-        1,
-        *flags,
+        *flags(
+            env="synthetic_constant",
+            train_dir=tmp_path,
+            experiment="hang",
+            env_options=options,
+            env_step_timeout=3,
+            experiment_summaries_interval=1,
+        ),
+        *extra_flags,
     )
 
     def trained_on_after_the_restart() -> bool:
@@ -229,6 +234,7 @@ def serial_runner(tmp_path, **overrides):
     drives it by polling runner.components."""
     import torch
 
+    from asyncrl.cfg.checks import validate
     from asyncrl.cfg.config import Config
     from asyncrl.cfg.settle import Settled
     from asyncrl.roles.launch import (
@@ -257,7 +263,7 @@ def serial_runner(tmp_path, **overrides):
     )
     fields.update(overrides)
     cfg = Config(**fields)
-    cfg.validate()
+    validate(cfg)
     env = probe_env(cfg)
     cfg = dataclasses.replace(cfg, **auto_settings(cfg, torch.device("cpu"), env))
     model, layout = model_and_layout(cfg, env)

@@ -6,11 +6,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import SMALL_MLP_RUN, read_stats, run_cli
+from helpers import SMALL_MLP_RUN, flags, read_stats, run_cli
 
 from asyncrl.cfg.config import Config
 from asyncrl.envs import EnvError, make_env
-from asyncrl.envs.gym_adapter import ObservationWithActionMask, adapt
+from asyncrl.envs.action_masks import ObservationWithActionMask
+from asyncrl.envs.gym_adapter import adapt
 from asyncrl.envs.multi_agent import as_agents
 from asyncrl.model.actor_critic import build_model
 from asyncrl.model.distributions import MultiCategorical, categorical_kl, legal_logits
@@ -215,14 +216,12 @@ def test_training_never_takes_a_forbidden_action_and_learns(
     actions (random play among them: random_return of 16)."""
     r = run_cli(
         "train",
-        "--env",
-        f"tests.action_envs:{env}",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "m",
-        "--train_for_env_steps",
-        env_steps,
+        *flags(
+            env=f"tests.action_envs:{env}",
+            train_dir=tmp_path,
+            experiment="m",
+            train_for_env_steps=env_steps,
+        ),
         *SMALL_MLP_RUN,
         timeout=180,
     )

@@ -11,11 +11,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import read_stats, run_cli
+from helpers import flags, read_stats, run_cli
 
 import asyncrl
 from asyncrl.api import flags_to_argv
-from asyncrl.cfg.config import Config, ConfigError
+from asyncrl.cfg.config import Config
+from asyncrl.cfg.errors import ConfigError
 from asyncrl.model.actor_critic import build_model
 from asyncrl.model.policy import Policy
 
@@ -167,9 +168,7 @@ def test_train_from_python_with_a_users_encoder_then_enjoy_and_load_find_it(
     config = json.loads((tmp_path / "tiny" / "config.json").read_text())
     assert config["encoder"] == "tiny" and config["encoder_source"] == script
     assert read_stats(tmp_path / "tiny")[-1]["env_steps"] >= 8_000
-    enjoy = run_cli(
-        "enjoy", "--train_dir", tmp_path, "--experiment", "tiny", "--max_num_episodes", 1
-    )
+    enjoy = run_cli("enjoy", *flags(train_dir=tmp_path, experiment="tiny", max_num_episodes=1))
     assert enjoy.returncode == 0 and "episode 0: return" in enjoy.stdout, (
         enjoy.stdout + enjoy.stderr
     )

@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import read_stats, run_cli, run_cli_error, serial_runner
+from helpers import flags, read_stats, run_cli, run_cli_error, serial_runner
 
 from asyncrl.cfg.extras import MissingExtra
 from asyncrl.envs import EnvError, env_entry, make_env
@@ -261,18 +261,14 @@ def test_atari_pong_trains_with_normalized_returns_and_its_values_stay_within_th
     values of -1e15, then a non-finite loss.)"""
     r = run_cli(
         "train",
-        "--env",
-        "atari_pong",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "pong",
-        "--normalize_returns",
-        "True",
-        "--train_for_env_steps",
-        4096,
-        "--experiment_summaries_interval",
-        1,
+        *flags(
+            env="atari_pong",
+            train_dir=tmp_path,
+            experiment="pong",
+            normalize_returns="True",
+            train_for_env_steps=4096,
+            experiment_summaries_interval=1,
+        ),
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     rows = [row for row in read_stats(tmp_path / "pong") if row.get("value") is not None]

@@ -7,9 +7,9 @@ import time
 
 import pytest
 import torch
-from helpers import children_named, run_cli, run_cli_error
+from helpers import children_named, flags, run_cli, run_cli_error
 
-from asyncrl.cfg.config import ConfigError
+from asyncrl.cfg.errors import ConfigError
 from asyncrl.commands.bench import MODES, parse_bench_args, report
 from asyncrl.core.timing import Timing
 
@@ -131,21 +131,18 @@ def test_compute_limit_of_a_synchronous_ppo_run(tmp_path):
     worker's rollout, so the workload keeps the run's workers (one worker's worth, enough for the
     inference batch, failed the batch check: `asyncrl bench --env mujoco_hopper` stopped after its
     raw mode)."""
-    from asyncrl.commands.measure import compute_limit
     from asyncrl.commands.train import config_from_args
+    from asyncrl.measure.costs import compute_limit
 
     cfg = config_from_args(
         [
-            "--env",
-            "Pendulum-v1",
-            "--train_dir",
-            str(tmp_path),
-            "--num_workers",
-            "2",
-            "--num_envs_per_worker",
-            "4",
-            "--rollout",
-            "16",
+            *flags(
+                env="Pendulum-v1",
+                train_dir=str(tmp_path),
+                num_workers="2",
+                num_envs_per_worker="4",
+                rollout="16",
+            ),
         ]
     )
     assert cfg.algo == "ppo" and cfg.batch_size == 2 * 4 * 16
@@ -170,28 +167,19 @@ def test_bench_all_modes_on_a_synthetic_env(tmp_path, clean_machine):
     out = tmp_path / "result.json"
     r = run_cli(
         "bench",
-        "--env",
-        "synthetic_constant",
-        "--env_options",
-        '{"step_us": 100}',
-        "--mode",
-        "all",
-        "--seconds",
-        1.5,
-        "--warmup_seconds",
-        1,
-        "--cost_seconds",
-        0.4,
-        "--num_workers",
-        2,
-        "--num_envs_per_worker",
-        4,
-        "--batch_size",
-        256,
-        "--train_dir",
-        tmp_path,
-        "--out",
-        out,
+        *flags(
+            env="synthetic_constant",
+            env_options='{"step_us": 100}',
+            mode="all",
+            seconds=1.5,
+            warmup_seconds=1,
+            cost_seconds=0.4,
+            num_workers=2,
+            num_envs_per_worker=4,
+            batch_size=256,
+            train_dir=tmp_path,
+            out=out,
+        ),
         timeout=240,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -248,18 +236,7 @@ def test_bench_raw_mode_alone(tmp_path, clean_machine):
     out = tmp_path / "raw.json"
     r = run_cli(
         "bench",
-        "--env",
-        "CartPole-v1",
-        "--mode",
-        "raw",
-        "--seconds",
-        2,
-        "--warmup_seconds",
-        1,
-        "--num_workers",
-        2,
-        "--out",
-        out,
+        *flags(env="CartPole-v1", mode="raw", seconds=2, warmup_seconds=1, num_workers=2, out=out),
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -270,9 +247,9 @@ def test_a_killed_raw_worker_takes_its_engines_with_it(clean_machine):
     """raw mode's workers lead a process group with a reaper, as the engine's children do: one
     killed outright (raw_fps kills a worker still closing its envs 10 s after its time, e.g.
     doom_duel's net games) leaves no VizDoom engine and no /dev/shm segment."""
-    from asyncrl.commands.measure import _raw_worker
     from asyncrl.core.fork_server import mp_context
     from asyncrl.envs import portable_entry
+    from asyncrl.measure.raw import _raw_worker
 
     results = mp_context.Queue()
     worker = mp_context.Process(
@@ -294,8 +271,8 @@ def test_a_killed_raw_worker_takes_its_engines_with_it(clean_machine):
 def test_raw_mode_reports_a_worker_that_died_without_its_result():
     """A simulator that crashes its raw-mode worker (VizDoom aborting) is an error at once, with the
     exit code, not a wait for a result that never comes."""
-    from asyncrl.commands.measure import _raw_results
     from asyncrl.core.fork_server import mp_context
+    from asyncrl.measure.raw import _raw_results
 
     results = mp_context.Queue()
     processes = [
@@ -341,8 +318,10 @@ def test_train_and_bench_check_their_flags_before_importing_torch():
 
     code = (
         "import sys; from asyncrl.commands.train import config_from_args; "
+        "from asyncrl.cfg.checks import validate; "
         "from asyncrl.commands.bench import parse_bench_args; "
-        "config_from_args(['--env', 'CartPole-v1']).validate(); parse_bench_args(['--env', 'CartPole-v1']); "
+        "validate(config_from_args(['--env', 'CartPole-v1'])); "
+        "parse_bench_args(['--env', 'CartPole-v1']); "
         "print('torch' in sys.modules)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -380,7 +359,7 @@ def test_play_and_share_commands_answer_a_bad_flag_or_a_missing_checkpoint_befor
 def test_the_measured_window_starts_after_the_warm_up_and_the_first_samples():
     """A warm-up shorter than the run's start-up: the rows of the wait before the first samples are
     not measured (they made tune's first candidate, the only one paying a cold start, read slow)."""
-    from asyncrl.commands.measure import measured_rows
+    from asyncrl.measure.engine import measured_rows
 
     rows = [
         {"policy_id": p, "time_s": t, "env_steps": max(0, t - 5) * 1000}
@@ -393,15 +372,15 @@ def test_the_measured_window_starts_after_the_warm_up_and_the_first_samples():
 
 
 def test_tune_says_which_candidates_it_could_not_measure_and_never_picks_them(monkeypatch):
-    from asyncrl.commands import measure
     from asyncrl.commands.train import config_from_args
     from asyncrl.commands.tune import TuneTimes, search, tuning_report
+    from asyncrl.measure import costs, engine
 
     cfg = config_from_args(
         ["--env", "CartPole-v1", "--num_workers", "2", "--num_envs_per_worker", "8"]
     )
     monkeypatch.setattr(
-        measure,
+        costs,
         "compute_limit",
         lambda *a, **k: {
             "sim_ms_per_step": 0.01,
@@ -418,7 +397,7 @@ def test_tune_says_which_candidates_it_could_not_measure_and_never_picks_them(mo
             raise RuntimeError("too few stats rows")
         return {"fps": 1000.0 + c.batch_size / 1000}
 
-    monkeypatch.setattr(measure, "engine_run", engine_run)
+    monkeypatch.setattr(engine, "engine_run", engine_run)
     result = search(cfg, TuneTimes(budget_s=1e6, warmup_s=0, seconds=1), log=lambda line: None)
     assert result["best"]["num_envs_per_worker"] == 16 and result["best_fps"] > 1000
     unmeasured = [e for e in result["tried"] if e["fps"] is None]

@@ -9,25 +9,21 @@ import time
 
 import pytest
 import torch
-from helpers import read_stats, run_cli_error, start_cli, start_python, wait_for_training
+from helpers import flags, read_stats, run_cli_error, start_cli, start_python, wait_for_training
 
 from asyncrl.algo import losses
 from asyncrl.core.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
 
 CARTPOLE = [
     "train",
-    "--env",
-    "CartPole-v1",
-    "--train_dir",
-    "runs",
-    "--experiment",
-    "dd",
-    "--num_workers",
-    1,
-    "--experiment_summaries_interval",
-    1,
-    "--seed",
-    0,
+    *flags(
+        env="CartPole-v1",
+        train_dir="runs",
+        experiment="dd",
+        num_workers=1,
+        experiment_summaries_interval=1,
+        seed=0,
+    ),
 ]
 DIGEST = re.compile(
     r"\(rank (\d) of 2\): train step (\d+), env steps ([\d,]+) \(all ranks\), weights (\w+)"
@@ -134,24 +130,17 @@ def test_a_straggling_rank_is_preempted_and_the_ranks_stay_bit_identical(
     separate seams. (The ranks' weights without preemption: the Ctrl-C and killed-rank tests.)"""
     procs = start_ranks(
         tmp_path,
-        "--algo",
-        algo,
-        "--preemption_rule",
-        rule,
-        "--env",
-        "synthetic_constant",
-        "--env_options",
-        '{"step_us": 100, "worker_cost": [20, 1]}',
-        "--preemption_threshold",
-        0.5,
-        "--rollout",
-        16,
-        "--batch_size",
-        512,
-        "--num_batches_per_epoch",
-        2,
-        "--train_for_env_steps",
-        6_000,
+        *flags(
+            algo=algo,
+            preemption_rule=rule,
+            env="synthetic_constant",
+            env_options='{"step_us": 100, "worker_cost": [20, 1]}',
+            preemption_threshold=0.5,
+            rollout=16,
+            batch_size=512,
+            num_batches_per_epoch=2,
+            train_for_env_steps=6_000,
+        ),
     )
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
@@ -187,21 +176,18 @@ def test_two_torchrun_launches_on_loopback_train_together(tmp_path, clean_machin
             start_python(
                 "-m",
                 "torch.distributed.run",
-                "--nnodes",
-                2,
-                "--nproc_per_node",
-                1,
-                "--rdzv_backend",
-                "c10d",
-                "--rdzv_endpoint",
-                f"127.0.0.1:{port}",
+                *flags(
+                    nnodes=2,
+                    nproc_per_node=1,
+                    rdzv_backend="c10d",
+                    rdzv_endpoint=f"127.0.0.1:{port}",
+                ),
                 "--rdzv_id",
                 "t",
                 "-m",
                 "asyncrl",
                 *CARTPOLE,
-                "--train_for_env_steps",
-                8_000,
+                *flags(train_for_env_steps=8_000),
                 cwd=tmp_path / f"node{node}",
             )
         )

@@ -11,7 +11,7 @@ import psutil
 import pytest
 import vizdoom
 from gymnasium.utils.env_checker import check_env
-from helpers import SMALL_MLP_RUN, children_named, read_stats, run_cli
+from helpers import SMALL_MLP_RUN, children_named, flags, read_stats, run_cli
 
 from asyncrl import envs
 from asyncrl.cfg.config import Config
@@ -121,7 +121,7 @@ def test_every_second_pixel_equals_strided_slicing():
 
 
 def test_gym_image_observations_become_chw():
-    from asyncrl.envs.gym_adapter import ChannelsFirst
+    from asyncrl.envs.observations import ChannelsFirst
 
     base = gym.make("CartPole-v1", render_mode="rgb_array")
     env = ChannelsFirst(gym.wrappers.AddRenderObservation(base, render_only=True))
@@ -171,18 +171,14 @@ def test_frozen_lake_learns_through_its_one_hot_observations(tmp_path):
     FrozenLake's only reward is the goal, which random play reaches in ~1.5% of its episodes."""
     r = run_cli(
         "train",
-        "--env",
-        "FrozenLake-v1",
-        "--env_options",
-        '{"is_slippery": false}',
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "fl",
-        "--train_for_env_steps",
-        60000,
-        "--seed",
-        1,
+        *flags(
+            env="FrozenLake-v1",
+            env_options='{"is_slippery": false}',
+            train_dir=tmp_path,
+            experiment="fl",
+            train_for_env_steps=60000,
+            seed=1,
+        ),
         timeout=180,
     )
     assert r.returncode == 0, r.stderr[-3000:]
@@ -199,14 +195,12 @@ def test_multi_discrete_and_multi_binary_actions_learn_every_dimension(
     must learn."""
     r = run_cli(
         "train",
-        "--env",
-        f"tests.action_envs:{env}",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        env,
-        "--train_for_env_steps",
-        40000,
+        *flags(
+            env=f"tests.action_envs:{env}",
+            train_dir=tmp_path,
+            experiment=env,
+            train_for_env_steps=40000,
+        ),
         *SMALL_MLP_RUN,
         timeout=180,
     )
@@ -297,22 +291,16 @@ def test_doom_duel_games_on_busy_cores_do_not_stall(clean_machine):
     stall raises after step_timeout, and raw mode then ends with exit code 1."""
     r = run_cli(
         "bench",
-        "--env",
-        "doom_duel",
-        "--env_options",
-        '{"step_timeout": 3.0, "timelimit_minutes": 0.25}',
-        "--mode",
-        "raw",
-        "--num_workers",
-        8,
-        "--num_envs_per_worker",
-        1,
-        "--worker_num_splits",
-        1,
-        "--seconds",
-        4,
-        "--warmup_seconds",
-        2,
+        *flags(
+            env="doom_duel",
+            env_options='{"step_timeout": 3.0, "timelimit_minutes": 0.25}',
+            mode="raw",
+            num_workers=8,
+            num_envs_per_worker=1,
+            worker_num_splits=1,
+            seconds=4,
+            warmup_seconds=2,
+        ),
     )
     assert r.returncode == 0 and "asyncrl bench: raw" in r.stdout, (
         r.stdout[-2000:] + r.stderr[-8000:]

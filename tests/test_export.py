@@ -10,8 +10,10 @@ import onnxruntime
 import pytest
 import torch
 
-from asyncrl.cfg.config import Config, ConfigError
-from asyncrl.envs.gym_adapter import ObservationWithActionMask, PackedObservation
+from asyncrl.cfg.config import Config
+from asyncrl.cfg.errors import ConfigError
+from asyncrl.envs.action_masks import ObservationWithActionMask
+from asyncrl.envs.packed_observations import PackedObservation
 from asyncrl.model.actor_critic import build_model
 from asyncrl.model.onnx_graph import export_onnx
 

@@ -19,6 +19,7 @@ from fault_envs import StopsWhileWaiting, no_setup
 from helpers import (
     children_named,
     copy_run,
+    flags,
     read_stats,
     run_cli,
     run_past_a_hanging_env,
@@ -35,14 +36,7 @@ from asyncrl.core.queues import take_all
 from asyncrl.roles.rollout_worker import RolloutWorker
 
 DOOM_SMALL = [
-    "--env",
-    "doom_basic",
-    "--num_envs_per_worker",
-    2,
-    "--rnn_size",
-    64,
-    "--batch_size",
-    256,
+    *flags(env="doom_basic", num_envs_per_worker=2, rnn_size=64, batch_size=256),
 ]
 
 
@@ -50,18 +44,14 @@ DOOM_SMALL = [
 def test_env_raising_on_1_percent_of_steps_does_not_stop_the_run(tmp_path, clean_machine):
     r = run_cli(
         "train",
-        "--env",
-        "synthetic_constant",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "err",
-        "--env_options",
-        '{"step_us": 10, "error_prob": 0.01}',
-        "--train_for_env_steps",
-        20_000,
-        "--experiment_summaries_interval",
-        1,
+        *flags(
+            env="synthetic_constant",
+            train_dir=tmp_path,
+            experiment="err",
+            env_options='{"step_us": 10, "error_prob": 0.01}',
+            train_for_env_steps=20_000,
+            experiment_summaries_interval=1,
+        ),
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = read_stats(tmp_path / "err")
@@ -90,12 +80,7 @@ def test_stop_signal_saves_a_checkpoint_and_leaves_nothing(
     proc = start_cli(
         "train",
         *env_args,
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "int",
-        "--experiment_summaries_interval",
-        1,
+        *flags(train_dir=tmp_path, experiment="int", experiment_summaries_interval=1),
     )
     row = wait_for_training(tmp_path / "int", proc)
     sent = time.time()
@@ -111,12 +96,9 @@ def test_stop_signal_saves_a_checkpoint_and_leaves_nothing(
     # resuming continues the counters from the checkpoint
     r = run_cli(
         "train",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "int",
-        "--train_for_env_steps",
-        final["env_steps"] + 5_000,
+        *flags(
+            train_dir=tmp_path, experiment="int", train_for_env_steps=final["env_steps"] + 5_000
+        ),
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     resumed = read_stats(tmp_path / "int")
@@ -133,18 +115,14 @@ def test_second_ctrl_c_forces_the_stop(tmp_path, clean_machine):
     options = '{"step_us": 10, "hang_once_file": "%s"}' % (tmp_path / "hung")
     proc = start_cli(
         "train",
-        "--env",
-        "synthetic_constant",
-        "--env_options",
-        options,
-        "--env_step_timeout",
-        600,
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "force",
-        "--experiment_summaries_interval",
-        1,
+        *flags(
+            env="synthetic_constant",
+            env_options=options,
+            env_step_timeout=600,
+            train_dir=tmp_path,
+            experiment="force",
+            experiment_summaries_interval=1,
+        ),
     )
     wait_for_training(tmp_path / "force", proc)
     while not (tmp_path / "hung").exists():
@@ -180,12 +158,11 @@ def test_ctrl_c_before_the_run_starts_is_one_line_and_leaves_nothing(tmp_path, c
     marker = tmp_path / "probing"
     proc = start_cli(
         "train",
-        "--env",
-        "slow_probe:make_env",
-        "--env_options",
-        json.dumps({"marker": str(marker)}),
-        "--train_dir",
-        tmp_path,
+        *flags(
+            env="slow_probe:make_env",
+            env_options=json.dumps({"marker": str(marker)}),
+            train_dir=tmp_path,
+        ),
         env={**os.environ, "PYTHONPATH": str(tmp_path)},
     )
     deadline = time.time() + 60
@@ -206,12 +183,7 @@ def test_sigkill_of_the_main_process_leaves_no_child_or_engine(tmp_path, clean_m
     proc = start_cli(
         "train",
         *DOOM_SMALL,
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "kill",
-        "--experiment_summaries_interval",
-        1,
+        *flags(train_dir=tmp_path, experiment="kill", experiment_summaries_interval=1),
     )
     # a first update: every child and engine is up
     wait_for_training(tmp_path / "kill", proc)
@@ -225,9 +197,7 @@ def test_corrupt_checkpoint_is_one_line_exit_2(cartpole_run, tmp_path):
     path = sorted(glob.glob(str(tmp_path / "c" / "checkpoint_p0" / "checkpoint_*.pth")))[-1]
     with open(path, "wb") as f:
         f.write(b"not a checkpoint")
-    r = run_cli(
-        "train", "--train_dir", tmp_path, "--experiment", "c", "--train_for_env_steps", 100_000
-    )
+    r = run_cli("train", *flags(train_dir=tmp_path, experiment="c", train_for_env_steps=100_000))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert os.path.basename(path) in r.stderr and "Traceback" not in r.stderr
 
@@ -237,7 +207,7 @@ def test_incompatible_checkpoint_names_the_tensor_and_shapes_and_keeps_the_saved
 ):
     saved = (copy_run(cartpole_run, tmp_path, "inc") / "inc" / "config.json").read_text()
     r = run_cli(
-        "train", "--train_dir", tmp_path, "--experiment", "inc", "--encoder_mlp_layers", "[32, 32]"
+        "train", *flags(train_dir=tmp_path, experiment="inc", encoder_mlp_layers="[32, 32]")
     )
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert (
@@ -263,12 +233,7 @@ def test_a_run_refused_by_wandb_keeps_the_saved_config(cartpole_run, tmp_path):
     }
     r = run_cli(
         "train",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "wb",
-        "--with_wandb",
-        "True",
+        *flags(train_dir=tmp_path, experiment="wb", with_wandb="True"),
         env=no_login,
         stdin=subprocess.DEVNULL,
     )
@@ -293,16 +258,13 @@ def test_sigkilled_workers_are_replaced_and_the_run_finishes(tmp_path, clean_mac
 
     proc = start_cli(
         "train",
-        "--env",
-        "CartPole-v1",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "rk",
-        "--train_for_env_steps",
-        100_000,
-        "--experiment_summaries_interval",
-        1,
+        *flags(
+            env="CartPole-v1",
+            train_dir=tmp_path,
+            experiment="rk",
+            train_for_env_steps=100_000,
+            experiment_summaries_interval=1,
+        ),
     )
 
     def processes(role: str) -> list:
@@ -423,18 +385,14 @@ def test_a_worker_that_dies_holding_a_queue_lock_is_replaced_and_the_run_finishe
     options = json.dumps({"once_file": str(tmp_path / "died"), "queue": queue})
     r = run_cli(
         "train",
-        "--env",
-        "tests.fault_envs:dies_holding_a_queue_lock",
-        "--env_options",
-        options,
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "lock",
-        "--train_for_env_steps",
-        16_000,
-        "--experiment_summaries_interval",
-        1,
+        *flags(
+            env="tests.fault_envs:dies_holding_a_queue_lock",
+            env_options=options,
+            train_dir=tmp_path,
+            experiment="lock",
+            train_for_env_steps=16_000,
+            experiment_summaries_interval=1,
+        ),
         timeout=60,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -459,16 +417,13 @@ def test_dead_learner_stops_the_run_and_keeps_its_checkpoints(tmp_path, clean_ma
 
     proc = start_cli(
         "train",
-        "--env",
-        "CartPole-v1",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "dl",
-        "--save_every_sec",
-        1,
-        "--experiment_summaries_interval",
-        1,
+        *flags(
+            env="CartPole-v1",
+            train_dir=tmp_path,
+            experiment="dl",
+            save_every_sec=1,
+            experiment_summaries_interval=1,
+        ),
     )
     wait_for_training(tmp_path / "dl", proc, min_train_step=20)
     ckpt_dir = tmp_path / "dl" / "checkpoint_p0"
@@ -493,14 +448,9 @@ def test_run_started_with_sigint_ignored_keeps_it_and_stops_on_sigterm(tmp_path,
     that alone, and SIGTERM still stops it with a checkpoint."""
     proc = start_cli(
         "train",
-        "--env",
-        "CartPole-v1",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "bg",
-        "--experiment_summaries_interval",
-        1,
+        *flags(
+            env="CartPole-v1", train_dir=tmp_path, experiment="bg", experiment_summaries_interval=1
+        ),
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     wait_for_training(tmp_path / "bg", proc)

@@ -1,4 +1,4 @@
-"""Observations with images beside other entries (gym_adapter.PackedObservation): packed into one
+"""Observations with images beside other entries (packed_observations.PackedObservation): packed into one
 byte vector at the env, read back by the model as views, a conv encoder per image beside an MLP on
 the rest; in real processes, through PettingZoo's agents and the ONNX graph."""
 
@@ -6,10 +6,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import read_stats, run_cli
+from helpers import flags, read_stats, run_cli
 
 from asyncrl.cfg.config import Config
-from asyncrl.envs.gym_adapter import PackedObservation, adapt, with_mask_from_info
+from asyncrl.envs.gym_adapter import adapt, with_mask_from_info
+from asyncrl.envs.packed_observations import PackedObservation
 from asyncrl.model.actor_critic import build_model
 from asyncrl.model.distributions import ILLEGAL_LOGIT
 from asyncrl.model.encoders import unpack_observation
@@ -195,22 +196,16 @@ def test_a_policy_of_images_beside_a_vector_and_a_mask_learns_in_real_processes(
     epochs: 17.4 by 26k in 21 s)."""
     r = run_cli(
         "train",
-        "--env",
-        "synthetic_image_and_vector",
-        "--env_options",
-        '{"action_mask": true}',
-        "--actor_critic_share_weights",
-        "False",
-        "--num_epochs",
-        2,
-        "--train_for_env_steps",
-        30_000,
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "iv",
-        "--experiment_summaries_interval",
-        2,
+        *flags(
+            env="synthetic_image_and_vector",
+            env_options='{"action_mask": true}',
+            actor_critic_share_weights="False",
+            num_epochs=2,
+            train_for_env_steps=30_000,
+            train_dir=tmp_path,
+            experiment="iv",
+            experiment_summaries_interval=2,
+        ),
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     last = read_stats(tmp_path / "iv")[-1]

@@ -23,6 +23,7 @@ LAYERS = [
     "population",
     "roles",
     "remote",
+    "measure",
     "commands",
     "top",
 ]

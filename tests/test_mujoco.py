@@ -6,7 +6,7 @@ import re
 
 import imageio
 import pytest
-from helpers import read_stats, run_cli, run_cli_error
+from helpers import flags, read_stats, run_cli, run_cli_error
 
 from asyncrl.commands.train import config_from_args
 from asyncrl.envs.gym_adapter import CONTINUOUS_DEFAULTS
@@ -31,16 +31,13 @@ def test_a_mujoco_run_learns_from_a_gaussian_policy_and_leaves_the_folder_as_it_
     work.mkdir()
     r = run_cli(
         "train",
-        "--env",
-        "mujoco_hopper",
-        "--train_dir",
-        tmp_path / "runs",
-        "--experiment",
-        "hop",
-        "--train_for_env_steps",
-        12_000,
-        "--experiment_summaries_interval",
-        1,
+        *flags(
+            env="mujoco_hopper",
+            train_dir=tmp_path / "runs",
+            experiment="hop",
+            train_for_env_steps=12_000,
+            experiment_summaries_interval=1,
+        ),
         cwd=work,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -62,16 +59,13 @@ def test_a_mujoco_run_learns_from_a_gaussian_policy_and_leaves_the_folder_as_it_
     }
     r = run_cli(
         "enjoy",
-        "--train_dir",
-        tmp_path / "runs",
-        "--experiment",
-        "hop",
-        "--max_num_episodes",
-        1,
-        "--save_video",
-        "True",
-        "--env_options",
-        '{"max_episode_steps": 20, "width": 96, "height": 96}',
+        *flags(
+            train_dir=tmp_path / "runs",
+            experiment="hop",
+            max_num_episodes=1,
+            save_video="True",
+            env_options='{"max_episode_steps": 20, "width": 96, "height": 96}',
+        ),
         cwd=work,
         env=headless,
     )

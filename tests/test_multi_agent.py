@@ -5,7 +5,7 @@ PettingZoo butterfly env)."""
 import textwrap
 
 import pytest
-from helpers import drain, read_stats, run_cli, run_cli_error, serial_runner, slot_owners
+from helpers import drain, flags, read_stats, run_cli, run_cli_error, serial_runner, slot_owners
 
 from asyncrl.core.buffers import NO_PLAYER, num_slots
 from asyncrl.envs import make_agents
@@ -205,26 +205,18 @@ def test_multi_agent_runs_train_two_policies_and_a_pettingzoo_env(tmp_path):
     imported by path, trains."""
     r = run_cli(
         "train",
-        "--env",
-        "synthetic_multi",
-        "--env_options",
-        '{"num_agents": 3, "agent_episode_lens": [5, 9, 30], "episode_len": 12, "step_us": 20}',
-        "--num_policies",
-        2,
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "ma",
-        "--train_for_env_steps",
-        16_000,
-        "--num_workers",
-        2,
-        "--num_envs_per_worker",
-        4,
-        "--seed",
-        1,
-        "--experiment_summaries_interval",
-        2,
+        *flags(
+            env="synthetic_multi",
+            env_options='{"num_agents": 3, "agent_episode_lens": [5, 9, 30], "episode_len": 12, "step_us": 20}',
+            num_policies=2,
+            train_dir=tmp_path,
+            experiment="ma",
+            train_for_env_steps=16_000,
+            num_workers=2,
+            num_envs_per_worker=4,
+            seed=1,
+            experiment_summaries_interval=2,
+        ),
         timeout=240,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -236,26 +228,18 @@ def test_multi_agent_runs_train_two_policies_and_a_pettingzoo_env(tmp_path):
 
     r = run_cli(
         "train",
-        "--env",
-        "pettingzoo.butterfly.knights_archers_zombies_v11:parallel_env",
-        "--env_options",
-        '{"max_cycles": 100}',
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "kaz",
-        "--train_for_env_steps",
-        4000,
-        "--num_workers",
-        2,
-        "--num_envs_per_worker",
-        2,
-        "--rnn_size",
-        64,
-        "--batch_size",
-        256,
-        "--seed",
-        1,
+        *flags(
+            env="pettingzoo.butterfly.knights_archers_zombies_v11:parallel_env",
+            env_options='{"max_cycles": 100}',
+            train_dir=tmp_path,
+            experiment="kaz",
+            train_for_env_steps=4000,
+            num_workers=2,
+            num_envs_per_worker=2,
+            rnn_size=64,
+            batch_size=256,
+            seed=1,
+        ),
         timeout=240,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

@@ -8,10 +8,11 @@ import random
 import gymnasium as gym
 import pytest
 import torch
-from helpers import read_jsonl, read_stats, run_cli_error, run_until, start_cli
+from helpers import flags, read_jsonl, read_stats, run_cli_error, run_until, start_cli
 
 from asyncrl.algo.optimizer import Adam, learner_state_floats, pack_state, unpack_state
-from asyncrl.cfg.config import PER_POLICY_HPARAMS, Config
+from asyncrl.cfg.config import Config
+from asyncrl.cfg.groups.population import PER_POLICY_HPARAMS
 from asyncrl.core.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
 from asyncrl.core.messages import StateExported
 from asyncrl.model.actor_critic import build_model
@@ -81,31 +82,21 @@ def test_pbt_run_copies_and_mutates_in_memory_logs_and_resumes_its_hyperparamete
     weights into bottom policies and mutates; pbt.jsonl holds every decision; the stats report each
     policy's hyperparameters; a resumed run starts from the hyperparameters its checkpoints saved
     (not the command line's)."""
-    flags = [
-        "--env",
-        "CartPole-v1",
-        "--num_policies",
-        3,
-        "--with_pbt",
-        "True",
-        "--pbt_period_env_steps",
-        4000,
-        "--pbt_start_mutation",
-        4000,
-        "--pbt_mutation_rate",
-        0.5,
-        "--policy_overrides",
-        '{"2": {"learning_rate": 1e-7}}',
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "pbt",
-        "--seed",
-        1,
-        "--experiment_summaries_interval",
-        1,
-        "--num_envs_per_worker",
-        8,
+    pbt_run = [
+        *flags(
+            env="CartPole-v1",
+            num_policies=3,
+            with_pbt="True",
+            pbt_period_env_steps=4000,
+            pbt_start_mutation=4000,
+            pbt_mutation_rate=0.5,
+            policy_overrides='{"2": {"learning_rate": 1e-7}}',
+            train_dir=tmp_path,
+            experiment="pbt",
+            seed=1,
+            experiment_summaries_interval=1,
+            num_envs_per_worker=8,
+        ),
     ]
     log = tmp_path / "pbt" / "pbt.jsonl"
 
@@ -116,7 +107,9 @@ def test_pbt_run_copies_and_mutates_in_memory_logs_and_resumes_its_hyperparamete
         made = decisions()
         return len(made) >= 6 and any(d["copied_from"] is not None for d in made)
 
-    run_until(start_cli("train", *flags), enough_decisions, "six PBT decisions, one of them a copy")
+    run_until(
+        start_cli("train", *pbt_run), enough_decisions, "six PBT decisions, one of them a copy"
+    )
     assert {d["policy"] for d in decisions()} == {0, 1, 2}
     for d in decisions():
         assert len(d["objectives"]) == 3 and set(d["hparams_before"]) == set(
@@ -138,7 +131,7 @@ def test_pbt_run_copies_and_mutates_in_memory_logs_and_resumes_its_hyperparamete
         return {row["policy_id"] for row in new_rows if "hp_learning_rate" in row} == {0, 1, 2}
 
     run_until(
-        start_cli("train", *flags, "--pbt_start_mutation", 10**9),
+        start_cli("train", *pbt_run, "--pbt_start_mutation", 10**9),
         hparams_reported,
         "every policy's hparams",
     )
@@ -166,22 +159,16 @@ def test_two_policies_train_and_overrides_without_pbt_reach_their_learners(tmp_p
 
     run = start_cli(
         "train",
-        "--env",
-        "CartPole-v1",
-        "--num_policies",
-        2,
-        "--learning_rate",
-        3e-4,
-        "--policy_overrides",
-        '{"1": {"learning_rate": 2e-5, "gamma": 0.9}}',
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "o",
-        "--seed",
-        1,
-        "--experiment_summaries_interval",
-        1,
+        *flags(
+            env="CartPole-v1",
+            num_policies=2,
+            learning_rate=3e-4,
+            policy_overrides='{"1": {"learning_rate": 2e-5, "gamma": 0.9}}',
+            train_dir=tmp_path,
+            experiment="o",
+            seed=1,
+            experiment_summaries_interval=1,
+        ),
     )
     run_until(
         run,
@@ -196,7 +183,7 @@ def test_two_policies_train_and_overrides_without_pbt_reach_their_learners(tmp_p
 
 
 @pytest.mark.parametrize(
-    "flags,needle",
+    "given,needle",
     [
         (
             ["--num_policies", 2, "--with_pbt", "True", "--pbt_replace_fraction", 0.7],
@@ -221,8 +208,8 @@ def test_two_policies_train_and_overrides_without_pbt_reach_their_learners(tmp_p
         ),
     ],
 )
-def test_bad_pbt_flags_are_one_line_and_exit_2(tmp_path, flags, needle):
-    r = run_cli_error("train", "--env", "CartPole-v1", *flags, "--train_dir", tmp_path)
+def test_bad_pbt_flags_are_one_line_and_exit_2(tmp_path, given, needle):
+    r = run_cli_error("train", "--env", "CartPole-v1", *given, "--train_dir", tmp_path)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, (
         r.stderr
     )

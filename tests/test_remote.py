@@ -14,11 +14,11 @@ import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
-from helpers import read_stats, run_cli, run_cli_error, serial_runner, start_cli
+from helpers import flags, read_stats, run_cli, run_cli_error, serial_runner, start_cli
 
 from asyncrl.envs import EnvError
 from asyncrl.remote import RemoteEnv, RemoteSettings, remote_parallel_env, side_channel
-from asyncrl.remote.client import Connection, RemoteEnvError
+from asyncrl.remote.connection import Connection, RemoteEnvError
 from asyncrl.remote.wire import encode, pb
 
 MARKED = "tests.remote_envs:make_marked"
@@ -35,7 +35,7 @@ def server_logs_are_removed():
 SERVER_LOGS: list[str] = []
 
 
-def start_servers(count, *flags, port=0, timeout=60) -> list[tuple[subprocess.Popen, str]]:
+def start_servers(count, *server_flags, port=0, timeout=60) -> list[tuple[subprocess.Popen, str]]:
     """`count` `asyncrl env-server` processes (started together: their start-ups overlap) and their
     addresses, once they serve. Their output goes to files (removed at the test's end): a pipe
     nobody reads would fill up and block a server."""
@@ -46,7 +46,11 @@ def start_servers(count, *flags, port=0, timeout=60) -> list[tuple[subprocess.Po
         started.append(
             (
                 start_cli(
-                    "env-server", *flags, "--port", port, stdout=log, stderr=subprocess.STDOUT
+                    "env-server",
+                    *server_flags,
+                    *flags(port=port),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
                 ),
                 log.name,
             )
@@ -64,8 +68,8 @@ def wait_serving(proc, log: str, deadline: float) -> str:
     raise AssertionError(f"env server did not start:\n{open(log).read()}")
 
 
-def start_server(*flags, port=0, timeout=60) -> tuple[subprocess.Popen, str]:
-    return start_servers(1, *flags, port=port, timeout=timeout)[0]
+def start_server(*server_flags, port=0, timeout=60) -> tuple[subprocess.Popen, str]:
+    return start_servers(1, *server_flags, port=port, timeout=timeout)[0]
 
 
 def serving(server) -> psutil.Process:
@@ -110,7 +114,7 @@ def test_frames_come_with_the_results_they_show_for_a_client_that_asks():
     first. A client that does not ask gets none; a server that does not render is refused with what
     to do, on both sides."""
     _, address = start_server(
-        "--env", MARKED, "--num_envs", "2", "--env_options", '{"render_mode": "rgb_array"}'
+        *flags(env=MARKED, num_envs="2", env_options='{"render_mode": "rgb_array"}')
     )
     _, bare = start_server("--env", MARKED, "--num_envs", "1")
     env = RemoteEnv(address, render_mode="rgb_array")
@@ -146,9 +150,7 @@ def test_frames_come_with_the_results_they_show_for_a_client_that_asks():
 def test_a_lost_life_reaches_the_client_with_its_step():
     """info["life_lost"] (Atari's life-loss signal, a terminal for learning) crosses the wire as the
     env gives it."""
-    _, address = start_server(
-        "--env", MARKED, "--num_envs", "1", "--env_options", '{"life_every": 6}'
-    )
+    _, address = start_server(*flags(env=MARKED, num_envs="1", env_options='{"life_every": 6}'))
     env = RemoteEnv(address)
     env.reset()
     assert [t for t in range(1, 21) if env.step(1)[4].get("life_lost")] == [6, 12, 18]
@@ -177,7 +179,7 @@ def test_a_served_env_s_action_mask_reaches_the_client_s_space():
     observation's last entries it holds, so the client's space is an ObservationWithActionMask (the
     model masks its logits); an allowed action is played, a forbidden one ends the episode as the
     env's rules say."""
-    from asyncrl.envs.gym_adapter import ObservationWithActionMask
+    from asyncrl.envs.action_masks import ObservationWithActionMask
 
     _, address = start_server("--env", "tests.action_envs:legal_moves", "--num_envs", "1")
     client = RemoteEnv(address)
@@ -202,15 +204,10 @@ def test_a_served_env_with_images_beside_a_vector_keeps_its_packed_layout(tmp_pa
     size, the mask's), so the client's space unpacks what the server's env packed; a run trains
     through the server without a masked action."""
     from asyncrl.envs import make_env
-    from asyncrl.envs.gym_adapter import PackedObservation
+    from asyncrl.envs.packed_observations import PackedObservation
 
     _, address = start_server(
-        "--env",
-        "synthetic_image_and_vector",
-        "--env_options",
-        '{"action_mask": true}',
-        "--num_envs",
-        "4",
+        *flags(env="synthetic_image_and_vector", env_options='{"action_mask": true}', num_envs="4"),
     )
     client = RemoteEnv(address)
     local = make_env("synthetic_image_and_vector", action_mask=True).observation_space
@@ -223,18 +220,14 @@ def test_a_served_env_with_images_beside_a_vector_keeps_its_packed_layout(tmp_pa
     client.close()
     r = run_cli(
         "train",
-        "--env",
-        f"remote:{address}",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "packed",
-        "--num_workers",
-        "1",
-        "--num_envs_per_worker",
-        "4",
-        "--train_for_env_steps",
-        "3000",
+        *flags(
+            env=f"remote:{address}",
+            train_dir=tmp_path,
+            experiment="packed",
+            num_workers="1",
+            num_envs_per_worker="4",
+            train_for_env_steps="3000",
+        ),
         timeout=240,
     )
     assert r.returncode == 0, r.stderr[-3000:]
@@ -246,38 +239,25 @@ def test_enjoy_records_a_video_of_a_remote_env(tmp_path):
     """`asyncrl enjoy --save_video` on a remote env: the frames come from the server, one per reset
     and step."""
     _, address = start_server(
-        "--env", MARKED, "--num_envs", "3", "--env_options", '{"render_mode": "rgb_array"}'
+        *flags(env=MARKED, num_envs="3", env_options='{"render_mode": "rgb_array"}')
     )
     env = f"remote:{address}"
     trained = run_cli(
         "train",
-        "--env",
-        env,
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "m",
-        "--num_workers",
-        "1",
-        "--num_envs_per_worker",
-        "2",
-        "--train_for_env_steps",
-        "2000",
+        *flags(
+            env=env,
+            train_dir=tmp_path,
+            experiment="m",
+            num_workers="1",
+            num_envs_per_worker="2",
+            train_for_env_steps="2000",
+        ),
         timeout=120,
     )
     assert trained.returncode == 0, trained.stderr[-3000:]
     r = run_cli(
         "enjoy",
-        "--env",
-        env,
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "m",
-        "--max_num_episodes",
-        2,
-        "--save_video",
-        "True",
+        *flags(env=env, train_dir=tmp_path, experiment="m", max_num_episodes=2, save_video="True"),
         timeout=120,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -297,20 +277,15 @@ def test_trains_through_two_env_servers(tmp_path):
     env = "remote:" + ",".join(address for _, address in servers)
     result = run_cli(
         "train",
-        "--env",
-        env,
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "r",
-        "--num_workers",
-        "2",
-        "--num_envs_per_worker",
-        "8",
-        "--train_for_env_steps",
-        "20000",
-        "--seed",
-        "1",
+        *flags(
+            env=env,
+            train_dir=tmp_path,
+            experiment="r",
+            num_workers="2",
+            num_envs_per_worker="8",
+            train_for_env_steps="20000",
+            seed="1",
+        ),
         timeout=240,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -369,16 +344,13 @@ def test_security_token_tls_and_bad_actions(tmp_path):
     (tmp_path / "token").write_text("s3cret\n")
     cert, key = _self_signed(tmp_path)
     _, address = start_server(
-        "--env",
-        "CartPole-v1",
-        "--num_envs",
-        "2",
-        "--auth_token_file",
-        tmp_path / "token",
-        "--tls_cert",
-        cert,
-        "--tls_key",
-        key,
+        *flags(
+            env="CartPole-v1",
+            num_envs="2",
+            auth_token_file=tmp_path / "token",
+            tls_cert=cert,
+            tls_key=key,
+        ),
     )
     tls = cert.read_bytes()
     with pytest.raises(EnvError, match="UNAUTHENTICATED"):
@@ -396,12 +368,7 @@ def test_security_token_tls_and_bad_actions(tmp_path):
     (tmp_path / "bad").write_text("nope\n")
     common = [
         "train",
-        "--env",
-        f"remote:{address}",
-        "--remote_tls_ca_cert",
-        cert,
-        "--train_dir",
-        tmp_path,
+        *flags(env=f"remote:{address}", remote_tls_ca_cert=cert, train_dir=tmp_path),
     ]
     result = run_cli(*common, "--remote_auth_token_file", tmp_path / "bad", timeout=60)
     assert result.returncode == 2 and "UNAUTHENTICATED" in result.stderr
@@ -414,7 +381,7 @@ def test_fuzzed_messages_get_error_statuses_and_never_disturb_a_good_client():
     an error status, a well-behaved client steps throughout, and the server's memory grows less than
     10%."""
     server, address = start_server(
-        "--env", MARKED, "--num_envs", "2", "--auth_token", "tok", "--max_message_mb", "0.05"
+        *flags(env=MARKED, num_envs="2", auth_token="tok", max_message_mb="0.05")
     )
     settings = RemoteSettings(auth_token="tok")
     good = RemoteEnv(address, settings=settings)
@@ -675,9 +642,7 @@ def test_killed_server_with_reconnect_discards_interrupted_trajectories(tmp_path
     sent_while_down = len(sent)
     # the other server's envs train on
     run_until(lambda: len(sent) > sent_while_down + 10, 30)
-    restarted, _ = start_server(
-        "--env", MARKED, "--num_envs", "4", port=address_a.rsplit(":", 1)[1]
-    )
+    restarted, _ = start_server(*flags(env=MARKED, num_envs="4"), port=address_a.rsplit(":", 1)[1])
     # the killed server's envs rejoin
     run_until(lambda: not any(w.backend.unavailable for w in workers), 30)
     restarted_pid = serving(restarted).pid
@@ -693,18 +658,14 @@ def test_killed_server_without_reconnect_stops_the_run_with_one_line(tmp_path):
     server, address = start_server("--env", "CartPole-v1", "--num_envs", "8")
     run = start_cli(
         "train",
-        "--env",
-        f"remote:{address}",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "k",
-        "--num_workers",
-        "2",
-        "--num_envs_per_worker",
-        "4",
-        "--save_every_sec",
-        "1",
+        *flags(
+            env=f"remote:{address}",
+            train_dir=tmp_path,
+            experiment="k",
+            num_workers="2",
+            num_envs_per_worker="4",
+            save_every_sec="1",
+        ),
     )
     deadline = time.time() + 120
     while time.time() < deadline and not list((tmp_path / "k").glob("**/checkpoint_*.pth")):
@@ -734,24 +695,17 @@ def test_two_clients_each_own_one_agent_of_a_two_agent_env(tmp_path):
     runs = [
         start_cli(
             "train",
-            "--env",
-            f"remote:{address}",
-            "--remote_agents",
-            f"[{agent}]",
-            "--remote_timeout",
-            "90",
-            "--train_dir",
-            tmp_path,
-            "--experiment",
-            f"agent{agent}",
-            "--num_workers",
-            "1",
-            "--num_envs_per_worker",
-            "4",
-            "--train_for_env_steps",
-            "1024",
-            "--seed",
-            str(agent),
+            *flags(
+                env=f"remote:{address}",
+                remote_agents=f"[{agent}]",
+                remote_timeout="90",
+                train_dir=tmp_path,
+                experiment=f"agent{agent}",
+                num_workers="1",
+                num_envs_per_worker="4",
+                train_for_env_steps="1024",
+                seed=str(agent),
+            ),
         )
         for agent in (0, 1)
     ]
@@ -775,12 +729,12 @@ def test_sigkilled_env_server_leaves_no_engine_or_segment(clean_machine):
 
 
 def test_env_server_bad_flags_are_one_line_exit_2():
-    for flags, needle in [
+    for argv, needle in [
         (["--env", "no_such_env"], "unknown env"),
         (["--env", "CartPole-v1", "--num_envs", "0"], "must be positive"),
         (["--env", "CartPole-v1", "--tls_cert", "x.pem"], "go together"),
     ]:
-        result = run_cli_error("env-server", *flags)
+        result = run_cli_error("env-server", *argv)
         assert (
             result.returncode == 2
             and needle in result.stderr
@@ -788,6 +742,6 @@ def test_env_server_bad_flags_are_one_line_exit_2():
         )
     _, address = start_server("--env", "CartPole-v1", "--num_envs", "1")
     result = run_cli(
-        "env-server", "--env", "CartPole-v1", "--port", address.rsplit(":", 1)[1], timeout=60
+        "env-server", *flags(env="CartPole-v1", port=address.rsplit(":", 1)[1]), timeout=60
     )
     assert result.returncode == 2 and "port" in result.stderr

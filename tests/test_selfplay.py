@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from helpers import drain, read_stats, run_cli, run_cli_error, serial_runner
+from helpers import drain, flags, read_stats, run_cli, run_cli_error, serial_runner
 
 from asyncrl.cfg.config import Config
 from asyncrl.core.buffers import frozen_player
@@ -114,7 +114,9 @@ def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a
                                 int(b.traj_policy_version[b.agent_slot[agent], t - 1]),
                             )
                         )
-    snapshots = {(r.k, r.version) for r in drain(runner.queues.reports) if isinstance(r, Snapshot)}
+    snapshots = {
+        (r.slot, r.version) for r in drain(runner.queues.reports) if isinstance(r, Snapshot)
+    }
     assert len(frozen_rows) > 100 and set(frozen_rows) <= snapshots and len(set(frozen_rows)) > 3
     arrived = drain(runner.queues.full_slots[0]) + learner.source.pending_slots
     in_flight = sum(int(b.traj_valid[s].sum()) for s in arrived)
@@ -139,7 +141,7 @@ def test_the_frozen_pool_survives_a_resume(tmp_path):
     """A checkpoint holds the pool: the resumed run's entries have the same versions and weights,
     are announced as snapshots (rated), and the next snapshot replaces the oldest entry, as it would
     have without the restart."""
-    flags = dict(
+    overrides = dict(
         env="grid_duel",
         rollout=8,
         batch_size=64,
@@ -147,7 +149,7 @@ def test_the_frozen_pool_survives_a_resume(tmp_path):
         selfplay_pool_size=3,
         env_options={"max_steps": 12},
     )
-    runner = serial_runner(tmp_path, **flags)
+    runner = serial_runner(tmp_path, **overrides)
     learner = next(c for c in runner.components if isinstance(c, Learner))
     while learner.snapshots < 4:
         for c in runner.components:
@@ -160,7 +162,7 @@ def test_the_frozen_pool_survives_a_resume(tmp_path):
     )
     for r in drain(runner.queues.reports):
         if isinstance(r, Snapshot):
-            runner.ratings.add_snapshot(r.policy_id, r.k, r.version)
+            runner.ratings.add_snapshot(r.policy_id, r.slot, r.version)
     pool = [frozen_player(runner.cfg, 0, k) for k in range(3)]
     runner.ratings.add_matches(
         [([0, i], [1.0, 0.0]) for i in pool] * 5 + [([pool[0], pool[1]], [1.0, 0.0])]
@@ -169,13 +171,15 @@ def test_the_frozen_pool_survives_a_resume(tmp_path):
     runner.ratings.save()
     runner._stop_children()
 
-    resumed = serial_runner(tmp_path, **flags)
+    resumed = serial_runner(tmp_path, **overrides)
     learner = next(c for c in resumed.components if isinstance(c, Learner))
     assert (
         torch.equal(resumed.buffers.frozen_version[0], saved[0]) and learner.snapshots == saved[2]
     )
     assert torch.equal(resumed.buffers.frozen_weights[0], saved[1])
-    announced = {(r.k, r.version) for r in drain(resumed.queues.reports) if isinstance(r, Snapshot)}
+    announced = {
+        (r.slot, r.version) for r in drain(resumed.queues.reports) if isinstance(r, Snapshot)
+    }
     assert announced == {(k, v) for k, v in enumerate(saved[0].tolist())}
     # the resumed policy and its restored versions keep their ratings
     for k, version in announced:
@@ -198,18 +202,14 @@ def test_selfplay_run_rates_its_snapshots_and_match_plays_them(tmp_path):
     bad file) with one line and exit 2."""
     r = run_cli(
         "train",
-        "--env",
-        "grid_duel",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "sp",
-        "--seed",
-        1,
-        "--train_for_env_steps",
-        24_000,
-        "--selfplay_snapshot_every_env_steps",
-        5_000,
+        *flags(
+            env="grid_duel",
+            train_dir=tmp_path,
+            experiment="sp",
+            seed=1,
+            train_for_env_steps=24_000,
+            selfplay_snapshot_every_env_steps=5_000,
+        ),
         timeout=240,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -220,17 +220,11 @@ def test_selfplay_run_rates_its_snapshots_and_match_plays_them(tmp_path):
     out = tmp_path / "match.json"
     r = run_cli(
         "match",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "sp",
+        *flags(train_dir=tmp_path, experiment="sp"),
         "--players",
         "latest",
         "scripted",
-        "--episodes",
-        50,
-        "--out",
-        out,
+        *flags(episodes=50, out=out),
         timeout=120,
     )
     assert r.returncode == 0 and "latest vs scripted:" in r.stdout, r.stdout + r.stderr
@@ -241,7 +235,7 @@ def test_selfplay_run_rates_its_snapshots_and_match_plays_them(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "flags,needle",
+    "given,needle",
     [
         (
             ["--env", "CartPole-v1", "--players", "random", "random"],
@@ -257,8 +251,8 @@ def test_selfplay_run_rates_its_snapshots_and_match_plays_them(tmp_path):
         (["--env", "grid_duel", "--players", "random"], "expected 2 arguments"),
     ],
 )
-def test_bad_match_input_is_one_line_and_exit_2(tmp_path, flags, needle):
-    r = run_cli_error("match", *flags, "--train_dir", tmp_path)
+def test_bad_match_input_is_one_line_and_exit_2(tmp_path, given, needle):
+    r = run_cli_error("match", *given, "--train_dir", tmp_path)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, (
         r.stderr
     )
@@ -267,17 +261,11 @@ def test_bad_match_input_is_one_line_and_exit_2(tmp_path, flags, needle):
 def test_match_plays_an_agent_against_the_envs_bots(tmp_path, clean_machine):
     r = run_cli(
         "match",
-        "--env",
-        "doom_duel_bots",
-        "--env_options",
-        '{"episode_timeout": 200}',
+        *flags(env="doom_duel_bots", env_options='{"episode_timeout": 200}'),
         "--players",
         "random",
         "bots",
-        "--episodes",
-        2,
-        "--train_dir",
-        tmp_path,
+        *flags(episodes=2, train_dir=tmp_path),
         timeout=120,
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -296,24 +284,17 @@ def test_doom_duel_trains_two_players_of_network_games(tmp_path, clean_machine):
     run."""
     r = run_cli(
         "train",
-        "--env",
-        "doom_duel",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "duel",
-        "--num_workers",
-        2,
-        "--num_envs_per_worker",
-        2,
-        "--env_options",
-        '{"timelimit_minutes": 0.05}',
-        "--rollout",
-        16,
-        "--batch_size",
-        128,
-        "--train_for_env_steps",
-        4096,
+        *flags(
+            env="doom_duel",
+            train_dir=tmp_path,
+            experiment="duel",
+            num_workers=2,
+            num_envs_per_worker=2,
+            env_options='{"timelimit_minutes": 0.05}',
+            rollout=16,
+            batch_size=128,
+            train_for_env_steps=4096,
+        ),
         timeout=240,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

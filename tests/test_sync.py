@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import drain, read_stats, run_cli, run_cli_error, serial_runner
+from helpers import drain, flags, read_stats, run_cli, run_cli_error, serial_runner
 
 from asyncrl.roles.learner import Learner
 from asyncrl.roles.rollout_worker import RolloutWorker
@@ -159,34 +159,22 @@ def test_ver_gives_fast_envs_more_of_the_batch_than_lock_step(tmp_path):
     for algo in ("ppo", "ver"):
         r = run_cli(
             "train",
-            "--algo",
-            algo,
-            "--env",
-            "synthetic_constant",
-            "--env_options",
-            '{"step_us": 300, "episode_len": 8, "worker_cost": [30, 1]}',
-            "--train_dir",
-            tmp_path,
-            "--experiment",
-            algo,
-            "--num_workers",
-            2,
-            "--num_envs_per_worker",
-            2,
-            "--rollout",
-            8,
-            "--batch_size",
-            32,
-            "--train_for_env_steps",
-            320 if algo == "ppo" else 1500,
-            "--experiment_summaries_interval",
-            1,
-            "--use_rnn",
-            "False",
-            "--seed",
-            0,
-            "--stats_avg",
-            1000,
+            *flags(
+                algo=algo,
+                env="synthetic_constant",
+                env_options='{"step_us": 300, "episode_len": 8, "worker_cost": [30, 1]}',
+                train_dir=tmp_path,
+                experiment=algo,
+                num_workers=2,
+                num_envs_per_worker=2,
+                rollout=8,
+                batch_size=32,
+                train_for_env_steps=320 if algo == "ppo" else 1500,
+                experiment_summaries_interval=1,
+                use_rnn="False",
+                seed=0,
+                stats_avg=1000,
+            ),
         )
         assert r.returncode == 0, r.stdout + r.stderr
         rows = read_stats(tmp_path / algo)
@@ -206,20 +194,15 @@ def test_ver_gives_fast_envs_more_of_the_batch_than_lock_step(tmp_path):
 def test_sync_cartpole_learns_in_real_processes(tmp_path, algo, clean_machine):
     r = run_cli(
         "train",
-        "--algo",
-        algo,
-        "--env",
-        "CartPole-v1",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        algo,
-        "--train_for_env_steps",
-        40_000,
-        "--experiment_summaries_interval",
-        1,
-        "--seed",
-        0,
+        *flags(
+            algo=algo,
+            env="CartPole-v1",
+            train_dir=tmp_path,
+            experiment=algo,
+            train_for_env_steps=40_000,
+            experiment_summaries_interval=1,
+            seed=0,
+        ),
     )
     assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / algo)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 import torch
-from helpers import copy_run, read_stats, run_cli, run_cli_error, wandb_runs
+from helpers import copy_run, flags, read_stats, run_cli, run_cli_error, wandb_runs
 
 from asyncrl.core.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
 
@@ -45,18 +45,14 @@ def test_serial_mode_learns_and_its_seed_repeats_the_run_bit_for_bit(tmp_path, c
     for experiment in ("serial", "again"):
         r = run_cli(
             "train",
-            "--env",
-            "CartPole-v1",
-            "--train_dir",
-            tmp_path,
-            "--experiment",
-            experiment,
-            "--serial_mode",
-            "True",
-            "--train_for_env_steps",
-            20_000,
-            "--seed",
-            0,
+            *flags(
+                env="CartPole-v1",
+                train_dir=tmp_path,
+                experiment=experiment,
+                serial_mode="True",
+                train_for_env_steps=20_000,
+                seed=0,
+            ),
         )
         assert r.returncode == 0, r.stdout + r.stderr
     rows = read_stats(tmp_path / "serial")
@@ -77,14 +73,12 @@ def test_resume_continues_env_steps(cartpole_run, tmp_path, clean_machine):
     wandb_folders = len(wandb_runs(tmp_path / "res" / "wandb"))
     r = run_cli(
         "train",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "res",
-        "--experiment_summaries_interval",
-        1,
-        "--train_for_env_steps",
-        first_end["env_steps"] + 10_000,
+        *flags(
+            train_dir=tmp_path,
+            experiment="res",
+            experiment_summaries_interval=1,
+            train_for_env_steps=first_end["env_steps"] + 10_000,
+        ),
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.search(
@@ -119,18 +113,14 @@ def test_restart_behavior_restart_starts_over(cartpole_run, tmp_path):
     copy_run(cartpole_run, tmp_path, "rs")
     r = run_cli(
         "train",
-        "--env",
-        "CartPole-v1",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "rs",
-        "--train_for_env_steps",
-        5_000,
-        "--restart_behavior",
-        "restart",
-        "--with_wandb",
-        "False",
+        *flags(
+            env="CartPole-v1",
+            train_dir=tmp_path,
+            experiment="rs",
+            train_for_env_steps=5_000,
+            restart_behavior="restart",
+            with_wandb="False",
+        ),
     )
     assert r.returncode == 0, r.stderr
     rows = read_stats(tmp_path / "rs")
@@ -153,14 +143,9 @@ def test_a_second_run_of_an_experiment_in_training_is_one_line_and_touches_nothi
         (tmp_path / "busy" / "stats.jsonl").write_text("the running run's rows\n")
         r = run_cli_error(
             "train",
-            "--env",
-            "CartPole-v1",
-            "--train_dir",
-            tmp_path,
-            "--experiment",
-            "busy",
-            "--restart_behavior",
-            behavior,
+            *flags(
+                env="CartPole-v1", train_dir=tmp_path, experiment="busy", restart_behavior=behavior
+            ),
         )
         assert r.returncode == 2 and "another run is training experiment 'busy'" in r.stderr, (
             r.stderr
@@ -176,16 +161,13 @@ def test_train_for_seconds_stops_the_run(tmp_path, clean_machine):
     start = time.time()
     r = run_cli(
         "train",
-        "--env",
-        "CartPole-v1",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "secs",
-        "--train_for_seconds",
-        3,
-        "--experiment_summaries_interval",
-        1,
+        *flags(
+            env="CartPole-v1",
+            train_dir=tmp_path,
+            experiment="secs",
+            train_for_seconds=3,
+            experiment_summaries_interval=1,
+        ),
     )
     wall = time.time() - start
     assert r.returncode == 0, r.stdout + r.stderr
@@ -204,16 +186,13 @@ def test_episodes_count_when_the_run_stops_while_the_workers_wait_for_the_learne
     # their first seconds (timing_rollout_wait_slot ~1)
     r = run_cli(
         "train",
-        "--env",
-        "CartPole-v1",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "slow",
-        "--num_epochs",
-        200,
-        "--train_for_seconds",
-        3,
+        *flags(
+            env="CartPole-v1",
+            train_dir=tmp_path,
+            experiment="slow",
+            num_epochs=200,
+            train_for_seconds=3,
+        ),
     )
     assert r.returncode == 0, r.stdout + r.stderr
     last = read_stats(tmp_path / "slow")[-1]
@@ -240,24 +219,17 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(
     steps = 100_000
     r = run_cli(
         "train",
-        "--env",
-        "synthetic_constant",
-        "--env_options",
-        f'{{"step_us": 0, "episode_len": {length}}}',
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "tl",
-        "--gamma",
-        gamma,
-        "--value_bootstrap",
-        value_bootstrap,
-        "--train_for_env_steps",
-        steps,
-        "--experiment_summaries_interval",
-        1,
-        "--seed",
-        1,
+        *flags(
+            env="synthetic_constant",
+            env_options=f'{{"step_us": 0, "episode_len": {length}}}',
+            train_dir=tmp_path,
+            experiment="tl",
+            gamma=gamma,
+            value_bootstrap=value_bootstrap,
+            train_for_env_steps=steps,
+            experiment_summaries_interval=1,
+            seed=1,
+        ),
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     # the second half of the run (the last rows of a 3-second run may reach back to where the policy
@@ -306,14 +278,12 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(
         ),
         (
             [
-                "--env",
-                "doom_basic",
-                "--use_rnn",
-                "False",
-                "--actor_critic_share_weights",
-                "False",
-                "--critic_mlp_layers",
-                "64",
+                *flags(
+                    env="doom_basic",
+                    use_rnn="False",
+                    actor_critic_share_weights="False",
+                    critic_mlp_layers="64",
+                ),
             ],
             "this model's encoder is conv",
         ),
@@ -345,18 +315,14 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(
             "must satisfy 0 < min <= max",
         ),
         (["--env", "CartPole-v1", "--no_such_flag", "1"], "unrecognized arguments"),
+        (["--env", "CartPole-v1", "--learnig_rate", "1e-3"], "(did you mean --learning_rate?)"),
         (["--env", "CartPole-v1", "--use_rnn", "maybe"], "expected True or False"),
         (["--env", "CartPole-v1", "--device", "cuda"], "no CUDA GPU"),
         (
             [
-                "--env",
-                "doom_basic",
-                "--num_workers",
-                "200",
-                "--num_envs_per_worker",
-                "64",
-                "--rollout",
-                "256",
+                *flags(
+                    env="doom_basic", num_workers="200", num_envs_per_worker="64", rollout="256"
+                ),
             ],
             "of shared memory but /dev/shm has",
         ),
@@ -433,3 +399,13 @@ def test_log_level_chooses_the_lines_and_every_process_writes_the_log_file(tmp_p
     assert "INFO asyncrl: flags:" in log
     stdout, log = run("warning")
     assert "flags:" not in stdout and "started" not in stdout and "flags:" not in log
+
+
+def test_version_and_a_misspelled_command():
+    from importlib.metadata import version
+
+    r = run_cli_error("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"asyncrl {version('asyncrl')}", r.stderr
+    r = run_cli_error("trian", "--env", "CartPole-v1")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip() == "asyncrl: error: unknown command 'trian' (did you mean train?)"

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from helpers import SMALL_MLP_RUN, read_stats, run_cli, run_cli_error, serial_runner
+from helpers import SMALL_MLP_RUN, flags, read_stats, run_cli, run_cli_error, serial_runner
 
 from asyncrl.envs import make_agents
 from asyncrl.roles.learner import Learner
@@ -117,14 +117,7 @@ def test_a_turn_based_game_trains_without_a_forbidden_move_and_plays_a_match(tmp
     and `enjoy` play the game with the trained policy."""
     r = run_cli(
         "train",
-        "--env",
-        TAKE_TURNS,
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "t",
-        "--train_for_env_steps",
-        30000,
+        *flags(env=TAKE_TURNS, train_dir=tmp_path, experiment="t", train_for_env_steps=30000),
         *SMALL_MLP_RUN,
         timeout=180,
     )
@@ -136,17 +129,11 @@ def test_a_turn_based_game_trains_without_a_forbidden_move_and_plays_a_match(tmp
     assert rows[-1]["episode_reward_mean"] > 3.5
     match = run_cli(
         "match",
-        "--env",
-        TAKE_TURNS,
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "t",
+        *flags(env=TAKE_TURNS, train_dir=tmp_path, experiment="t"),
         "--players",
         "latest",
         "random",
-        "--episodes",
-        20,
+        *flags(episodes=20),
         timeout=120,
     )
     assert match.returncode == 0 and "latest vs random: " in match.stdout, (
@@ -154,14 +141,7 @@ def test_a_turn_based_game_trains_without_a_forbidden_move_and_plays_a_match(tmp
     )
     enjoy = run_cli(
         "enjoy",
-        "--env",
-        TAKE_TURNS,
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "t",
-        "--max_num_episodes",
-        2,
+        *flags(env=TAKE_TURNS, train_dir=tmp_path, experiment="t", max_num_episodes=2),
         timeout=120,
     )
     assert enjoy.returncode == 0, enjoy.stdout[-2000:] + enjoy.stderr[-2000:]
@@ -179,16 +159,13 @@ def test_pettingzoo_tic_tac_toe_trains_by_self_play_without_an_illegal_move(tmp_
     agent's episode 3 to 5 of its own moves, and the frozen versions are rated."""
     r = run_cli(
         "train",
-        "--env",
-        "pettingzoo.classic.tictactoe_v3:env",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "ttt",
-        "--train_for_env_steps",
-        30000,
-        "--selfplay_snapshot_every_env_steps",
-        5000,
+        *flags(
+            env="pettingzoo.classic.tictactoe_v3:env",
+            train_dir=tmp_path,
+            experiment="ttt",
+            train_for_env_steps=30000,
+            selfplay_snapshot_every_env_steps=5000,
+        ),
         timeout=180,
     )
     assert r.returncode == 0, r.stderr[-3000:]
@@ -256,7 +233,7 @@ def test_evaluation_holds_a_waiting_agents_recurrent_state():
 def test_bench_raw_mode_plays_legal_moves_and_counts_each_turn_once():
     """asyncrl bench's raw mode (random play, the simulation limit) counts env steps as a run does,
     one per turn (the agent that moved), and keeps to the allowed moves."""
-    from asyncrl.commands.measure import RandomPlay
+    from asyncrl.measure.raw import RandomPlay
 
     play = RandomPlay(TAKE_TURNS, {}, 2, 0)
     moves = []

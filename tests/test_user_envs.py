@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 import pytest
-from helpers import read_stats, run_cli, run_cli_error, run_python
+from helpers import flags, read_stats, run_cli, run_cli_error, run_python
 
 CORRIDOR = '''
 """A corridor of 6 cells: step left or right, +1 for reaching the right end; 40 steps at most."""
@@ -53,16 +53,13 @@ def not_an_env(**options):
 '''
 
 TRAIN = [
-    "--num_workers",
-    2,
-    "--rollout",
-    8,
-    "--batch_size",
-    64,
-    "--train_for_env_steps",
-    3000,
-    "--experiment_summaries_interval",
-    1,
+    *flags(
+        num_workers=2,
+        rollout=8,
+        batch_size=64,
+        train_for_env_steps=3000,
+        experiment_summaries_interval=1,
+    ),
 ]
 
 
@@ -123,12 +120,7 @@ def test_installed_entry_point_env_trains_with_several_workers(
     )
     r = run_cli(
         "train",
-        "--env",
-        "tiny_corridor",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "ep",
+        *flags(env="tiny_corridor", train_dir=tmp_path, experiment="ep"),
         *TRAIN,
         env=installed_plugin,
     )
@@ -139,12 +131,7 @@ def test_installed_entry_point_env_trains_with_several_workers(
 def test_import_path_env_trains(tmp_path, installed_plugin, clean_machine):
     r = run_cli(
         "train",
-        "--env",
-        "tiny_corridor_pkg.corridor:make_corridor",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "ip",
+        *flags(env="tiny_corridor_pkg.corridor:make_corridor", train_dir=tmp_path, experiment="ip"),
         *TRAIN,
         env=installed_plugin,
     )
@@ -186,7 +173,7 @@ def test_env_registered_in_a_users_script_reaches_the_workers(tmp_path, clean_ma
 )
 def test_bad_import_path_is_one_line_and_exit_2(tmp_path, installed_plugin, env, needle):
     r = run_cli_error(
-        "train", "--env", env, "--train_dir", tmp_path, path=[installed_plugin["PYTHONPATH"]]
+        "train", *flags(env=env, train_dir=tmp_path), path=[installed_plugin["PYTHONPATH"]]
     )
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, (
         r.stderr

@@ -5,12 +5,13 @@ import os
 
 import numpy as np
 import pytest
-from helpers import REPO, run_cli_error, run_past_a_hanging_env, serial_runner, slot_owners
+from helpers import REPO, flags, run_cli_error, run_past_a_hanging_env, serial_runner, slot_owners
 
 from asyncrl.cfg.config import Config
 from asyncrl.core.buffers import num_slots
-from asyncrl.roles.env_backends import PerEnvBackend, VectorBackend
+from asyncrl.roles.per_env_backend import PerEnvBackend
 from asyncrl.roles.serial_runner import take_turn
+from asyncrl.roles.vector_backend import VectorBackend
 
 
 @pytest.mark.slow
@@ -71,7 +72,7 @@ def test_bench_steps_a_vector_env_that_takes_one_seed_as_the_backend_does():
     """CartPole's own vector env takes one seed for all its envs: the vector backend fell back to
     it, bench's raw mode (`asyncrl bench --env CartPole-v1 --env_backend vector`) did not and
     stopped on gymnasium's error."""
-    from asyncrl.commands.measure import RandomVectorPlay
+    from asyncrl.measure.raw import RandomVectorPlay
 
     play = RandomVectorPlay("CartPole-v1", {}, 4, 0, 2)
     assert play.step() == 4
@@ -82,8 +83,8 @@ def test_an_ale_id_counts_its_frames_per_env_and_as_a_vector():
     """ALE/ ids repeat each action 4 times inside ale-py's env (their spec says so, the env has no
     frameskip attribute): env steps count frames, as atari_<game>'s and as Sample Factory's do, in a
     run and in bench's raw mode per env and as vectors."""
-    from asyncrl.commands.measure import RandomPlay, RandomVectorPlay
     from asyncrl.envs import make_agents
+    from asyncrl.measure.raw import RandomPlay, RandomVectorPlay
 
     plays = [
         RandomPlay("ALE/Pong-v5", {}, 2, 0),
@@ -178,7 +179,7 @@ def test_a_hanging_vector_env_is_treated_as_its_worker_dying(tmp_path, clean_mac
 )
 def test_bad_vector_env_input_is_one_line_and_exit_2(env, message):
     r = run_cli_error(
-        "train", "--env", env, "--env_backend", "vector", path=[os.path.join(REPO, "tests")]
+        "train", *flags(env=env, env_backend="vector"), path=[os.path.join(REPO, "tests")]
     )
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and message in r.stderr, (
         r.stderr

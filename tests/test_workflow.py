@@ -12,7 +12,16 @@ import re
 import imageio.v2 as imageio
 import pytest
 import torch
-from helpers import REPO, read_stats, run_cli, run_cli_error, run_python, start_cli, wandb_runs
+from helpers import (
+    REPO,
+    flags,
+    read_stats,
+    run_cli,
+    run_cli_error,
+    run_python,
+    start_cli,
+    wandb_runs,
+)
 
 # enjoy's videos of 100-step games: the trained policy plays CartPole's 500 steps, slow to encode
 SHORT_GAMES = ["--env_options", '{"max_episode_steps": 100}']
@@ -47,18 +56,14 @@ def test_enjoy_writes_a_video_of_the_episodes(cartpole_run):
     train_dir, _ = cartpole_run
     r = run_cli(
         "enjoy",
-        "--train_dir",
-        train_dir,
-        "--experiment",
-        "cp",
-        "--load_checkpoint_kind",
-        "best",
-        "--max_num_episodes",
-        2,
-        "--save_video",
-        "True",
-        "--seed",
-        3,
+        *flags(
+            train_dir=train_dir,
+            experiment="cp",
+            load_checkpoint_kind="best",
+            max_num_episodes=2,
+            save_video="True",
+            seed=3,
+        ),
         *SHORT_GAMES,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -79,18 +84,14 @@ def test_enjoy_latest_checkpoint_as_gif_with_sampled_actions(cartpole_run):
     train_dir, _ = cartpole_run
     r = run_cli(
         "enjoy",
-        "--train_dir",
-        train_dir,
-        "--experiment",
-        "cp",
-        "--max_num_episodes",
-        1,
-        "--save_video",
-        "True",
-        "--video_name",
-        "clip.gif",
-        "--eval_deterministic",
-        "False",
+        *flags(
+            train_dir=train_dir,
+            experiment="cp",
+            max_num_episodes=1,
+            save_video="True",
+            video_name="clip.gif",
+            eval_deterministic="False",
+        ),
         *SHORT_GAMES,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -112,7 +113,7 @@ def test_plot_writes_a_png_of_one_or_more_runs(cartpole_run, tmp_path):
     png = train_dir / "cp" / "learning_curves.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     r = run_cli(
-        "plot", train_dir / "cp", train_dir / "cp", "--out", tmp_path / "two.png", timeout=120
+        "plot", train_dir / "cp", train_dir / "cp", *flags(out=tmp_path / "two.png"), timeout=120
     )
     assert r.returncode == 0 and (tmp_path / "two.png").exists(), r.stderr
 
@@ -154,16 +155,13 @@ def test_wandb_offline_run_has_the_scalars_the_config_and_the_video(cartpole_run
     train_dir, _ = cartpole_run
     r = run_cli(
         "enjoy",
-        "--train_dir",
-        train_dir,
-        "--experiment",
-        "cp",
-        "--max_num_episodes",
-        1,
-        "--save_video",
-        "True",
-        "--video_name",
-        "wandb.gif",
+        *flags(
+            train_dir=train_dir,
+            experiment="cp",
+            max_num_episodes=1,
+            save_video="True",
+            video_name="wandb.gif",
+        ),
         *SHORT_GAMES,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -213,14 +211,12 @@ def test_export_then_the_docs_snippet_acts_without_asyncrl(cartpole_run, tmp_pat
     train_dir, _ = cartpole_run
     r = run_cli(
         "export",
-        "--train_dir",
-        train_dir,
-        "--experiment",
-        "cp",
-        "--load_checkpoint_kind",
-        "best",
-        "--out",
-        tmp_path / "cp.onnx",
+        *flags(
+            train_dir=train_dir,
+            experiment="cp",
+            load_checkpoint_kind="best",
+            out=tmp_path / "cp.onnx",
+        ),
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     page = open(os.path.join(REPO, "docs", "guides", "share.md")).read()
@@ -262,14 +258,12 @@ def test_pushed_folder_plays_from_disk_and_the_hub_unreachable_is_one_line(cartp
     assert json.loads(open(os.path.join(folder, "config.json")).read())["with_wandb"] is False
     r = run_cli(
         "enjoy",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "cp-agent",
-        "--load_checkpoint_kind",
-        "best",
-        "--max_num_episodes",
-        1,
+        *flags(
+            train_dir=tmp_path,
+            experiment="cp-agent",
+            load_checkpoint_kind="best",
+            max_num_episodes=1,
+        ),
     )
     assert r.returncode == 0 and "episode 0: return" in r.stdout, (
         r.stdout[-2000:] + r.stderr[-2000:]
@@ -280,12 +274,7 @@ def test_pushed_folder_plays_from_disk_and_the_hub_unreachable_is_one_line(cartp
         (
             [
                 "push",
-                "--train_dir",
-                train_dir,
-                "--experiment",
-                "cp",
-                "--hf_repository",
-                "someone/cp-agent",
+                *flags(train_dir=train_dir, experiment="cp", hf_repository="someone/cp-agent"),
             ],
             offline,
             "no Hugging Face token",
@@ -293,12 +282,7 @@ def test_pushed_folder_plays_from_disk_and_the_hub_unreachable_is_one_line(cartp
         (
             [
                 "push",
-                "--train_dir",
-                train_dir,
-                "--experiment",
-                "cp",
-                "--hf_repository",
-                "someone/cp-agent",
+                *flags(train_dir=train_dir, experiment="cp", hf_repository="someone/cp-agent"),
             ],
             {**offline, "HF_TOKEN": "hf_not_a_real_token"},
             "cannot upload to the Hugging Face Hub",
@@ -323,12 +307,7 @@ def test_pushed_folder_plays_from_disk_and_the_hub_unreachable_is_one_line(cartp
         (
             [
                 "enjoy",
-                "--env",
-                "synthetic_constant",
-                "--checkpoint",
-                "x.pth",
-                "--save_video",
-                "True",
+                *flags(env="synthetic_constant", checkpoint="x.pth", save_video="True"),
             ],
             "gives no frames",
         ),
@@ -351,16 +330,13 @@ def test_progress_is_a_live_bar_on_a_terminal_and_plain_lines_otherwise(tmp_path
     leader, follower = pty.openpty()
     proc = start_cli(
         "train",
-        "--env",
-        "CartPole-v1",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "tty",
-        "--train_for_env_steps",
-        15_000,
-        "--experiment_summaries_interval",
-        1,
+        *flags(
+            env="CartPole-v1",
+            train_dir=tmp_path,
+            experiment="tty",
+            train_for_env_steps=15_000,
+            experiment_summaries_interval=1,
+        ),
         stdout=follower,
         stderr=follower,
     )
@@ -392,18 +368,9 @@ def test_tune_returns_valid_flags_that_train_uses(tmp_path, clean_machine):
     cache = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     r = run_cli(
         "tune",
-        "--env",
-        "CartPole-v1",
-        "--budget_seconds",
-        # one candidate: the first is measured whatever the budget (the search itself: test_bench's
-        # tune test)
-        1,
-        "--seconds",
-        1.5,
-        "--warmup_seconds",
-        1,
-        "--cost_seconds",
-        0.4,
+        *flags(
+            env="CartPole-v1", budget_seconds=1, seconds=1.5, warmup_seconds=1, cost_seconds=0.4
+        ),
         timeout=240,
         env=cache,
     )
@@ -414,25 +381,22 @@ def test_tune_returns_valid_flags_that_train_uses(tmp_path, clean_machine):
         entry["fps"] for entry in result["tried"] if entry["flags"] == result["best"]
     )
     assert result["costs"]["sim_ms_per_step"] > 0 and result["costs"]["learn_ms_per_step"] > 0
+    from asyncrl.cfg.checks import validate
     from asyncrl.cfg.config import Config
 
-    Config(env="CartPole-v1", **result["best"]).validate()
+    validate(Config(env="CartPole-v1", **result["best"]))
     assert "fastest: asyncrl train --env CartPole-v1 --num_envs_per_worker" in r.stdout
     # --tune True takes them; a flag given on the command line still wins
     r = run_cli(
         "train",
-        "--env",
-        "CartPole-v1",
-        "--tune",
-        "True",
-        "--train_dir",
-        tmp_path,
-        "--experiment",
-        "tuned",
-        "--batch_size",
-        512,
-        "--train_for_env_steps",
-        5000,
+        *flags(
+            env="CartPole-v1",
+            tune="True",
+            train_dir=tmp_path,
+            experiment="tuned",
+            batch_size=512,
+            train_for_env_steps=5000,
+        ),
         env=cache,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

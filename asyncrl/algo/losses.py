@@ -101,3 +101,53 @@ def kl_divergence(behavior: Distribution, current: Distribution) -> torch.Tensor
     if isinstance(behavior, (Categorical, MultiCategorical)):
         return categorical_kl(behavior, current)
     return torch.distributions.kl_divergence(behavior, current)
+
+
+def appo_loss(
+    now,
+    behavior: Distribution,
+    mask: torch.Tensor,
+    hp: dict,
+    kl_loss_coeff: float,
+    normalize_advantages: bool,
+    returns_normalizer=None,
+    sum_over_ranks=_alone,
+) -> tuple[torch.Tensor, dict]:
+    """The loss of one minibatch and its stats: PPO's clipped surrogate on the (optionally
+    normalized) advantages, plus value_loss_coeff x the clipped value loss, minus
+    exploration_loss_coeff x the entropy, plus kl_loss_coeff x KL(behavior || current).
+
+    `now` is the minibatch's forward pass (minibatches.Forward), `behavior` the policy that acted,
+    `hp` the policy's own hyperparameters. With a returns normalizer the value head learns
+    normalized returns: its targets and the clip's centre are normalized alike."""
+    advantages = now.advantages
+    if normalize_advantages:
+        advantages = normalize(advantages, mask, sum_over_ranks)
+    # pi / pi_prox
+    ratio = torch.exp(now.log_ratio - now.proximal_log_ratio)
+    proximal_weights = torch.exp(now.proximal_log_ratio)
+    policy_loss = ppo_policy_loss(ratio, proximal_weights, advantages, hp["ppo_clip_ratio"], mask)
+    targets = now.targets
+    anchor = now.proximal_values
+    if returns_normalizer is not None:
+        targets = returns_normalizer.normalize(targets)
+        anchor = returns_normalizer.normalize(anchor)
+    values_loss = value_loss(now.values, targets, anchor, hp["ppo_clip_value"], mask)
+    entropy = masked_mean(now.dist.entropy(), mask)
+    kl = masked_mean(kl_divergence(behavior, now.dist), mask)
+    loss = (
+        policy_loss
+        + hp["value_loss_coeff"] * values_loss
+        - hp["exploration_loss_coeff"] * entropy
+        + kl_loss_coeff * kl
+    )
+    stats = {
+        "loss": loss.item(),
+        "policy_loss": policy_loss.item(),
+        "value_loss": values_loss.item(),
+        "entropy": entropy.item(),
+        "kl_divergence": kl.item(),
+        "clip_fraction": clip_fraction(ratio.detach(), hp["ppo_clip_ratio"], mask).item(),
+        "value": masked_mean(now.returns, mask).item(),
+    }
+    return loss, stats

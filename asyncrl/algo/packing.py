@@ -85,11 +85,13 @@ def sources(placed, cols, first, lengths, rollout: int, columns: int, bptt: int)
     src_col = np.zeros((rollout + 1, columns), dtype=np.int64)
     is_step = np.zeros((rollout, columns), bool)
     starts = np.zeros((rollout, columns), bool)
-    for (column, at), b, f, n in zip(placed, cols, first, lengths):
-        src_row[at : at + n + 1, column] = np.arange(f, f + n + 1)
-        src_col[at : at + n + 1, column] = b
-        is_step[at : at + n, column] = True
-        starts[at : at + n, column] = np.arange(f, f + n) % bptt == 0
+    for place, slot_column, first_row, length in zip(placed, cols, first, lengths):
+        # the segment's rows go to rows at..at+length of packed column `column`
+        column, at = place
+        src_row[at : at + length + 1, column] = np.arange(first_row, first_row + length + 1)
+        src_col[at : at + length + 1, column] = slot_column
+        is_step[at : at + length, column] = True
+        starts[at : at + length, column] = np.arange(first_row, first_row + length) % bptt == 0
         starts[at, column] = True
     return src_row, src_col, is_step, starts
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from asyncrl.cfg.config import ConfigError
+from asyncrl.cfg.errors import ConfigError
 
 # the modules of each extra the engine imports (pyproject.toml's optional dependencies install them;
 # tests/test_layout.py checks that both name the same extras)

@@ -22,7 +22,10 @@ import os
 import sys
 import tempfile
 
-from asyncrl.cfg.config import Config, ConfigError, OneLineErrorParser, add_config_arguments
+from asyncrl.cfg.checks import validate
+from asyncrl.cfg.config import Config
+from asyncrl.cfg.errors import ConfigError
+from asyncrl.cfg.parsing import OneLineErrorParser, add_config_arguments
 from asyncrl.cfg.settle import settle
 from asyncrl.commands.tune import tuned_flags
 from asyncrl.envs import env_entry
@@ -102,13 +105,15 @@ def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
     cfg = settle(
         given, env_defaults, tuned_flags(given, env_defaults) if given.get("tune") else None
     ).config
-    cfg.validate()
+    validate(cfg)
     return bench, cfg
 
 
 # --- the command
 def run_bench(bench: BenchArgs, cfg: Config) -> dict:
-    from asyncrl.commands.measure import compute_limit, engine_run, raw_fps
+    from asyncrl.measure.costs import compute_limit
+    from asyncrl.measure.engine import engine_run
+    from asyncrl.measure.raw import raw_fps
     from asyncrl.roles.launch import resolve_device
 
     result = {
@@ -241,7 +246,7 @@ def where_the_time_went(mode: str, cores_used: dict, steps_per_s: float, cores: 
 
 def cmd_bench(argv: list[str]) -> int:
     bench, cfg = parse_bench_args(argv)
-    from asyncrl.commands.measure import EnvFailed
+    from asyncrl.measure.raw import EnvFailed
 
     try:
         result = run_bench(bench, cfg)

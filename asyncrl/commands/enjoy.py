@@ -14,14 +14,10 @@ import sys
 
 import numpy as np
 
-from asyncrl.cfg.config import (
-    Config,
-    ConfigError,
-    OneLineErrorParser,
-    add_config_arguments,
-    parse_bool,
-)
+from asyncrl.cfg.config import Config
+from asyncrl.cfg.errors import ConfigError
 from asyncrl.cfg.extras import require
+from asyncrl.cfg.parsing import OneLineErrorParser, add_config_arguments, parse_bool
 from asyncrl.commands.hub import add_hub_argument, run_from_hub
 from asyncrl.commands.saved_run import checkpoint_to_load, config_of_run
 from asyncrl.core.checkpoint import (

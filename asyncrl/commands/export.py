@@ -7,8 +7,8 @@ in any language).
 The file holds the acting policy, one step for a batch of agents, with the input normalizer folded in:
     inputs   obs [B, *obs shape] (the env's dtype: uint8 images, float32 vectors; an env's action mask at the end, as
              asyncrl.make_env's observations have it), or for images beside other entries
-             (gym_adapter.PackedObservation) each image [B, C, H, W] uint8 by its key and vector [B, n] float32, as
-             the space's unpack(obs) gives them; rnn_state [B, H] (with an RNN)
+             (packed_observations.PackedObservation) each image [B, C, H, W] uint8 by its key and
+             vector [B, n] float32, as the space's unpack(obs) gives them; rnn_state [B, H] (with an RNN)
     outputs  logits [B, actions] (Discrete; MultiDiscrete and MultiBinary: each dimension's logits one after
              another, as many as it has choices: sample each dimension on its own; a masked action's logit is -1e8),
              or mean [B, d] and std [B, d]
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 
-from asyncrl.cfg.config import OneLineErrorParser, add_config_arguments
 from asyncrl.cfg.extras import require
+from asyncrl.cfg.parsing import OneLineErrorParser, add_config_arguments
 from asyncrl.commands.saved_run import checkpoint_to_load, config_of_run
 from asyncrl.core.checkpoint import load_weights
 from asyncrl.envs import make_agents
@@ -64,10 +64,8 @@ def export(argv: list[str]) -> int:
     path = checkpoint_to_load(args, cfg)
     env = make_agents(cfg.env, **cfg.env_kwargs())
     env.close()
-    from asyncrl.model.actor_critic import (
-        # torch's import (seconds) after the flags and the checkpoint's path
-        build_model,
-    )
+    # torch's import (seconds) after the flags and the checkpoint's path
+    from asyncrl.model.actor_critic import build_model
     from asyncrl.model.onnx_graph import export_onnx, output_names
 
     model = build_model(env.observation_space, env.action_space, cfg)

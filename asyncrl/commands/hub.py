@@ -18,8 +18,10 @@ import os
 import shutil
 import tempfile
 
-from asyncrl.cfg.config import Config, ConfigError, OneLineErrorParser, add_config_arguments
+from asyncrl.cfg.config import Config
+from asyncrl.cfg.errors import ConfigError
 from asyncrl.cfg.extras import require
+from asyncrl.cfg.parsing import OneLineErrorParser, add_config_arguments
 from asyncrl.commands.saved_run import config_of_run
 from asyncrl.core.checkpoint import best_checkpoint_path, checkpoint_dir, list_checkpoints
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 
-from asyncrl.cfg.config import ConfigError, OneLineErrorParser
+from asyncrl.cfg.errors import ConfigError
 from asyncrl.cfg.extras import require
+from asyncrl.cfg.parsing import OneLineErrorParser
 
 
 def read_run(run_dir: str) -> list[dict]:

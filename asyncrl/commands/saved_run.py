@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import os
 
-from asyncrl.cfg.config import (
-    Config,
-    ConfigError,
-    experiment_dir_of,
-    read_saved_config,
-)
+from asyncrl.cfg.config import Config, experiment_dir_of, read_saved_config
+from asyncrl.cfg.errors import ConfigError
 from asyncrl.cfg.settle import settle
 from asyncrl.core.checkpoint import (
     CheckpointError,

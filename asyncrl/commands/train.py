@@ -6,15 +6,11 @@ from __future__ import annotations
 import dataclasses
 from typing import NoReturn
 
-from asyncrl.cfg.config import (
-    Config,
-    ConfigError,
-    OneLineErrorParser,
-    add_config_arguments,
-    experiment_dir_of,
-    read_saved_config,
-)
+from asyncrl.cfg.checks import validate
+from asyncrl.cfg.config import Config, experiment_dir_of, read_saved_config
+from asyncrl.cfg.errors import ConfigError
 from asyncrl.cfg.extras import require
+from asyncrl.cfg.parsing import OneLineErrorParser, add_config_arguments
 from asyncrl.cfg.settle import Settled, settle
 from asyncrl.commands.tune import tuned_flags
 from asyncrl.core.fork_server import start_fork_server
@@ -29,7 +25,11 @@ def wants_help(argv: list[str]) -> bool:
 
 
 def train_parser(this_run: dict | None = None) -> OneLineErrorParser:
-    parser = OneLineErrorParser(prog="asyncrl train", description="Train with asynchronous APPO.")
+    parser = OneLineErrorParser(
+        prog="asyncrl train",
+        usage="%(prog)s --env ENV [--FLAG VALUE ...]",
+        description="Train with asynchronous APPO (or --algo ppo|ver). The flags, in their groups:",
+    )
     add_config_arguments(parser, this_run)
     return parser
 
@@ -69,7 +69,7 @@ def settings_from_args(argv: list[str]) -> Settled:
     # the servers are asked for the env's spaces and defaults, with our credentials
     if env_name.startswith("remote:"):
         require("remote", f"--env {env_name}")
-        from asyncrl.remote.client import settings_from_flags
+        from asyncrl.remote.settings import settings_from_flags
 
         connect_remote(env_name, settings_from_flags({**(saved or {}), **given}))
     env_defaults = env_entry(env_name).default_config
@@ -84,7 +84,7 @@ def cmd_train(argv: list[str]) -> int:
     start_fork_server()
     settled = settings_from_args(argv)
     # before torch's import (seconds): a bad flag, value or env is answered in a fraction of one
-    settled.config.validate()
+    validate(settled.config)
     from asyncrl.roles.launch import train
 
     return train(settled)

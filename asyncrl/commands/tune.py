@@ -21,13 +21,10 @@ import re
 import tempfile
 import time
 
-from asyncrl.cfg.config import (
-    Config,
-    ConfigError,
-    OneLineErrorParser,
-    add_config_arguments,
-    algo_defaults,
-)
+from asyncrl.cfg.checks import validate
+from asyncrl.cfg.config import Config, algo_defaults
+from asyncrl.cfg.errors import ConfigError
+from asyncrl.cfg.parsing import OneLineErrorParser, add_config_arguments
 from asyncrl.cfg.settle import settle
 from asyncrl.envs import env_entry
 
@@ -95,7 +92,7 @@ def candidate(cfg: Config, **changes) -> Config | None:
         changed = dataclasses.replace(cfg, **changes)
         # ppo's batch follows
         changed = dataclasses.replace(changed, **algo_defaults(dataclasses.asdict(changed)))
-        changed.validate()
+        validate(changed)
         return changed
     except ConfigError:
         return None
@@ -108,7 +105,8 @@ def flags_of(cfg: Config) -> dict:
 def search(cfg: Config, times: TuneTimes, log=print) -> dict:
     """Coordinate descent over KNOBS from cfg, each candidate one short training run; returns the
     costs, every candidate tried with its frames/s, and the fastest flags."""
-    from asyncrl.commands.measure import ROLES_TAIL_S, compute_limit, engine_run
+    from asyncrl.measure.costs import compute_limit
+    from asyncrl.measure.engine import ROLES_TAIL_S, engine_run
 
     cores = len(os.sched_getaffinity(0))
     costs = compute_limit(cfg, cfg.envs_per_group, seconds=times.cost_s)
@@ -204,7 +202,7 @@ def run_tune(given: dict, env_defaults: dict, times: TuneTimes) -> dict:
             "restart_behavior": "restart",
         }
         cfg = settle(flags, env_defaults).config
-        cfg.validate()
+        validate(cfg)
         result = search(cfg, times)
     path = results_path(cfg.env)
     os.makedirs(os.path.dirname(path), exist_ok=True)

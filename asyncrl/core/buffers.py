@@ -9,7 +9,7 @@ Trajectory slots (S = num_slots, T = rollout). A slot holds one agent's T consec
 policy. The rollout worker owns a slot while it fills it, the learner while it reads it; the free and
 full index queues hand slots back and forth.
     traj_obs            [S, T+1, *obs]  observation before step t; row T is the bootstrap observation. An env's
-                                        action mask is its last entries (gym_adapter.ObservationWithActionMask)
+                                        action mask is its last entries (action_masks.ObservationWithActionMask)
     traj_rnn_states     [S, T, H]       recurrent state the acting policy had before step t
     traj_actions        [S, T, *act]    action taken at step t
     traj_action_logp    [S, T]          log mu(a_t | x_t) of the acting policy
@@ -87,7 +87,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from asyncrl.cfg.config import PER_POLICY_HPARAMS, Config
+from asyncrl.cfg.config import Config
+from asyncrl.cfg.groups.population import PER_POLICY_HPARAMS
 from asyncrl.core.weights import flat_state, state_tensors, unflatten_into
 
 # agent_player of an agent that is out of its env's episode (it waits for the others)

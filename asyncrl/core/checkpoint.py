@@ -13,7 +13,7 @@ import shutil
 import time
 from typing import TYPE_CHECKING
 
-from asyncrl.cfg.config import CheckpointError
+from asyncrl.cfg.errors import CheckpointError
 
 if TYPE_CHECKING:
     import torch

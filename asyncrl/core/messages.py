@@ -87,10 +87,10 @@ class Evaluation(NamedTuple):
 
 
 class Snapshot(NamedTuple):
-    """A frozen copy of a policy's weights joined its pool as entry k (self-play)."""
+    """A frozen copy of a policy's weights joined its pool in entry `slot` (self-play)."""
 
     policy_id: int
-    k: int
+    slot: int
     version: int
     env_steps: int
 

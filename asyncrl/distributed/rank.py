@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from asyncrl.cfg.config import ConfigError
+from asyncrl.cfg.errors import ConfigError
 
 
 @dataclass(frozen=True)

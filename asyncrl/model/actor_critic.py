@@ -8,7 +8,6 @@ starts).
 from __future__ import annotations
 
 import math
-import random
 
 import gymnasium as gym
 import torch
@@ -16,9 +15,10 @@ from torch import nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 from torch.nn import functional as F
 
-from asyncrl.cfg.config import Config, ConfigError
-from asyncrl.envs.gym_adapter import ObservationWithActionMask, PackedObservation, categorical_sizes
-from asyncrl.model.custom_encoders import BUILT_IN, EncoderEntry, encoder_entry
+from asyncrl.cfg.config import Config
+from asyncrl.cfg.errors import ConfigError
+from asyncrl.envs.action_masks import ObservationWithActionMask, categorical_sizes
+from asyncrl.envs.packed_observations import PackedObservation
 from asyncrl.model.distributions import (
     MultiCategorical,
     gaussian_sample,
@@ -26,13 +26,10 @@ from asyncrl.model.distributions import (
     legal_logits,
     most_likely,
 )
+from asyncrl.model.encoder_choice import check_encoder, make_encoder, uses_conv
 from asyncrl.model.encoders import (
-    ACTIVATIONS,
     ActorAndCriticEncoders,
-    ImagesAndVectorEncoder,
-    conv_encoder,
     image_layout,
-    mlp_encoder,
     unpack_observation,
 )
 from asyncrl.model.normalizers import ReturnNorm, RunningNorm
@@ -50,21 +47,13 @@ class ActorCritic(nn.Module):
         # images beside a vector
         self.packed = obs_space if isinstance(obs_space, PackedObservation) else None
         # the env's action mask: the observation's last floats, one per logit
-        # (gym_adapter.ObservationWithActionMask)
+        # (action_masks.ObservationWithActionMask)
         self.action_mask_size = (
             obs_space.mask_size
             if isinstance(obs_space, (ObservationWithActionMask, PackedObservation))
             else 0
         )
-        self._check_encoder(obs_space, cfg)
-        # a user's encoder (custom_encoders.py) takes images whole and vectors flattened, as the
-        # built-in ones do
-        custom = None if cfg.encoder in BUILT_IN else encoder_entry(cfg.encoder, cfg.encoder_source)
-        use_conv = (
-            self.packed is not None
-            or cfg.encoder == "conv"
-            or (cfg.encoder != "mlp" and self.is_image)
-        )
+        check_encoder(obs_space, cfg)
         normalize_input = not self.is_image if cfg.normalize_input is None else cfg.normalize_input
         # a packed observation's normalizer sees its vector, after its images' pixels if
         # --normalize_input is True (plain image observations are normalized only when asked too)
@@ -86,33 +75,15 @@ class ActorCritic(nn.Module):
         self.returns_normalizer = ReturnNorm() if cfg.normalize_returns else None
         # --scale_rewards' moments (reward_scaling.py)
         self.reward_std = RunningNorm(()) if cfg.scale_rewards else None
-        self.is_conv = use_conv
-        # None: auto
-        activation = ACTIVATIONS.get(cfg.nonlinearity)
+        self.is_conv = uses_conv(obs_space, cfg)
 
-        def make_encoder(mlp_layers):
-            if custom is not None:
-                return custom_encoder(custom, obs_space, cfg)
-            if self.packed is not None:
-                encoder = ImagesAndVectorEncoder(
-                    self.packed,
-                    lambda shape: conv_encoder(shape, cfg.encoder_conv_architecture, activation),
-                    mlp_layers,
-                    activation or nn.Tanh,
-                )
-                return encoder, encoder.out_features
-            if use_conv:
-                return conv_encoder(obs_space.shape, cfg.encoder_conv_architecture, activation)
-            return mlp_encoder(
-                int(torch.tensor(obs_space.shape).prod()), mlp_layers, activation or nn.Tanh
-            )
-
-        self.encoder, size = make_encoder(cfg.encoder_mlp_layers)
+        self.encoder, size = make_encoder(obs_space, cfg, cfg.encoder_mlp_layers)
         critic_size = size
         # where the critic's features start in the encoder's output, if separate
         self.critic_features_from = None
         if not cfg.actor_critic_share_weights:
-            critic, critic_size = make_encoder(cfg.critic_mlp_layers or cfg.encoder_mlp_layers)
+            critic_layers = cfg.critic_mlp_layers or cfg.encoder_mlp_layers
+            critic, critic_size = make_encoder(obs_space, cfg, critic_layers)
             self.encoder = ActorAndCriticEncoders(self.encoder, critic)
             self.critic_features_from = size
 
@@ -130,28 +101,6 @@ class ActorCritic(nn.Module):
         self.value_head = nn.Linear(critic_size, 1)
         self._build_action_head(size, action_space, cfg)
         self._initialize()
-
-    def _check_encoder(self, obs_space: gym.spaces.Box, cfg: Config) -> None:
-        """ConfigError for an --encoder the observations cannot take, or a --critic_mlp_layers with
-        no MLP to size."""
-        if self.packed is not None and cfg.encoder not in ("auto", "conv"):
-            raise ConfigError(
-                f"--encoder {cfg.encoder} takes one observation, and {cfg.env!r} gives images beside a vector "
-                f"(a conv encoder for each image); use --encoder auto"
-            )
-        if cfg.encoder == "conv" and not self.is_image and self.packed is None:
-            raise ConfigError(
-                f"--encoder conv needs image observations, and {cfg.env!r} gives shape "
-                f"{obs_space.shape}; use --encoder mlp (or auto)"
-            )
-        if (
-            cfg.critic_mlp_layers
-            and self.packed is None
-            and (cfg.encoder == "conv" or self.is_image and cfg.encoder == "auto")
-        ):
-            raise ConfigError(
-                "--critic_mlp_layers sizes an MLP critic, and this model's encoder is conv; leave it out"
-            )
 
     def _build_action_head(self, size: int, action_space: gym.Space, cfg: Config) -> None:
         """The logits of each categorical dimension one after another, or a Gaussian's means (its
@@ -441,50 +390,5 @@ class ActorCritic(nn.Module):
         return self.heads(x, self.action_mask(obs))
 
 
-def custom_encoder(
-    entry: EncoderEntry, obs_space: gym.spaces.Box, cfg: Config
-) -> tuple[nn.Module, int]:
-    """A registered encoder's (module, features), checked to be what the model needs."""
-    made = entry.factory(obs_space, cfg)
-    if not (
-        isinstance(made, tuple)
-        and len(made) == 2
-        and isinstance(made[0], nn.Module)
-        and made[1] > 0
-    ):
-        raise ConfigError(
-            f"--encoder {cfg.encoder}: its factory ({entry.source}) must return (torch module, number of features), "
-            f"got {type(made).__name__}"
-        )
-    return made
-
-
 def build_model(obs_space, action_space, cfg: Config) -> ActorCritic:
     return ActorCritic(obs_space, action_space, cfg)
-
-
-def seed_torch(seed: int | None, role: str, *index: int) -> None:
-    """Seed this process's torch generator (a model's initial weights, sampled actions, minibatch
-    order) from --seed, the role and its index: each role draws a stream of its own. Without --seed,
-    torch's random seed stays."""
-    # a str seeds Random through SHA-512: the same number in every process, whatever its hash seed
-    if seed is not None:
-        torch.manual_seed(random.Random(repr((seed, role, *index))).getrandbits(63))
-
-
-def native_bfloat16(device: torch.device) -> bool:
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-
-
-def low_precision(cfg: Config, device: torch.device, model: ActorCritic) -> torch.dtype | None:
-    """torch.bfloat16 if --precision asks for it (auto: a conv encoder on hardware with native
-    bfloat16), else None. Convolutions and the large matrices of small inference batches are where
-    it pays: measured on an AVX512-BF16 CPU, a conv + GRU512 learner update 1.6x faster, inference
-    1.5x; a small MLP gains nothing."""
-    if cfg.precision == "bfloat16" or (
-        cfg.precision == "auto" and model.is_conv and native_bfloat16(device)
-    ):
-        return torch.bfloat16
-    return None

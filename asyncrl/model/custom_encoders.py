@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from asyncrl.cfg.config import ConfigError
+from asyncrl.cfg.errors import ConfigError
 
 BUILT_IN = ("auto", "conv", "mlp")
 # the name a script holding encoders is imported under (not __main__)

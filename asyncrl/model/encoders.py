@@ -7,8 +7,8 @@ import math
 import torch
 from torch import nn
 
-from asyncrl.cfg.config import ConfigError
-from asyncrl.envs.gym_adapter import PackedObservation
+from asyncrl.cfg.errors import ConfigError
+from asyncrl.envs.packed_observations import PackedObservation
 
 # --nonlinearity
 ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
@@ -66,7 +66,7 @@ def mlp_encoder(in_size: int, layers: list[int], activation=nn.Tanh) -> tuple[nn
 def unpack_observation(
     space: PackedObservation, obs: torch.Tensor
 ) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Views, not copies, of packed observations [..., bytes] (gym_adapter.PackedObservation): each
+    """Views, not copies, of packed observations [..., bytes] (packed_observations.PackedObservation): each
     image [..., C, H, W] uint8, and the float32 vector [..., n] (its last entries the action mask,
     if any)."""
     lead = obs.shape[:-1]

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from asyncrl.envs.gym_adapter import PackedObservation
+from asyncrl.envs.packed_observations import PackedObservation
 from asyncrl.model.actor_critic import ActorCritic
 from asyncrl.model.recurrent import gru_step
 

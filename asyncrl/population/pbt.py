@@ -24,7 +24,8 @@ import time
 
 import numpy as np
 
-from asyncrl.cfg.config import PER_POLICY_HPARAMS, Config
+from asyncrl.cfg.config import Config
+from asyncrl.cfg.groups.population import PER_POLICY_HPARAMS
 from asyncrl.core.buffers import SharedBuffers
 from asyncrl.core.messages import ExportState, ImportState, StateExported, StateImported
 from asyncrl.population.policy_stats import PolicyStats

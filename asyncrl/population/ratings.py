@@ -72,10 +72,10 @@ class Ratings:
             self.players[p] = players.pop(self.names[p], self.players[p])
         return players
 
-    def add_snapshot(self, policy: int, k: int, train_step: int) -> None:
-        """Frozen version k of `policy` was (re)written: a new player, starting from the policy's
+    def add_snapshot(self, policy: int, slot: int, train_step: int) -> None:
+        """Frozen version `slot` of `policy` was (re)written: a new player, starting from the policy's
         rating now (or the version's own rating, if a resumed run's checkpoint brought it back)."""
-        i = frozen_player(self.cfg, policy, k)
+        i = frozen_player(self.cfg, policy, slot)
         self.names[i] = f"policy_{policy}@{train_step}"
         source = self.resumed.pop(self.names[i], self.players[policy])
         self.players[i] = self.model.rating(mu=source.mu, sigma=source.sigma)

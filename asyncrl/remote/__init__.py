@@ -1,6 +1,6 @@
 """Envs served over gRPC from another process or machine (UDE-style): `asyncrl env-server` serves
 them (server.py), `--env remote:HOST:PORT` trains on them and `RemoteEnv` / `remote_parallel_env`
-use one on its own (client.py); ude.proto is the wire format."""
+use one on its own (public_envs.py); ude.proto is the wire format."""
 
 import os
 
@@ -10,6 +10,8 @@ import os
 # a crash (grpc/grpc#43055, grpcio 1.80-1.85)
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-from asyncrl.remote.client import RemoteEnv, RemoteSettings, remote_parallel_env, side_channel
+from asyncrl.remote.connection import side_channel
+from asyncrl.remote.public_envs import RemoteEnv, remote_parallel_env
+from asyncrl.remote.settings import RemoteSettings
 
 __all__ = ["RemoteEnv", "RemoteSettings", "remote_parallel_env", "side_channel"]

@@ -20,15 +20,10 @@ from asyncrl.core.log import log
 from asyncrl.core.processes import stop_run
 from asyncrl.envs import EnvEntry, EnvError, EnvUnavailable, env_entry
 from asyncrl.envs.multi_agent import env_actions
-from asyncrl.remote.client import (
-    RemoteAgents,
-    RemoteSettings,
-    begin_group_step,
-    describe,
-    parse_addresses,
-)
+from asyncrl.remote.client import RemoteAgents, begin_group_step, describe
+from asyncrl.remote.settings import RemoteSettings, parse_addresses
 from asyncrl.remote.wire import pb
-from asyncrl.roles.env_backends import PerEnvBackend
+from asyncrl.roles.per_env_backend import PerEnvBackend
 
 RECONNECT_INTERVAL_S = 2.0
 
@@ -121,7 +116,7 @@ class RemoteFactory:
 
     @staticmethod
     def env_backend():
-        """How rollout workers step these envs (env_backends.py)."""
+        """How rollout workers step these envs (env_backends.py, env_backend.py)."""
         return RemoteBackend
 
     def plan_for_worker(self, cfg, worker_idx: int) -> None:

@@ -16,12 +16,14 @@ from concurrent import futures
 
 import grpc
 
-from asyncrl.cfg.config import ConfigError, OneLineErrorParser
+from asyncrl.cfg.errors import ConfigError
+from asyncrl.cfg.parsing import OneLineErrorParser
 from asyncrl.core.fork_server import mp_context, start_fork_server
 from asyncrl.core.processes import die_with_parent, lead_group_with_reaper, set_process_title
 from asyncrl.envs import EnvError, env_entry
-from asyncrl.remote.client import read_token
-from asyncrl.remote.service import EnvService, TokenCheck, service_handler
+from asyncrl.remote.rpc import TokenCheck, service_handler
+from asyncrl.remote.service import EnvService
+from asyncrl.remote.settings import read_token
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 

@@ -14,7 +14,9 @@ import shutil
 import torch
 
 from asyncrl.algo.optimizer import learner_state_floats
-from asyncrl.cfg.config import Config, ConfigError
+from asyncrl.cfg.checks import validate
+from asyncrl.cfg.config import Config
+from asyncrl.cfg.errors import ConfigError
 from asyncrl.cfg.settle import Settled
 from asyncrl.core.buffers import buffer_layout, layout_nbytes, num_agents
 from asyncrl.core.checkpoint import (
@@ -85,7 +87,7 @@ def rank_settings(cfg: Config, rank: Rank) -> dict:
     if cfg.seed is not None:
         values["seed"] = cfg.seed + 1_000_003 * rank.rank
     try:
-        dataclasses.replace(cfg, **values).validate()
+        validate(dataclasses.replace(cfg, **values))
     except ConfigError as e:
         raise ConfigError(
             f"{e} (each of the {rank.world_size} ranks learns from --batch_size / {rank.world_size})"
@@ -256,7 +258,7 @@ def train(settled: Settled) -> int:
     """Validate, settle this rank's and the automatic values, prepare and run. Raises
     ConfigError/EnvError/ CheckpointError before any process starts."""
     cfg = settled.config
-    cfg.validate()
+    validate(cfg)
     setup_logging(cfg.log_level)
     if cfg.with_wandb:
         require_wandb()

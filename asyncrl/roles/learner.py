@@ -33,10 +33,12 @@ from asyncrl.core.messages import (
 )
 from asyncrl.core.processes import StopFlag, stop_run
 from asyncrl.core.queues import GuardedCalls, GuardedQueue, Queues
+from asyncrl.core.seeds import seed_torch
 from asyncrl.core.timing import Timing
 from asyncrl.distributed.collective import RankLost, collective
 from asyncrl.distributed.rank import this_rank
-from asyncrl.model.actor_critic import build_model, low_precision, seed_torch
+from asyncrl.model.actor_critic import build_model
+from asyncrl.model.precision import low_precision
 from asyncrl.roles.rollouts import Batch, batch_source
 
 MAX_NAN_UPDATES_IN_A_ROW = 10
@@ -209,11 +211,11 @@ class Learner:
     def _snapshot(self) -> None:
         """A frozen copy of the current weights joins this policy's pool, replacing the oldest once
         it is full."""
-        k = self.snapshots % self.cfg.frozen_pool_size
-        self.buffers.snapshot_weights(self.policy_id, k, self.model, self.train_step)
+        slot = self.snapshots % self.cfg.frozen_pool_size
+        self.buffers.snapshot_weights(self.policy_id, slot, self.model, self.train_step)
         self.snapshots += 1
         self.next_snapshot = self.env_steps + self.cfg.selfplay_snapshot_every_env_steps
-        self.reports.put(Snapshot(self.policy_id, k, self.train_step, self.env_steps))
+        self.reports.put(Snapshot(self.policy_id, slot, self.train_step, self.env_steps))
 
     def _run_commands(self) -> None:
         """PBT's requests: ExportState writes this learner's weights and Adam state to its
@@ -289,10 +291,11 @@ class Learner:
         """Self-play: the checkpoint's frozen versions back in their pool entries (as many as
         --selfplay_pool_size keeps), each announced as a snapshot (the runner rates it from the
         policy's rating)."""
-        for k, version in enumerate(pool["versions"][: self.cfg.frozen_pool_size].tolist()):
+        versions = pool["versions"][: self.cfg.frozen_pool_size].tolist()
+        for slot, version in enumerate(versions):
             if version >= 0:
-                self.buffers.restore_snapshot(self.policy_id, k, pool["weights"][k], version)
-                self.reports.put(Snapshot(self.policy_id, k, version, self.env_steps))
+                self.buffers.restore_snapshot(self.policy_id, slot, pool["weights"][slot], version)
+                self.reports.put(Snapshot(self.policy_id, slot, version, self.env_steps))
         self.snapshots = int(pool["snapshots"])
 
     # --- one update
@@ -428,49 +431,18 @@ class Learner:
         return stats
 
     def _loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict, torch.Tensor]:
-        hp = self.hp
-        mask = mb["mask"]
-        now = self.minibatches.forward(mb, hp["gamma"])
-        advantages = now.advantages
-        if self.cfg.normalize_advantage:
-            advantages = losses.normalize(advantages, mask, self.collective.sum)
-        policy_loss = losses.ppo_policy_loss(
-            # pi/pi_prox
-            ratio := torch.exp(now.log_ratio - now.proximal_log_ratio),
-            torch.exp(now.proximal_log_ratio),
-            advantages,
-            hp["ppo_clip_ratio"],
-            mask,
+        """The minibatch's loss and stats (losses.appo_loss), and its value targets."""
+        now = self.minibatches.forward(mb, self.hp["gamma"])
+        loss, stats = losses.appo_loss(
+            now,
+            behavior=self.model.distribution_from_params(mb["behavior_params"]),
+            mask=mb["mask"],
+            hp=self.hp,
+            kl_loss_coeff=self.cfg.kl_loss_coeff,
+            normalize_advantages=self.cfg.normalize_advantage,
+            returns_normalizer=self.model.returns_normalizer,
+            sum_over_ranks=self.collective.sum,
         )
-        # with --normalize_returns the value head learns normalized returns
-        learned = now.targets
-        anchor = now.proximal_values
-        norm = self.model.returns_normalizer
-        # both in the units of the statistics the head learns now
-        if norm is not None:
-            learned = norm.normalize(now.targets)
-            anchor = norm.normalize(anchor)
-        value_loss = losses.value_loss(now.values, learned, anchor, hp["ppo_clip_value"], mask)
-        entropy = losses.masked_mean(now.dist.entropy(), mask)
-        behavior = self.model.distribution_from_params(mb["behavior_params"])
-        kl = losses.masked_mean(losses.kl_divergence(behavior, now.dist), mask)
-        loss = (
-            policy_loss
-            + hp["value_loss_coeff"] * value_loss
-            - hp["exploration_loss_coeff"] * entropy
-            + self.cfg.kl_loss_coeff * kl
-        )
-        stats = {
-            "loss": loss.item(),
-            "policy_loss": policy_loss.item(),
-            "value_loss": value_loss.item(),
-            "entropy": entropy.item(),
-            "kl_divergence": kl.item(),
-            "clip_fraction": losses.clip_fraction(
-                ratio.detach(), hp["ppo_clip_ratio"], mask
-            ).item(),
-            "value": losses.masked_mean(now.returns, mask).item(),
-        }
         return loss, stats, now.targets
 
     def _hp_stats(self) -> dict:

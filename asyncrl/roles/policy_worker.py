@@ -20,8 +20,10 @@ from asyncrl.cfg.config import Config
 from asyncrl.core.buffers import SharedBuffers, frozen_player, group_agents
 from asyncrl.core.messages import Signal
 from asyncrl.core.queues import Empty, Queues
+from asyncrl.core.seeds import seed_torch
 from asyncrl.core.timing import Timing
-from asyncrl.model.actor_critic import build_model, low_precision, seed_torch
+from asyncrl.model.actor_critic import build_model
+from asyncrl.model.precision import low_precision
 from asyncrl.roles.rollouts import rollout_budget
 
 MAX_REQUESTS_PER_BATCH = 4096

@@ -139,7 +139,7 @@ class Runner:
                 {
                     Matches: lambda report: self.ratings.add_matches(report.matches),
                     Snapshot: lambda report: self.ratings.add_snapshot(
-                        report.policy_id, report.k, report.version
+                        report.policy_id, report.slot, report.version
                     ),
                 }
             )
@@ -160,50 +160,45 @@ class Runner:
         """Learners first (they publish the initial weights), then policy workers, then rollout
         workers."""
         cfg = self.cfg
-        b = self.buffers
-        q = self.queues
-        env = self.env
-        factories = [
-            (
-                f"asyncrl-learner-{p}",
-                partial(
-                    Learner,
-                    p,
-                    cfg,
-                    b,
-                    q,
-                    env.obs_space,
-                    env.action_space,
-                    self.device,
-                    env.frameskip,
-                    self.stop_flag,
-                ),
+        shared = dict(cfg=cfg, buffers=self.buffers, queues=self.queues)
+        spaces = dict(obs_space=self.env.obs_space, action_space=self.env.action_space)
+        factories = []
+        for policy_id in range(cfg.num_policies):
+            learner = partial(
+                Learner,
+                policy_id=policy_id,
+                **shared,
+                **spaces,
+                device=self.device,
+                frameskip=self.env.frameskip,
+                stop_flag=self.stop_flag,
             )
-            for p in range(cfg.num_policies)
-        ]
-        factories += [
-            (
-                f"asyncrl-policy-{p}-{i}"
-                if cfg.policy_workers_per_policy > 1
-                else f"asyncrl-policy-{p}",
-                partial(
-                    PolicyWorker, p, i, cfg, b, q, env.obs_space, env.action_space, self.device
-                ),
+            factories.append((f"asyncrl-learner-{policy_id}", learner))
+        for policy_id in range(cfg.num_policies):
+            for worker_idx in range(cfg.policy_workers_per_policy):
+                title = f"asyncrl-policy-{policy_id}"
+                if cfg.policy_workers_per_policy > 1:
+                    title += f"-{worker_idx}"
+                policy_worker = partial(
+                    PolicyWorker,
+                    policy_id=policy_id,
+                    worker_idx=worker_idx,
+                    **shared,
+                    **spaces,
+                    device=self.device,
+                )
+                factories.append((title, policy_worker))
+        for worker_idx in range(cfg.num_workers):
+            rollout_worker = partial(
+                RolloutWorker,
+                worker_idx=worker_idx,
+                **shared,
+                stop_flag=self.stop_flag,
+                waits_for_slots=self.WORKERS_WAIT_FOR_SLOTS,
             )
-            for p in range(cfg.num_policies)
-            for i in range(cfg.policy_workers_per_policy)
-        ]
-        factories += [
-            (
-                rollout_title(w),
-                partial(RolloutWorker, w, cfg, b, q, self.stop_flag, self.WORKERS_WAIT_FOR_SLOTS),
-            )
-            for w in range(cfg.num_workers)
-        ]
+            factories.append((rollout_title(worker_idx), rollout_worker))
         if cfg.eval_every_env_steps and self.rank.writes:
-            factories.append(
-                (EVALUATOR_TITLE, partial(Evaluator, cfg, b, q, env.obs_space, env.action_space))
-            )
+            factories.append((EVALUATOR_TITLE, partial(Evaluator, **shared, **spaces)))
         return factories
 
     def run(self) -> int:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import uuid
 
-from asyncrl.cfg.config import Config, ConfigError
+from asyncrl.cfg.config import Config
+from asyncrl.cfg.errors import ConfigError
 from asyncrl.cfg.extras import require
 
 

@@ -32,14 +32,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _run import STUDY_RESULTS, machine, write_result  # noqa: E402
 
 from asyncrl.commands.bench import BenchArgs, parse_bench_args, run_bench
-from asyncrl.commands.measure import (
-    model_workloads,
-    process_tree_cpu_seconds,
-    seconds_per_call,
-    simulation_workload,
-)
 from asyncrl.core.fork_server import mp_context
 from asyncrl.core.processes import keep_freed_memory_for_reuse, plan_cores
+from asyncrl.measure.costs import model_workloads, seconds_per_call, simulation_workload
+from asyncrl.measure.engine import process_tree_cpu_seconds
 
 DEFAULT_FLAGS = ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8"]
 

@@ -25,7 +25,8 @@ import torch
 from asyncrl.algo import losses
 from asyncrl.commands.saved_run import config_of_run
 from asyncrl.envs import make_agents
-from asyncrl.model.actor_critic import build_model, low_precision
+from asyncrl.model.actor_critic import build_model
+from asyncrl.model.precision import low_precision
 
 
 def outputs(model, batch) -> tuple[torch.Tensor, torch.Tensor]:

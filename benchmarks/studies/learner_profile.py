@@ -15,7 +15,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from asyncrl.commands.bench import parse_bench_args
-from asyncrl.commands.measure import model_workloads
+from asyncrl.measure.costs import model_workloads
 from asyncrl.roles.launch import resolve_device
 
 

@@ -28,7 +28,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _run import REPO  # noqa: E402
 
-from asyncrl.cfg.config import ConfigError  # noqa: E402
+from asyncrl.cfg.errors import ConfigError  # noqa: E402
 from asyncrl.commands.plot import read_run  # noqa: E402
 
 

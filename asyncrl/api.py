@@ -40,6 +40,11 @@ FLAGS = {f.name for f in dataclasses.fields(Config)}
 
 @dataclass(frozen=True)
 class TrainResult:
+    """What `asyncrl.train` returns once its run has ended: `experiment_dir`, the run's folder
+    (config.json, checkpoints, stats.jsonl, log.txt, TensorBoard events; `asyncrl.load` takes it),
+    and `stats`, each policy's last stats.jsonl row by policy id (env_steps, episode_reward_mean,
+    fps, ...)."""
+
     # the run's folder: config.json, checkpoints, stats.jsonl, TensorBoard events
     experiment_dir: str
     # each policy's last stats row (env_steps, episode_reward_mean, fps, ...)
@@ -133,6 +138,9 @@ def load(
             "experiment": os.path.basename(path),
             **flags,
         }
+    elif os.path.isdir(os.path.dirname(path) or "."):
+        # a folder here by that name is a local path, mistyped, not a Hub repository USER/NAME
+        raise ConfigError(missing_run_folder(path))
     elif re.fullmatch(r"[\w.-]+/[\w.-]+", path):
         given = run_from_hub(flags, path)
     else:
@@ -144,6 +152,19 @@ def load(
         {"checkpoint": None, "load_checkpoint_kind": checkpoint, "policy_index": policy_index}, cfg
     )
     return load_policy(file, cfg, device)
+
+
+def missing_run_folder(path: str) -> str:
+    """What to say of a local path that is no run folder: the nearest run folder beside it."""
+    parent = os.path.dirname(path) or "."
+    runs = [name for name in os.listdir(parent) if os.path.isdir(os.path.join(parent, name))]
+    near = nearest(os.path.basename(path), runs)
+    hint = (
+        f"did you mean {os.path.join(os.path.dirname(path), near)}?"
+        if near
+        else "no run folder is there"
+    )
+    return f"{path!r} is no run folder or checkpoint file ({hint})"
 
 
 def run_folder_of(checkpoint_file: str) -> str:

@@ -1,9 +1,9 @@
 """Provenance of the result files in benchmarks/results, and their index (benchmarks/README.md).
 
-    python benchmarks/provenance.py backfill   # give a provenance to each result written before results had one
-    python benchmarks/provenance.py index      # write benchmarks/README.md from the results' provenance
+    python -m benchmarks.provenance backfill   # give a provenance to each result written before results had one
+    python -m benchmarks.provenance index      # write benchmarks/README.md from the results' provenance
 
-Results written by `_run.write_result` carry their provenance: the command, commit, date, CPU model,
+Results written by `common.write_result` carry their provenance: the command, commit, date, CPU model,
 cores, torch version and device where they were measured. Results written before that carried at
 most the command and a machine line that did not name the CPU. `backfill` rebuilds what can be known
 of theirs and marks it "reconstructed": the command from the result's own record (its "command", or
@@ -18,16 +18,23 @@ from __future__ import annotations
 
 import argparse
 import glob
+import importlib
+import importlib.util
 import json
 import os
 import re
 import shlex
 import subprocess
 
-from _run import REPO, RESULTS, provenance_line
+from benchmarks.common import REPO, RESULTS, provenance_line
+
+# the groups of results, in the order the index shows them: benchmarks/GROUP/ and results/GROUP/
+GROUPS = ("speed", "peers", "learning", "robustness", "features")
+# a command as results recorded it before the benchmarks were a package: python benchmarks/NAME.py
+OLD_SCRIPT = re.compile(r"^python benchmarks/((?:studies/)?\w+)\.py\b")
 
 # the commands of results that recorded none (neither in the result nor on its page)
-COMMANDS = {"cleanrl_published_atari_curves": "python benchmarks/studies/digitize_curve.py"}
+COMMANDS = {"cleanrl_published_atari_curves": "python -m benchmarks.studies.digitize_curve"}
 # the script that writes results named NAME or NAME_<suffix>, for results that recorded their
 # arguments only
 SCRIPTS = {
@@ -110,8 +117,23 @@ def reconstructed(name: str, path: str, result: dict) -> dict:
     }
 
 
+def current_command(command: str) -> str:
+    """A recorded command as it runs today: `python benchmarks/NAME.py ...` (a script when the
+    benchmarks were a folder of them) is `python -m benchmarks.GROUP.NAME ...`."""
+    old = OLD_SCRIPT.match(command)
+    if old is None:
+        return command
+    name = old.group(1).replace("/", ".")
+    if name.startswith("studies."):
+        return f"python -m benchmarks.{name}{command[old.end() :]}"
+    for group in GROUPS:
+        if importlib.util.find_spec(f"benchmarks.{group}.{name}") is not None:
+            return f"python -m benchmarks.{group}.{name}{command[old.end() :]}"
+    return command
+
+
 def backfill() -> None:
-    for path in sorted(glob.glob(os.path.join(RESULTS, "*.json"))):
+    for path in sorted(glob.glob(os.path.join(RESULTS, "*", "*.json"))):
         with open(path) as f:
             result = json.load(f)
         if "provenance" in result:
@@ -130,13 +152,12 @@ def backfill() -> None:
 
 
 def results() -> list[tuple[str, str, str, dict]]:
-    """(name, its page (NAME.md, else NAME.json), the page's title, provenance) of every result, by
-    name; a learning suite's report is one (learning/SUITE), the run files it reads are not."""
+    """(GROUP/NAME, its page (NAME.md, else NAME.json), the page's title, provenance) of every
+    result, by group and name; a learning suite's report is one (learning/SUITE), the run files it
+    reads are not."""
     out = []
-    paths = glob.glob(os.path.join(RESULTS, "*.json")) + glob.glob(
-        os.path.join(RESULTS, "learning", "*.json")
-    )
-    for path in sorted(paths):
+    paths = glob.glob(os.path.join(RESULTS, "*", "*.json"))
+    for path in sorted(paths, key=lambda path: (GROUPS.index(path.split(os.sep)[-2]), path)):
         with open(path) as f:
             made = json.load(f)["provenance"]
         name = os.path.relpath(path, RESULTS)[: -len(".json")]
@@ -155,35 +176,49 @@ def index() -> str:
     lines = [
         "# Benchmarks",
         "",
-        "Each result in `results/` is written by the command beside it (a script here), as NAME.json and NAME.md (most",
-        "with a NAME.png); both record where they came from: the command, commit, date, CPU model, cores, torch",
-        "version and device. Results from before provenance was recorded have it rebuilt from the repository's",
-        "history (`provenance.py backfill`), marked reconstructed: their CPU model and torch version were not",
-        "recorded. `studies/` holds one-off investigations, with their own results.",
+        "The benchmarks are grouped by the question they answer, in folders of this package, and each is run from",
+        "the repository's root as a module (`python -m benchmarks.GROUP.NAME`). Each result in `results/GROUP/` is",
+        "written by the command beside it, as NAME.json and NAME.md (most with a NAME.png); both record where they",
+        "came from: the command, commit, date, CPU model, cores, torch version and device. A command recorded",
+        "before the benchmarks were a package (`python benchmarks/NAME.py`) is shown as it runs today. Results from",
+        "before provenance was recorded have it rebuilt from the repository's history (`provenance.py",
+        "backfill`), marked reconstructed: their CPU model and torch version were not recorded. `studies/` holds",
+        "one-off investigations, with their own results.",
         "",
-        "This page is written by `python benchmarks/provenance.py index`.",
+        "This page is written by `python -m benchmarks.provenance index`.",
         "",
         *table(link_to="results/"),
     ]
     return "\n".join(lines) + "\n"
 
 
+def group_title(group: str) -> str:
+    """A group's title: its package's docstring."""
+    return importlib.import_module(f"benchmarks.{group}").__doc__.strip()
+
+
 def table(link_to: str | None) -> list[str]:
-    """Every result with its command, commit, date and machine, as a markdown table (this index's,
-    and the docs' benchmarks page's); with `link_to`, each name links to its page in that folder."""
-    lines = [
-        "| result | what | command | commit, date | machine |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+    """Every result with its command, commit, date and machine, as a markdown table per group (this
+    index's, and the docs' benchmarks page's); with `link_to`, each name links to its page in that
+    folder."""
+    lines = []
+    shown_group = None
     for name, page, title, made in results():
+        group = name.split("/")[0]
+        if group != shown_group:
+            shown_group = group
+            lines += ["", f"### {group}", "", group_title(group), ""]
+            lines += ["| result | what | command | commit, date | machine |"]
+            lines += ["| --- | --- | --- | --- | --- |"]
         cores = "cores not recorded" if made["cores"] is None else f"{made['cores']} cores"
         machine = f"{cores}, {made['cpu']}, {made['device']}"
-        command = made["command"].replace("|", "\\|")
-        shown = name if link_to is None else f"[{name}]({link_to}{page})"
+        command = current_command(made["command"]).replace("|", "\\|")
+        short_name = name.split("/", 1)[1]
+        shown = short_name if link_to is None else f"[{short_name}]({link_to}{page})"
         lines.append(
             f"| {shown} | {title} | `{command}` | {made['commit']}, {made['date'][:10]} | {machine} |"
         )
-    return lines
+    return lines[1:]
 
 
 def main():

@@ -11,7 +11,10 @@ A page asks for one with a line `<!-- generated: NAME ARG -->`, replaced by GENE
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import glob
+import html
 import importlib
 import inspect
 import json
@@ -19,16 +22,46 @@ import os
 import re
 import sys
 
+from mkdocs.structure.files import File
+
 from asyncrl.cfg.config import GROUPS, default_value, group_title, schema_defaults
-from asyncrl.envs import env_entry
+from asyncrl.envs.lookup import default_config_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# the benchmarks' scripts, a folder rather than a package
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-import learning_report  # noqa: E402  (the learning suites' table, as README shows it)
-import provenance  # noqa: E402  (the results' index, which the benchmarks page shows too)
+# mkdocs loads this file by its path: under the `mkdocs` command the repository's root, where the
+# benchmarks package lies (it is not installed), is not on sys.path
+sys.path.insert(0, ROOT)
+from benchmarks import provenance  # noqa: E402  (the results' index, which the benchmarks page shows)
+from benchmarks.learning import learning_report  # noqa: E402  (the learning suites' table)
 
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+# where the site serves the results' figures
+FIGURES = "benchmark-results"
 MARKER = re.compile(r"^<!-- generated: (\w+)(?: (\S+))? -->$", re.M)
+
+
+def escape_html(text: str) -> str:
+    """Markdown text with the characters HTML would take for tags (`<train_dir>`) escaped, outside
+    its code spans (which show them as they are)."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):
+        parts[i] = html.escape(parts[i], quote=False)
+    return "`".join(parts)
+
+
+def readable(value: str) -> str:
+    """A result table's cell for a reader: a Python list as its items, None as a dash."""
+    stripped = value.strip()
+    try:
+        parsed = ast.literal_eval(stripped)
+    except (ValueError, SyntaxError):
+        return escape_html(value)
+    if parsed is None:
+        return " - "
+    if isinstance(parsed, list):
+        shown = ["-" if item is None else str(item) for item in parsed]
+        return " - " if set(shown) <= {"-"} else " " + ", ".join(shown) + " "
+    return value
 
 
 def cell(value) -> str:
@@ -50,7 +83,7 @@ FAMILIES = {
 def config_reference(_: str | None) -> str:
     """A table per flag group of cfg/groups, under its title: every flag, its default, the env
     families' own values and its help line."""
-    overrides = {family: env_entry(env).default_config for family, env in FAMILIES.items()}
+    overrides = {family: default_config_of(env) for family, env in FAMILIES.items()}
     out = []
     for group in GROUPS:
         out += [f"## {group_title(group)}", ""]
@@ -59,7 +92,7 @@ def config_reference(_: str | None) -> str:
             "| --- | --- | --- | --- |",
         ]
         for f in dataclasses.fields(group):
-            help_text = f.metadata["help"].replace("|", "\\|")
+            help_text = escape_html(f.metadata["help"]).replace("|", "\\|")
             families = "; ".join(
                 f"{family}: {cell(values[f.name])}"
                 for family, values in overrides.items()
@@ -72,7 +105,7 @@ def config_reference(_: str | None) -> str:
 
 def env_defaults(env: str) -> str:
     defaults = schema_defaults()
-    family = env_entry(env).default_config
+    family = default_config_of(env)
     rows = [
         f"| `--{k}` | {cell(v)} | {cell(defaults[k])} |" for k, v in family.items() if k in defaults
     ]
@@ -87,13 +120,28 @@ def benchmarks(_: str | None) -> str:
 
 
 def result_table(name: str) -> str:
-    """The first table of a result's page (benchmarks/results/NAME.md), and the line that says how
-    it was made."""
-    with open(os.path.join(ROOT, "benchmarks", "results", name + ".md")) as f:
+    """The first table of a result's page (benchmarks/results/GROUP/NAME.md) with its cells made
+    readable, its figure (NAME.png) if it has one, and the line that says how it was made."""
+    with open(os.path.join(RESULTS, name + ".md")) as f:
         lines = f.read().rstrip().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
     end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
-    return "\n".join([*lines[start:end], "", lines[-1]])
+    table = []
+    for line in lines[start:end]:
+        cells = line.strip().strip("|").split("|")
+        table.append("|" + "|".join(readable(c) for c in cells) + "|")
+    figure = []
+    if os.path.exists(os.path.join(RESULTS, name + ".png")):
+        figure = ["", f"![{name}]({FIGURES}/{name}.png)"]
+    return "\n".join([*table, *figure, "", escape_html(lines[-1])])
+
+
+def on_files(files, config):
+    """The results' figures join the site (under FIGURES/), for the pages that show them."""
+    for path in glob.glob(os.path.join(RESULTS, "*", "*.png")):
+        uri = f"{FIGURES}/{os.path.relpath(path, RESULTS)}"
+        files.append(File.generated(config, uri, abs_src_path=path))
+    return files
 
 
 def learning_suites(_: str | None) -> str:

@@ -427,4 +427,5 @@ register_env_family(
     "Atari 2600 (ALE): atari_pong, atari_breakout, ... every game in "
     "ale_py.roms.get_all_rom_ids(); --env_options preset: baselines|machado, engine: ale|envpool",
     member="game",
+    default_config=ATARI_DEFAULTS,
 )

@@ -29,7 +29,14 @@ import gymnasium as gym
 from asyncrl.cfg.extras import require
 from asyncrl.envs.gym_adapter import adapt, gym_entry
 from asyncrl.envs.multi_agent import as_agents, is_agents, is_multi_agent_env, pettingzoo_defaults
-from asyncrl.envs.registry import FAMILIES, REGISTRY, EnvEntry, EnvError, register_ale_ids
+from asyncrl.envs.registry import (
+    FAMILIES,
+    REGISTRY,
+    EnvEntry,
+    EnvError,
+    Family,
+    register_ale_ids,
+)
 
 ENTRY_POINT_GROUP = "asyncrl.envs"
 # remote:HOST:PORT names are served by asyncrl.remote, which needs gRPC (the remote extra) and sits
@@ -43,9 +50,7 @@ _RESOLVED: dict[str, EnvEntry] = {}
 
 def env_families() -> dict[str, str]:
     """prefix<member> (atari_<game>) -> description of every env family."""
-    return {
-        f"{prefix}<{member}>": description for prefix, (_, description, member) in FAMILIES.items()
-    }
+    return {f"{prefix}<{family.member}>": family.description for prefix, family in FAMILIES.items()}
 
 
 def registered_envs() -> dict[str, EnvEntry]:
@@ -122,14 +127,26 @@ def env_entry(name: str) -> EnvEntry:
     return _RESOLVED[name]
 
 
+def family_of(name: str) -> Family | None:
+    """The family whose prefix the name starts with, if any."""
+    return next((family for prefix, family in FAMILIES.items() if name.startswith(prefix)), None)
+
+
+def default_config_of(name: str) -> dict:
+    """The Config fields an env sets off the engine's defaults; a family member's without resolving
+    it, so without the family's extra (an Atari game's without ale-py)."""
+    family = family_of(name)
+    if family is not None and name not in REGISTRY:
+        return dict(family.default_config)
+    return env_entry(name).default_config
+
+
 def _resolve(name: str) -> EnvEntry:
     """The entry of a name that was not registered: a family's, a plugin, an import path or a
     gymnasium id."""
-    family = next(
-        (entry_of for prefix, (entry_of, *_) in FAMILIES.items() if name.startswith(prefix)), None
-    )
+    family = family_of(name)
     if family is not None:
-        return family(name)
+        return family.entry_of(name)
     plugin = next((ep for ep in _plugins() if ep.name == name), None)
     if plugin is not None:
         try:

@@ -57,4 +57,5 @@ register_env_family(
     "MuJoCo (gymnasium v5): mujoco_halfcheetah, mujoco_hopper, mujoco_walker2d, "
     "mujoco_ant, mujoco_humanoid, ... every v5 task in lower case",
     member="task",
+    default_config=CONTINUOUS_DEFAULTS,
 )

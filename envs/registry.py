@@ -49,8 +49,21 @@ class EnvEntry:
 REGISTRY: dict[str, EnvEntry] = {}
 
 
-# name prefix -> (entry of a name, description, what a member is called: atari_<game>)
-FAMILIES: dict[str, tuple[Callable[[str], EnvEntry], str, str]] = {}
+@dataclass(frozen=True)
+class Family:
+    """Envs named prefix<member> (atari_<game>), each resolved by entry_of(name)."""
+
+    entry_of: Callable[[str], EnvEntry]
+    # `asyncrl envs`' line
+    description: str
+    # what a member is called: atari_<game>
+    member: str
+    # the Config fields every member's entry sets, known without the family's extra (the docs)
+    default_config: dict
+
+
+# name prefix -> its family
+FAMILIES: dict[str, Family] = {}
 
 
 def register_env(
@@ -67,12 +80,16 @@ def register_env(
 
 
 def register_env_family(
-    prefix: str, entry_of: Callable[[str], EnvEntry], description: str, member: str = "name"
+    prefix: str,
+    entry_of: Callable[[str], EnvEntry],
+    description: str,
+    member: str = "name",
+    default_config: dict | None = None,
 ) -> None:
     """Make every name that starts with `prefix` an env (e.g. atari_<game>): `entry_of(name)`
     returns its entry, or raises EnvError if there is no such env. `asyncrl envs` lists the family
-    in one line, as prefix<member>."""
-    FAMILIES[prefix] = (entry_of, description, member)
+    in one line, as prefix<member>. `default_config`: the Config fields every member's entry sets."""
+    FAMILIES[prefix] = Family(entry_of, description, member, dict(default_config or {}))
 
 
 def register_ale_ids() -> None:

@@ -24,14 +24,23 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 os.environ["WANDB_MODE"] = "offline"
 os.environ.setdefault("WANDB_SILENT", "true")
 
-from helpers import engine_processes, flags, kill_started, run_cli, shm_entries  # noqa: E402
+from helpers import (  # noqa: E402
+    flags,
+    kill_started,
+    run_cli,
+    stop_runners,
+)
+
+from asyncrl.core.leftovers import engine_processes, shm_entries  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def runs_end_with_their_test():
-    """Whatever happens in a test (a failure, a timeout), no run it started outlives it."""
+    """Whatever happens in a test (a failure, a timeout), no run it started outlives it: neither a
+    process nor a serial runner's components."""
     yield
     kill_started()
+    stop_runners()
 
 
 @pytest.fixture

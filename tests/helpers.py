@@ -1,4 +1,6 @@
-"""Run `asyncrl` as a user would (a real subprocess), and look for what a run might leave behind.
+"""What the tests share: `asyncrl` run as a user would (a real subprocess), its flags from keyword
+arguments (flags), the one-line user error (assert_user_error), serial runners stopped whatever the
+test's outcome (serial_runner, stop_runner), and readers of a run's files.
 
 Every run a test starts is killed with its whole process group when the test ends (conftest's
 autouse fixture), whether the test passed, failed or timed out: a run left training would starve the
@@ -18,6 +20,8 @@ import psutil
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _started: list[subprocess.Popen] = []
+# serial_runner's runners a test has not stopped yet (stop_runners stops them at its end)
+_runners: list = []
 
 
 def _as_a_terminal_starts_it() -> None:
@@ -97,6 +101,17 @@ def kill_started() -> None:
     _started.clear()
 
 
+def assert_user_error(result, needle: str | None = None) -> None:
+    """A user error as the command line reports it: exit code 2 and one line on stderr (holding
+    `needle`), so no traceback."""
+    lines = result.stderr.strip().splitlines()
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert len(lines) == 1, output
+    if needle is not None:
+        assert needle in lines[0], output
+
+
 def read_jsonl(path) -> list[dict]:
     """The complete lines of a JSON-lines file that a run may be writing (a line still being written
     is left out)."""
@@ -106,24 +121,6 @@ def read_jsonl(path) -> list[dict]:
 
 def read_stats(experiment_dir) -> list[dict]:
     return read_jsonl(os.path.join(experiment_dir, "stats.jsonl"))
-
-
-def engine_processes() -> list[psutil.Process]:
-    """asyncrl children (named by their process titles) and VizDoom engines on this machine, alive
-    (an exited process waiting for init to reap it, as a reaper whose worker died is, holds
-    nothing)."""
-    found = []
-    for p in psutil.process_iter(["name", "cmdline", "status"]):
-        if p.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        cmd = (p.info["cmdline"] or [""])[0]
-        if (
-            cmd.startswith("asyncrl-")
-            or (p.info["name"] or "").startswith("asyncrl-")
-            or p.info["name"] == "vizdoom"
-        ):
-            found.append(p)
-    return found
 
 
 def children_named(name: str, pid: int | None = None) -> list[psutil.Process]:
@@ -138,10 +135,6 @@ def children_named(name: str, pid: int | None = None) -> list[psutil.Process]:
         if child_name == name:
             found.append(child)
     return found
-
-
-def shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
 def run_until(proc, condition, what: str, timeout=180) -> str:
@@ -239,6 +232,7 @@ def serial_runner(tmp_path, **overrides):
     from asyncrl.cfg.settle import Settled
     from asyncrl.roles.launch import (
         auto_settings,
+        check_checkpoints,
         model_and_layout,
         prepare_experiment_dir,
         probe_env,
@@ -267,11 +261,32 @@ def serial_runner(tmp_path, **overrides):
     env = probe_env(cfg)
     cfg = dataclasses.replace(cfg, **auto_settings(cfg, torch.device("cpu"), env))
     model, layout = model_and_layout(cfg, env)
-    prepare_experiment_dir(cfg, model)
+    prepare_experiment_dir(cfg)
+    check_checkpoints(cfg, model)
     save_config(Settled.of(cfg, "test"))
     runner = SerialRunner(cfg, env, torch.device("cpu"), layout)
     runner._start()
+    _runners.append(runner)
     return runner
+
+
+def stop_runner(runner) -> None:
+    """Stop a serial_runner's components as a run's stop does (the learners save): for a test that
+    reads what the stop leaves, or resumes from it. Whatever a test leaves running, stop_runners
+    stops when it ends."""
+    _runners.remove(runner)
+    runner._stop_children()
+
+
+def stop_runners() -> None:
+    """Stop every serial_runner a test left running, whether it passed or failed."""
+    while _runners:
+        runner = _runners.pop()
+        try:
+            runner._stop_children()
+        except Exception:
+            # the test's own failure is what it reports; this one is the stop of a broken run
+            pass
 
 
 def drain(q) -> list:

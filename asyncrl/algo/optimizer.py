@@ -4,7 +4,7 @@ torch.optim.Adam imports torch._dynamo the first time its methods run, and again
 2-3 s of CPU (sympy, the compiler's tables) that a run's fork server had to import before any child could start,
 for a compiler the learner never uses. This Adam keeps torch's state per parameter (step, exp_avg, exp_avg_sq) and
 updates it with torch's own functional adam(), the function torch.optim.Adam.step calls: the same computation, bit
-for bit (tests/test_components.py checks it). Its state_dict has torch.optim.Adam's layout, so checkpoints load
+for bit (tests/algo/test_optimizer.py checks it). Its state_dict has torch.optim.Adam's layout, so checkpoints load
 into either.
 """
 

@@ -10,7 +10,7 @@ import importlib.util
 from asyncrl.cfg.errors import ConfigError
 
 # the modules of each extra the engine imports (pyproject.toml's optional dependencies install them;
-# tests/test_layout.py checks that both name the same extras)
+# tests/project/test_layout.py checks that both name the same extras)
 EXTRAS = {
     "remote": ("grpc", "google.protobuf", "grpc_tools"),
     "multiagent": ("pettingzoo", "openskill"),

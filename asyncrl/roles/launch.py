@@ -168,9 +168,9 @@ def experiment_dir_claimed(cfg: Config):
         os.close(folder)
 
 
-def prepare_experiment_dir(cfg: Config, model: torch.nn.Module) -> None:
+def prepare_experiment_dir(cfg: Config) -> None:
     """The experiment folder, emptied for --restart_behavior restart (emptied, not replaced: its
-    lock stays), with the checkpoints to resume from checked against the model."""
+    lock stays)."""
     try:
         os.makedirs(cfg.experiment_dir, exist_ok=True)
         if cfg.restart_behavior == "restart":
@@ -181,7 +181,6 @@ def prepare_experiment_dir(cfg: Config, model: torch.nn.Module) -> None:
                     os.remove(entry.path)
     except OSError as e:
         raise unwritable(cfg, e) from None
-    check_checkpoints(cfg, model)
 
 
 def save_config(settled: Settled) -> None:
@@ -276,8 +275,10 @@ def train(settled: Settled) -> int:
     with experiment_dir_claimed(cfg) if rank.writes else contextlib.nullcontext():
         wandb = None
         if rank.writes:
-            prepare_experiment_dir(cfg, model)
+            prepare_experiment_dir(cfg)
+            # from here every line also goes to log.txt, the checkpoint it resumes from first
             setup_logging(cfg.log_level, run_log_file(cfg, rank.writes))
+            check_checkpoints(cfg, model)
             # may refuse the run
             wandb = WandbRun(run_cfg, cfg.num_policies) if cfg.with_wandb else None
             save_config(settled)

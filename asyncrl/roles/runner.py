@@ -250,6 +250,8 @@ class Runner:
             self.stats.close()
             if self.ratings is not None:
                 self.ratings.save()
+            if self.rank.writes:
+                log.info(self.stats.end_line())
         return status
 
     def _last_episodes_of_every_rank(self) -> None:

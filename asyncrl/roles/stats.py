@@ -36,6 +36,7 @@ class StatsWriter:
         from tensorboardX import SummaryWriter
 
         self.policies = [PolicyStats(p, window) for p in range(num_policies)]
+        self.experiment_dir = experiment_dir
         self.write = write
         self.wandb = wandb
         self.tb = [
@@ -167,6 +168,15 @@ class StatsWriter:
         if rows and self.write:
             self.progress.show(rows, seconds_left, fraction_done)
         return rows
+
+    def end_line(self) -> str:
+        """The line a run ends on: where it is, each policy's env steps and mean return, its time."""
+        parts = []
+        for p in self.policies:
+            reward = p.reward_mean()
+            shown = "no episode yet" if reward is None else f"mean return {reward:.2f}"
+            parts.append(f"p{p.policy_id} {p.env_steps:,} env steps, {shown}")
+        return f"run in {self.experiment_dir}: {'; '.join(parts)}; {self.elapsed():.1f} s"
 
     def _scalars(self, policy_id: int, env_steps: int, scalars: dict) -> None:
         """TensorBoard points (and wandb's) of one policy at its env steps."""

@@ -3,7 +3,7 @@
 in float32 and runs the encoder and the GRU's products under bfloat16 autocast. The gap shows in
 PPO's ratio at zero lag.
 
-    python benchmarks/studies/bf16_policy_gap.py --train_dir DIR --experiment EXP [--steps 400]
+    python -m benchmarks.studies.bf16_policy_gap --train_dir DIR --experiment EXP [--steps 400]
 
 Plays the run's latest checkpoint (float32) in its env and prints, over the states visited: |log
 ratio| of sampled actions and the KL between each pair of the three policies, and the value gap.

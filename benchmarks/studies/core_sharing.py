@@ -1,7 +1,7 @@
 """Where `asyncrl bench`'s train efficiency goes: each role's cost alone, sharing the cores as in a
 run, and used.
 
-    python benchmarks/studies/core_sharing.py [--mode train|sampler] [--seconds 30] [--warmup_seconds 10] \
+    python -m benchmarks.studies.core_sharing [--mode train|sampler] [--seconds 30] [--warmup_seconds 10] \
         [asyncrl bench flags]
 
 `asyncrl bench` divides train FPS by a limit built from the CPU time per agent step of simulation, inference and
@@ -18,7 +18,7 @@ that run, each role in its own pinned process, on the CPU-time clock of that pro
 What the run used beyond the shared-core costs, and the cores it left idle, is what the engine itself adds.
 --mode sampler does the same for `asyncrl bench --mode raw,sampler` (no learner: the rollout workers spread over
 the cores, inference next to one core's engines) and says what sampler/raw those costs allow at best.
-Defaults: doom_basic, Sample Factory's VizDoom model, 2 workers x 8 envs (as benchmarks/bench_suite.py).
+Defaults: doom_basic, Sample Factory's VizDoom model, 2 workers x 8 envs (as benchmarks/speed/bench_suite.py).
 Writes benchmarks/studies/results/core_sharing.{md,json} (core_sharing_sampler.* with --mode sampler).
 """
 
@@ -27,15 +27,12 @@ import os
 import sys
 import tempfile
 
-# benchmarks/_run.py
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from _run import STUDY_RESULTS, machine, write_result  # noqa: E402
-
 from asyncrl.commands.bench import BenchArgs, parse_bench_args, run_bench
 from asyncrl.core.fork_server import mp_context
 from asyncrl.core.processes import keep_freed_memory_for_reuse, plan_cores
 from asyncrl.measure.costs import model_workloads, seconds_per_call, simulation_workload
 from asyncrl.measure.engine import process_tree_cpu_seconds
+from benchmarks.common import STUDY_RESULTS, machine, write_result
 
 DEFAULT_FLAGS = ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8"]
 

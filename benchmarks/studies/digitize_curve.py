@@ -2,9 +2,9 @@
 column, for papers and benchmarks that publish curves only as images. Used for CleanRL's Atari PPO
 curves (issue 27), which live on wandb and, offline, only in openrlbenchmark's figures.
 
-    python benchmarks/studies/digitize_curve.py FIGURE.png --box TOP BOTTOM LEFT RIGHT --find_grid
+    python -m benchmarks.studies.digitize_curve FIGURE.png --box TOP BOTTOM LEFT RIGHT --find_grid
         prints the gridlines' pixel rows and columns inside the panel's frame (for the calibration below)
-    python benchmarks/studies/digitize_curve.py FIGURE.png --box TOP BOTTOM LEFT RIGHT \\
+    python -m benchmarks.studies.digitize_curve FIGURE.png --box TOP BOTTOM LEFT RIGHT \\
         --x_px X0 X1 --x_val V0 V1 --y_px Y0 Y1 --y_val W0 W1 [--line_rgb 221 132 82] > curve.json
         one row per pixel column from X0 to X1: {"x", "mean", "low", "high"} in the axes' units
 

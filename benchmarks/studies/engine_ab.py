@@ -1,7 +1,7 @@
 """This checkout's engine against an earlier commit's, in A/B pairs: did a change cost frames per
 second?
 
-    python benchmarks/studies/engine_ab.py --base COMMIT [--name NAME] [--pairs 3] [--mode sampler|train|all]
+    python -m benchmarks.studies.engine_ab --base COMMIT [--name NAME] [--pairs 3] [--mode sampler|train|all]
         [--configs "doom_basic 2x8" ...] [--seconds 20] [--warmup_seconds 8]
 
 Checks COMMIT out into a temporary git worktree and, for each configuration below and each pair,
@@ -17,12 +17,9 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 
-# benchmarks/_run.py
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from _run import REPO, STUDY_RESULTS, asyncrl_bench, machine, write_result  # noqa: E402
+from benchmarks.common import REPO, STUDY_RESULTS, asyncrl_bench, machine, write_result
 
 CONFIGS = {
     "doom_basic 2x8": ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8"],
@@ -126,6 +123,9 @@ def main():
             check=True,
             capture_output=True,
         )
+        # the editable install maps asyncrl.envs to this checkout's envs/: inside the base's
+        # package, a link makes its own envs/ the one its asyncrl imports
+        os.symlink(os.path.join(base_tree, "envs"), os.path.join(base_tree, "asyncrl", "envs"))
         try:
             rows = run_pairs(args, base_tree, tmp)
         finally:
@@ -134,7 +134,7 @@ def main():
             )
     configs = " ".join(f'"{name}"' for name in args.configs)
     command = (
-        f"python benchmarks/studies/engine_ab.py --base {args.base} --name {args.name} --pairs {args.pairs} "
+        f"python -m benchmarks.studies.engine_ab --base {args.base} --name {args.name} --pairs {args.pairs} "
         f"--mode {args.mode} --configs {configs} --seconds {args.seconds:g} "
         f"--warmup_seconds {args.warmup_seconds:g}"
     )

@@ -6,7 +6,7 @@ outputs, as before 2026-11-29.
     mkdir DUMP && ASYNCRL_DUMP=DUMP python -m asyncrl train --env atari_pong --num_workers 1 \\
         --num_envs_per_worker 8 --shuffle_samples True --ppo_clip_value 0.1 --seed 1 --train_dir D --experiment E \\
         --train_for_seconds 180
-    python benchmarks/studies/lagged_clips.py --train_dir D --experiment E --dump DUMP
+    python -m benchmarks.studies.lagged_clips --train_dir D --experiment E --dump DUMP
 
 For each dumped batch: the acting outputs are recomputed from the acting version's weights as the policy workers hold
 them (bfloat16 under --precision auto on such a CPU; their log-probs are checked against the stored ones), the

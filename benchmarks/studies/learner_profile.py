@@ -2,7 +2,7 @@
 engine's own code, real shared buffers, random observations), timed and then profiled with
 torch.profiler, on any device.
 
-    python benchmarks/studies/learner_profile.py --env atari_breakout --device cuda [--batch_size 4096] [any flag]
+    python -m benchmarks.studies.learner_profile --env atari_breakout --device cuda [--batch_size 4096] [any flag]
 
 Prints ms per update and per sample, then the ops that took the most time (CPU side, and the GPU's
 own with CUDA).

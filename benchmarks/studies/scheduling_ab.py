@@ -1,6 +1,6 @@
 """Scheduling ideas for the sampler next to a CPU learner, A/B tested inside one training run.
 
-    python benchmarks/studies/scheduling_ab.py [--variant sched_idle|nice10] [--minutes 9] [--window_seconds 30] \
+    python -m benchmarks.studies.scheduling_ab [--variant sched_idle|nice10] [--minutes 9] [--window_seconds 30] \
         [train flags]
 
 Back-to-back runs differ by 15-25% on a shared VM, more than these ideas can gain. So this starts
@@ -27,9 +27,7 @@ import time
 
 import psutil
 
-# benchmarks/_run.py
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from _run import REPO, STUDY_RESULTS, machine, write_result  # noqa: E402
+from benchmarks.common import REPO, STUDY_RESULTS, machine, write_result
 
 DEFAULT_FLAGS = ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8"]
 SETTLE_S = 3.0
@@ -164,7 +162,7 @@ def main():
         v: statistics.mean(w["idle"] for w in windows if w["variant"] == v) for v in (False, True)
     }
     command = (
-        f"python benchmarks/studies/scheduling_ab.py --variant {args.variant} --minutes {args.minutes:g} "
+        f"python -m benchmarks.studies.scheduling_ab --variant {args.variant} --minutes {args.minutes:g} "
         f"--window_seconds {args.window_seconds:g} {' '.join(flags)}"
     )
     summary = (

@@ -2,7 +2,7 @@
 screen of learning settings on a box with many cores, where one run at a time on 2 cores takes
 hours.
 
-    python benchmarks/studies/seed_screen.py --jobs JOBS_FILE --seeds 1-8 [--slots 8] [--cores_per_slot 2]
+    python -m benchmarks.studies.seed_screen --jobs JOBS_FILE --seeds 1-8 [--slots 8] [--cores_per_slot 2]
         [--train_dir DIR] [--out results.jsonl] [--deadline_s 560] [--min_start_s 150]
 
 JOBS_FILE: one setting a line, `NAME | asyncrl train flags` (`#` starts a comment). Each setting
@@ -24,12 +24,9 @@ import subprocess
 import sys
 import time
 
-# benchmarks/_run.py
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from _run import REPO  # noqa: E402
-
 from asyncrl.cfg.errors import ConfigError  # noqa: E402
 from asyncrl.commands.plot import read_run  # noqa: E402
+from benchmarks.common import REPO
 
 
 def parse_jobs(path: str) -> list[tuple[str, list[str]]]:

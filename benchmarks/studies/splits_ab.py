@@ -1,7 +1,7 @@
 """Train FPS with one env group per rollout worker against two (double-buffered sampling), in A/B
 pairs.
 
-    python benchmarks/studies/splits_ab.py [--pairs 2] [--seconds 20] [--warmup_seconds 8]
+    python -m benchmarks.studies.splits_ab [--pairs 2] [--seconds 20] [--warmup_seconds 8]
 
 For each configuration below and each pair, runs `asyncrl bench --mode train` with
 --worker_num_splits 1 and then 2, back to back, so the two runs of a pair see the same machine
@@ -11,14 +11,10 @@ benchmarks/studies/results/splits_ab.{md,json}.
 """
 
 import argparse
-import os
 import statistics
-import sys
 import tempfile
 
-# benchmarks/_run.py
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from _run import STUDY_RESULTS, asyncrl_bench, machine, write_result  # noqa: E402
+from benchmarks.common import STUDY_RESULTS, asyncrl_bench, machine, write_result
 
 CONFIGS = {
     "doom_basic 2x8": ["--env", "doom_basic", "--num_workers", "2", "--num_envs_per_worker", "8"],
@@ -89,7 +85,7 @@ def main():
                 )
     ratios = [r["ratio"] for r in rows]
     command = (
-        f"python benchmarks/studies/splits_ab.py --pairs {args.pairs} --seconds {args.seconds:g} "
+        f"python -m benchmarks.studies.splits_ab --pairs {args.pairs} --seconds {args.seconds:g} "
         f"--warmup_seconds {args.warmup_seconds:g}"
     )
     lines = [

@@ -2,7 +2,7 @@
 from the start, how often its most likely move takes an immediate win when it has one, and blocks
 the opponent's when it has none.
 
-    python benchmarks/studies/tictactoe_tactics.py --experiment tictactoe_selfplay [--train_dir train_dir]
+    python -m benchmarks.studies.tictactoe_tactics --experiment tictactoe_selfplay [--train_dir train_dir]
         [--positions 2000]
 
 (after `bash experiments/tictactoe_selfplay.sh`). A perfect player scores 1 on both; a random one
@@ -11,16 +11,14 @@ about 1 / (legal moves).
 
 import argparse
 import os
-import sys
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from asyncrl.commands.saved_run import config_of_run  # noqa: E402
-from asyncrl.core.checkpoint import list_checkpoints, load_weights  # noqa: E402
-from asyncrl.envs import make_agents  # noqa: E402
-from asyncrl.model.actor_critic import build_model  # noqa: E402
+from asyncrl.commands.saved_run import config_of_run
+from asyncrl.core.checkpoint import list_checkpoints, load_weights
+from asyncrl.envs import make_agents
+from asyncrl.model.actor_critic import build_model
 
 ENV = "pettingzoo.classic.tictactoe_v3:env"
 LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]

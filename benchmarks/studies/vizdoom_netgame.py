@@ -1,7 +1,7 @@
 """Can VizDoom network players be stepped as one multi-agent env in synchronous mode (Mode.PLAYER)?
 (issue 14)
 
-    python benchmarks/studies/vizdoom_netgame.py [--seconds 25] [--frameskip 4]
+    python -m benchmarks.studies.vizdoom_netgame [--seconds 25] [--frameskip 4]
 
 Two players of multi_duel.cfg on loopback UDP (host + one joiner), each engine driven by a thread of
 this process one tic at a time (advance_action(1)); every env step hands each player an action and
@@ -37,10 +37,8 @@ import time
 
 import vizdoom as vzd
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _run import machine  # noqa: E402
-
 from asyncrl.envs.doom_netgame import free_udp_port  # noqa: E402
+from benchmarks.common import machine
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 KICK_AFTER_S = 0.002
@@ -192,7 +190,8 @@ def main():
             child = subprocess.Popen(
                 [
                     sys.executable,
-                    __file__,
+                    "-m",
+                    __spec__.name,
                     "--rule",
                     rule,
                     "--seconds",
@@ -215,7 +214,7 @@ def main():
         "",
         f"Machine: {machine()}",
         "",
-        f"Command: `python benchmarks/studies/vizdoom_netgame.py --seconds {args.seconds:g} "
+        f"Command: `python -m benchmarks.studies.vizdoom_netgame --seconds {args.seconds:g} "
         f"--frameskip {args.frameskip}` (vizdoom {vzd.__version__})",
         "",
         "| rule | steps | episodes | stalled | steps/s per player | kicks (host, joiner) |",

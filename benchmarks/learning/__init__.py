@@ -1,0 +1,1 @@
+"""How well and how fast it learns: learning curves, and suites over seeds with their statistics."""

@@ -1,0 +1,1 @@
+"""asyncrl beside its peers (Sample Factory, CleanRL), each run on this machine."""

@@ -1,0 +1,1 @@
+"""Long runs, and what runs leave behind."""

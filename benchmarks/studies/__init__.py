@@ -1,0 +1,1 @@
+"""One-off investigations, each with its results in studies/results/."""

@@ -1,0 +1,47 @@
+"""The learner's Adam against torch's."""
+
+import copy
+
+import torch
+
+from asyncrl.algo.optimizer import Adam
+
+
+def test_adam_takes_torch_adams_steps_bit_for_bit_and_loads_either_ones_state():
+    """asyncrl's Adam (no torch._dynamo) against torch.optim.Adam: the same weights after every
+    step, where the learning rate changes and some steps give only the last layer gradients (so the
+    parameters' steps differ); then each one's state_dict loads into the other, and the two go on in
+    step."""
+    torch.manual_seed(0)
+    models = [torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))]
+    models.append(copy.deepcopy(models[0]))
+    hyperparameters = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-6)
+    optimizers = [
+        Adam(models[0].parameters(), **hyperparameters),
+        torch.optim.Adam(models[1].parameters(), **hyperparameters),
+    ]
+
+    def steps(first: int, last: int) -> None:
+        for k in range(first, last):
+            x = torch.randn(16, 4)
+            for model, optimizer in zip(models, optimizers):
+                optimizer.param_groups[0]["lr"] = 1e-2 / (1 + k)
+                optimizer.zero_grad()
+                out = model[2](x.repeat(1, 2)) if k % 3 == 1 else model(x)
+                out.square().mean().backward()
+                optimizer.step()
+            assert all(
+                torch.equal(a, b) for a, b in zip(models[0].parameters(), models[1].parameters())
+            ), k
+
+    steps(0, 8)
+    # steps 1 and 4 left the first layer alone
+    assert float(optimizers[0].state[models[0][0].weight]["step"]) == 5
+    saved = [optimizer.state_dict() for optimizer in optimizers]
+    optimizers = [
+        Adam(models[0].parameters(), **hyperparameters),
+        torch.optim.Adam(models[1].parameters(), **hyperparameters),
+    ]
+    optimizers[0].load_state_dict(saved[1])
+    optimizers[1].load_state_dict(saved[0])
+    steps(8, 12)

@@ -18,6 +18,7 @@ before its import.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 import re
@@ -33,6 +34,7 @@ from asyncrl.commands.plot import read_run
 from asyncrl.commands.saved_run import checkpoint_to_load, config_of_run
 from asyncrl.commands.train import settings_from_args
 from asyncrl.core.fork_server import start_fork_server, stop_fork_server
+from asyncrl.core.main_module import main_without_file, unguarded_call
 from asyncrl.model.custom_encoders import ENCODERS
 
 FLAGS = {f.name for f in dataclasses.fields(Config)}
@@ -86,22 +88,30 @@ def train(env: str | None = None, **flags) -> TrainResult:
     starts; a run that fails raises RuntimeError. Returns the run's folder and each policy's last
     stats. An encoder registered with `register_encoder` is found again by enjoy and `load` through
     its source module."""
+    call = unguarded_call(inspect.currentframe())
+    if call is not None:
+        raise ConfigError(
+            f"{call[0]}, line {call[1]}, starts the run at the top level of the script: each of "
+            f"the run's processes imports the script again and would start it again; put the call "
+            f'under `if __name__ == "__main__":`'
+        )
     if flags.get("encoder") in ENCODERS and not flags.get("encoder_source"):
         flags["encoder_source"] = ENCODERS[flags["encoder"]].source
     settled = settings_from_args(flags_to_argv({"env": env, **flags}))
     validate(settled.config)
     # the run sets its own
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    start_fork_server()
-    try:
-        # torch (seconds): at the first call, not at import
-        from asyncrl.roles.launch import train as launch
+    with main_without_file():
+        start_fork_server()
+        try:
+            # torch (seconds): at the first call, not at import
+            from asyncrl.roles.launch import train as launch
 
-        status = launch(settled)
-    finally:
-        stop_fork_server()
-        for s, handler in handlers.items():
-            signal.signal(s, handler)
+            status = launch(settled)
+        finally:
+            stop_fork_server()
+            for s, handler in handlers.items():
+                signal.signal(s, handler)
     experiment_dir = settled.config.experiment_dir
     if status != 0:
         raise RuntimeError(

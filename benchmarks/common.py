@@ -180,13 +180,14 @@ def asyncrl_bench(flags: list[str], train_dir: str, repo: str = REPO) -> tuple[d
     """Run `asyncrl bench FLAGS` with its runs under train_dir (the asyncrl of the checkout `repo`); returns its
     --out JSON and what it printed."""
     out = os.path.join(train_dir, "result.json")
-    printed = subprocess.run(
-        [sys.executable, "-m", "asyncrl", "bench", *flags, "--train_dir", train_dir, "--out", out],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    command = [sys.executable, "-m", "asyncrl", "bench", *flags, "--train_dir", train_dir]
+    done = subprocess.run([*command, "--out", out], cwd=repo, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(
+            f"{shlex.join(command)} in {repo} exited with {done.returncode}:\n"
+            f"{(done.stdout + done.stderr)[-3000:]}"
+        )
+    printed = done.stdout
     with open(out) as f:
         return json.load(f), printed
 

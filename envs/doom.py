@@ -180,7 +180,9 @@ def frag_table(game) -> np.ndarray:
 def win_of(frags: np.ndarray, me: int) -> float:
     """1 for the most frags alone, 0.5 for the most tied with another player, else 0."""
     best_other = np.delete(frags, me).max(initial=-np.inf)
-    return 1.0 if frags[me] > best_other else 0.5 if frags[me] == best_other else 0.0
+    if frags[me] == best_other:
+        return 0.5
+    return 1.0 if frags[me] > best_other else 0.0
 
 
 def every_second_pixel(screen: np.ndarray) -> np.ndarray:

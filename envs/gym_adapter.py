@@ -151,13 +151,19 @@ CONTINUOUS_DEFAULTS = {
 GYM_ID_DEFAULTS = {"CartPole-v1": {"reward_scale": 0.1}, "CartPole-v0": {"reward_scale": 0.1}}
 
 
+def spaces_defaults(observation_space: gym.Space, action_space: gym.Space) -> dict:
+    """The defaults an env gets for its spaces: Box actions the continuous-control ones, vector
+    observations the small MLP's and PPO's epochs, images none (the conv encoder's are the engine's
+    own)."""
+    if isinstance(action_space, gym.spaces.Box):
+        return dict(CONTINUOUS_DEFAULTS)
+    return {} if has_image(observation_space) else dict(VECTOR_ENV_DEFAULTS)
+
+
 def gym_entry(gym_id: str):
-    # the observation space decides the defaults; gymnasium envs are cheap to make
+    # the spaces decide the defaults; gymnasium envs are cheap to make
     probe = make_gym_env(gym_id)
-    if isinstance(probe.action_space, gym.spaces.Box):
-        defaults = dict(CONTINUOUS_DEFAULTS)
-    else:
-        defaults = {} if has_image(probe.observation_space) else dict(VECTOR_ENV_DEFAULTS)
+    defaults = spaces_defaults(probe.observation_space, probe.action_space)
     defaults.update(GYM_ID_DEFAULTS.get(gym_id, {}))
     # gymnasium's Taxi gives its action mask in the info
     mask_in_info = ACTION_MASK in probe.reset(seed=0)[1]

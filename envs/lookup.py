@@ -27,8 +27,8 @@ from importlib.metadata import entry_points
 import gymnasium as gym
 
 from asyncrl.cfg.extras import require
-from asyncrl.envs.gym_adapter import adapt, gym_entry
-from asyncrl.envs.multi_agent import as_agents, is_agents, is_multi_agent_env, pettingzoo_defaults
+from asyncrl.envs.gym_adapter import adapt, gym_entry, spaces_defaults
+from asyncrl.envs.multi_agent import as_agents, is_agents, is_multi_agent_env
 from asyncrl.envs.registry import (
     FAMILIES,
     REGISTRY,
@@ -80,10 +80,11 @@ def _factory_entry(factory, source: str) -> EnvEntry:
             f"{source} is a {type(factory).__name__}, not a factory that returns a gymnasium.Env"
         )
     description = ((factory.__doc__ or "").strip().splitlines() or [source])[0]
+    defaults = getattr(factory, "default_config", None)
     return EnvEntry(
         factory,
         description,
-        dict(getattr(factory, "default_config", None) or {}),
+        None if defaults is None else dict(defaults),
         getattr(factory, "make_vector", None),
     )
 
@@ -109,11 +110,7 @@ def _import_path_entry(path: str) -> EnvEntry:
                 f"registered no gymnasium id {attribute!r}"
             )
         factory = getattr(factory, part)
-    entry = _factory_entry(factory, f"--env {path}")
-    # PettingZoo's own envs get defaults as gymnasium ids do
-    if module_name.split(".")[0] == "pettingzoo":
-        entry.default_config = {**pettingzoo_defaults(path, factory), **entry.default_config}
-    return entry
+    return _factory_entry(factory, f"--env {path}")
 
 
 def env_entry(name: str) -> EnvEntry:
@@ -132,13 +129,22 @@ def family_of(name: str) -> Family | None:
     return next((family for prefix, family in FAMILIES.items() if name.startswith(prefix)), None)
 
 
-def default_config_of(name: str) -> dict:
-    """The Config fields an env sets off the engine's defaults; a family member's without resolving
-    it, so without the family's extra (an Atari game's without ale-py)."""
+def default_config_of(name: str, options: dict | None = None) -> dict:
+    """The Config fields an env sets off the engine's defaults: its entry's, or, for an env that
+    names none (a user's factory), those of its spaces, seen in one env made with `options` (its
+    --env_options); a family member's without resolving it, so without the family's extra (an Atari
+    game's without ale-py)."""
     family = family_of(name)
     if family is not None and name not in REGISTRY:
         return dict(family.default_config)
-    return env_entry(name).default_config
+    entry = env_entry(name)
+    if entry.default_config is None:
+        agents = make_agents(name, **(options or {}))
+        try:
+            entry.default_config = spaces_defaults(agents.observation_space, agents.action_space)
+        finally:
+            agents.close()
+    return dict(entry.default_config)
 
 
 def _resolve(name: str) -> EnvEntry:

@@ -25,7 +25,7 @@ from asyncrl.envs.action_masks import (
     observe_with_mask,
     split_mask,
 )
-from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS, check_spaces
+from asyncrl.envs.gym_adapter import check_spaces
 from asyncrl.envs.observations import (
     channels_first,
     flat_space,
@@ -34,7 +34,7 @@ from asyncrl.envs.observations import (
     is_flattenable,
     is_hwc_image,
 )
-from asyncrl.envs.packed_observations import ImagesAndVector, has_image
+from asyncrl.envs.packed_observations import ImagesAndVector
 from asyncrl.envs.registry import EnvError, env_frameskip
 
 
@@ -280,18 +280,6 @@ def env_actions(action_space: gym.Space, actions: np.ndarray) -> list:
     if not isinstance(action_space, gym.spaces.Box):
         return list(actions.astype(action_space.dtype))
     return list(np.clip(actions, action_space.low, action_space.high))
-
-
-def pettingzoo_defaults(name: str, factory) -> dict:
-    """The defaults of one of PettingZoo's own envs, as a gymnasium id's: with vector observations
-    (the classic games', butterfly's vector states) the small MLP and PPO epochs of
-    gym_adapter.VECTOR_ENV_DEFAULTS; none with images. PettingZoo's envs are cheap to make: one is
-    made to see (without --env_options, as gymnasium ids' probe)."""
-    agents = as_agents(name, factory())
-    try:
-        return {} if has_image(agents.observation_space) else dict(VECTOR_ENV_DEFAULTS)
-    finally:
-        agents.close()
 
 
 def acting(env) -> list[bool]:

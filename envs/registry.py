@@ -39,8 +39,9 @@ class EnvUnavailable(Exception):
 class EnvEntry:
     make_fn: Callable[..., gym.Env]
     description: str
-    # Config fields this env wants unless the user says otherwise
-    default_config: dict = field(default_factory=dict)
+    # Config fields this env wants unless the user says otherwise; None: those of its spaces, as a
+    # gymnasium id of the same spaces gets (lookup.default_config_of makes one env to see them)
+    default_config: dict | None = field(default_factory=dict)
     # make_vector(num_envs, **options) -> gymnasium VectorEnv of num_envs such envs, for
     # --env_backend vector
     make_vector: Callable[..., gym.vector.VectorEnv] | None = None
@@ -73,10 +74,14 @@ def register_env(
     default_config: dict | None = None,
     make_vector: Callable[..., gym.vector.VectorEnv] | None = None,
 ):
-    """Make `name` available to `asyncrl train --env name`. `make_fn(**options)` returns a gymnasium.Env;
-    `default_config` holds Config fields (e.g. {"reward_scale": 0.01}) that suit this env; `make_vector(num_envs,
-    **options)`, if given, returns num_envs of them as one gymnasium VectorEnv (for --env_backend vector)."""
-    REGISTRY[name] = EnvEntry(make_fn, description, dict(default_config or {}), make_vector)
+    """Make `name` available to `asyncrl train --env name`. `make_fn(**options)` returns a
+    gymnasium.Env; `default_config` holds Config fields (e.g. {"reward_scale": 0.01}) that suit this
+    env, and without it the env gets the defaults of its spaces, as a gymnasium id of the same
+    spaces would (vector observations: a small MLP and PPO's epochs; images: the conv encoder's);
+    `make_vector(num_envs, **options)`, if given, returns num_envs of them as one gymnasium
+    VectorEnv (for --env_backend vector)."""
+    defaults = None if default_config is None else dict(default_config)
+    REGISTRY[name] = EnvEntry(make_fn, description, defaults, make_vector)
 
 
 def register_env_family(

@@ -28,7 +28,7 @@ from asyncrl.cfg.errors import ConfigError
 from asyncrl.cfg.parsing import OneLineErrorParser, add_config_arguments
 from asyncrl.cfg.settle import settle
 from asyncrl.commands.tune import tuned_flags
-from asyncrl.envs import env_entry
+from asyncrl.envs import default_config_of
 
 # torch and the engine (measure, runner) are imported once the flags are checked: a bad flag is
 # answered in a fraction of a second instead of after torch's import (seconds)
@@ -47,7 +47,9 @@ class BenchArgs:
 
 def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
     parser = OneLineErrorParser(
-        prog="asyncrl bench", description="Frames per second: raw env vs sampler vs training."
+        prog="asyncrl bench",
+        usage="%(prog)s --env ENV [--mode raw,sampler,train] [--seconds S] [--FLAG VALUE ...]",
+        description="Frames per second: raw env vs sampler vs training.",
     )
     parser.add_argument(
         "--mode", default="all", help="raw, sampler, train, all, or a comma list, e.g. raw,sampler."
@@ -101,7 +103,7 @@ def parse_bench_args(argv: list[str]) -> tuple[BenchArgs, Config]:
     given.setdefault("train_dir", os.path.join(tempfile.gettempdir(), "asyncrl_bench"))
     given.setdefault("experiment", f"bench_{given['env']}")
     given["restart_behavior"] = "restart"
-    env_defaults = env_entry(given["env"]).default_config
+    env_defaults = default_config_of(given["env"], given.get("env_options"))
     cfg = settle(
         given, env_defaults, tuned_flags(given, env_defaults) if given.get("tune") else None
     ).config

@@ -27,7 +27,11 @@ from asyncrl.envs import EnvError, make_agents
 
 
 def parse_enjoy_args(argv: list[str]) -> tuple[dict, Config]:
-    parser = OneLineErrorParser(prog="asyncrl enjoy", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(
+        prog="asyncrl enjoy",
+        usage="%(prog)s --experiment NAME [--train_dir DIR] [--FLAG VALUE ...]",
+        description=__doc__.splitlines()[0],
+    )
     parser.add_argument("--max_num_episodes", type=int, default=3, help="Episodes to play.")
     parser.add_argument(
         "--load_checkpoint_kind",

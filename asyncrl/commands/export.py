@@ -29,7 +29,11 @@ from asyncrl.envs import make_agents
 
 
 def export(argv: list[str]) -> int:
-    parser = OneLineErrorParser(prog="asyncrl export", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(
+        prog="asyncrl export",
+        usage="%(prog)s --experiment NAME [--train_dir DIR] [--out FILE] [--FLAG VALUE ...]",
+        description=__doc__.splitlines()[0],
+    )
     parser.add_argument(
         "--format", choices=["onnx"], default="onnx", help="The file format (onnx)."
     )

@@ -84,12 +84,11 @@ def model_card(cfg: Config, repository: str, score: dict | None, has_best: bool)
     """README.md of the shared folder: the Hub's metadata header, then what the agent is and how to
     run it."""
     name = repository.split("/")[-1]
-    value = (
-        "not evaluated"
-        if score is None
-        else f"{score['mean']:.2f}"
-        + (f" +/- {score['std']:.2f}" if score["std"] is not None else "")
-    )
+    value = "not evaluated"
+    if score is not None:
+        value = f"{score['mean']:.2f}"
+        if score["std"] is not None:
+            value += f" +/- {score['std']:.2f}"
     measured = "" if score is None else f" ({score['source']}, at {score['env_steps']:,} env steps)"
     flags = {k: v for k, v in cfg.to_json().items() if k not in ("train_dir", "experiment")}
     best = " --load_checkpoint_kind best" if has_best else ""
@@ -192,7 +191,11 @@ def check_repository(repository: str) -> None:
 
 
 def push(argv: list[str]) -> int:
-    parser = OneLineErrorParser(prog="asyncrl push", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(
+        prog="asyncrl push",
+        usage="%(prog)s --experiment NAME --hf_repository USER/NAME [--FLAG VALUE ...]",
+        description=__doc__.splitlines()[0],
+    )
     parser.add_argument(
         "--hf_repository", required=True, help="The Hub repository to upload to, USER/NAME."
     )

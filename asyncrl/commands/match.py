@@ -92,9 +92,18 @@ def play_match(env, players: list, episodes: int, seed: int) -> list[float]:
                         scores[s] = float(
                             infos[s].get("episode_stats", {}).get("true_objective", returns[s])
                         )
-        mine, theirs = (scores[0], scores[1]) if i % 2 == 0 else (scores[1], scores[0])
-        results.append(1.0 if mine > theirs else 0.5 if mine == theirs else 0.0)
+        # the players swap seats every episode
+        mine = scores[i % 2]
+        theirs = scores[1 - i % 2]
+        results.append(result_of(mine, theirs))
     return results
+
+
+def result_of(mine: float, theirs: float) -> float:
+    """1 for a win, 0.5 for a draw, 0 for a loss."""
+    if mine == theirs:
+        return 0.5
+    return 1.0 if mine > theirs else 0.0
 
 
 def play_against_bots(env, player, episodes: int, seed: int) -> list[float]:
@@ -119,7 +128,11 @@ def play_against_bots(env, player, episodes: int, seed: int) -> list[float]:
 
 
 def match(argv: list[str]) -> int:
-    parser = OneLineErrorParser(prog="asyncrl match", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(
+        prog="asyncrl match",
+        usage="%(prog)s --players PLAYER PLAYER [--episodes N] [--FLAG VALUE ...]",
+        description=__doc__.splitlines()[0],
+    )
     parser.add_argument(
         "--players",
         nargs=2,

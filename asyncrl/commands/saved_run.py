@@ -14,7 +14,7 @@ from asyncrl.core.checkpoint import (
     checkpoint_dir,
     list_checkpoints,
 )
-from asyncrl.envs import env_entry
+from asyncrl.envs import default_config_of
 
 
 def config_of_run(given: dict) -> Config:
@@ -28,7 +28,8 @@ def config_of_run(given: dict) -> Config:
             f"no run in {experiment_dir} (no config.json) and no --env: give --train_dir and "
             f"--experiment of a run, or --env with --checkpoint"
         )
-    return settle(given, env_entry(env).default_config, saved=saved).config
+    options = given.get("env_options", saved.get("env_options"))
+    return settle(given, default_config_of(env, options), saved=saved).config
 
 
 def checkpoint_to_load(args: dict, cfg: Config) -> str:

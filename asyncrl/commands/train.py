@@ -15,7 +15,7 @@ from asyncrl.cfg.settle import Settled, settle
 from asyncrl.commands.tune import tuned_flags
 from asyncrl.core.fork_server import start_fork_server
 from asyncrl.distributed.rank import this_rank
-from asyncrl.envs import EnvError, connect_remote, env_entry
+from asyncrl.envs import EnvError, connect_remote, default_config_of
 
 
 def wants_help(argv: list[str]) -> bool:
@@ -72,7 +72,8 @@ def settings_from_args(argv: list[str]) -> Settled:
         from asyncrl.remote.settings import settings_from_flags
 
         connect_remote(env_name, settings_from_flags({**(saved or {}), **given}))
-    env_defaults = env_entry(env_name).default_config
+    options = given.get("env_options", (saved or {}).get("env_options"))
+    env_defaults = default_config_of(env_name, options)
     tuned = tuned_flags(given, env_defaults) if given.get("tune") else None
     return settle(given, env_defaults, tuned, saved, this_rank().world_size)
 

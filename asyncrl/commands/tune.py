@@ -26,7 +26,7 @@ from asyncrl.cfg.config import Config, algo_defaults
 from asyncrl.cfg.errors import ConfigError
 from asyncrl.cfg.parsing import OneLineErrorParser, add_config_arguments
 from asyncrl.cfg.settle import settle
-from asyncrl.envs import env_entry
+from asyncrl.envs import default_config_of
 
 KNOBS = (
     "num_envs_per_worker",
@@ -214,7 +214,11 @@ def run_tune(given: dict, env_defaults: dict, times: TuneTimes) -> dict:
 
 def cmd_tune(argv: list[str]) -> int:
 
-    parser = OneLineErrorParser(prog="asyncrl tune", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(
+        prog="asyncrl tune",
+        usage="%(prog)s --env ENV [--budget_seconds S] [--FLAG VALUE ...]",
+        description=__doc__.splitlines()[0],
+    )
     default = TuneTimes()
     parser.add_argument(
         "--budget_seconds",
@@ -255,7 +259,7 @@ def cmd_tune(argv: list[str]) -> int:
             "--env is required (e.g. --env doom_basic; `asyncrl envs` lists the registered ones)"
         )
     given.pop("tune", None)
-    run_tune(given, env_entry(given["env"]).default_config, times)
+    run_tune(given, default_config_of(given["env"], given.get("env_options")), times)
     return 0
 
 

@@ -95,10 +95,10 @@ from asyncrl.core.weights import flat_state, state_tensors, unflatten_into
 NO_PLAYER = -1
 
 
-def frozen_player(cfg: Config, policy: int, k: int) -> int:
-    """The player of frozen version k of `policy` (agent_player values at or above P are frozen
+def frozen_player(cfg: Config, policy: int, slot: int) -> int:
+    """The player of frozen version `slot` of `policy` (agent_player values at or above P are frozen
     versions)."""
-    return cfg.num_policies + policy * cfg.frozen_pool_size + k
+    return cfg.num_policies + policy * cfg.frozen_pool_size + slot
 
 
 def torch_dtype(np_dtype) -> torch.dtype:
@@ -276,31 +276,36 @@ class SharedBuffers(Generic[Array]):
         )
 
     # --- frozen past versions: learner -> policy workers
-    def snapshot_weights(self, policy_id: int, k: int, model: nn.Module, version: int) -> None:
+    def snapshot_weights(self, policy_id: int, slot: int, model: nn.Module, version: int) -> None:
         _write_weights(
             self.frozen_weights,
             self.frozen_seq,
             self.frozen_version,
-            (policy_id, k),
+            (policy_id, slot),
             model,
             version,
         )
 
-    def restore_snapshot(self, policy_id: int, k: int, flat: torch.Tensor, version: int) -> None:
+    def restore_snapshot(self, policy_id: int, slot: int, flat: torch.Tensor, version: int) -> None:
         """A frozen version from a checkpoint (flat, as frozen_weights holds it) back into its pool
         entry."""
         _write_flat(
-            self.frozen_weights, self.frozen_seq, self.frozen_version, (policy_id, k), flat, version
+            self.frozen_weights,
+            self.frozen_seq,
+            self.frozen_version,
+            (policy_id, slot),
+            flat,
+            version,
         )
 
     def read_frozen_weights(
-        self, policy_id: int, k: int, model: nn.Module, known_version: int
+        self, policy_id: int, slot: int, model: nn.Module, known_version: int
     ) -> int:
         return _read_weights(
             self.frozen_weights,
             self.frozen_seq,
             self.frozen_version,
-            (policy_id, k),
+            (policy_id, slot),
             model,
             known_version,
         )

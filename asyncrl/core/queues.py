@@ -21,15 +21,15 @@ Full = queue.Full
 _BYTES = 1 << 20
 
 
-def take_all(q: Queue, timeout: float = 0.0) -> list:
-    """Every message in q, waiting up to `timeout` for the first ([] if none comes). One get_many
+def take_all(source: Queue, timeout: float = 0.0) -> list:
+    """Every message in `source`, waiting up to `timeout` for the first ([] if none comes). One get_many
     returns only the messages that fit its receive buffer (5 kB at first): a large one behind small
     ones would stay for the next call."""
     messages = []
     block = timeout > 0
     while True:
         try:
-            messages += q.get_many(block=block, timeout=timeout)
+            messages += source.get_many(block=block, timeout=timeout)
         except Empty:
             return messages
         block = False

@@ -83,19 +83,29 @@ def model_workloads(cfg: Config, inference_batch: int, device: torch.device = to
         env = probe_env(cfg)
         cfg = dataclasses.replace(cfg, **auto_settings(cfg, device, env))
         _, layout = model_and_layout(cfg, env)
-        b = SharedBuffers.allocate(layout)
+        buffers = SharedBuffers.allocate(layout)
         queues = Queues(cfg, num_slots(cfg))
-        b.traj_obs.copy_(
-            torch.as_tensor(np.stack([env.obs_space.sample() for _ in range(b.traj_obs.shape[1])]))
+        buffers.traj_obs.copy_(
+            torch.as_tensor(
+                np.stack([env.obs_space.sample() for _ in range(buffers.traj_obs.shape[1])])
+            )
         )
-        b.traj_valid.fill_(True)
+        buffers.traj_valid.fill_(True)
         learner = Learner(
-            0, cfg, b, queues, env.obs_space, env.action_space, device, env.frameskip, StopFlag()
+            0,
+            cfg,
+            buffers,
+            queues,
+            env.obs_space,
+            env.action_space,
+            device,
+            env.frameskip,
+            StopFlag(),
         )
         batch = Batch(torch.arange(slots_per_batch(cfg)))
-        policy = PolicyWorker(0, 0, cfg, b, queues, env.obs_space, env.action_space, device)
+        policy = PolicyWorker(0, 0, cfg, buffers, queues, env.obs_space, env.action_space, device)
         agents = torch.arange(inference_batch)
-        b.agent_slot[agents] = agents
+        buffers.agent_slot[agents] = agents
         yield (
             (lambda size=inference_batch: policy.act(agents[:size], policy.model, 0)),
             (lambda: learner.train(learner.gather(batch))),

@@ -365,7 +365,7 @@ class ActorCritic(nn.Module):
             # per row, which columns start from their stored state: all, some or none (one device
             # sync, not T)
             starts = [
-                "all" if every else "some" if some else "none"
+                starts_of_row(some, every)
                 for some, every in zip(state_starts.any(1).tolist(), state_starts.all(1).tolist())
             ] + ["none"]
             outputs = []
@@ -388,6 +388,13 @@ class ActorCritic(nn.Module):
                 outputs.append(out)
             x = torch.stack(outputs)
         return self.heads(x, self.action_mask(obs))
+
+
+def starts_of_row(some: bool, every: bool) -> str:
+    """Which columns of a row start from their stored recurrent state: "all", "some" or "none"."""
+    if every:
+        return "all"
+    return "some" if some else "none"
 
 
 def build_model(obs_space, action_space, cfg: Config) -> ActorCritic:

@@ -64,11 +64,12 @@ def copy_source(p: int, objectives: list[float], cfg: Config, rng: random.Random
     """The top policy that bottom policy p copies, or None: p is not in the bottom, or the top one
     is not better by the gaps (--pbt_replace_reward_gap of its magnitude, and
     --pbt_replace_reward_gap_absolute)."""
-    k = math.ceil(cfg.pbt_replace_fraction * len(objectives))
-    ranked = sorted(range(len(objectives)), key=lambda q: objectives[q])
-    if p not in ranked[:k]:
+    # how many policies count as bottom, and as top
+    share = math.ceil(cfg.pbt_replace_fraction * len(objectives))
+    ranked = sorted(range(len(objectives)), key=lambda policy: objectives[policy])
+    if p not in ranked[:share]:
         return None
-    source = rng.choice(ranked[-k:])
+    source = rng.choice(ranked[-share:])
     gap = objectives[source] - objectives[p]
     if gap > max(
         cfg.pbt_replace_reward_gap * abs(objectives[source]), cfg.pbt_replace_reward_gap_absolute

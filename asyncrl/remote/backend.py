@@ -39,13 +39,13 @@ class RemoteBackend(PerEnvBackend):
         self.last_reconnect = np.zeros(cfg.worker_num_splits)
 
     def reset(self, group: int) -> list:
-        k = self.cfg.envs_per_group
+        per_group = self.cfg.envs_per_group
         first_obs = []
         for i, env in enumerate(self.groups[group]):
             try:
-                first_obs.append(env.reset(seed=self.seeds[group * k + i])[0])
+                first_obs.append(env.reset(seed=self.seeds[group * per_group + i])[0])
             except EnvUnavailable as error:
-                first_obs.append(self._unreachable(group * k + i, error))
+                first_obs.append(self._unreachable(group * per_group + i, error))
         return first_obs
 
     def begin_step(self, group: int, actions: np.ndarray, on_results) -> bool:
@@ -83,16 +83,16 @@ class RemoteBackend(PerEnvBackend):
         if not self.unavailable or now - self.last_reconnect[group] < RECONNECT_INTERVAL_S:
             return []
         self.last_reconnect[group] = now
-        k = self.cfg.envs_per_group
+        per_group = self.cfg.envs_per_group
         back = []
-        for env_idx in sorted(e for e in self.unavailable if e // k == group):
+        for env_idx in sorted(e for e in self.unavailable if e // per_group == group):
             try:
                 obs = self.envs[env_idx].reset(seed=self.later_seed(env_idx))[0]
             # still down, or came back without our lease: next time
             except (EnvUnavailable, RuntimeError):
                 continue
             self.unavailable.discard(env_idx)
-            back.append((env_idx % k, obs))
+            back.append((env_idx % per_group, obs))
         if back:
             log.info(f"envs back; {len(self.unavailable)} still waiting")
         return back

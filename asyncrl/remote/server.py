@@ -213,7 +213,10 @@ def cmd_env_server(argv: list[str]) -> int:
             child.join()
         except KeyboardInterrupt:
             os.kill(child.pid, signal.SIGTERM)
-    return 0 if child.exitcode in (0, -signal.SIGTERM) else 2 if child.exitcode == 2 else 1
+    # a user error is the server's 2; a stop by SIGTERM (or Ctrl-C) is a clean end
+    if child.exitcode in (0, -signal.SIGTERM):
+        return 0
+    return 2 if child.exitcode == 2 else 1
 
 
 if __name__ == "__main__":

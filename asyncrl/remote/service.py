@@ -26,7 +26,7 @@ import grpc
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs import EnvError, env_entry, make_agents
+from asyncrl.envs import EnvError, default_config_of, make_agents
 from asyncrl.envs.action_masks import categorical_sizes
 from asyncrl.envs.packed_observations import PackedObservation
 from asyncrl.remote.env_instance import EnvInstance, StepResult, side_channel_hook
@@ -62,7 +62,7 @@ class EnvService:
         self.instances = [
             EnvInstance(i, lambda: make_agents(env_name, **env_options)) for i in range(num_envs)
         ]
-        self.default_config = env_entry(env_name).default_config
+        self.default_config = default_config_of(env_name, env_options)
         self.leases: dict[str, Lease] = {}
         self.side_channel: dict = {}
         # leases and ownership

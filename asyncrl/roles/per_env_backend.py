@@ -28,8 +28,10 @@ class PerEnvBackend(EnvBackend):
         self.reports = reports
         self.envs = [self._make_env() for _ in range(cfg.num_envs_per_worker)]
         self.seeds = worker_env_seeds(cfg, worker_idx)
-        k = cfg.envs_per_group
-        self.groups = [self.envs[g * k : (g + 1) * k] for g in range(cfg.worker_num_splits)]
+        per_group = cfg.envs_per_group
+        self.groups = [
+            self.envs[g * per_group : (g + 1) * per_group] for g in range(cfg.worker_num_splits)
+        ]
         self.action_space = self.envs[0].action_space
         # its agents take turns (TurnBasedAgents)
         self.turn_based = getattr(self.envs[0], "turn_based", False)
@@ -51,9 +53,10 @@ class PerEnvBackend(EnvBackend):
         return env
 
     def reset(self, group: int) -> list:
-        k = self.cfg.envs_per_group
+        per_group = self.cfg.envs_per_group
         return [
-            env.reset(seed=self.seeds[group * k + i])[0] for i, env in enumerate(self.groups[group])
+            env.reset(seed=self.seeds[group * per_group + i])[0]
+            for i, env in enumerate(self.groups[group])
         ]
 
     def step(
@@ -145,8 +148,8 @@ class PerEnvBackend(EnvBackend):
         except Exception:
             pass
         env = self.envs[env_idx] = self._make_env()
-        k = self.cfg.envs_per_group
-        self.groups[env_idx // k][env_idx % k] = env
+        per_group = self.cfg.envs_per_group
+        self.groups[env_idx // per_group][env_idx % per_group] = env
         self.consecutive_errors[env_idx] = 0
         return env.reset(seed=self.later_seed(env_idx))[0]
 

@@ -137,12 +137,12 @@ class PolicyWorker:
         if player not in self.frozen:
             self.frozen[player] = [self._new_model(), -1]
         entry = self.frozen[player]
-        k = player - self.first_frozen_player
-        entry[1] = self.buffers.read_frozen_weights(self.policy_id, k, entry[0], entry[1])
+        slot = player - self.first_frozen_player
+        entry[1] = self.buffers.read_frozen_weights(self.policy_id, slot, entry[0], entry[1])
         # first use, while the learner rewrites that entry: never act with a random init
         while entry[1] < 0:
             time.sleep(0.001)
-            entry[1] = self.buffers.read_frozen_weights(self.policy_id, k, entry[0], entry[1])
+            entry[1] = self.buffers.read_frozen_weights(self.policy_id, slot, entry[0], entry[1])
         return entry[0], entry[1]
 
     def _new_model(self) -> nn.Module:
@@ -156,17 +156,17 @@ class PolicyWorker:
     def act(self, agents: torch.Tensor, model: nn.Module, version: int) -> None:
         """The agents' next actions (and log-probs, distributions, recurrent states) with `model`,
         written to shared memory."""
-        b = self.buffers
+        buffers = self.buffers
         rollout = self.cfg.rollout
-        slots = b.agent_slot[agents]
-        steps = b.agent_step[agents]
+        slots = buffers.agent_slot[agents]
+        steps = buffers.agent_step[agents]
         # one flat row index per agent: index_select copies whole rows, ~13x faster than indexing by
         # (slot, step)
         obs = self.obs_rows.index_select(0, slots * (rollout + 1) + steps).to(
             self.device, non_blocking=True
         )
         rows = slots * rollout + steps
-        rnn_state = b.agent_rnn_state[agents]
+        rnn_state = buffers.agent_rnn_state[agents]
         action_params, _, new_rnn_state = model.forward_step(obs, rnn_state.to(self.device))
         actions, logp = model.sample_actions(action_params)
         self.step_rows["traj_actions"][rows] = actions.cpu()
@@ -174,4 +174,4 @@ class PolicyWorker:
         self.step_rows["traj_action_params"][rows] = model.distribution_params(action_params).cpu()
         self.step_rows["traj_policy_version"][rows] = version
         self.step_rows["traj_rnn_states"][rows] = rnn_state
-        b.agent_rnn_state[agents] = new_rnn_state.cpu()
+        buffers.agent_rnn_state[agents] = new_rnn_state.cpu()

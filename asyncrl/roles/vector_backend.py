@@ -58,14 +58,16 @@ class VectorBackend(EnvBackend):
         self.cfg = cfg
         self.worker_idx = worker_idx
         self.make_vector = env_entry(cfg.env).make_vector
-        k = cfg.envs_per_group
+        per_group = cfg.envs_per_group
         seeds = worker_env_seeds(cfg, worker_idx)
-        self.seeds = [seeds[g * k : (g + 1) * k] for g in range(cfg.worker_num_splits)]
+        self.seeds = [
+            seeds[g * per_group : (g + 1) * per_group] for g in range(cfg.worker_num_splits)
+        ]
         self.vectors = [self._make_vector() for _ in range(cfg.worker_num_splits)]
         self.action_space = self.vectors[0].single_action_space
         self.next_step_reset = [self._next_step(v) for v in self.vectors]
         # next-step mode: the env's next step resets it
-        self.resetting = [np.zeros(k, bool) for _ in self.vectors]
+        self.resetting = [np.zeros(per_group, bool) for _ in self.vectors]
         self.env_errors = 0
         # group -> first observations of its vector env made anew
         self.restarted: dict[int, list] = {}

@@ -25,7 +25,7 @@ from asyncrl.cfg.checks import validate
 from asyncrl.cfg.errors import ConfigError
 from asyncrl.cfg.settle import settle
 from asyncrl.commands.tune import results_path
-from asyncrl.envs import env_entry
+from asyncrl.envs import default_config_of
 from asyncrl.measure.engine import engine_run
 from benchmarks.common import REPO, machine, write_result
 
@@ -86,7 +86,7 @@ def main():
             "experiment": "point",
             "restart_behavior": "restart",
         },
-        env_entry(args.env).default_config,
+        default_config_of(args.env),
     ).config
     grid = GRIDS["cheap" if tuned["costs"]["sim_ms_per_step"] < 0.05 else "costly"]
     points = []

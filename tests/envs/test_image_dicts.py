@@ -150,7 +150,8 @@ def test_an_image_with_its_action_mask_in_the_info_is_packed_with_the_mask():
 def test_pettingzoo_agents_with_images_beside_a_vector_are_packed_and_get_an_image_env_s_defaults():
     from pettingzoo import ParallelEnv
 
-    from asyncrl.envs.multi_agent import ParallelEnvAgents, pettingzoo_defaults
+    from asyncrl.envs.gym_adapter import spaces_defaults
+    from asyncrl.envs.multi_agent import ParallelEnvAgents
 
     class TwoCameras(ParallelEnv):
         possible_agents = ["a", "b"]
@@ -181,7 +182,7 @@ def test_pettingzoo_agents_with_images_beside_a_vector_are_packed_and_get_an_ima
         assert parts["view"].shape == (1, 36, 36) and (parts["view"] == i).all()
         assert parts["vector"].tolist() == np.eye(2)[i].tolist()
     # an image env's defaults, not a vector env's
-    assert pettingzoo_defaults("cameras", TwoCameras) == {}
+    assert spaces_defaults(agents.observation_space, agents.action_space) == {}
 
 
 @pytest.mark.slow

@@ -1,56 +1,19 @@
 """A user's own env, without forking asyncrl: an installed package's entry point, an import path,
 and register_env in the user's script; each trains with several worker processes."""
 
+import inspect
 import json
 import os
 import subprocess
 import sys
 import textwrap
 
+import corridor
 import pytest
 from helpers import assert_user_error, flags, read_stats, run_cli, run_cli_error, run_python
 
-CORRIDOR = '''
-"""A corridor of 6 cells: step left or right, +1 for reaching the right end; 40 steps at most."""
-import gymnasium as gym
-import numpy as np
-
-
-class Corridor(gym.Env):
-    def __init__(self, length=6):
-        self.length = length
-        self.observation_space = gym.spaces.Box(0.0, 1.0, (length,), dtype=np.float32)
-        self.action_space = gym.spaces.Discrete(2)
-
-    def _obs(self):
-        obs = np.zeros(self.length, np.float32)
-        obs[self.position] = 1.0
-        return obs
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.position, self.t = 0, 0
-        return self._obs(), {}
-
-    def step(self, action):
-        self.position = int(np.clip(self.position + (1 if action == 1 else -1), 0, self.length - 1))
-        self.t += 1
-        reached = self.position == self.length - 1
-        info = {"episode_stats": {"reached": float(reached)}} if reached or self.t >= 40 else {}
-        return self._obs(), float(reached), reached, self.t >= 40 and not reached, info
-
-
-def make_corridor(**options):
-    """corridor: walk right to the end"""
-    return Corridor(**options)
-
-
-make_corridor.default_config = {"use_rnn": False, "encoder_mlp_layers": [16], "num_envs_per_worker": 4}
-
-
-def not_an_env(**options):
-    return "a string"
-'''
+# the env of a user's package and script, its source as theirs would be
+CORRIDOR = inspect.getsource(corridor)
 
 TRAIN = [
     *flags(

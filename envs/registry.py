@@ -3,12 +3,12 @@ of making an env.
 
 A factory is called as `factory(**options)` and returns a gymnasium.Env, or a PettingZoo ParallelEnv
 (or AECEnv) for a multi-agent env; it may carry a `default_config` dict attribute (Config fields
-that suit the env, e.g. {"reward_scale": 0.1}) and a `make_vector(num_envs, **options)` attribute
-that returns a gymnasium VectorEnv of such envs (--env_backend vector; autoreset same-step or
-next-step). An env's info["life_lost"] (a VectorEnv's: per env) marks a step terminal for learning
-while the reported episode goes on (Atari's lost lives); its action mask, in a Dict observation's
-"action_mask" entry (or a gymnasium id's info["action_mask"]), keeps the policy to the legal actions
-(action_masks.ActionMaskInObservation).
+that suit the env, e.g. {"reward_scale": 0.1}; without it the env gets those of its spaces) and a
+`make_vector(num_envs, **options)` attribute that returns a gymnasium VectorEnv of such envs
+(--env_backend vector; autoreset same-step or next-step). An env's info["life_lost"] (a VectorEnv's:
+per env) marks a step terminal for learning while the reported episode goes on (Atari's lost lives);
+its action mask, in a Dict observation's "action_mask" entry (or a gymnasium id's
+info["action_mask"]), keeps the policy to the legal actions (action_masks.ActionMaskInObservation).
 """
 
 from __future__ import annotations

@@ -22,23 +22,9 @@ from asyncrl.cfg.groups.remote import RemoteFlags
 from asyncrl.cfg.groups.run import SYNC_ALGOS, AlgorithmFlags, RunFlags
 from asyncrl.cfg.groups.sampling import SamplingFlags
 
-# the flag groups in the order `--help`, config.json and the docs show them
-GROUPS = (
-    RunFlags,
-    AlgorithmFlags,
-    SamplingFlags,
-    LearningFlags,
-    ModelFlags,
-    RemoteFlags,
-    OutputFlags,
-    EvaluationFlags,
-    SelfPlayFlags,
-    PopulationFlags,
-)
-
 
 # A dataclass takes its bases' fields from the last base to the first: the groups are listed here
-# in reverse, so that the fields stand in GROUPS' order.
+# in reverse, so that the fields stand in the order --help, config.json and the docs show them.
 @dataclass
 class Config(
     PopulationFlags,
@@ -71,6 +57,10 @@ class Config(
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+
+# the flag groups in the order of their fields: Config's bases, first to last
+GROUPS = tuple(reversed(Config.__bases__))
 
 
 def group_title(group: type) -> str:

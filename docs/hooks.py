@@ -32,9 +32,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # benchmarks package lies (it is not installed), is not on sys.path
 sys.path.insert(0, ROOT)
 from benchmarks import provenance  # noqa: E402  (the results' index, which the benchmarks page shows)
+from benchmarks.common import RESULTS  # noqa: E402  (the results, a folder per group)
 from benchmarks.learning import learning_report  # noqa: E402  (the learning suites' table)
 
-RESULTS = os.path.join(ROOT, "benchmarks", "results")
 # where the site serves the results' figures
 FIGURES = "benchmark-results"
 MARKER = re.compile(r"^<!-- generated: (\w+)(?: (\S+))? -->$", re.M)
@@ -61,7 +61,7 @@ def readable(value: str) -> str:
     if isinstance(parsed, list):
         shown = ["-" if item is None else str(item) for item in parsed]
         return " - " if set(shown) <= {"-"} else " " + ", ".join(shown) + " "
-    return value
+    return escape_html(value)
 
 
 def cell(value) -> str:

@@ -8,10 +8,10 @@ import os
 from helpers import REPO
 
 from benchmarks import provenance
+from benchmarks.common import RESULTS
 from benchmarks.learning import learning_report
 
 ROOT = REPO
-RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 FIELDS = {"command", "commit", "date", "cpu", "cores", "torch", "device"}
 

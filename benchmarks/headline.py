@@ -115,7 +115,7 @@ def solve_times(result: dict) -> tuple[str, str, str]:
     times = [run["first_475_s_after_launch"] for run in result["runs"]]
     if any(t is None for t in times):
         return f"{sum(t is not None for t in times)} of {len(times)} runs reached 475", "", ""
-    return f"{min(times):.1f}-{max(times):.1f}", "", ""
+    return ", ".join(f"{t:.1f}" for t in times), "", ""
 
 
 ROWS = (

@@ -7,7 +7,7 @@ import os
 
 from helpers import REPO
 
-from benchmarks import provenance
+from benchmarks import headline, provenance
 from benchmarks.common import RESULTS
 from benchmarks.learning import learning_report
 
@@ -70,3 +70,17 @@ def test_readmes_learning_table_is_made_from_the_suites_reports():
         "run: python -m benchmarks.learning.learning_suite readme"
     )
     assert "| `mujoco`: 5 tasks, 1,000,000 env steps | 5 seeds |" in table
+
+
+def test_readmes_headline_table_is_made_from_result_files_that_record_their_machine():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    start, end = headline.readme_table_span(text)
+    assert text[start:end].strip() == headline.readme_table(), (
+        "run: python -m benchmarks.headline readme"
+    )
+    for row in headline.ROWS:
+        with open(os.path.join(RESULTS, f"{row.result}.json")) as f:
+            made = json.load(f)["provenance"]
+        assert "reconstructed" not in made, f"{row.result}: run python -m benchmarks.headline run"
+        assert made["cpu"] and made["torch"], row.result

@@ -38,7 +38,13 @@ HPARAM_RANGES = {
 
 def validate(cfg: Config) -> None:
     """All cross-field checks, in one place (the functions below)."""
-    for check in (_check_values, _check_shapes, _check_population, _check_algo):
+    for check in (
+        _check_values,
+        _check_shapes,
+        _check_population,
+        _check_algo,
+        _check_deterministic,
+    ):
         check(cfg)
 
 
@@ -242,4 +248,21 @@ def _check_algo(cfg: Config) -> None:
         raise ConfigError(
             f"--algo {cfg.algo} is synchronous and on-policy: {', '.join(given)} only works with "
             f"--algo appo; drop it or use --algo appo"
+        )
+
+
+def _check_deterministic(cfg: Config) -> None:
+    """What --deterministic's fixed schedule does not cover: a frozen pool's snapshots and PBT's
+    exchanges fall on the wall clock."""
+    if not cfg.deterministic:
+        return
+    uncovered = [
+        ("--selfplay_snapshot_every_env_steps", cfg.selfplay_snapshot_every_env_steps > 0),
+        ("--with_pbt True", cfg.with_pbt),
+    ]
+    given = [name for name, used in uncovered if used]
+    if given:
+        raise ConfigError(
+            f"--deterministic True does not cover {', '.join(given)} (its timing is the wall clock's); "
+            f"drop one of them"
         )

@@ -66,6 +66,13 @@ once it holds every sample of it.
                             row and version of its action in flight; -1 for the others (written by the policy worker
                             before rollout_issued)
 
+--deterministic (the schedule in schedule.py; zero-sized without the flag, W*G = env groups, R_w = its ring's entries):
+    group_step      [W*G]   steps the group took before its pending request (written before the request)
+    slot_key        [S, 3]  (round, agent, the agent's slots so far) of a slot sent to a learner: the order of a batch
+    version_ring    [P, R_w, N]  the weights of update u in entry u % R_w, which acts in the rounds scheduled for it
+    version_ring_update  [P, R_w]  u of the entry's weights (-1: none yet), written after them
+    version_ring_version [P, R_w]  the learner's train step of those weights (traj_policy_version's value)
+
 Several ranks (torchrun, distributed.py):
     stop_requested  [1]     the runner asks its learner to stop together with the other ranks' learners (they agree at
                             an update, so none is left waiting in an all-reduce)
@@ -89,6 +96,7 @@ from torch import nn
 
 from asyncrl.cfg.config import Config
 from asyncrl.cfg.groups.population import PER_POLICY_HPARAMS
+from asyncrl.core.schedule import lag_updates, ring_size, rounds_per_update
 from asyncrl.core.weights import flat_state, state_tensors, unflatten_into
 
 # agent_player of an agent that is out of its env's episode (it waits for the others)
@@ -120,10 +128,26 @@ def num_slots(cfg: Config) -> int:
     runs (in serial mode, where nobody can wait for a free slot)."""
     agents_per_worker = cfg.num_envs_per_worker * cfg.agents_per_env
     slots = num_agents(cfg) + agents_per_worker + 2 * cfg.num_policies * slots_per_batch(cfg)
+    # --deterministic: the groups act up to lag + 1 batches of R rounds ahead of the one being
+    # learned (schedule.py), and a truncated episode's final row may take a round a second slot
+    if cfg.deterministic:
+        rounds = (lag_updates(cfg) + 2) * rounds_per_update(cfg, num_agents(cfg))
+        return max(slots, (rounds + 2) * num_agents(cfg) + agents_per_worker)
     # ppo/ver: at a rollout's end every agent sends its part-filled slot and starts a new one while
     # the learner holds the rollout's slots (up to one part-filled slot per agent on top of the full
     # ones)
     return slots + num_agents(cfg) if cfg.synchronous else slots
+
+
+def num_groups(cfg: Config) -> int:
+    return cfg.num_workers * cfg.worker_num_splits
+
+
+def version_ring_entries(cfg: Config) -> int:
+    """--deterministic: the entries of the weights ring (schedule.ring_size); 0 without it."""
+    if not cfg.deterministic:
+        return 0
+    return ring_size(lag_updates(cfg))
 
 
 def group_agents(cfg: Config, worker: int, group: int) -> np.ndarray:
@@ -148,6 +172,8 @@ def buffer_layout(
     T = cfg.rollout
     A = num_agents(cfg)
     P = cfg.num_policies
+    G = num_groups(cfg) if cfg.deterministic else 0
+    R_w = version_ring_entries(cfg)
     H = rnn_state_size
     D = distribution_params_size
     # an index per action (Discrete), per dimension (MultiDiscrete, MultiBinary), or a Box's floats
@@ -182,6 +208,11 @@ def buffer_layout(
         "rollout_preempted": ((P,), torch.int64),
         "rollout_carried": ((A, 3), torch.int64),
         "stop_requested": ((1,), torch.bool),
+        "group_step": ((G,), torch.int64),
+        "slot_key": ((S if cfg.deterministic else 0, 3), torch.int64),
+        "version_ring": ((P, R_w, num_weights), torch.float32),
+        "version_ring_update": ((P, R_w), torch.int64),
+        "version_ring_version": ((P, R_w), torch.int64),
     }
 
 
@@ -229,6 +260,11 @@ class SharedBuffers(Generic[Array]):
     rollout_preempted: Array
     rollout_carried: Array
     stop_requested: Array
+    group_step: Array
+    slot_key: Array
+    version_ring: Array
+    version_ring_update: Array
+    version_ring_version: Array
 
     @classmethod
     def allocate(cls, layout: dict[str, tuple[tuple, torch.dtype]]) -> SharedBuffers[torch.Tensor]:
@@ -245,6 +281,7 @@ class SharedBuffers(Generic[Array]):
             buffers.traj_policy_version,
             buffers.rollout_issued,
             buffers.rollout_carried,
+            buffers.version_ring_update,
         ):
             none_yet.fill_(-1)
         return buffers
@@ -311,6 +348,30 @@ class SharedBuffers(Generic[Array]):
         )
 
     # --- per-policy hyperparameters: learner and PBT
+    def publish_update(self, policy_id: int, update: int) -> None:
+        """--deterministic: the newest published weights (the learner's own, which only it writes)
+        become update `update` in the ring; its tag is written last, once they are whole."""
+        entry = update % self.version_ring.shape[1]
+        self.version_ring[policy_id, entry].copy_(self.policy_weights[policy_id])
+        self.version_ring_version[policy_id, entry] = self.policy_version[policy_id]
+        self.version_ring_update[policy_id, entry] = update
+
+    def read_update(self, policy_id: int, update: int, model: nn.Module) -> int | None:
+        """--deterministic: load update `update`'s weights into `model` and return their version,
+        or None while the learner has not written them. The schedule keeps an entry in place while
+        any round it acts in is unfinished (schedule.ring_size); a changed tag after the copy is a
+        broken schedule, not a race to retry."""
+        entry = update % self.version_ring.shape[1]
+        if int(self.version_ring_update[policy_id, entry]) != update:
+            return None
+        version = int(self.version_ring_version[policy_id, entry])
+        unflatten_into(state_tensors(model), self.version_ring[policy_id, entry].clone())
+        if int(self.version_ring_update[policy_id, entry]) != update:
+            raise RuntimeError(
+                f"policy {policy_id}: update {update}'s weights were overwritten while still scheduled"
+            )
+        return version
+
     def hparams(self, policy_id: int) -> dict[str, float]:
         return dict(zip(PER_POLICY_HPARAMS, self.policy_hparams[policy_id].tolist()))
 

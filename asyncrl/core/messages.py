@@ -6,7 +6,9 @@ the place of an index where a queue also carries news rather than data:
 
     free_slots          -> rollout workers      slot index ready to be filled
     full_slots[p]       -> learner p            slot index of a finished trajectory of policy p;
-                                                Signal.ROLLOUT_CLOSED: ppo/ver's policy worker closed the rollout
+                                                Signal.ROLLOUT_CLOSED: ppo/ver's policy worker closed the rollout;
+                                                (Signal.ROUND_ENDED, round): --deterministic, a group sent that
+                                                round's slots (scheduled.py)
     policy_requests[p]  -> policy workers of p  (worker, group): that env group waits for actions;
                                                 (Signal.NEW_VERSION, version): ppo/ver's next rollout may start
     actions_ready[w]    -> rollout worker w     (group, policy): actions for that group are written;
@@ -41,6 +43,8 @@ class Signal(IntEnum):
     ENV_RESULTS = -3
     # on actions_ready, in place of a policy
     END_ROLLOUT = -4
+    # on full_slots, in place of a slot
+    ROUND_ENDED = -5
 
 
 # --- reports: children -> runner

@@ -79,7 +79,10 @@ def model_workloads(cfg: Config, inference_batch: int, device: torch.device = to
         # enough agents for the inference batch, and never fewer workers than the run's: ppo's batch
         # is theirs
         workers = max(cfg.num_workers, -(-inference_batch // cfg.num_envs_per_worker))
-        cfg = dataclasses.replace(cfg, train_dir=tmp, num_policies=1, num_workers=workers)
+        # (the math costs the same with --deterministic's schedule: one model acts here)
+        cfg = dataclasses.replace(
+            cfg, train_dir=tmp, num_policies=1, num_workers=workers, deterministic=False
+        )
         env = probe_env(cfg)
         cfg = dataclasses.replace(cfg, **auto_settings(cfg, device, env))
         _, layout = model_and_layout(cfg, env)
@@ -107,7 +110,7 @@ def model_workloads(cfg: Config, inference_batch: int, device: torch.device = to
         agents = torch.arange(inference_batch)
         buffers.agent_slot[agents] = agents
         yield (
-            (lambda size=inference_batch: policy.act(agents[:size], policy.model, 0)),
+            (lambda size=inference_batch: policy.act(agents[:size], policy.weights.model, 0)),
             (lambda: learner.train(learner.gather(batch))),
         )
 

@@ -22,6 +22,15 @@ def merge_moments(count, mean, var, n, batch_mean, batch_var) -> tuple:
     )
 
 
+def sample_observations(obs: torch.Tensor, valid: torch.Tensor, n: int) -> torch.Tensor:
+    """Up to n observations at random from the valid steps of time-major obs [T, B, ...]
+    (contiguous)."""
+    rows = valid.flatten().nonzero().squeeze(1)
+    return obs.flatten(0, 1).index_select(
+        0, rows[torch.randperm(len(rows), device=rows.device)[:n]]
+    )
+
+
 class RunningNorm(nn.Module):
     """Running per-element mean/variance of observations (parallel-variance update of Chan et al.),
     kept in buffers so the learner's statistics travel to the policy workers with the weights."""

@@ -9,6 +9,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import secrets
 import shutil
 
 import torch
@@ -35,6 +36,7 @@ from asyncrl.population.ratings import openskill_models
 from asyncrl.roles.env_backends import BACKENDS
 from asyncrl.roles.parallel_runner import ParallelRunner
 from asyncrl.roles.runner import EnvInfo
+from asyncrl.roles.scheduled import schedule_line
 from asyncrl.roles.serial_runner import SerialRunner
 from asyncrl.roles.wandb_run import WandbRun, require_wandb
 
@@ -212,6 +214,11 @@ def check_checkpoints(cfg: Config, model: torch.nn.Module) -> None:
                 f"resuming policy {policy_id} at {saved['env_steps']:,} env steps from {paths[-1]}{done} "
                 f"(--restart_behavior restart starts over)"
             )
+            if cfg.deterministic and policy_id == 0:
+                log.warning(
+                    "--deterministic: a resumed run starts its envs over, so it is a function of the seed "
+                    "and this checkpoint, not the same as a run that never stopped"
+                )
 
 
 def check_shared_memory(layout: dict, shm_dir: str = "/dev/shm") -> None:
@@ -256,12 +263,20 @@ def auto_settings(cfg: Config, device: torch.device, env: EnvInfo, world_size: i
 def train(settled: Settled) -> int:
     """Validate, settle this rank's and the automatic values, prepare and run. Raises
     ConfigError/EnvError/ CheckpointError before any process starts."""
+    validate(settled.config)
+    # a deterministic run is a function of its seed: without one, one is drawn and saved
+    if settled.config.deterministic and settled.config.seed is None:
+        settled = settled.then("drawn", {"seed": secrets.randbits(31)})
     cfg = settled.config
-    validate(cfg)
     setup_logging(cfg.log_level)
     if cfg.with_wandb:
         require_wandb()
     rank = this_rank()
+    if cfg.deterministic and rank.distributed:
+        raise ConfigError(
+            "--deterministic True does not cover torchrun's ranks (DD-PPO's straggler rule is timing); "
+            "drop it or run one process group"
+        )
     run = settled.then("rank", rank_settings(cfg, rank))
     device = resolve_device(cfg, rank)
     env = probe_env(cfg)
@@ -284,5 +299,7 @@ def train(settled: Settled) -> int:
             save_config(settled)
             for line in run.lines():
                 log.info(line)
+            if run_cfg.deterministic:
+                log.info(schedule_line(run_cfg))
         runner = SerialRunner if cfg.serial_mode else ParallelRunner
         return runner(run_cfg, env, device, layout, rank, wandb).run()

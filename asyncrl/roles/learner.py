@@ -38,23 +38,16 @@ from asyncrl.core.timing import Timing
 from asyncrl.distributed.collective import RankLost, collective
 from asyncrl.distributed.rank import this_rank
 from asyncrl.model.actor_critic import build_model
+from asyncrl.model.normalizers import sample_observations
 from asyncrl.model.precision import low_precision
-from asyncrl.roles.rollouts import Batch, batch_source
+from asyncrl.roles.protocols import batch_source
+from asyncrl.roles.rollouts import Batch
 
 MAX_NAN_UPDATES_IN_A_ROW = 10
 # The input normalizer's statistics are updated from this many random valid observations per batch:
 # as good an estimate of per-pixel mean and variance over a run, at a quarter of the cost of using a
 # whole 1024-sample batch.
 NORMALIZER_SAMPLES_PER_BATCH = 256
-
-
-def _sample_observations(obs: torch.Tensor, valid: torch.Tensor, n: int) -> torch.Tensor:
-    """Up to n observations at random from the valid steps of time-major obs [T, B, ...]
-    (contiguous)."""
-    rows = valid.flatten().nonzero().squeeze(1)
-    return obs.flatten(0, 1).index_select(
-        0, rows[torch.randperm(len(rows), device=rows.device)[:n]]
-    )
 
 
 class Learner:
@@ -82,7 +75,7 @@ class Learner:
         # from PBT (pbt.py)
         self.commands = GuardedQueue(queues.learner_commands[policy_id], self.queue_calls)
         # the initial weights (rank 0's under torchrun), minibatch order
-        seed_torch(cfg.seed, "learner", policy_id)
+        seed_torch(cfg.seed, "learner", policy_id, deterministic=cfg.deterministic)
         self.model = build_model(obs_space, action_space, cfg).to(device).train()
         # of the encoder; master weights stay float32
         self.autocast_dtype = low_precision(cfg, device, self.model)
@@ -128,7 +121,7 @@ class Learner:
         self.lr_schedule.load_state(self.collective.broadcast_floats(self.lr_schedule.state()))
         self.next_snapshot = self.env_steps + cfg.selfplay_snapshot_every_env_steps
         buffers.set_hparams(policy_id, self.hp)
-        buffers.publish_weights(policy_id, self.model, self.train_step)
+        self.source.publish_initial(self._write_weights)
         self.reports.put(
             LearnerStats(
                 policy_id,
@@ -187,10 +180,10 @@ class Learner:
     def _publish(self) -> None:
         """New weights for the policy workers (ppo/ver: they open the next rollout; see
         rollouts.py)."""
-        self.source.publish(
-            self.train_step,
-            lambda: self.buffers.publish_weights(self.policy_id, self.model, self.train_step),
-        )
+        self.source.publish(self.train_step, self._write_weights)
+
+    def _write_weights(self) -> None:
+        self.buffers.publish_weights(self.policy_id, self.model, self.train_step)
 
     def _count_and_recycle(self, batch: Batch) -> None:
         """--sampler_only: count the samples and hand the slots straight back (measures sampling alone)."""
@@ -228,7 +221,7 @@ class Learner:
             elif isinstance(command, ImportState):
                 unpack_state(self.model, self.optimizer, self.buffers.learner_state[command.source])
                 self.train_step += self.cfg.max_policy_lag + 1
-                self.buffers.publish_weights(self.policy_id, self.model, self.train_step)
+                self._write_weights()
                 self.reports.put(StateImported(self.policy_id, command.source))
 
     def stop(self) -> None:
@@ -381,7 +374,7 @@ class Learner:
         DD-PPO's ranks, so every rank keeps the same); the rewards are then divided by the return's
         std (reward_scaling.py)."""
         if self.model.normalizer is not None:
-            samples = _sample_observations(batch["obs"][:-1], valid, NORMALIZER_SAMPLES_PER_BATCH)
+            samples = sample_observations(batch["obs"][:-1], valid, NORMALIZER_SAMPLES_PER_BATCH)
             self.model.normalizer.update(self.model.normalized_part(samples), self.collective.sum)
         if self.model.reward_std is not None:
             self.model.reward_std.update(batch["discounted_returns"][valid], self.collective.sum)

@@ -145,6 +145,11 @@ class ParallelRunner(Runner):
             f"the learners resume from the checkpoint they save now"
         )
         self.stats.worker_restarts += 1
+        if self.cfg.deterministic:
+            log.warning(
+                "--deterministic: from this restart on the run is no longer a function of its seed "
+                "(the envs start over at a moment the crash chose)"
+            )
         self._stop_children(worker_grace_s=WORKER_RESTART_GRACE_S)
         self._drain_reports(timeout=0.0)
         self.queue_calls.close()

@@ -24,9 +24,11 @@ from asyncrl.core.seeds import seed_torch
 from asyncrl.core.timing import Timing
 from asyncrl.model.actor_critic import build_model
 from asyncrl.model.precision import low_precision
-from asyncrl.roles.rollouts import rollout_budget
+from asyncrl.roles.protocols import acting_weights, rollout_budget
 
 MAX_REQUESTS_PER_BATCH = 4096
+# how soon a policy worker holding requests for weights not yet written looks again (--deterministic)
+HELD_REQUESTS_POLL_S = 0.001
 
 
 class PolicyWorker:
@@ -54,10 +56,11 @@ class PolicyWorker:
         self.obs_space = obs_space
         self.action_space = action_space
         # its sampled actions
-        seed_torch(cfg.seed, "policy_worker", policy_id, worker_idx)
-        self.model = self._new_model()
-        # weights not loaded yet
-        self.version = -1
+        seed_torch(
+            cfg.seed, "policy_worker", policy_id, worker_idx, deterministic=cfg.deterministic
+        )
+        # which weights act, and which requests share a forward pass (protocols.py)
+        self.weights = acting_weights(cfg, policy_id, buffers, self._new_model)
         # frozen past versions of this policy (self-play): player -> [model, version], built when
         # first needed
         self.frozen: dict[int, list] = {}
@@ -83,41 +86,50 @@ class PolicyWorker:
 
     def poll(self, timeout: float) -> bool:
         # act only with the learner's weights, never with a random init of our own
-        if self.version < 0:
-            self.version = self.buffers.read_weights(self.policy_id, self.model, self.version)
-            if self.version < 0:
-                time.sleep(timeout)
-                return False
+        if not self.weights.ready():
+            time.sleep(timeout)
+            return False
         if self.timing.due():
             self.reports.put(self.timing.report())
+        # requests held for their weights: look again soon
+        wait = min(timeout, HELD_REQUESTS_POLL_S) if self.weights.holding else timeout
         try:
             with self.timing.phase("wait_requests"):
                 requests = self.requests.get_many(
-                    block=timeout > 0, timeout=timeout, max_messages_to_get=MAX_REQUESTS_PER_BATCH
+                    block=wait > 0, timeout=wait, max_messages_to_get=MAX_REQUESTS_PER_BATCH
                 )
         except Empty:
-            return False
+            if not self.weights.holding:
+                return False
+            requests = []
+        received = bool(requests)
         with self.timing.phase("read_weights"):
-            self.version = self.buffers.read_weights(self.policy_id, self.model, self.version)
-        requests, deferred = self.budget.admit(requests, self.version)
+            self.weights.refresh()
+        requests, deferred = self.budget.admit(requests, self.weights.version)
         for worker, group in deferred:
             self.actions_ready[worker].put((group, Signal.END_ROLLOUT))
-        if not requests:
-            return True
+        served = []
         with self.timing.phase("inference"):
-            agents = torch.cat([self.group_agents[r] for r in requests])
-            players = self.buffers.agent_player[agents]
-            # some agents may be played by frozen versions of this policy
-            if self.cfg.frozen_pool_size:
-                self._act_frozen(agents, players)
-            agents = agents[players == self.policy_id]
-            if len(agents):
-                self.act(agents, self.model, self.version)
-        for worker, group in requests:
+            for batch, model, version in self.weights.batches(requests):
+                self._act_for(batch, model, version)
+                served += batch
+        for worker, group in served:
             self.actions_ready[worker].put((group, self.policy_id))
+        return bool(received or served)
+
+    def _act_for(self, requests: list, model: nn.Module, version: int) -> None:
+        """One forward pass for the requests' agents this policy plays (and one per frozen version
+        of it that plays some)."""
+        agents = torch.cat([self.group_agents[r] for r in requests])
+        players = self.buffers.agent_player[agents]
+        # some agents may be played by frozen versions of this policy
+        if self.cfg.frozen_pool_size:
+            self._act_frozen(agents, players)
+        agents = agents[players == self.policy_id]
+        if len(agents):
+            self.act(agents, model, version)
         self.timing.count("batches", 1)
         self.timing.count("batch_agents", len(agents))
-        return True
 
     def _act_frozen(self, agents: torch.Tensor, players: torch.Tensor) -> None:
         """The agents a frozen past version of this policy plays, one forward pass per version."""

@@ -24,7 +24,7 @@ from asyncrl.core.queues import Empty, Queues
 from asyncrl.core.timing import Timing
 from asyncrl.population.matchmaking import draw_players, owner_policies
 from asyncrl.roles.env_backends import env_backend
-from asyncrl.roles.rollouts import slot_discard
+from asyncrl.roles.protocols import rounds, slot_discard
 from asyncrl.roles.turns import turns
 from asyncrl.roles.worker_reports import WorkerReports
 
@@ -50,13 +50,18 @@ class RolloutWorker:
         # the shared tensors as numpy arrays: far cheaper to index
         self.shared = buffers.numpy()
         base_seed = cfg.seed if cfg.seed is not None else secrets.randbits(31)
-        # policy assignment
-        self.rng = np.random.default_rng([base_seed, worker_idx])
+        # policy assignment, a stream per group: the order groups step in is timing
+        self.rngs = [
+            np.random.default_rng([base_seed, worker_idx, group])
+            for group in range(cfg.worker_num_splits)
+        ]
         # the envs, and how they are stepped
         self.backend = env_backend(cfg, worker_idx, queues.reports)
         # where an env's slots go when it raises
         self.discarded = slot_discard(cfg, self.shared.traj_valid, queues)
         self.group_agents = [group_agents(cfg, worker_idx, g) for g in range(cfg.worker_num_splits)]
+        # --deterministic: lock-step rounds (scheduled.py)
+        self.rounds = rounds(cfg, worker_idx, self.shared, queues)
         # this worker's
         self.group_local = [ids - ids[0] + g * len(ids) for g, ids in enumerate(self.group_agents)]
         # policies yet to answer, per group
@@ -164,6 +169,7 @@ class RolloutWorker:
         slots = shared.agent_slot[agents]
         steps = shared.agent_step[agents]
         actions = self._actions(group) if actions is None else actions
+        round_ends = self.rounds.stepped(group)
         # the agents in their episode
         playing = self.playing[local].tolist()
         with self.timing.phase("env_step"):
@@ -203,12 +209,15 @@ class RolloutWorker:
             self.turns.ready(local, shared.agent_step[agents] == self.cfg.rollout)
         ):
             self._finish_slot(agents[a], self.cfg.rollout)
+        if round_ends:
+            self._end_rollout(group)
+            self.rounds.end_round(group)
         self._request_actions(group)
 
     def _end_rollout(self, group: int) -> None:
-        """ppo/ver (rollouts.py): the rollout is closed; the group's slots go to the learner as they
-        are (the obs the group waits on is their bootstrap row) and the next version's samples start
-        in new slots."""
+        """ppo/ver (rollouts.py), or a round's end (scheduled.py): the group's slots go to the
+        learner as they are (the obs the group waits on is their bootstrap row) and the next
+        version's samples start in new slots."""
         agents = self.group_agents[group]
         for agent in agents[self.shared.agent_step[agents] > 0]:
             self._finish_slot(agent, int(self.shared.agent_step[agent]))
@@ -275,7 +284,7 @@ class RolloutWorker:
         agents, local = self._env_agents(group, env_in_group)
         self.reports.match_ended(group * self.cfg.envs_per_group + env_in_group)
         players = draw_players(
-            len(agents), self.cfg, self.rng, shared.frozen_version, shared.rating_mu
+            len(agents), self.cfg, self.rngs[group], shared.frozen_version, shared.rating_mu
         )
         for agent, obs, player, loc in zip(agents, first_obs, players, local):
             step = shared.agent_step[agent]
@@ -338,6 +347,7 @@ class RolloutWorker:
         self._begin_slot(agent, next_obs)
         player = self.player[agent - self.first_agent]
         if player < self.cfg.num_policies:
+            self.rounds.sending(agent, slot)
             self.queues.full_slots[player].put(int(slot))
         # a frozen past version played: its samples are never trained on
         else:
@@ -386,6 +396,7 @@ class RolloutWorker:
             players = self.shared.agent_player[self.group_agents[group]]
             policies = np.unique(owner_policies(self.cfg, players[players != NO_PLAYER]))
         self.pending_responses[group] = len(policies)
+        self.rounds.requesting(group)
         for p in policies:
             self.queues.policy_requests[p].put((self.worker_idx, int(group)))
 

@@ -1,7 +1,7 @@
 """Which samples each update learns: the learner's batch sources, the policy workers' and the
 rollout workers' halves of the protocol.
 
-Chosen once at start, from --algo (batch_source, rollout_budget, slot_discard):
+Chosen once at start, from --algo (protocols.py; --deterministic's schedule is scheduled.py's):
 
 APPO (AsyncBatches, with NoBudget in the policy workers). Collection never waits for learning: a
 policy worker serves every request with the newest weights, a rollout worker sends each slot it
@@ -100,6 +100,10 @@ class BatchSource:
         """Hand the batch's slots back to the rollout workers, except those they are still
         filling."""
         self.free_slots.put_many(batch.slots[: len(batch.slots) - batch.lent].tolist())
+
+    def publish_initial(self, publish_weights) -> None:
+        """The weights the learner starts with."""
+        publish_weights()
 
     def publish(self, version: int, publish_weights) -> None:
         """A new version: the policy workers pick it up before their next batch."""
@@ -264,19 +268,6 @@ class RolloutBatches(BatchSource):
         self.policy_requests.put((Signal.NEW_VERSION, version))
 
 
-def batch_source(
-    cfg: Config,
-    policy_id: int,
-    buffers: SharedBuffers,
-    queues: Queues,
-    timing,
-    queue_calls: GuardedCalls,
-) -> BatchSource:
-    return (RolloutBatches if cfg.synchronous else AsyncBatches)(
-        cfg, policy_id, buffers, queues, timing, queue_calls
-    )
-
-
 class NoBudget:
     """APPO: every request is served at once, with the newest weights."""
 
@@ -399,14 +390,6 @@ class RolloutBudget:
         self.carried = set(self.in_flight)
 
 
-def rollout_budget(
-    cfg: Config, policy_id: int, buffers: SharedBuffers, group_agents: dict, queues: Queues
-) -> NoBudget | RolloutBudget:
-    if not cfg.synchronous:
-        return NoBudget()
-    return RolloutBudget(cfg, policy_id, buffers, group_agents, queues.full_slots[policy_id])
-
-
 class FreeDiscarded:
     """APPO: the slots of an env that raised go back to the free queue: no corrupt sample reaches a
     learner."""
@@ -435,14 +418,10 @@ class CountDiscarded:
         self.full_slots.put_many(slots)
 
 
-def slot_discard(
-    cfg: Config, traj_valid: np.ndarray, queues: Queues
-) -> FreeDiscarded | CountDiscarded:
-    return CountDiscarded(traj_valid, queues) if cfg.synchronous else FreeDiscarded(queues)
-
-
 def reset_after_restart(buffers: SharedBuffers) -> None:
     """The workers were restarted with fresh queues: no action of the old ones is in flight, and no
     rollout is closed (ppo/ver count a rollout's samples by the version in their rows)."""
     buffers.traj_policy_version.fill_(-1)
     buffers.rollout_issued.fill_(-1)
+    # --deterministic: the new children count rounds and updates from 0 again
+    buffers.version_ring_update.fill_(-1)

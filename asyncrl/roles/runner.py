@@ -89,7 +89,12 @@ class Runner:
         self._guard_queues()
         self.stop_flag = StopFlag()
         self.stats = StatsWriter(
-            cfg.experiment_dir, cfg.num_policies, cfg.stats_avg, write=rank.writes, wandb=wandb
+            cfg.experiment_dir,
+            cfg.num_policies,
+            cfg.stats_avg,
+            write=rank.writes,
+            wandb=wandb,
+            record_updates=cfg.deterministic,
         )
         self.stats_state_path = os.path.join(cfg.experiment_dir, "stats_state.json")
         if rank.writes:

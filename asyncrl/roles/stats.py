@@ -28,11 +28,18 @@ class StatsWriter:
     in wandb) and stats.jsonl rows."""
 
     def __init__(
-        self, experiment_dir: str, num_policies: int, window: int, write: bool = True, wandb=None
+        self,
+        experiment_dir: str,
+        num_policies: int,
+        window: int,
+        write: bool = True,
+        wandb=None,
+        record_updates: bool = False,
     ):
         """write False (the ranks after rank 0 of a distributed run): keep the numbers, write and
         show nothing. wandb: a wandb_run.WandbRun that gets every TensorBoard scalar too (finished
-        by close)."""
+        by close). record_updates (--deterministic): every learner report also goes to
+        updates.jsonl, a row per update, no wall-clock field in it."""
         from tensorboardX import SummaryWriter
 
         self.policies = [PolicyStats(p, window) for p in range(num_policies)]
@@ -44,6 +51,11 @@ class StatsWriter:
             for p in range(num_policies)
         ]
         self.jsonl = open(os.path.join(experiment_dir, "stats.jsonl") if write else os.devnull, "a")
+        self.updates_jsonl = (
+            open(os.path.join(experiment_dir, "updates.jsonl"), "a")
+            if record_updates and write
+            else None
+        )
         self.eval_jsonl_path = os.path.join(experiment_dir, "eval.jsonl")
         # opened at the first evaluation
         self.eval_jsonl = None
@@ -81,6 +93,10 @@ class StatsWriter:
 
     def _add_learner(self, report: LearnerStats) -> None:
         self.policies[report.policy_id].add_learner_report(report.stats, time.monotonic())
+        if self.updates_jsonl is not None:
+            self.updates_jsonl.write(
+                json.dumps({"policy_id": report.policy_id, **report.stats}) + "\n"
+            )
 
     def _add_timing(self, report: TimingReport) -> None:
         self.timing[report.role] = (report.fractions, report.counts)
@@ -232,6 +248,8 @@ class StatsWriter:
             if tb is not None:
                 tb.close()
         self.jsonl.close()
+        if self.updates_jsonl is not None:
+            self.updates_jsonl.close()
         if self.eval_jsonl is not None:
             self.eval_jsonl.close()
 

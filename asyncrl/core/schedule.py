@@ -13,9 +13,10 @@ the u + 1-th entry of a ring in shared memory (buffers.py: version_ring).
 
 Acting. A group's request in round n is served with the weights of update scheduled_update(n): the
 update of the round's own batch, less `lag` updates. lag 1 (appo) lets the learner learn one batch
-while the groups act the next, as Cleanba's fixed lag does; lag 0 (ppo, ver) is on-policy. Each
-request is one forward pass of its own (no other request's rows in it), its actions drawn from a
-torch generator seeded by (seed, policy, worker, group, the group's step).
+while the groups act the next, as Cleanba's fixed lag does; lag 0 (ppo, ver) is on-policy. A policy
+worker's forward pass covers every agent, each in its own row, so that a request's numbers do not
+depend on which other requests share the pass; each request's actions are drawn from a torch
+generator seeded by (seed, policy, worker, group, the group's step).
 """
 
 from __future__ import annotations

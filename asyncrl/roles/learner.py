@@ -150,6 +150,11 @@ class Learner:
         batch = self.source.next_batch(timeout, self.train_step)
         if batch is None:
             return False
+        # past --train_for_env_steps: no more updates, whatever the timing of the run's stop (which
+        # waits for every policy to get there); the slots go back
+        if self.env_steps >= self.cfg.train_for_env_steps:
+            self.source.pass_over(batch)
+            return True
         self._learn(batch)
         return True
 

@@ -83,6 +83,8 @@ class PolicyWorker:
             for g in range(cfg.worker_num_splits)
         }
         self.budget = rollout_budget(cfg, policy_id, buffers, self.group_agents, queues)
+        # --deterministic's forward pass: every agent, each in its own row
+        self.every_agent = torch.arange(len(buffers.agent_player))
 
     def poll(self, timeout: float) -> bool:
         # act only with the learner's weights, never with a random init of our own
@@ -110,26 +112,34 @@ class PolicyWorker:
             self.actions_ready[worker].put((group, Signal.END_ROLLOUT))
         served = []
         with self.timing.phase("inference"):
-            for batch, model, version in self.weights.batches(requests):
-                self._act_for(batch, model, version)
+            for batch, model, version, seeds in self.weights.batches(requests):
+                self._act_for(batch, model, version, seeds)
                 served += batch
         for worker, group in served:
             self.actions_ready[worker].put((group, self.policy_id))
         return bool(received or served)
 
-    def _act_for(self, requests: list, model: nn.Module, version: int) -> None:
+    def _act_for(self, requests: list, model: nn.Module, version: int, seeds: list | None) -> None:
         """One forward pass for the requests' agents this policy plays (and one per frozen version
-        of it that plays some)."""
+        of it that plays some). seeds (--deterministic: a seed per request): one forward pass over
+        every agent, each request's agents drawn from their own seed."""
         agents = torch.cat([self.group_agents[r] for r in requests])
         players = self.buffers.agent_player[agents]
         # some agents may be played by frozen versions of this policy
         if self.cfg.frozen_pool_size:
             self._act_frozen(agents, players)
         agents = agents[players == self.policy_id]
-        if len(agents):
+        if seeds is not None:
+            draws = [(self._own(self.group_agents[r]), seed) for r, seed in zip(requests, seeds)]
+            self.act(self.every_agent, model, version, draws)
+        elif len(agents):
             self.act(agents, model, version)
         self.timing.count("batches", 1)
         self.timing.count("batch_agents", len(agents))
+
+    def _own(self, agents: torch.Tensor) -> torch.Tensor:
+        """The agents this policy plays now."""
+        return agents[self.buffers.agent_player[agents] == self.policy_id]
 
     def _act_frozen(self, agents: torch.Tensor, players: torch.Tensor) -> None:
         """The agents a frozen past version of this policy plays, one forward pass per version."""
@@ -165,25 +175,48 @@ class PolicyWorker:
         return model
 
     @torch.no_grad()
-    def act(self, agents: torch.Tensor, model: nn.Module, version: int) -> None:
+    def act(
+        self, agents: torch.Tensor, model: nn.Module, version: int, draws: list | None = None
+    ) -> None:
         """The agents' next actions (and log-probs, distributions, recurrent states) with `model`,
-        written to shared memory."""
-        buffers = self.buffers
+        written to shared memory. draws (--deterministic): the forward pass covers `agents` (every
+        agent, each in its own row: a row's numbers never depend on which others asked), and only
+        each draw's agents act, their actions drawn from a generator seeded for them: [(agents,
+        seed)]."""
         rollout = self.cfg.rollout
-        slots = buffers.agent_slot[agents]
-        steps = buffers.agent_step[agents]
+        slots = self.buffers.agent_slot[agents]
+        steps = self.buffers.agent_step[agents]
         # one flat row index per agent: index_select copies whole rows, ~13x faster than indexing by
         # (slot, step)
         obs = self.obs_rows.index_select(0, slots * (rollout + 1) + steps).to(
             self.device, non_blocking=True
         )
-        rows = slots * rollout + steps
-        rnn_state = buffers.agent_rnn_state[agents]
+        rnn_state = self.buffers.agent_rnn_state[agents]
         action_params, _, new_rnn_state = model.forward_step(obs, rnn_state.to(self.device))
+        if draws is None:
+            rows = slots * rollout + steps
+            self._write(agents, rows, model, version, action_params, rnn_state, new_rnn_state)
+            return
+        for acting, seed in draws:
+            torch.manual_seed(seed)
+            rows = slots[acting] * rollout + steps[acting]
+            self._write(
+                acting,
+                rows,
+                model,
+                version,
+                action_params[acting],
+                rnn_state[acting],
+                new_rnn_state[acting],
+            )
+
+    def _write(self, agents, rows, model, version, action_params, rnn_state, new_rnn_state) -> None:
+        """Draw the agents' actions from their distributions and write what the learner and the
+        next step need."""
         actions, logp = model.sample_actions(action_params)
         self.step_rows["traj_actions"][rows] = actions.cpu()
         self.step_rows["traj_action_logp"][rows] = logp.cpu()
         self.step_rows["traj_action_params"][rows] = model.distribution_params(action_params).cpu()
         self.step_rows["traj_policy_version"][rows] = version
         self.step_rows["traj_rnn_states"][rows] = rnn_state
-        buffers.agent_rnn_state[agents] = new_rnn_state.cpu()
+        self.buffers.agent_rnn_state[agents] = new_rnn_state.cpu()

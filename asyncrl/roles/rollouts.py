@@ -101,6 +101,10 @@ class BatchSource:
         filling."""
         self.free_slots.put_many(batch.slots[: len(batch.slots) - batch.lent].tolist())
 
+    def pass_over(self, batch: Batch) -> None:
+        """A batch the learner does not learn (its policy is past --train_for_env_steps)."""
+        self.free(batch)
+
     def publish_initial(self, publish_weights) -> None:
         """The weights the learner starts with."""
         publish_weights()

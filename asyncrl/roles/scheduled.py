@@ -4,9 +4,10 @@ LockStepRounds (rollout workers): count each group's steps; every --rollout step
 group's slots and then a round marker to every learner; label each slot sent with (round, agent,
 the agent's slots so far).
 
-ScheduledWeights (policy workers): serve each request alone, with the weights of the update its
-round is scheduled for (held until the learner has written them), its sampling seeded by the
-request's (policy, worker, group, step).
+ScheduledWeights (policy workers): serve each request with the weights of the update its round is
+scheduled for (held until the learner has written them), in one forward pass per update over every
+agent, each in its own row (so a request's numbers never depend on which others are served with
+it), its actions drawn from a generator seeded by the request's (policy, worker, group, step).
 
 ScheduledBatches (learners): update u learns the slots of rounds u*R .. u*R + R - 1 once every
 group's marker for each has come, in the order of their labels; its weights go into the ring as
@@ -128,15 +129,15 @@ class NewestWeights:
     def refresh(self) -> None:
         self.version = self.buffers.read_weights(self.policy_id, self.model, self.version)
 
-    def batches(self, requests: list) -> Iterator[tuple[list, nn.Module, int]]:
-        """(requests, model, version) of each forward pass to make now."""
+    def batches(self, requests: list) -> Iterator[tuple[list, nn.Module, int, None]]:
+        """(requests, model, version, no seeds) of each forward pass to make now."""
         if requests:
-            yield requests, self.model, self.version
+            yield requests, self.model, self.version, None
 
 
 class ScheduledWeights:
-    """Each request alone, with its round's scheduled weights; a request whose weights the learner
-    has not written yet is held for a later poll."""
+    """Each request with its round's scheduled weights; a request whose weights the learner has not
+    written yet is held for a later poll."""
 
     def __init__(
         self,
@@ -173,22 +174,26 @@ class ScheduledWeights:
     def refresh(self) -> None:
         pass
 
-    def batches(self, requests: list) -> Iterator[tuple[list, nn.Module, int]]:
-        """Each request with its weights, torch's generator seeded for it just before its forward
-        pass."""
+    def batches(self, requests: list) -> Iterator[tuple[list, nn.Module, int, list]]:
+        """(requests, model, version, a sampling seed per request): the requests whose scheduled
+        weights are loaded, one forward pass per update."""
         waiting = self.held + requests
         self.held = []
+        ready: dict[int, list] = defaultdict(list)
         for worker, group in waiting:
             step = int(self.group_step[worker * self.splits + group])
             update = scheduled_update(step // self.rollout, self.lag, self.rounds)
-            model = self._model(update)
-            if model is None:
+            if self._model(update) is None:
                 self.held.append((worker, group))
                 continue
-            version = self.versions[update % len(self.models)]
-            self.version = max(self.version, version)
-            torch.manual_seed(sampling_seed(self.seed, self.policy_id, worker, group, step))
-            yield [(worker, group)], model, version
+            seed = sampling_seed(self.seed, self.policy_id, worker, group, step)
+            ready[update].append(((worker, group), seed))
+        for update, served in ready.items():
+            entry = update % len(self.models)
+            self.version = max(self.version, self.versions[entry])
+            batch = [request for request, _ in served]
+            seeds = [seed for _, seed in served]
+            yield batch, self.models[entry], self.versions[entry], seeds
 
     def _model(self, update: int) -> nn.Module | None:
         """The model holding update `update`'s weights, loaded on first use; None until written."""
@@ -241,8 +246,7 @@ class ScheduledBatches(BatchSource):
             del self.markers[r]
         # every agent of these rounds played another policy: the update changes nothing
         if not slots:
-            self.update += 1
-            self.buffers.publish_update(self.policy_id, self.update)
+            self._unchanged_update()
             return None
         slots.sort(key=lambda slot: self.buffers.slot_key[slot].tolist())
         return Batch(torch.tensor(slots, dtype=torch.int64))
@@ -258,6 +262,16 @@ class ScheduledBatches(BatchSource):
                 self.markers[message[1]] += 1
             else:
                 self.slots_of_round[int(self.buffers.slot_key[message, 0])].append(message)
+
+    def pass_over(self, batch: Batch) -> None:
+        """Past the step limit the rounds still need this policy's updates (the other policies go
+        on): the weights stay as they are."""
+        self.free(batch)
+        self._unchanged_update()
+
+    def _unchanged_update(self) -> None:
+        self.update += 1
+        self.buffers.publish_update(self.policy_id, self.update)
 
     def publish_initial(self, publish_weights) -> None:
         publish_weights()

@@ -232,6 +232,21 @@ def main_module() -> str:
     return spec.name
 
 
+def between_markers(text: str, markers: tuple[str, str]) -> tuple[int, int]:
+    """Where `text` holds what a generated part lies in: between the ends of its two marker
+    lines."""
+    return text.index(markers[0]) + len(markers[0]), text.index(markers[1])
+
+
+def write_between_markers(path: str, markers: tuple[str, str], body: str) -> None:
+    """The file at `path` with `body` in place of what lies between its markers."""
+    with open(path) as f:
+        text = f.read()
+    start, end = between_markers(text, markers)
+    with open(path, "w") as f:
+        f.write(text[:start] + "\n" + body + "\n" + text[end:])
+
+
 def group_results(module: str) -> str:
     """benchmarks/results/GROUP: where the benchmark benchmarks.GROUP.NAME writes its results."""
     return os.path.join(RESULTS, module.split(".")[1])

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from benchmarks.common import REPO, RESULTS, provenance_line
+from benchmarks.common import REPO, RESULTS, provenance_line, write_between_markers
 
 README = os.path.join(REPO, "README.md")
 # README's table lies between the ends of these two lines
@@ -180,17 +180,8 @@ def readme_table(root: str = RESULTS) -> str:
     return "\n".join(lines)
 
 
-def readme_table_span(text: str) -> tuple[int, int]:
-    """Where README's text holds the headline table: between the ends of README_TABLE's two lines."""
-    return text.index(README_TABLE[0]) + len(README_TABLE[0]), text.index(README_TABLE[1])
-
-
 def write_readme_table() -> None:
-    with open(README) as f:
-        text = f.read()
-    start, end = readme_table_span(text)
-    with open(README, "w") as f:
-        f.write(text[:start] + "\n" + readme_table() + "\n" + text[end:])
+    write_between_markers(README, README_TABLE, readme_table())
 
 
 def run_benchmarks() -> None:

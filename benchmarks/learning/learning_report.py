@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from benchmarks.common import REPO, RESULTS, write_result
+from benchmarks.common import REPO, RESULTS, write_between_markers, write_result
 from benchmarks.learning import learning_stats as stats
 from benchmarks.learning.learning_tasks import PEERS, SUITES, Suite
 
@@ -277,15 +277,5 @@ def readme_table(root: str = LEARNING, links: bool = True) -> str:
     return "\n".join(lines)
 
 
-def readme_table_span(text: str) -> tuple[int, int]:
-    """Where README's text holds the learning suites' table: between the ends of README_TABLE's two
-    lines."""
-    return text.index(README_TABLE[0]) + len(README_TABLE[0]), text.index(README_TABLE[1])
-
-
 def write_readme_table() -> None:
-    with open(README) as f:
-        text = f.read()
-    start, end = readme_table_span(text)
-    with open(README, "w") as f:
-        f.write(text[:start] + "\n" + readme_table() + "\n" + text[end:])
+    write_between_markers(README, README_TABLE, readme_table())

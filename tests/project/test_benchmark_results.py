@@ -8,7 +8,7 @@ import os
 from helpers import REPO
 
 from benchmarks import headline, provenance
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, between_markers
 from benchmarks.learning import learning_report
 
 ROOT = REPO
@@ -64,7 +64,7 @@ def test_the_index_is_up_to_date():
 def test_readmes_learning_table_is_made_from_the_suites_reports():
     with open(os.path.join(ROOT, "README.md")) as f:
         text = f.read()
-    start, end = learning_report.readme_table_span(text)
+    start, end = between_markers(text, learning_report.README_TABLE)
     table = text[start:end].strip()
     assert table == learning_report.readme_table(), (
         "run: python -m benchmarks.learning.learning_suite readme"
@@ -75,7 +75,7 @@ def test_readmes_learning_table_is_made_from_the_suites_reports():
 def test_readmes_headline_table_is_made_from_result_files_that_record_their_machine():
     with open(os.path.join(ROOT, "README.md")) as f:
         text = f.read()
-    start, end = headline.readme_table_span(text)
+    start, end = between_markers(text, headline.README_TABLE)
     assert text[start:end].strip() == headline.readme_table(), (
         "run: python -m benchmarks.headline readme"
     )

@@ -3,8 +3,8 @@
 torch.optim.Adam imports torch._dynamo the first time its methods run, and again through the wrapper of every step:
 2-3 s of CPU (sympy, the compiler's tables) that a run's fork server had to import before any child could start,
 for a compiler the learner never uses. This Adam keeps torch's state per parameter (step, exp_avg, exp_avg_sq) and
-updates it with torch's own functional adam(), the function torch.optim.Adam.step calls: the same computation, bit
-for bit (tests/algo/test_optimizer.py checks it). Its state_dict has torch.optim.Adam's layout, so checkpoints load
+updates it with torch's own functional adam(), the function torch.optim.Adam.step calls, over all parameters at once
+(its foreach path): the same computation, bit for bit (tests/algo/test_optimizer.py checks it). Its state_dict has torch.optim.Adam's layout, so checkpoints load
 into either.
 """
 
@@ -72,6 +72,10 @@ class Adam:
             weight_decay=0.0,
             eps=group["eps"],
             maximize=False,
+            # a few ops over all the parameters at once instead of a dozen per parameter (torch's
+            # default on a GPU; on the CPU the same numbers, bit for bit, at 23 ops instead of 56
+            # for a 3-layer MLP)
+            foreach=True,
         )
 
     def state_dict(self) -> dict:

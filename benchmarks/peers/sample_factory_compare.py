@@ -24,6 +24,7 @@ import time
 
 import numpy as np
 
+from asyncrl.core.reaper import remove_vizdoom_segments, vizdoom_instance_ids
 from benchmarks.common import group_results, machine, peer_venv, train_and_watch, write_result
 
 # this group's results folder, benchmarks/results/GROUP
@@ -182,10 +183,13 @@ def sf_run(python: str, env: str, seconds: float, train_dir: str, device: str) -
             rows[-1]["reward"] = float(m.group(1)) * SF_REWARD_UNIT[env]
     proc.wait()
     killer.cancel()
+    # its VizDoom engines still running: killed, their /dev/shm segments stay unless removed
+    engines = vizdoom_instance_ids(proc.pid)
     try:
         stop_group()
     except ProcessLookupError:
         pass
+    remove_vizdoom_segments(engines)
     if not rows:
         raise RuntimeError(
             "Sample Factory reported no frames; its log ends with:\n" + "".join(log[-30:])

@@ -184,21 +184,51 @@ def test_the_run_says_what_its_schedule_is(cartpole_runs):
     assert "deterministic, seed 7: each update learns 1 round(s) of 32 agents x 32 steps" in log
 
 
+def _twins(tmp_path, env: str, name: str, *extra, seeds=(7, 7)) -> list[str]:
+    """Runs of one config, one per seed; returns their folders."""
+    runs = []
+    for i, seed in enumerate(seeds):
+        experiment = f"{name}_{i}"
+        result = run_cli(
+            "train",
+            *flags(env=env, experiment=experiment, train_dir=tmp_path, deterministic=True),
+            *flags(seed=seed, num_workers=2, device="cpu"),
+            *map(str, extra),
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        runs.append(os.path.join(tmp_path, experiment))
+    return runs
+
+
 @pytest.mark.slow
-def test_several_policies_and_doom_repeat_too(tmp_path):
-    """Two policies drawn per episode (a stream per group), and VizDoom with its GRU."""
-    for env, extra in (
-        ("CartPole-v1", ["--num_policies", "2", "--train_for_env_steps", "30000"]),
-        ("doom_basic", ["--num_envs_per_worker", "8", "--train_for_env_steps", "8192"]),
-    ):
-        runs = []
-        for name in ("a", "b"):
-            result = run_cli(
-                "train",
-                *flags(env=env, experiment=f"{env}_{name}", train_dir=tmp_path, deterministic=True),
-                *flags(seed=3, num_workers=2, device="cpu"),
-                *extra,
-            )
-            assert result.returncode == 0, result.stdout + result.stderr
-            runs.append(os.path.join(tmp_path, f"{env}_{name}"))
-        _assert_same_run(*runs)
+@pytest.mark.parametrize(
+    "name, extra",
+    [
+        ("two_policies", ["--num_policies", 2]),
+        ("ppo", ["--algo", "ppo"]),
+        ("ver", ["--algo", "ver"]),
+    ],
+)
+def test_several_policies_ppo_and_ver_repeat_too(tmp_path, name, extra):
+    first, second = _twins(
+        tmp_path,
+        "CartPole-v1",
+        name,
+        "--num_envs_per_worker",
+        16,
+        "--train_for_env_steps",
+        20_000,
+        *extra,
+    )
+    _assert_same_run(first, second)
+
+
+@pytest.mark.slow
+def test_doom_repeats_and_another_seed_does_not(tmp_path):
+    """VizDoom with its GRU, 2 workers x 8 envs."""
+    doom = ("--num_envs_per_worker", 8, "--train_for_env_steps", 8192)
+    first, second, other = _twins(tmp_path, "doom_basic", "doom", *doom, seeds=(7, 7, 8))
+    _assert_same_run(first, second)
+    weights = _checkpoints(first)[0]["model"]
+    other_weights = _checkpoints(other)[0]["model"]
+    assert any(not torch.equal(tensor, other_weights[name]) for name, tensor in weights.items())

@@ -4,8 +4,8 @@ torch.optim.Adam imports torch._dynamo the first time its methods run, and again
 2-3 s of CPU (sympy, the compiler's tables) that a run's fork server had to import before any child could start,
 for a compiler the learner never uses. This Adam keeps torch's state per parameter (step, exp_avg, exp_avg_sq) and
 updates it with torch's own functional adam(), the function torch.optim.Adam.step calls, over all parameters at once
-(its foreach path): the same computation, bit for bit (tests/algo/test_optimizer.py checks it). Its state_dict has torch.optim.Adam's layout, so checkpoints load
-into either.
+(its foreach path): the same computation, bit for bit (tests/algo/test_optimizer.py checks it). Its state_dict has
+torch.optim.Adam's layout, so checkpoints load into either.
 """
 
 from __future__ import annotations

@@ -347,7 +347,7 @@ class SharedBuffers(Generic[Array]):
             known_version,
         )
 
-    # --- per-policy hyperparameters: learner and PBT
+    # --- --deterministic's ring of scheduled updates: learner -> policy workers
     def publish_update(self, policy_id: int, update: int) -> None:
         """--deterministic: the newest published weights (the learner's own, which only it writes)
         become update `update` in the ring; its tag is written last, once they are whole."""
@@ -372,6 +372,7 @@ class SharedBuffers(Generic[Array]):
             )
         return version
 
+    # --- per-policy hyperparameters: learner and PBT
     def hparams(self, policy_id: int) -> dict[str, float]:
         return dict(zip(PER_POLICY_HPARAMS, self.policy_hparams[policy_id].tolist()))
 

@@ -161,7 +161,7 @@ class ScheduledWeights:
         self.group_step = buffers.group_step.numpy()
         # requests waiting for their weights
         self.held: list[tuple[int, int]] = []
-        # the newest version acted with (the budget's and the stats' view)
+        # the budget's view of the weights: --deterministic's budget (NoBudget) reads none
         self.version = -1
 
     @property
@@ -190,7 +190,6 @@ class ScheduledWeights:
             ready[update].append(((worker, group), seed))
         for update, served in ready.items():
             entry = update % len(self.models)
-            self.version = max(self.version, self.versions[entry])
             batch = [request for request, _ in served]
             seeds = [seed for _, seed in served]
             yield batch, self.models[entry], self.versions[entry], seeds

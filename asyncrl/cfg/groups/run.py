@@ -40,7 +40,7 @@ class RunFlags:
         "Make a run with processes a function of its --seed (on one machine, torch build and config: "
         "the same actions, updates, weights and learner stats at each train step). Envs step in lock-step "
         "rounds of --rollout steps; each update learns whole rounds in a fixed order; each round acts with the "
-        "weights of a fixed earlier update (appo: one round behind, so sampling overlaps learning; ppo and ver: "
+        "weights of a fixed earlier update (appo: one update behind, so sampling overlaps learning; ppo and ver: "
         "on-policy, ver's rollouts lock-step like ppo's). Several policies, rollout and policy workers are "
         "covered; self-play's frozen pool, PBT and torchrun are not. A worker restart, a resume and "
         "--train_for_seconds's end are timing: warned of. No --seed: one is drawn and saved in config.json.",

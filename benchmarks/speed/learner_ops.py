@@ -16,6 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from asyncrl.commands.bench import parse_bench_args
+from asyncrl.measure.costs import model_workloads, seconds_per_call
 from benchmarks.common import group_results, machine, write_result
 
 # this group's results folder, benchmarks/results/GROUP
@@ -37,9 +38,6 @@ class OpCounter(TorchDispatchMode):
 
 
 def measure(env: str, seconds: float) -> dict:
-    # a function-local import: measure.costs imports the roles, which benchmarks.common need not
-    from asyncrl.measure.costs import model_workloads, seconds_per_call
-
     _, cfg = parse_bench_args(["--env", env, *UPDATE, "--device", "cpu"])
     torch.set_num_threads(1)
     with model_workloads(cfg, cfg.num_envs_per_worker) as (_, learn):

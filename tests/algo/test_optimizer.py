@@ -8,7 +8,7 @@ from asyncrl.algo.optimizer import Adam
 
 
 def test_adam_takes_torch_adams_steps_bit_for_bit_and_loads_either_ones_state():
-    """asyncrl's Adam (no torch._dynamo) against torch.optim.Adam: the same weights after every
+    """asyncrl's Adam (no torch._dynamo) against torch.optim.Adam's fused kernel: the same weights after every
     step, where the learning rate changes and some steps give only the last layer gradients (so the
     parameters' steps differ); then each one's state_dict loads into the other, and the two go on in
     step."""
@@ -18,7 +18,7 @@ def test_adam_takes_torch_adams_steps_bit_for_bit_and_loads_either_ones_state():
     hyperparameters = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-6)
     optimizers = [
         Adam(models[0].parameters(), **hyperparameters),
-        torch.optim.Adam(models[1].parameters(), **hyperparameters),
+        torch.optim.Adam(models[1].parameters(), **hyperparameters, fused=True),
     ]
 
     def steps(first: int, last: int) -> None:
@@ -40,7 +40,7 @@ def test_adam_takes_torch_adams_steps_bit_for_bit_and_loads_either_ones_state():
     saved = [optimizer.state_dict() for optimizer in optimizers]
     optimizers = [
         Adam(models[0].parameters(), **hyperparameters),
-        torch.optim.Adam(models[1].parameters(), **hyperparameters),
+        torch.optim.Adam(models[1].parameters(), **hyperparameters, fused=True),
     ]
     optimizers[0].load_state_dict(saved[1])
     optimizers[1].load_state_dict(saved[0])

@@ -5,7 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from asyncrl.algo.losses import gae
+from asyncrl.algo.losses import (
+    discounted_sum_backward,
+    discounted_sum_by_scan,
+    discounted_sum_by_solve,
+    gae,
+)
 from asyncrl.algo.vtrace import from_importance_weights
 
 
@@ -166,6 +171,29 @@ def test_gae_matches_paper_sum(T):
     )
     np.testing.assert_allclose(adv.numpy(), ref, atol=1e-10)
     np.testing.assert_allclose(targets.numpy(), ref + d["values"], atol=1e-10)
+
+
+def discounted_sum_reference(deltas, coefficients):
+    """x_t = deltas_t + coefficients_t x_{t+1}, step by step from x_T = 0."""
+    x = np.zeros_like(deltas)
+    after = np.zeros(deltas.shape[1])
+    for t in reversed(range(len(deltas))):
+        after = deltas[t] + coefficients[t] * after
+        x[t] = after
+    return x
+
+
+# a single step; a few; past a power of two; wide enough that discounted_sum_backward scans
+@pytest.mark.parametrize("T,B", [(1, 3), (7, 5), (129, 2), (129, 64)])
+def test_the_discounted_sums_solve_and_scan_are_the_recursion(T, B):
+    rng = np.random.default_rng(T + B)
+    deltas = rng.normal(size=(T, B))
+    # some zeros: episode ends, which nothing crosses
+    coefficients = rng.uniform(0, 1, (T, B)) * (rng.random((T, B)) > 0.1)
+    ref = discounted_sum_reference(deltas, coefficients)
+    for method in (discounted_sum_backward, discounted_sum_by_solve, discounted_sum_by_scan):
+        x = method(torch.tensor(deltas), torch.tensor(coefficients))
+        np.testing.assert_allclose(x.numpy(), ref, atol=1e-10, err_msg=method.__name__)
 
 
 # --- time limits: a truncated episode bootstraps from the value of its final observation

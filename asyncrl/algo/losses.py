@@ -1,18 +1,11 @@
-"""APPO's loss terms as small pure functions on time-major [T, B] tensors; `mask` marks the samples
-that count."""
+"""APPO's loss and the returns it learns from, as small pure functions on time-major [T, B] tensors;
+`mask` marks the samples that count."""
 
 from __future__ import annotations
 
 import torch
-from torch.distributions import Categorical, Distribution
 
-from asyncrl.model.distributions import MultiCategorical, categorical_kl
-
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the entries where mask is True; masked entries never contribute, even if inf or
-    NaN."""
-    return torch.where(mask, x, torch.zeros_like(x)).sum() / mask.sum().clamp(min=1)
+from asyncrl.algo.fused_loss import Coefficients, PerSampleLoss
 
 
 @torch.no_grad()
@@ -90,88 +83,48 @@ def normalize(advantages: torch.Tensor, mask: torch.Tensor, sum_over_ranks=_alon
     return (advantages - mean) / ((squares / count).sqrt() + 1e-8)
 
 
-def ppo_policy_loss(ratio, proximal_weights, advantages, clip_ratio, mask):
-    """Decoupled PPO's clipped surrogate (Hilton et al. 2022, "Batch size-invariance for policy
-    optimization", sec. 3), negated for minimization: (pi_prox / mu) min(r A, clip(r) A) with r = pi
-    / pi_prox, where mu is the acting policy and pi_prox the policy the clip keeps pi near; with
-    pi_prox = mu (weights 1) it is PPO's (Schulman et al. 2017, eq. 7). The ratio is kept in
-    [1/(1+c), 1+c] (Sample Factory's symmetric-in-log clip) rather than [1-c, 1+c]."""
-    clipped = ratio.clamp(1.0 / (1.0 + clip_ratio), 1.0 + clip_ratio)
-    return -masked_mean(
-        proximal_weights * torch.min(ratio * advantages, clipped * advantages), mask
-    )
-
-
-def clip_fraction(ratio, clip_ratio, mask):
-    """The share of samples whose ratio lies outside ppo_policy_loss's clip range (CleanRL's
-    clipfrac): those whose advantage pushes the ratio further out add no gradient."""
-    outside = (ratio > 1.0 + clip_ratio) | (ratio < 1.0 / (1.0 + clip_ratio))
-    return masked_mean(outside.to(ratio.dtype), mask)
-
-
-def value_loss(values, targets, old_values, clip_value, mask):
-    """0.5 (V - target)^2; with clip_value > 0, PPO's pessimistic max over the value clipped around
-    old_values, the estimates before the sample's first update in the batch (minibatches.py)."""
-    loss = (values - targets) ** 2
-    if clip_value > 0:
-        clipped = old_values + (values - old_values).clamp(-clip_value, clip_value)
-        loss = torch.max(loss, (clipped - targets) ** 2)
-    return 0.5 * masked_mean(loss, mask)
-
-
-def kl_divergence(behavior: Distribution, current: Distribution) -> torch.Tensor:
-    """KL(mu || pi) per sample, the divergence PPO's fixed-KL penalty weighs (Schulman et al. 2017,
-    eq. 8); a categorical's as distributions.categorical_kl computes it."""
-    if isinstance(behavior, (Categorical, MultiCategorical)):
-        return categorical_kl(behavior, current)
-    return torch.distributions.kl_divergence(behavior, current)
-
-
 def appo_loss(
     now,
-    behavior: Distribution,
     mask: torch.Tensor,
     hp: dict,
     kl_loss_coeff: float,
     normalize_advantages: bool,
     returns_normalizer=None,
     sum_over_ranks=_alone,
-) -> tuple[torch.Tensor, dict]:
-    """The loss of one minibatch and its stats: PPO's clipped surrogate on the (optionally
-    normalized) advantages, plus value_loss_coeff x the clipped value loss, minus
-    exploration_loss_coeff x the entropy, plus kl_loss_coeff x KL(behavior || current).
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss of one minibatch and its statistics (fused_loss.STATS, a tensor without gradient):
+    PPO's clipped surrogate on the (optionally normalized) advantages, plus value_loss_coeff x the
+    clipped value loss, minus exploration_loss_coeff x the entropy, plus kl_loss_coeff x KL(behavior
+    || current), in one pass (fused_loss.PerSampleLoss).
 
-    `now` is the minibatch's forward pass (minibatches.Forward), `behavior` the policy that acted,
-    `hp` the policy's own hyperparameters. With a returns normalizer the value head learns
+    `now` is the minibatch's forward pass (minibatches.Forward), `hp` the policy's own
+    hyperparameters. With a returns normalizer the value head learns
     normalized returns: its targets and the clip's centre are normalized alike."""
     advantages = now.advantages
     if normalize_advantages:
         advantages = normalize(advantages, mask, sum_over_ranks)
-    # pi / pi_prox
-    ratio = torch.exp(now.log_ratio - now.proximal_log_ratio)
-    proximal_weights = torch.exp(now.proximal_log_ratio)
-    policy_loss = ppo_policy_loss(ratio, proximal_weights, advantages, hp["ppo_clip_ratio"], mask)
     targets = now.targets
     anchor = now.proximal_values
     if returns_normalizer is not None:
         targets = returns_normalizer.normalize(targets)
         anchor = returns_normalizer.normalize(anchor)
-    values_loss = value_loss(now.values, targets, anchor, hp["ppo_clip_value"], mask)
-    entropy = masked_mean(now.dist.entropy(), mask)
-    kl = masked_mean(kl_divergence(behavior, now.dist), mask)
-    loss = (
-        policy_loss
-        + hp["value_loss_coeff"] * values_loss
-        - hp["exploration_loss_coeff"] * entropy
-        + kl_loss_coeff * kl
+    coefficients = Coefficients(
+        clip_ratio=hp["ppo_clip_ratio"],
+        clip_value=hp["ppo_clip_value"],
+        value_loss=hp["value_loss_coeff"],
+        entropy=hp["exploration_loss_coeff"],
+        kl=kl_loss_coeff,
     )
-    stats = {
-        "loss": loss.item(),
-        "policy_loss": policy_loss.item(),
-        "value_loss": values_loss.item(),
-        "entropy": entropy.item(),
-        "kl_divergence": kl.item(),
-        "clip_fraction": clip_fraction(ratio.detach(), hp["ppo_clip_ratio"], mask).item(),
-        "value": masked_mean(now.returns, mask).item(),
-    }
-    return loss, stats
+    return PerSampleLoss.apply(
+        now.log_ratio,
+        now.values,
+        now.entropy,
+        now.kl,
+        now.proximal_log_ratio,
+        advantages,
+        targets,
+        anchor,
+        now.returns,
+        mask,
+        coefficients,
+    )

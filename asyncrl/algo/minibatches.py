@@ -38,10 +38,13 @@ PROXIMAL = ("proximal_values", "proximal_log_ratio")
 
 @dataclass
 class Forward:
-    # the current policy at the minibatch's samples
-    dist: torch.distributions.Distribution
-    # log pi(a|x) - log mu(a|x); 0 where a step holds no sample
+    # log pi(a|x) - log mu(a|x) of the current policy pi and the acting mu; 0 where a step holds no
+    # sample
     log_ratio: torch.Tensor
+    # the current policy's entropy at each sample
+    entropy: torch.Tensor
+    # KL(mu || pi) at each sample
+    kl: torch.Tensor
     # the value head's outputs (normalized returns with --normalize_returns), with gradient
     values: torch.Tensor
     # the same in return units, without gradient
@@ -114,7 +117,7 @@ class TrajectoryMinibatches:
         params, values = self.model.forward_sequence(
             mb["obs"], mb["rnn_states"], mb["state_starts"], mb["dones"], self.autocast_dtype
         )
-        dist, log_ratio = policy_at(self.model, params[:-1], mb)
+        log_ratio, entropy, kl = policy_at(self.model, params[:-1], mb)
         returns = self.model.returns(values.detach())
         advantages, targets = advantages_and_targets(
             self.cfg, gamma, mb, returns, log_ratio.detach()
@@ -122,8 +125,9 @@ class TrajectoryMinibatches:
         if "proximal_values" not in mb:
             mb.update(proximal_values=returns[:-1], proximal_log_ratio=self.proximal(log_ratio))
         return Forward(
-            dist,
             log_ratio,
+            entropy,
+            kl,
             values[:-1],
             returns[:-1],
             advantages,
@@ -165,10 +169,11 @@ class SampleMinibatches(TrajectoryMinibatches):
     def forward(self, mb: dict, gamma: float) -> Forward:
         features = self.model.encode(mb["obs"], self.autocast_dtype)
         params, values = self.model.heads(features, self.model.action_mask(mb["obs"]))
-        dist, log_ratio = policy_at(self.model, params, mb)
+        log_ratio, entropy, kl = policy_at(self.model, params, mb)
         return Forward(
-            dist,
             log_ratio,
+            entropy,
+            kl,
             values,
             self.model.returns(values.detach()),
             mb["advantages"],
@@ -179,12 +184,13 @@ class SampleMinibatches(TrajectoryMinibatches):
 
 
 def policy_at(model: torch.nn.Module, params: torch.Tensor, mb: dict) -> tuple:
-    """The current policy's distribution at the minibatch's steps, and its log ratio to the acting
-    policy (padding steps hold stale actions and log-probs: they get ratio 1, so nothing overflows).
-    With --rpo_alpha both are RPO's perturbed policy's (V-trace's importance weights see it too)."""
-    dist = model.distribution_to_learn(params)
-    logp = dist.log_prob(mb["actions"])
-    return dist, torch.where(mb["valid"], logp - mb["behavior_logp"], torch.zeros_like(logp))
+    """The current policy at the minibatch's steps: its log ratio to the acting policy (padding
+    steps hold stale actions and log-probs: they get ratio 1, so nothing overflows), its entropy and
+    KL(acting || current). With --rpo_alpha all are RPO's perturbed policy's (V-trace's importance
+    weights see it too)."""
+    logp, entropy, kl = model.learning_terms(params, mb["behavior_params"], mb["actions"])
+    log_ratio = torch.where(mb["valid"], logp - mb["behavior_logp"], torch.zeros_like(logp))
+    return log_ratio, entropy, kl
 
 
 def minibatches(

@@ -12,6 +12,8 @@ load into either.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 from torch.optim.adam import adam
@@ -106,6 +108,18 @@ class Adam:
                     "exp_avg": state["exp_avg"].to(p.device, p.dtype, copy=True),
                     "exp_avg_sq": state["exp_avg_sq"].to(p.device, p.dtype, copy=True),
                 }
+
+
+def clip_gradient_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """The L2 norm of all the parameters' gradients together, and the gradients scaled by
+    max_norm / (norm + 1e-6) where that is below 1: torch.nn.utils.clip_grad_norm_'s rule and ops,
+    without its grouping of the tensors by device and dtype (a learner's are on one device, in
+    float32), which took 0.2 ms a step."""
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    if max_norm < math.inf:
+        torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
+    return norm
 
 
 def learner_state_floats(model: nn.Module) -> int:

@@ -21,8 +21,10 @@ from asyncrl.envs.action_masks import ObservationWithActionMask, categorical_siz
 from asyncrl.envs.packed_observations import PackedObservation
 from asyncrl.model.distributions import (
     MultiCategorical,
+    categorical_terms,
     gaussian_sample,
     gumbel_max_sample,
+    kl_divergence,
     legal_logits,
     most_likely,
 )
@@ -32,12 +34,17 @@ from asyncrl.model.encoders import (
     image_layout,
     unpack_observation,
 )
-from asyncrl.model.normalizers import ReturnNorm, RunningNorm
+from asyncrl.model.normalizers import ReturnNorm, RunningNorm, sample_observations
 from asyncrl.model.recurrent import autocast_if, gru_step
 
 # Argument validation costs more than the sampling itself at small inference batches, and our inputs
 # are the model's own outputs: off (a profile of the policy worker showed ~10% of its time in it).
 Distribution.set_default_validate_args(False)
+
+# The input normalizer's statistics are updated from this many random valid observations per batch:
+# as good an estimate of per-pixel mean and variance over a run, at a quarter of the cost of using a
+# whole 1024-sample batch.
+NORMALIZER_SAMPLES_PER_BATCH = 256
 
 
 class ActorCritic(nn.Module):
@@ -241,6 +248,18 @@ class ActorCritic(nn.Module):
         )
 
     @torch.no_grad()
+    def merge_batch_statistics(self, batch: dict, valid: torch.Tensor, sum_over_ranks) -> None:
+        """The input normalizer and --scale_rewards' return moments take in a learner's batch
+        (summed over DD-PPO's ranks by sum_over_ranks, so every rank keeps the same); the batch's
+        rewards are then divided by the return's std (reward_scaling.py)."""
+        if self.normalizer is not None:
+            samples = sample_observations(batch["obs"][:-1], valid, NORMALIZER_SAMPLES_PER_BATCH)
+            self.normalizer.update(self.normalized_part(samples), sum_over_ranks)
+        if self.reward_std is not None:
+            self.reward_std.update(batch["discounted_returns"][valid], sum_over_ranks)
+            batch["rewards"] = batch["rewards"] / self.reward_std.std
+
+    @torch.no_grad()
     def merge_returns(self, targets: torch.Tensor, sum_over_ranks) -> None:
         """Merge value targets into the return statistics, preserving the value head's outputs in
         return units (PopArt, van Hasselt et al. 2016, Alg. 1: w' = w s / s', b' = (s b + m - m') /
@@ -307,6 +326,18 @@ class ActorCritic(nn.Module):
                 -self.rpo_alpha, self.rpo_alpha
             )
         return self.distribution(action_params)
+
+    def learning_terms(
+        self, action_params: torch.Tensor, behavior_params: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per sample, of the distribution to learn (distribution_to_learn): (the log-probability of
+        the action taken, the entropy, KL(behavior || it)), the acting distribution given by its
+        distribution_params."""
+        if self.discrete and not self.multi_discrete and not self.rpo_alpha:
+            return categorical_terms(action_params, behavior_params, actions)
+        current = self.distribution_to_learn(action_params)
+        behavior = self.distribution_from_params(behavior_params)
+        return current.log_prob(actions), current.entropy(), kl_divergence(behavior, current)
 
     def sample_actions(self, action_params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(actions, their log-probabilities) for inference; categorical ones by the Gumbel-max

@@ -91,3 +91,26 @@ def categorical_kl(behavior: Distribution, current: Distribution) -> torch.Tenso
     if isinstance(behavior, MultiCategorical):
         return sum(categorical_kl(b, c) for b, c in zip(behavior.parts, current.parts))
     return (behavior.probs * (behavior.logits - current.logits)).sum(-1)
+
+
+def kl_divergence(behavior: Distribution, current: Distribution) -> torch.Tensor:
+    """KL(mu || pi) per sample, the divergence PPO's fixed-KL penalty weighs (Schulman et al. 2017,
+    eq. 8); a categorical's as categorical_kl computes it."""
+    if isinstance(behavior, (Categorical, MultiCategorical)):
+        return categorical_kl(behavior, current)
+    return torch.distributions.kl_divergence(behavior, current)
+
+
+def categorical_terms(
+    logits: torch.Tensor, behavior_logits: torch.Tensor, actions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per sample, of the categorical pi = softmax(logits): (log pi(a), its entropy -sum pi log pi,
+    KL(mu || pi) = sum mu (log mu - log pi)) with mu = softmax(behavior_logits); what Categorical's
+    log_prob, entropy and categorical_kl give, from one log_softmax each, without the objects (their
+    construction and checks cost more than the math on a small batch)."""
+    log_pi = logits.log_softmax(-1)
+    log_prob = log_pi.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    entropy = -(log_pi.exp() * log_pi).sum(-1)
+    log_mu = behavior_logits.log_softmax(-1)
+    kl = (log_mu.exp() * (log_mu - log_pi)).sum(-1)
+    return log_prob, entropy, kl

@@ -4,14 +4,16 @@ next batch."""
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
 
 from asyncrl.algo import losses
+from asyncrl.algo.fused_loss import STATS
 from asyncrl.algo.lr_schedules import lr_schedule
 from asyncrl.algo.minibatches import minibatches
-from asyncrl.algo.optimizer import Adam, pack_state, unpack_state
+from asyncrl.algo.optimizer import Adam, clip_gradient_norm, pack_state, unpack_state
 from asyncrl.algo.packing import time_major
 from asyncrl.cfg.config import Config
 from asyncrl.core.buffers import SharedBuffers
@@ -38,16 +40,11 @@ from asyncrl.core.timing import Timing
 from asyncrl.distributed.collective import RankLost, collective
 from asyncrl.distributed.rank import this_rank
 from asyncrl.model.actor_critic import build_model
-from asyncrl.model.normalizers import sample_observations
 from asyncrl.model.precision import low_precision
 from asyncrl.roles.protocols import batch_source
 from asyncrl.roles.rollouts import Batch
 
 MAX_NAN_UPDATES_IN_A_ROW = 10
-# The input normalizer's statistics are updated from this many random valid observations per batch:
-# as good an estimate of per-pixel mean and variance over a run, at a quarter of the cost of using a
-# whole 1024-sample batch.
-NORMALIZER_SAMPLES_PER_BATCH = 256
 
 
 class Learner:
@@ -77,12 +74,14 @@ class Learner:
         # the initial weights (rank 0's under torchrun), minibatch order
         seed_torch(cfg.seed, "learner", policy_id, deterministic=cfg.deterministic)
         self.model = build_model(obs_space, action_space, cfg).to(device).train()
+        # listed once: every step's gradient ops take them
+        self.parameters = list(self.model.parameters())
         # of the encoder; master weights stay float32
         self.autocast_dtype = low_precision(cfg, device, self.model)
         # trajectories, or samples
         self.minibatches = minibatches(cfg, self.model, self.autocast_dtype)
         self.optimizer = Adam(
-            self.model.parameters(),
+            self.parameters,
             lr=cfg.learning_rate,
             eps=cfg.adam_eps,
             betas=(cfg.adam_beta1, cfg.adam_beta2),
@@ -333,7 +332,8 @@ class Learner:
         # every rank's
         self.env_steps += int(self.collective.sum(valid.sum().reshape(1))[0]) * self.frameskip
         self.hp = self.buffers.hparams(self.policy_id)
-        self._merge_batch_statistics(batch, valid)
+        # the input normalizer's and --scale_rewards' statistics (the same on every rank)
+        self.model.merge_batch_statistics(batch, valid, self.collective.sum)
         self.lr_schedule.batch_start(self.hp["learning_rate"], self.env_steps)
         stats: dict[str, float] = {}
         first_epoch_targets = []
@@ -374,17 +374,6 @@ class Learner:
         )
         return stats
 
-    def _merge_batch_statistics(self, batch: dict[str, torch.Tensor], valid: torch.Tensor) -> None:
-        """The input normalizer and --scale_rewards' return moments take in the batch (summed over
-        DD-PPO's ranks, so every rank keeps the same); the rewards are then divided by the return's
-        std (reward_scaling.py)."""
-        if self.model.normalizer is not None:
-            samples = sample_observations(batch["obs"][:-1], valid, NORMALIZER_SAMPLES_PER_BATCH)
-            self.model.normalizer.update(self.model.normalized_part(samples), self.collective.sum)
-        if self.model.reward_std is not None:
-            self.model.reward_std.update(batch["discounted_returns"][valid], self.collective.sum)
-            batch["rewards"] = batch["rewards"] / self.model.reward_std.std
-
     def _optimizer_step(self, mb: dict[str, torch.Tensor]) -> tuple[dict, torch.Tensor]:
         """One step on a minibatch: its stats and its learned samples' value targets (return units);
         skipped and counted if the loss or gradient is not finite (under torchrun one rank's makes
@@ -396,15 +385,17 @@ class Learner:
             loss, stats, targets = self._loss(mb)
             targets = targets[mb["mask"]].detach()
             loss.backward()
-        self.collective.average_gradients(list(self.model.parameters()))
-        max_norm = self.hp["max_grad_norm"] if self.hp["max_grad_norm"] > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        if not torch.isfinite(grad_norm):
+            # one host sync for all of them, after the backward pass
+            stats = dict(zip(STATS, stats.tolist()))
+        self.collective.average_gradients(self.parameters)
+        max_norm = self.hp["max_grad_norm"] if self.hp["max_grad_norm"] > 0 else math.inf
+        grad_norm = clip_gradient_norm(self.parameters, max_norm).item()
+        if not math.isfinite(grad_norm):
             # a non-finite target must not reach the statistics
             return self._skip_update(stats), targets[:0]
         self.optimizer.step()
         self.nan_updates_in_a_row = 0
-        stats["grad_norm"] = float(grad_norm)
+        stats["grad_norm"] = grad_norm
         return stats, targets
 
     def _empty_minibatch(self) -> tuple[dict, torch.Tensor]:
@@ -414,7 +405,7 @@ class Learner:
         empty = torch.zeros(0, device=self.device)
         if self.cfg.normalize_advantage:
             losses.normalize(empty, empty.bool(), self.collective.sum)
-        for p in self.model.parameters():
+        for p in self.parameters:
             p.grad = torch.zeros_like(p)
         return {}, empty
 
@@ -428,12 +419,11 @@ class Learner:
             )
         return stats
 
-    def _loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    def _loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The minibatch's loss and stats (losses.appo_loss), and its value targets."""
         now = self.minibatches.forward(mb, self.hp["gamma"])
         loss, stats = losses.appo_loss(
             now,
-            behavior=self.model.distribution_from_params(mb["behavior_params"]),
             mask=mb["mask"],
             hp=self.hp,
             kl_loss_coeff=self.cfg.kl_loss_coeff,

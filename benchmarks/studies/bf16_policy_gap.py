@@ -14,11 +14,11 @@ import argparse
 import numpy as np
 import torch
 
-from asyncrl.algo import losses
 from asyncrl.commands.saved_run import checkpoint_to_load, config_of_run
 from asyncrl.core.checkpoint import load_checkpoint
 from asyncrl.envs import make_env
 from asyncrl.model.actor_critic import build_model
+from asyncrl.model.distributions import kl_divergence
 
 
 def visited_states(model, env, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,7 +45,7 @@ def gap(name: str, model, params_a: torch.Tensor, params_b: torch.Tensor) -> Non
     b = model.distribution(params_b)
     actions = b.sample()
     log_ratio = (a.log_prob(actions) - b.log_prob(actions)).abs()
-    kl = losses.kl_divergence(b, a)
+    kl = kl_divergence(b, a)
     print(
         f"{name}: |log ratio| mean {log_ratio.mean():.4f}, p95 {log_ratio.quantile(0.95):.4f}, max "
         f"{log_ratio.max():.4f}; KL mean {kl.mean():.2e}"

@@ -1,10 +1,12 @@
 """The learner's Adam against torch's."""
 
 import copy
+import math
 
+import pytest
 import torch
 
-from asyncrl.algo.optimizer import Adam
+from asyncrl.algo.optimizer import Adam, clip_gradient_norm
 
 
 def test_adam_takes_torch_adams_steps_bit_for_bit_and_loads_either_ones_state():
@@ -45,3 +47,22 @@ def test_adam_takes_torch_adams_steps_bit_for_bit_and_loads_either_ones_state():
     optimizers[0].load_state_dict(saved[1])
     optimizers[1].load_state_dict(saved[0])
     steps(8, 12)
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 100.0, math.inf])
+def test_gradient_clipping_is_torchs_bit_for_bit(max_norm):
+    """clip_gradient_norm against torch.nn.utils.clip_grad_norm_: the same norm, the same scaled
+    gradients (a parameter without a gradient is left alone)."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(shape)) for shape in ((8, 4), (8,), (3, 8), (3,))]
+    for p in params[:3]:
+        p.grad = torch.randn_like(p)
+    copies = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    for p, copy_ in zip(params, copies):
+        copy_.grad = None if p.grad is None else p.grad.clone()
+    norm = clip_gradient_norm(params, max_norm)
+    expected = torch.nn.utils.clip_grad_norm_(copies, max_norm)
+    assert torch.equal(norm, expected)
+    assert (norm > 0.5) and (norm < 100.0)
+    for p, copy_ in zip(params, copies):
+        assert (p.grad is None and copy_.grad is None) or torch.equal(p.grad, copy_.grad)

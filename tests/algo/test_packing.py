@@ -59,6 +59,7 @@ def slots_of_every_kind(model) -> dict[str, torch.Tensor]:
         "dones": dones,
         "actions": torch.randint(0, ACTIONS, (B, T), generator=gen),
         "behavior_logp": -torch.rand(B, T, generator=gen) - 0.5,
+        "behavior_params": torch.randn(B, T, ACTIONS, generator=gen),
         "rewards": torch.randn(B, T, generator=gen),
         "policy_version": torch.where(valid, 0, -1),
         "sample": torch.arange(B * T).view(B, T),

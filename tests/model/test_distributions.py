@@ -94,3 +94,41 @@ def test_multi_discrete_actions_are_independent_categoricals_sampled_with_their_
     assert greedy.tolist() == [
         [int(a.argmax()), int(b.argmax())] for a, b in zip(*mu_logits.split(sizes, -1))
     ]
+
+
+def test_categorical_terms_are_torchs_log_prob_entropy_and_kl_with_their_gradients():
+    """categorical_terms against Categorical's log_prob and entropy and categorical_kl, values and
+    gradients, with some actions masked off (ILLEGAL_LOGIT) in both distributions."""
+    from torch.distributions import Categorical
+
+    from asyncrl.model.distributions import (
+        ILLEGAL_LOGIT,
+        categorical_kl,
+        categorical_terms,
+    )
+
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 5, 4, generator=generator, dtype=torch.float64)
+    behavior_logits = torch.randn(6, 5, 4, generator=generator, dtype=torch.float64)
+    logits[0, :, 3] = ILLEGAL_LOGIT
+    behavior_logits[0, :, 3] = ILLEGAL_LOGIT
+    actions = torch.randint(0, 3, (6, 5), generator=generator)
+    weights = torch.randn(3, 6, 5, generator=generator, dtype=torch.float64)
+    outputs = []
+    for fast in (True, False):
+        leaf = logits.clone().requires_grad_()
+        if fast:
+            terms = categorical_terms(leaf, behavior_logits, actions)
+        else:
+            current = Categorical(logits=leaf)
+            behavior = Categorical(logits=behavior_logits)
+            terms = (
+                current.log_prob(actions),
+                current.entropy(),
+                categorical_kl(behavior, current),
+            )
+        (gradient,) = torch.autograd.grad((torch.stack(terms) * weights).sum(), leaf)
+        outputs.append((*terms, gradient))
+    for fast, reference in zip(*outputs):
+        assert torch.isfinite(fast).all()
+        torch.testing.assert_close(fast, reference, rtol=1e-12, atol=1e-12)

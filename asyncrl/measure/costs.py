@@ -107,8 +107,8 @@ def model_workloads(cfg: Config, inference_batch: int, device: torch.device = to
         )
         batch = Batch(torch.arange(slots_per_batch(cfg)))
         policy = PolicyWorker(0, 0, cfg, buffers, queues, env.obs_space, env.action_space, device)
-        agents = torch.arange(inference_batch)
-        buffers.agent_slot[agents] = agents
+        agents = np.arange(inference_batch)
+        buffers.agent_slot[:inference_batch] = torch.from_numpy(agents)
         yield (
             (lambda size=inference_batch: policy.act(agents[:size], policy.weights.model, 0)),
             (lambda: learner.train(learner.gather(batch))),

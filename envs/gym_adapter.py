@@ -110,11 +110,15 @@ def make_gym_env(gym_id: str, **options) -> gym.Env:
 
 # Vector-observation gymnasium envs (classic control, Box2D, MuJoCo): a small MLP, no RNN, many
 # cheap envs per worker, and several PPO epochs per batch, since samples are cheap but learning from
-# them is not.
+# them is not. 32 envs a worker, 16 a group: each request to a policy worker and each step of a
+# group costs the same handful of process wake-ups and numpy calls whatever its size, so larger
+# groups share them among more steps (CartPole-v1 on 2 cores, 5 seeds each: 22,631 -> 34,037
+# training frames/s against 16 envs, a mean return of 475 after 4.35 -> 3.41 s of the run, median;
+# 64 envs: 34,835 frames/s, 4.42 s: a batch is then more rounds behind).
 VECTOR_ENV_DEFAULTS = {
     "use_rnn": False,
     "encoder_mlp_layers": [64, 64],
-    "num_envs_per_worker": 16,
+    "num_envs_per_worker": 32,
     "learning_rate": 1e-3,
     "num_epochs": 4,
     "num_batches_per_epoch": 4,
@@ -129,6 +133,7 @@ VECTOR_ENV_DEFAULTS = {
 # workers x 16 envs x 64 steps = 2048.
 CONTINUOUS_DEFAULTS = {
     **VECTOR_ENV_DEFAULTS,
+    "num_envs_per_worker": 16,
     "algo": "ppo",
     "initial_stddev": 0.5,
     "rollout": 64,

@@ -215,8 +215,8 @@ def test_two_torchrun_launches_on_loopback_train_together(tmp_path, clean_machin
         ),
         (["--device", "cuda"], "torch sees no CUDA GPU"),
         (
-            ["--algo", "ppo", "--batch_size", 2048],
-            "--batch_size must be 1024 (workers x envs per worker x agents per env x rollout x ranks)",
+            ["--algo", "ppo", "--batch_size", 1024],
+            "--batch_size must be 2048 (workers x envs per worker x agents per env x rollout x ranks)",
         ),
     ],
 )

@@ -51,7 +51,7 @@ def test_pettingzoo_envs_with_vector_observations_get_a_vector_envs_defaults_and
     assert (cfg.use_rnn, cfg.encoder_mlp_layers, cfg.num_envs_per_worker, cfg.num_epochs) == (
         False,
         [64, 64],
-        16,
+        32,
         2,
     )
     assert {k: getattr(cfg, k) for k in VECTOR_ENV_DEFAULTS if k != "num_epochs"} == {

@@ -113,10 +113,9 @@ class PerSampleLoss(torch.autograd.Function):
         coefficients = ctx.coefficients
         # dL/dterm_i for a term of weight 1: w_i times the loss's gradient
         share = grad_loss / count
-        zero = torch.zeros((), dtype=share.dtype, device=share.device)
-        grad_log_ratio = torch.where(mask & follows_unclipped, -share * policy_gradient, zero)
-        grad_values = torch.where(mask, (coefficients.value_loss * share) * value_error, zero)
-        weights = torch.where(mask, share, zero)
+        grad_log_ratio = torch.where(mask & follows_unclipped, -share * policy_gradient, 0.0)
+        grad_values = torch.where(mask, (coefficients.value_loss * share) * value_error, 0.0)
+        weights = torch.where(mask, share, 0.0)
         grad_entropy = -coefficients.entropy * weights
         grad_kl = coefficients.kl * weights
         return grad_log_ratio, grad_values, grad_entropy, grad_kl, *[None] * 7

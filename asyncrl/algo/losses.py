@@ -98,8 +98,8 @@ def appo_loss(
     || current), in one pass (fused_loss.PerSampleLoss).
 
     `now` is the minibatch's forward pass (minibatches.Forward), `hp` the policy's own
-    hyperparameters. With a returns normalizer the value head learns
-    normalized returns: its targets and the clip's centre are normalized alike."""
+    hyperparameters. With a returns normalizer the value head learns normalized returns: its
+    targets and the clip's centre are normalized alike."""
     advantages = now.advantages
     if normalize_advantages:
         advantages = normalize(advantages, mask, sum_over_ranks)

@@ -66,9 +66,16 @@ def test_the_fused_loss_its_statistics_and_gradients_are_autograds(seed, clip_va
     assert len(stats) == len(STATS)
     np.testing.assert_allclose(stats.tolist(), expected_stats, rtol=1e-12)
     torch.testing.assert_close(loss, expected_loss, rtol=1e-12, atol=0)
-    # the value clip and both sides of the ratio clip are each taken somewhere
+    # both sides of the ratio clip are taken somewhere, and the value clip's three cases: V within
+    # the clip; clipped, the clipped error the larger (no gradient); clipped, the other the larger
     ratio = torch.exp(inputs["log_ratio"] - inputs["proximal_log_ratio"])
     assert 0 < (ratio > 1.1).sum() and 0 < (ratio < 1 / 1.1).sum()
+    if clip_value:
+        step = inputs["values"] - inputs["anchor"]
+        clipped = inputs["anchor"] + step.clamp(-clip_value, clip_value)
+        larger = (clipped - inputs["targets"]).abs() > (inputs["values"] - inputs["targets"]).abs()
+        passes = step.abs() <= clip_value
+        assert passes.any() and (larger & ~passes).any() and (~larger & ~passes).any()
     gradients = torch.autograd.grad(loss, [fused_inputs[k] for k in DIFFERENTIABLE])
     expected = torch.autograd.grad(expected_loss, [reference_inputs[k] for k in DIFFERENTIABLE])
     for name, gradient, reference in zip(DIFFERENTIABLE, gradients, expected):

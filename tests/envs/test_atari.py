@@ -159,10 +159,12 @@ def test_the_learner_sees_each_life_the_stats_see_the_whole_game_unclipped(
     life) land in the agent's slot; a finished episode is the whole game with its unclipped score
     (the learner clips, --reward_clip)."""
     from asyncrl.core import timing
+    from asyncrl.roles import worker_reports
     from asyncrl.roles.rollout_worker import RolloutWorker
 
     # keep finished episodes in the worker
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)
+    monkeypatch.setattr(worker_reports, "EPISODES_INTERVAL_S", 1e9)
     runner = serial_runner(
         tmp_path,
         env="atari_ms_pacman",

@@ -154,9 +154,11 @@ def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_aske
     agents' lengths, and with --pbt_mix_policies_in_one_env False the agents of an env always share
     a policy (with True, mixed pairs occur)."""
     from asyncrl.core import timing
+    from asyncrl.roles import worker_reports
 
     # keep finished episodes in the worker
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)
+    monkeypatch.setattr(worker_reports, "EPISODES_INTERVAL_S", 1e9)
     runner = serial_runner(
         tmp_path,
         env="synthetic_multi",

@@ -115,10 +115,12 @@ def test_next_step_autoreset_gives_every_episode_its_steps_and_return(tmp_path, 
     agent waits out that step, and the episodes the worker reports are exactly the envs'
     episodes."""
     from asyncrl.core import timing
+    from asyncrl.roles import worker_reports
     from asyncrl.roles.rollout_worker import RolloutWorker
 
     # keep finished episodes in the worker
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)
+    monkeypatch.setattr(worker_reports, "EPISODES_INTERVAL_S", 1e9)
     runner = serial_runner(tmp_path, env_backend="vector", num_workers=1)
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
     assert all(worker.backend.next_step_reset)

@@ -71,8 +71,10 @@ def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a
     played is exactly one sample (counted against the envs' steps), and none of the frozen
     versions'; matches are reported with frozen players and rated."""
     from asyncrl.core import timing
+    from asyncrl.roles import worker_reports
 
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)
+    monkeypatch.setattr(worker_reports, "EPISODES_INTERVAL_S", 1e9)
     runner = serial_runner(
         tmp_path,
         env="grid_duel",

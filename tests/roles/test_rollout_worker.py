@@ -61,10 +61,12 @@ def test_each_step_reward_and_done_land_in_their_slot_and_episode(
     done_{t-1}) + r_t), and every finished episode's return and length are the sums of that env's
     own steps (recorded by wrapping each env's step)."""
     from asyncrl.core import timing
+    from asyncrl.roles import worker_reports
     from asyncrl.roles.rollout_worker import RolloutWorker
 
     # keep finished episodes in the worker
     monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)
+    monkeypatch.setattr(worker_reports, "EPISODES_INTERVAL_S", 1e9)
     runner = serial_runner(
         tmp_path,
         env="synthetic_constant",

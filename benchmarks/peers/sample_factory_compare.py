@@ -34,8 +34,8 @@ SF_VERSION = "2.1.1"
 
 # The shared settings per env (Sample Factory's flag names, which asyncrl shares), and each side's
 # extras. doom_basic: Sample Factory's default VizDoom model (convnet_simple + 512 GRU) on both
-# sides. CartPole-v1: asyncrl's CartPole defaults (MLP 64x64, no RNN, 4 epochs x 4 minibatches),
-# given to both.
+# sides. CartPole-v1: asyncrl's CartPole settings (MLP 64x64, no RNN, 4 epochs x 4 minibatches) at 2
+# workers x 16 envs (asyncrl's own default is 32 a worker), given to both.
 COMMON = {
     "doom_basic": {
         "num_workers": 2,

@@ -135,12 +135,12 @@ ROWS = (
         time_to_target("doom_basic"),
     ),
     Row(
-        "CartPole-v1, training frames/s",
+        "CartPole-v1, training frames/s (2 workers x 16 envs)",
         "peers/sample_factory_compare",
         frames_per_second("CartPole-v1"),
     ),
     Row(
-        "CartPole-v1, seconds from launch to a mean return of 475",
+        "CartPole-v1 (2 x 16), seconds from launch to a mean return of 475",
         "peers/sample_factory_compare",
         time_to_target("CartPole-v1"),
     ),

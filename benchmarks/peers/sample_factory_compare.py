@@ -13,6 +13,7 @@ benchmarks/results/peers/sample_factory_compare.{md,json,png}.
 """
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -24,7 +25,6 @@ import time
 
 import numpy as np
 
-from asyncrl.core.reaper import remove_vizdoom_segments, vizdoom_instance_ids
 from benchmarks.common import group_results, machine, peer_venv, train_and_watch, write_result
 
 # this group's results folder, benchmarks/results/GROUP
@@ -155,6 +155,9 @@ def sf_run(python: str, env: str, seconds: float, train_dir: str, device: str) -
         "--save_every_sec=1000000",
     ]
     args += [f"--{k}={v}" for k, v in COMMON[env].items()]
+    # what /dev/shm holds before: whatever of its kinds appears meanwhile is this run's (nothing else
+    # runs beside it)
+    shm_before = leftover_kinds_in_shm()
     launch = time.monotonic()
     # its own session: its children (and their VizDoom engines) outlive a killed parent, so we stop
     # the group
@@ -183,18 +186,26 @@ def sf_run(python: str, env: str, seconds: float, train_dir: str, device: str) -
             rows[-1]["reward"] = float(m.group(1)) * SF_REWARD_UNIT[env]
     proc.wait()
     killer.cancel()
-    # its VizDoom engines still running: killed, their /dev/shm segments stay unless removed
-    engines = vizdoom_instance_ids(proc.pid)
     try:
         stop_group()
     except ProcessLookupError:
         pass
-    remove_vizdoom_segments(engines)
+    # its VizDoom engines (killed, or gone before their parent without closing) and its
+    # multiprocessing semaphores leave their /dev/shm entries behind
+    for name in leftover_kinds_in_shm() - shm_before:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join("/dev/shm", name))
     if not rows:
         raise RuntimeError(
             "Sample Factory reported no frames; its log ends with:\n" + "".join(log[-30:])
         )
     return rows
+
+
+def leftover_kinds_in_shm() -> set[str]:
+    """The /dev/shm entries of the kinds a killed Sample Factory run leaves: its VizDoom engines'
+    segments and message queues, its multiprocessing semaphores."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith(("ViZDoom", "sem.mp-"))}
 
 
 def asyncrl_run(env: str, seconds: float, train_dir: str, device: str) -> list[dict]:

@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+from asyncrl.core.leftovers import shm_entries
 from benchmarks.common import group_results, machine, peer_venv, train_and_watch, write_result
 
 # this group's results folder, benchmarks/results/GROUP
@@ -205,7 +206,7 @@ def sf_run(python: str, env: str, seconds: float, train_dir: str, device: str) -
 def leftover_kinds_in_shm() -> set[str]:
     """The /dev/shm entries of the kinds a killed Sample Factory run leaves: its VizDoom engines'
     segments and message queues, its multiprocessing semaphores."""
-    return {name for name in os.listdir("/dev/shm") if name.startswith(("ViZDoom", "sem.mp-"))}
+    return {name for name in shm_entries() if name.startswith(("ViZDoom", "sem.mp-"))}
 
 
 def asyncrl_run(env: str, seconds: float, train_dir: str, device: str) -> list[dict]:

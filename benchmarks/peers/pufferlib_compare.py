@@ -77,8 +77,8 @@ TARGET = {"puffer_cartpole": 195.0, "CartPole-v1": 475.0}
 # its cartpole config says (2 processes of 4096 envs, 524,288 samples an update, its default policy
 # of one 128-wide layer and an LSTM of 128), sized for a GPU; "cpu" one process of 512 envs, 32,768
 # samples in minibatches of 8,192 (its best frames/s with that policy here); "mlp64" its default
-# policy 64 wide without the LSTM (near asyncrl's 2 layers of 64) at 4096 envs. asyncrl's "throughput": 2 x 2048 envs, 131,072 samples an
-# update, one epoch of 4 minibatches.
+# policy 64 wide without the LSTM (near asyncrl's 2 layers of 64) at 4096 envs. asyncrl's
+# "throughput": 2 x 2048 envs, 131,072 samples an update, one epoch of 4 minibatches.
 CONFIGS = {
     "pufferlib_stock": ("pufferlib", "puffer_cartpole", "--train.device cpu", 150),
     "pufferlib_cpu": (
@@ -410,9 +410,10 @@ def markdown(results: dict, args) -> str:
             "-" if t is None else f"{t:.1f}" for t in r["time_to_score_from_launch_s"]
         )
         model = MODEL.get(name, "2 layers of 64")
+        flags = f"`{' '.join(r['flags'])}`" if r["flags"] else "the defaults"
         lines.append(
             f"| {r['env']} ({TARGET[r['env']]:g}) | {name} | {model} | {r['fps_median']:,.0f} ({fps}) | {clock} | "
-            f"{launch} | `{' '.join(r['flags'])}` |"
+            f"{launch} | {flags} |"
         )
     lines += ["", ratios(results)]
     return "\n".join(lines) + "\n"

@@ -147,6 +147,11 @@ def _check_shapes(cfg: Config) -> None:
             "--actor_critic_share_weights False needs --use_rnn False (a critic with a recurrent core "
             "of its own is not built)"
         )
+    if cfg.use_rnn and cfg.compile_learner:
+        raise ConfigError(
+            "--compile_learner True needs --use_rnn False (a recurrent model's step unrolls over its time steps: "
+            "it compiles for tens of seconds and then runs slower than uncompiled)"
+        )
     if cfg.use_rnn and cfg.shuffle_samples:
         raise ConfigError(
             "--shuffle_samples True needs --use_rnn False (a recurrent model learns from whole trajectories)"

@@ -277,6 +277,11 @@ def train(settled: Settled) -> int:
             "--deterministic True does not cover torchrun's ranks (DD-PPO's straggler rule is timing); "
             "drop it or run one process group"
         )
+    if cfg.compile_learner and rank.distributed:
+        raise ConfigError(
+            "--compile_learner True is not built for torchrun's ranks (their collectives run within the "
+            "compiled step); drop it"
+        )
     run = settled.then("rank", rank_settings(cfg, rank))
     device = resolve_device(cfg, rank)
     env = probe_env(cfg)

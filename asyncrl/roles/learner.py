@@ -106,6 +106,10 @@ class Learner:
         # the other ranks' learners, if any (first: under torchrun, rank 0's process group hosts the
         # store that the batch source's straggler rule connects to)
         self.collective = collective(self.rank, device, cfg.dist_timeout)
+        # the minibatch step's forward and backward passes as fused kernels, compiled at the first
+        # step and again where a hyperparameter the step reads changes
+        if cfg.compile_learner:
+            self._loss = torch.compile(self._loss)
         # how the rate moves over the run
         self.lr_schedule = lr_schedule(cfg, self.optimizer, self.collective)
         # which samples

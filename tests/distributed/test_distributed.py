@@ -218,6 +218,7 @@ def test_two_torchrun_launches_on_loopback_train_together(tmp_path, clean_machin
             ["--algo", "ppo", "--batch_size", 1024],
             "--batch_size must be 2048 (workers x envs per worker x agents per env x rollout x ranks)",
         ),
+        (["--compile_learner", "True"], "--compile_learner True is not built for torchrun's ranks"),
     ],
 )
 def test_distributed_bad_input_is_one_line_and_exit_2(tmp_path, flags, needle):

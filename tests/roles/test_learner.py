@@ -2,6 +2,7 @@
 its minibatches, its normalizers and its guards."""
 
 import dataclasses
+import functools
 import os
 import subprocess
 import sys
@@ -401,6 +402,35 @@ def test_return_statistics_hold_still_through_a_batch_and_take_its_targets_after
         float(norm.var),
     )
     assert -10 < stats["value"] < 0, stats
+
+
+@pytest.mark.slow
+def test_the_compiled_minibatch_step_learns_what_the_eager_one_does(tmp_path):
+    """--compile_learner: the learner's step, compiled, gives the eager step's loss, statistics,
+    value targets and gradients on the same minibatch (within float32's rounding: fused kernels sum
+    in another order), and the run's updates go on through it."""
+    runner = serial_runner(tmp_path, compile_learner=True, batch_size=64, num_batches_per_epoch=1)
+    learner, S = fill_first_slots(runner)
+    batch = learner.gather(Batch(torch.arange(S)))
+    batch["mask"] = batch["valid"].clone()
+    mb = next(learner.minibatches.epoch(batch, 0.99))
+    results = []
+    for step in (learner._loss, functools.partial(Learner._loss, learner)):
+        learner.model.zero_grad()
+        loss, stats, targets = step(mb)
+        loss.backward()
+        results.append((loss, stats, targets, [p.grad.clone() for p in learner.parameters]))
+    (loss_c, stats_c, targets_c, grads_c), (loss_e, stats_e, targets_e, grads_e) = results
+    # the compiled step stands in for the method
+    assert "_loss" in vars(learner)
+    tolerance = dict(rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(loss_c, loss_e, **tolerance)
+    torch.testing.assert_close(stats_c, stats_e, **tolerance)
+    torch.testing.assert_close(targets_c, targets_e, **tolerance)
+    for g_c, g_e in zip(grads_c, grads_e):
+        torch.testing.assert_close(g_c, g_e, **tolerance)
+    learner.train(batch)
+    assert learner.train_step == 1
 
 
 def test_learning_imports_no_torch_dynamo(tmp_path):

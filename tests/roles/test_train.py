@@ -311,6 +311,10 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(
             ["--env", "CartPole-v1", "--use_rnn", "True", "--shuffle_samples", "True"],
             "needs --use_rnn False",
         ),
+        (
+            ["--env", "CartPole-v1", "--use_rnn", "True", "--compile_learner", "True"],
+            "--compile_learner True needs --use_rnn False",
+        ),
         (["--env", "Pendulum-v1", "--initial_stddev", "0"], "--initial_stddev must be positive"),
         (["--env", "CartPole-v1", "--encoder", "conv"], "--encoder conv needs image observations"),
         (

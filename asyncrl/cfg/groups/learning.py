@@ -29,6 +29,13 @@ class LearningFlags:
         "fewer trajectories for the learner, each piece followed by its bootstrap row, "
         "instead of padding each to --rollout steps (VER's sequence packing).",
     )
+    compile_learner: bool = flag(
+        False,
+        "Compile the learner's minibatch step (the model's forward pass, targets and loss, and their backward "
+        "pass) with torch.compile into fewer, fused kernels. Costs a compile when learning starts (seconds for "
+        "an MLP, more for a conv net; cached for the next run) and another where a hyperparameter the step "
+        "reads changes (PBT). Feed-forward models only (--use_rnn False); not with torchrun's ranks.",
+    )
     learning_rate: float = flag(1e-4, "Adam learning rate.")
     lr_schedule: str = flag(
         "constant",

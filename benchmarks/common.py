@@ -212,6 +212,16 @@ def peer_venv(path: str, peer: str, imports: str, packages: list[str]) -> str:
     return python
 
 
+def venv_site_packages(python: str) -> str:
+    """The site-packages folder of the virtualenv whose python is `python`."""
+    return subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
 def provenance_line(made: dict) -> str:
     """The line a result's page ends with: its provenance, said to be reconstructed where
     provenance.py rebuilt it."""

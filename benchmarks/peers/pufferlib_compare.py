@@ -37,9 +37,14 @@ import urllib.request
 
 import numpy as np
 
-from benchmarks.common import REPO, group_results, machine, peer_venv, train_and_watch, write_result
-
-RESULTS = group_results(__spec__.name)
+from benchmarks.common import (
+    REPO,
+    machine,
+    peer_venv,
+    train_and_watch,
+    venv_site_packages,
+    write_result,
+)
 
 PUFFERLIB_VERSION = "3.0.0"
 SDIST = f"pufferlib-{PUFFERLIB_VERSION}.tar.gz"
@@ -191,13 +196,8 @@ def pufferlib_venv(path: str, cache: str) -> tuple[str, str]:
         )
     if check.returncode:
         build_pufferlib(python, fetch_sdist(cache))
-    site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['platlib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    (binding,) = glob.glob(os.path.join(site, "pufferlib", "ocean", "cartpole", "binding.*.so"))
+    cartpole = os.path.join(venv_site_packages(python), "pufferlib", "ocean", "cartpole")
+    (binding,) = glob.glob(os.path.join(cartpole, "binding.*.so"))
     return python, binding
 
 

@@ -26,7 +26,14 @@ import time
 import numpy as np
 
 from asyncrl.core.leftovers import shm_entries
-from benchmarks.common import group_results, machine, peer_venv, train_and_watch, write_result
+from benchmarks.common import (
+    group_results,
+    machine,
+    peer_venv,
+    train_and_watch,
+    venv_site_packages,
+    write_result,
+)
 
 # this group's results folder, benchmarks/results/GROUP
 RESULTS = group_results(__spec__.name)
@@ -131,13 +138,7 @@ def ensure_sf_venv(path: str) -> str:
     # ale-py 0.9 ships its ROMs (the 0.8 that SF's [atari] extra pins downloads them) but registers
     # its gymnasium ids only when imported: a .pth line imports it in every process of the venv,
     # SF's spawned workers included
-    site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    with open(os.path.join(site, "register_ale_ids.pth"), "w") as f:
+    with open(os.path.join(venv_site_packages(python), "register_ale_ids.pth"), "w") as f:
         f.write("import ale_py\n")
     return python
 

@@ -68,7 +68,8 @@ class CartpoleVector(gym.vector.VectorEnv):
         )
 
     def reset(self, *, seed=None, options=None):
-        # the binding seeds env i with seed * num_envs + i: one seed for all
+        # the binding seeds env i with seed * num_envs + i: one seed for all, kept below 2^20 so that
+        # the product fits the C int it is computed in
         first_seed = seed[0] if isinstance(seed, (list, tuple)) else seed
         self.binding.vec_reset(self.envs, int(first_seed or 0) % 2**20)
         self.episode_steps[:] = 0

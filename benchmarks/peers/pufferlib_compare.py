@@ -6,13 +6,13 @@ time to a score, several seeds a configuration, one run at a time.
 PufferLib trains with its own trainer (pufferlib_train.py) in its own virtualenv, made on first use
 (default ~/.cache/asyncrl/pufferlib_venv) from its source archive on PyPI (sha256 checked). Its
 setup.py cannot run as it is on a machine without GitHub: it downloads raylib's webassembly build
-and box2d, and builds every one of its C envs. The build here changes four things in it: no
+and box2d, and builds every one of its C envs. The build here changes three things in it: no
 downloads (raylib's Linux build ships in the archive; box2d serves one env not built here); the C
 cartpole's binding alone of its C envs; its advantage kernel built for the CPU (an nvcc on the PATH
 without a CUDA install makes it try a CUDA build). It is installed without its pins: numpy at this
 project's version (numpy<2 in its pins; at the same major version asyncrl imports the same compiled
-binding), gymnasium 0.29.1 and gym 0.23.1 as pinned, heavyball 1.7.2 (the last with the ForeachMuon
-its trainer imports), and the rest of what its trainer imports. PufferLib runs with torch's default
+binding), gymnasium 0.29.1 and gym 0.23.1 as pinned, heavyball 1.7.2 (its 3.x lacks the ForeachMuon
+that the trainer imports), and the rest of what its trainer imports. PufferLib runs with torch's default
 threads (both cores here: 1.4-1.5 times its frames/s with one thread).
 
 asyncrl trains the C cartpole through the same compiled binding (benchmarks/peers/puffer_cartpole.py,
@@ -168,17 +168,8 @@ def build_pufferlib(python: str, sdist: str) -> None:
             text = text.replace(old, new)
         with open(setup_py, "w") as f:
             f.write(text)
-        install = [
-            python,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            source,
-        ]
-        subprocess.run(install, check=True)
+        install = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+        subprocess.run([*install, source], check=True)
 
 
 def pufferlib_venv(path: str, cache: str) -> tuple[str, str]:
@@ -222,7 +213,8 @@ def pufferlib_run(
         run_dir,
         *flags,
     ]
-    # its package links a resources folder into the working directory: the run's own
+    # the module from this repository; the run's own folder as the working directory, into which
+    # its package links a resources folder
     environment = {**os.environ, "PYTHONPATH": REPO}
     launch = time.monotonic()
     proc = subprocess.Popen(

@@ -270,6 +270,16 @@ def serial_runner(tmp_path, **overrides):
     return runner
 
 
+def keep_reports_in_the_worker(monkeypatch) -> None:
+    """Rollout workers keep their finished episodes and matches (and their timing) until they stop:
+    a test reads them from the worker."""
+    from asyncrl.core import timing
+    from asyncrl.roles import worker_reports
+
+    monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)
+    monkeypatch.setattr(worker_reports, "EPISODES_INTERVAL_S", 1e9)
+
+
 def stop_runner(runner) -> None:
     """Stop a serial_runner's components as a run's stop does (the learners save): for a test that
     reads what the stop leaves, or resumes from it. Whatever a test leaves running, stop_runners

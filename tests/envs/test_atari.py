@@ -5,7 +5,15 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import assert_user_error, flags, read_stats, run_cli, run_cli_error, serial_runner
+from helpers import (
+    assert_user_error,
+    flags,
+    keep_reports_in_the_worker,
+    read_stats,
+    run_cli,
+    run_cli_error,
+    serial_runner,
+)
 
 from asyncrl.cfg.extras import MissingExtra
 from asyncrl.envs import EnvError, env_entry, make_env
@@ -158,13 +166,9 @@ def test_the_learner_sees_each_life_the_stats_see_the_whole_game_unclipped(
     """Ms. Pac-Man (10 points a pellet): every step's raw reward and done (terminated or a lost
     life) land in the agent's slot; a finished episode is the whole game with its unclipped score
     (the learner clips, --reward_clip)."""
-    from asyncrl.core import timing
-    from asyncrl.roles import worker_reports
     from asyncrl.roles.rollout_worker import RolloutWorker
 
-    # keep finished episodes in the worker
-    monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)
-    monkeypatch.setattr(worker_reports, "EPISODES_INTERVAL_S", 1e9)
+    keep_reports_in_the_worker(monkeypatch)
     runner = serial_runner(
         tmp_path,
         env="atari_ms_pacman",

@@ -9,6 +9,7 @@ from helpers import (
     assert_user_error,
     drain,
     flags,
+    keep_reports_in_the_worker,
     read_stats,
     run_cli,
     run_cli_error,
@@ -153,12 +154,8 @@ def test_agents_that_leave_early_wait_without_samples_and_share_policies_as_aske
     stepped), a waiting agent has no policy and adds nothing, no slot is lost, episodes have the
     agents' lengths, and with --pbt_mix_policies_in_one_env False the agents of an env always share
     a policy (with True, mixed pairs occur)."""
-    from asyncrl.core import timing
-    from asyncrl.roles import worker_reports
 
-    # keep finished episodes in the worker
-    monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)
-    monkeypatch.setattr(worker_reports, "EPISODES_INTERVAL_S", 1e9)
+    keep_reports_in_the_worker(monkeypatch)
     runner = serial_runner(
         tmp_path,
         env="synthetic_multi",

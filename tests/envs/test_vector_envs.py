@@ -9,6 +9,7 @@ from helpers import (
     REPO,
     assert_user_error,
     flags,
+    keep_reports_in_the_worker,
     run_cli_error,
     run_past_a_hanging_env,
     serial_runner,
@@ -114,13 +115,9 @@ def test_next_step_autoreset_gives_every_episode_its_steps_and_return(tmp_path, 
     """CartPole's own vector env resets an ended env in its next step (the action is ignored): the
     agent waits out that step, and the episodes the worker reports are exactly the envs'
     episodes."""
-    from asyncrl.core import timing
-    from asyncrl.roles import worker_reports
     from asyncrl.roles.rollout_worker import RolloutWorker
 
-    # keep finished episodes in the worker
-    monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)
-    monkeypatch.setattr(worker_reports, "EPISODES_INTERVAL_S", 1e9)
+    keep_reports_in_the_worker(monkeypatch)
     runner = serial_runner(tmp_path, env_backend="vector", num_workers=1)
     worker = next(c for c in runner.components if isinstance(c, RolloutWorker))
     assert all(worker.backend.next_step_reset)

@@ -12,6 +12,7 @@ from helpers import (
     assert_user_error,
     drain,
     flags,
+    keep_reports_in_the_worker,
     read_stats,
     run_cli,
     run_cli_error,
@@ -70,11 +71,8 @@ def test_frozen_versions_act_with_their_snapshot_and_their_samples_never_reach_a
     its pool entry (a replaced entry plays on with the newer snapshot); every step a learning policy
     played is exactly one sample (counted against the envs' steps), and none of the frozen
     versions'; matches are reported with frozen players and rated."""
-    from asyncrl.core import timing
-    from asyncrl.roles import worker_reports
 
-    monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)
-    monkeypatch.setattr(worker_reports, "EPISODES_INTERVAL_S", 1e9)
+    keep_reports_in_the_worker(monkeypatch)
     runner = serial_runner(
         tmp_path,
         env="grid_duel",

@@ -4,7 +4,7 @@ failing envs, what reaches the runner."""
 import numpy as np
 import pytest
 import torch
-from helpers import serial_runner, slot_owners
+from helpers import keep_reports_in_the_worker, serial_runner, slot_owners
 
 from asyncrl.core.buffers import num_slots
 from asyncrl.core.messages import Episodes, LearnerStats
@@ -60,13 +60,9 @@ def test_each_step_reward_and_done_land_in_their_slot_and_episode(
     --scale_rewards, beside the agent's discounted return so far: R_t = gamma R_{t-1} (1 -
     done_{t-1}) + r_t), and every finished episode's return and length are the sums of that env's
     own steps (recorded by wrapping each env's step)."""
-    from asyncrl.core import timing
-    from asyncrl.roles import worker_reports
     from asyncrl.roles.rollout_worker import RolloutWorker
 
-    # keep finished episodes in the worker
-    monkeypatch.setattr(timing, "REPORT_INTERVAL_S", 1e9)
-    monkeypatch.setattr(worker_reports, "EPISODES_INTERVAL_S", 1e9)
+    keep_reports_in_the_worker(monkeypatch)
     runner = serial_runner(
         tmp_path,
         env="synthetic_constant",

@@ -39,6 +39,7 @@ import numpy as np
 
 from benchmarks.common import (
     REPO,
+    env_steps_per_second,
     machine,
     peer_venv,
     train_and_watch,
@@ -195,7 +196,7 @@ def pufferlib_venv(path: str, cache: str) -> tuple[str, str]:
 def pufferlib_run(
     python: str, env: str, flags: list[str], seed: int, seconds: float, run_dir: str
 ) -> list[dict]:
-    """One PufferLib run; its logs as rows {wall_s, clock_s, env_steps, score}, each stamped with the
+    """One PufferLib run; its logs as rows {wall_s, time_s (its uptime), env_steps, score}, each stamped with the
     seconds since launch at which it appeared."""
     command = [
         python,
@@ -234,7 +235,7 @@ def pufferlib_run(
             rows.append(
                 {
                     "wall_s": round(time.monotonic() - launch, 2),
-                    "clock_s": round(log["uptime_s"], 2),
+                    "time_s": round(log["uptime_s"], 2),
                     "env_steps": log["agent_steps"],
                     "score": log["score"],
                 }
@@ -249,7 +250,7 @@ def pufferlib_run(
 def asyncrl_run(
     env: str, binding: str, flags: list[str], seed: int, seconds: float, run_dir: str
 ) -> list[dict]:
-    """One asyncrl run; its stats rows as {wall_s, clock_s, env_steps, score}."""
+    """One asyncrl run; its stats rows as {wall_s, time_s, env_steps, score}."""
     if env == "puffer_cartpole":
         env_flags = [
             "--env",
@@ -280,7 +281,7 @@ def asyncrl_run(
     return [
         {
             "wall_s": r["wall_s"],
-            "clock_s": r["time_s"],
+            "time_s": r["time_s"],
             "env_steps": r["env_steps"],
             "score": r[score_key],
         }
@@ -288,24 +289,14 @@ def asyncrl_run(
     ]
 
 
-def frames_per_second(rows: list[dict], warmup_s: float) -> float:
-    """Env steps per second on the run's clock between its first row after warmup_s and its last."""
-    window = [r for r in rows if r["clock_s"] >= warmup_s]
-    if len(window) < 2:
-        return float("nan")
-    return (window[-1]["env_steps"] - window[0]["env_steps"]) / (
-        window[-1]["clock_s"] - window[0]["clock_s"]
-    )
-
-
 def first_reaching(rows: list[dict], target: float) -> dict | None:
     return next((r for r in rows if r["score"] is not None and r["score"] >= target), None)
 
 
 def summary(rows_per_seed: list[list[dict]], env: str, warmup_s: float) -> dict:
-    fps = [frames_per_second(rows, warmup_s) for rows in rows_per_seed]
+    fps = [env_steps_per_second(rows, warmup_s) for rows in rows_per_seed]
     reached = [first_reaching(rows, TARGET[env]) for rows in rows_per_seed]
-    clock = [None if r is None else r["clock_s"] for r in reached]
+    clock = [None if r is None else r["time_s"] for r in reached]
     launch = [None if r is None else r["wall_s"] for r in reached]
     return {
         "fps": fps,

@@ -21,7 +21,7 @@ from asyncrl.core.processes import (
     keep_freed_memory_for_reuse,
 )
 from asyncrl.core.queues import Queues
-from asyncrl.measure.raw import RandomPlay
+from asyncrl.measure.raw import random_play, vector_groups
 from asyncrl.roles.launch import auto_settings, model_and_layout, probe_env
 from asyncrl.roles.learner import Learner
 from asyncrl.roles.policy_worker import PolicyWorker
@@ -53,10 +53,11 @@ def seconds_per_call(
 
 @contextlib.contextmanager
 def simulation_workload(cfg: Config, num_envs: int):
-    """(step, agent steps per call, frameskip): `step` steps num_envs envs in turn with random
-    actions (resets included), as a rollout worker steps its envs; the envs are closed on exit.
-    Agent steps count every agent of an env, as if none left an episode early."""
-    play = RandomPlay(cfg.env, cfg.env_kwargs(), num_envs, 0)
+    """(step, agent steps per call, frameskip): `step` steps num_envs envs with random actions
+    (resets included) as a rollout worker's env backend steps them, one by one or in its vector
+    envs; the envs are closed on exit. Agent steps count every agent of an env, as if none left an
+    episode early."""
+    play = random_play(cfg.env, cfg.env_kwargs(), num_envs, 0, vector_groups(cfg))
     try:
         rounds = max(1, 50 // num_envs)
 
@@ -64,7 +65,7 @@ def simulation_workload(cfg: Config, num_envs: int):
             for _ in range(rounds):
                 play.step()
 
-        yield step, rounds * num_envs * play.envs[0].num_agents, play.frameskip
+        yield step, rounds * play.agents, play.frameskip
     finally:
         play.close()
 

@@ -34,6 +34,8 @@ class RandomPlay:
             env.action_space.seed(seed + i)
         self.playing = [[True] * env.num_agents for env in self.envs]
         self.frameskip = self.envs[0].frameskip
+        # a step's agent steps, as if no agent left its episode early
+        self.agents = sum(env.num_agents for env in self.envs)
 
     def step(self) -> int:
         """One step of every env; returns the agent steps taken."""
@@ -62,15 +64,32 @@ class RandomVectorPlay:
         probe = make_agents(cfg_env, **env_kwargs)
         self.frameskip = probe.frameskip
         probe.close()
+        self.agents = sum(vector.num_envs for vector in self.vectors)
 
     def step(self) -> int:
         for vector in self.vectors:
             vector.step(vector.action_space.sample())
-        return sum(vector.num_envs for vector in self.vectors)
+        return self.agents
 
     def close(self) -> None:
         for vector in self.vectors:
             vector.close()
+
+
+def vector_groups(cfg: Config) -> int | None:
+    """The vector envs a rollout worker steps its envs in (--env_backend vector), or None where it
+    steps them one by one."""
+    return cfg.worker_num_splits if cfg.env_backend == "vector" else None
+
+
+def random_play(
+    cfg_env: str, env_kwargs: dict, num_envs: int, seed: int, groups: int | None
+) -> RandomPlay | RandomVectorPlay:
+    """One rollout worker's envs stepped with random actions as its env backend steps them: in
+    `groups` vector envs, or one by one (None)."""
+    if groups is None:
+        return RandomPlay(cfg_env, env_kwargs, num_envs, seed)
+    return RandomVectorPlay(cfg_env, env_kwargs, num_envs, seed, groups)
 
 
 def _raw_worker(
@@ -95,11 +114,7 @@ def _raw_worker(
     # and so does a stuck step
     faulthandler.dump_traceback_later(warmup + seconds + RAW_STUCK_AFTER_S, exit=True)
     try:
-        play = (
-            RandomPlay(env[0], env_kwargs, num_envs, seed)
-            if groups is None
-            else RandomVectorPlay(env[0], env_kwargs, num_envs, seed, groups)
-        )
+        play = random_play(env[0], env_kwargs, num_envs, seed, groups)
         steps = 0
         start = time.perf_counter()
         measured_from = None
@@ -131,7 +146,7 @@ def raw_fps(cfg: Config, warmup: float, seconds: float) -> float:
     raw mode measures the simulation, which should not fail."""
     results = mp_context.Queue()
     env = (cfg.env, portable_entry(cfg.env))
-    groups = cfg.worker_num_splits if cfg.env_backend == "vector" else None
+    groups = vector_groups(cfg)
     processes = [
         mp_context.Process(
             target=_raw_worker,

@@ -247,6 +247,7 @@ def _check_algo(cfg: Config) -> None:
         ("--selfplay_snapshot_every_env_steps", cfg.selfplay_snapshot_every_env_steps > 0),
         ("--policy_workers_per_policy > 1", cfg.policy_workers_per_policy > 1),
         ("--remote_reconnect True", cfg.remote_reconnect),
+        ("--worker_inference True", cfg.worker_inference),
     ]
     given = [name for name, used in only_appo if used]
     if given:
@@ -264,6 +265,7 @@ def _check_deterministic(cfg: Config) -> None:
     uncovered = [
         ("--selfplay_snapshot_every_env_steps", cfg.selfplay_snapshot_every_env_steps > 0),
         ("--with_pbt True", cfg.with_pbt),
+        ("--worker_inference True", cfg.worker_inference),
     ]
     given = [name for name, used in uncovered if used]
     if given:

@@ -28,7 +28,8 @@ class RunStopped(Exception):
 
 
 class StopRequested(Exception):
-    """The run is stopping while a rollout worker waited for a free slot."""
+    """The run is stopping while a rollout worker waited (for a free slot, or for the learner's
+    first weights with --worker_inference)."""
 
 
 def stop_run(reports, message: str) -> NoReturn:

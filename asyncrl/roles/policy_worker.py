@@ -51,9 +51,10 @@ class PolicyWorker:
         self.requests = queues.policy_requests[policy_id]
         self.actions_ready = queues.actions_ready
         self.reports = queues.reports
-        self.timing = Timing(
-            f"policy_{policy_id}" + (f"_{worker_idx}" if cfg.policy_workers_per_policy > 1 else "")
-        )
+        # one of several: the policy's workers, or (--worker_inference) its copies in the rollout
+        # workers
+        several = cfg.policy_workers_per_policy > 1 or cfg.worker_inference
+        self.timing = Timing(f"policy_{policy_id}" + (f"_{worker_idx}" if several else ""))
         self.obs_space = obs_space
         self.action_space = action_space
         # its sampled actions
@@ -108,7 +109,12 @@ class PolicyWorker:
             if not self.weights.holding:
                 return False
             requests = []
-        received = bool(requests)
+        served = self.serve(requests)
+        return bool(requests or served)
+
+    def serve(self, requests: list) -> bool:
+        """Act for the (worker, group) requests the budget admits, with the newest weights, and
+        tell each worker its group's actions are written. Returns whether any was served."""
         with self.timing.phase("read_weights"):
             self.weights.refresh()
         requests, deferred = self.budget.admit(requests, self.weights.version)
@@ -121,7 +127,7 @@ class PolicyWorker:
                 served += batch
         for worker, group in served:
             self.actions_ready[worker].put((group, self.policy_id))
-        return bool(received or served)
+        return bool(served)
 
     def _act_for(self, requests: list, model: nn.Module, version: int, seeds: list | None) -> None:
         """One forward pass for the requests' agents this policy plays (and one per frozen version

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from asyncrl.core.processes import StopRequested
 from asyncrl.core.queues import Empty, Queues
 from asyncrl.core.timing import Timing
 from asyncrl.population.matchmaking import draw_players, owner_policies
+from asyncrl.roles.action_requests import InWorkerPolicies, PolicyQueues
 from asyncrl.roles.env_backends import env_backend
 from asyncrl.roles.protocols import rounds, slot_discard
 from asyncrl.roles.turns import turns
@@ -38,6 +40,7 @@ class RolloutWorker:
         queues: Queues,
         stop_flag,
         waits_for_slots=True,
+        make_requests: Callable[[int], PolicyQueues | InWorkerPolicies] | None = None,
     ):
         self.worker_idx = worker_idx
         self.cfg = cfg
@@ -47,6 +50,11 @@ class RolloutWorker:
         self.waits_for_slots = waits_for_slots
         self.queues = queues
         self.actions_ready = queues.actions_ready[worker_idx]
+        # where its requests for actions go: the policy workers' queues, or its own policies
+        # (--worker_inference; action_requests.py)
+        self.requests = (
+            make_requests(worker_idx) if make_requests else PolicyQueues(worker_idx, queues)
+        )
         # the shared tensors as numpy arrays: far cheaper to index
         self.shared = buffers.numpy()
         base_seed = cfg.seed if cfg.seed is not None else secrets.randbits(31)
@@ -398,7 +406,7 @@ class RolloutWorker:
         self.pending_responses[group] = len(policies)
         self.rounds.requesting(group)
         for p in policies:
-            self.queues.policy_requests[p].put((self.worker_idx, int(group)))
+            self.requests.send(int(p), int(group))
 
     # --- statistics
     def _end_episode(self, agent: int, local: int, env_stats: dict) -> None:

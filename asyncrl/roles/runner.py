@@ -32,6 +32,7 @@ from asyncrl.distributed.preemption import EpisodeRelay
 from asyncrl.distributed.rank import Rank
 from asyncrl.population.pbt import PopulationBasedTraining
 from asyncrl.population.ratings import Ratings
+from asyncrl.roles.action_requests import InWorkerPolicies
 from asyncrl.roles.evaluator import Evaluator
 from asyncrl.roles.learner import Learner
 from asyncrl.roles.policy_worker import PolicyWorker
@@ -179,8 +180,10 @@ class Runner:
                 stop_flag=self.stop_flag,
             )
             factories.append((f"asyncrl-learner-{policy_id}", learner))
+        # --worker_inference: each rollout worker acts for itself; no policy worker processes
+        policy_workers = 0 if cfg.worker_inference else cfg.policy_workers_per_policy
         for policy_id in range(cfg.num_policies):
-            for worker_idx in range(cfg.policy_workers_per_policy):
+            for worker_idx in range(policy_workers):
                 title = f"asyncrl-policy-{policy_id}"
                 if cfg.policy_workers_per_policy > 1:
                     title += f"-{worker_idx}"
@@ -193,6 +196,16 @@ class Runner:
                     device=self.device,
                 )
                 factories.append((title, policy_worker))
+        make_requests = None
+        if cfg.worker_inference:
+            # the models act on the CPU, beside the envs
+            make_policy = partial(PolicyWorker, **shared, **spaces, device=torch.device("cpu"))
+            make_requests = partial(
+                InWorkerPolicies,
+                num_policies=cfg.num_policies,
+                make_policy=make_policy,
+                stop_flag=self.stop_flag,
+            )
         for worker_idx in range(cfg.num_workers):
             rollout_worker = partial(
                 RolloutWorker,
@@ -200,6 +213,7 @@ class Runner:
                 **shared,
                 stop_flag=self.stop_flag,
                 waits_for_slots=self.WORKERS_WAIT_FOR_SLOTS,
+                make_requests=make_requests,
             )
             factories.append((rollout_title(worker_idx), rollout_worker))
         if cfg.eval_every_env_steps and self.rank.writes:

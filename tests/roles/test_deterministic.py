@@ -82,12 +82,17 @@ def test_each_update_learns_whole_rounds_in_order_acted_by_the_scheduled_weights
         assert update["acted"] == {scheduled_update(n, lag, rounds) for n in learned}
 
 
-def test_the_flag_refuses_what_its_schedule_does_not_cover():
-    result = run_cli(
-        "train",
-        *flags(env="CartPole-v1", deterministic=True, selfplay_snapshot_every_env_steps=1000),
-    )
+@pytest.mark.parametrize(
+    "uncovered, needle",
+    [
+        (dict(selfplay_snapshot_every_env_steps=1000), "--selfplay_snapshot_every_env_steps"),
+        (dict(worker_inference=True), "--worker_inference True"),
+    ],
+)
+def test_the_flag_refuses_what_its_schedule_does_not_cover(uncovered, needle):
+    result = run_cli("train", *flags(env="CartPole-v1", deterministic=True, **uncovered))
     assert_user_error(result, "--deterministic True does not cover")
+    assert needle in result.stderr
 
 
 def _checkpoints(experiment_dir) -> list[dict]:

@@ -268,6 +268,10 @@ def test_env_errors_do_not_stall_a_rollout(tmp_path):
         (["--algo", "ppo", "--batch_size", "128"], "--batch_size must be 2048"),
         (["--algo", "a2c"], "invalid choice"),
         (["--preemption_rule", "optimal"], "--preemption_rule optimal ends rollouts"),
+        (
+            ["--algo", "ppo", "--worker_inference", "True"],
+            "--worker_inference True only works with --algo appo",
+        ),
     ],
 )
 def test_sync_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):

@@ -41,6 +41,13 @@ class SamplingFlags:
         "cannot use the cores a learner would take; next to a CPU learner a second one "
         "would take the learner's core.",
     )
+    worker_inference: bool = flag(
+        False,
+        "Each rollout worker acts for its own env groups with its own copy of the model on the "
+        "CPU (the learner's weights read from shared memory), in place of policy worker processes: "
+        "no hand-off between processes at each step, which for a cheap env and a small model costs "
+        "more than the forward pass. --algo appo without --deterministic.",
+    )
     rollout: int = flag(
         32, "Length of a trajectory slot: env steps per agent sent to the learner at once."
     )

@@ -7,6 +7,9 @@ log-probs, values, the weights' version and the new recurrent states are written
 A budget decides which requests are served now (rollouts.py): APPO serves every one; with --algo
 ppo/ver the requests past a rollout's budget wait for the next version, and their groups are told to
 end the rollout.
+
+With --worker_inference a policy worker runs inside each rollout worker's process instead, serving
+that worker's requests as they are made (action_requests.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ into shared trajectory slots, asks for actions.
 
 Its envs are split into `worker_num_splits` groups. A group's step writes observations, rewards and
 dones into shared memory and sends one (worker, group) request per policy; while the policy workers
-compute that group's actions, the worker steps the other group (double-buffered sampling). The
+compute that group's actions, the worker steps the other group (double-buffered sampling). With
+--worker_inference its own copy of each policy acts at once instead (action_requests.py). The
 worker owns the slot protocol (which slot each agent fills, when a slot goes to a learner) and the
 episode bookkeeping; the backend owns the envs.
 """

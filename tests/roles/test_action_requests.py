@@ -29,7 +29,7 @@ def test_each_rollout_worker_acts_for_its_own_groups_one_forward_pass_a_request(
         counts = policy.timing.counts
         assert counts["batches"] > 0
         assert counts["batch_agents"] == 2 * counts["batches"]
-        # the weights it acts with are the learner's latest it has read
+        # it read the learner's weights of later updates, not only the first
         assert policy.weights.version >= 1
 
 

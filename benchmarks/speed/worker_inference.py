@@ -6,7 +6,7 @@ processes: `asyncrl bench` on CartPole-v1, several draws of each configuration, 
 Configurations: the defaults (2 workers x 32 envs in 2 groups, a policy worker between them); the
 same with --worker_inference True; with it, one group of 64 and of 128 envs a worker
 (--worker_num_splits 1: in one process a second group gains nothing to overlap, and the forward
-pass is larger); and 64 envs with --compile_learner True. Per configuration the median and the range
+pass is larger); and those two with --compile_learner True. Per configuration the median and the range
 of the draws: sampler and training frames/s and their efficiency (of the compute limit `asyncrl
 bench` measures for that configuration). Writes benchmarks/results/speed/worker_inference.{md,json}.
 """
@@ -43,6 +43,14 @@ CONFIGURATIONS = {
         *ONE_GROUP,
         "--num_envs_per_worker",
         "64",
+        "--compile_learner",
+        "True",
+    ],
+    "--worker_inference True, 1 x 128 envs, --compile_learner True": [
+        *IN_WORKERS,
+        *ONE_GROUP,
+        "--num_envs_per_worker",
+        "128",
         "--compile_learner",
         "True",
     ],

@@ -80,6 +80,11 @@ def _check_values(cfg: Config) -> None:
         raise ConfigError(
             f"--policy_workers_per_policy must be positive or -1 (auto), got {cfg.policy_workers_per_policy}"
         )
+    if cfg.worker_inference and cfg.policy_workers_per_policy != -1:
+        raise ConfigError(
+            "--worker_inference True starts no policy worker (each rollout worker acts for itself): "
+            "drop --policy_workers_per_policy"
+        )
     if cfg.env_frameskip is not None and cfg.env_frameskip <= 0:
         raise ConfigError(f"--env_frameskip must be positive, got {cfg.env_frameskip}")
     parts = cfg.experiment.rstrip("/").split("/")

@@ -316,6 +316,17 @@ def test_time_limit_bootstrapping_learns_the_value_of_an_endless_task(
             "--compile_learner True needs --use_rnn False",
         ),
         (["--env", "Pendulum-v1", "--initial_stddev", "0"], "--initial_stddev must be positive"),
+        (
+            [
+                "--env",
+                "CartPole-v1",
+                "--worker_inference",
+                "True",
+                "--policy_workers_per_policy",
+                "2",
+            ],
+            "--worker_inference True starts no policy worker",
+        ),
         (["--env", "CartPole-v1", "--encoder", "conv"], "--encoder conv needs image observations"),
         (
             ["--env", "synthetic_image_and_vector", "--encoder", "mlp"],

@@ -158,14 +158,16 @@ def _watch(
     return rows
 
 
-def first_reaching(rows: list[dict], target: float) -> tuple[dict | None, float | None]:
-    """The first stats row whose mean episode return reaches target, and the lowest mean return from
-    then on (None, None if it never does)."""
-    scored = [r for r in rows if r["episode_reward_mean"] is not None]
-    first = next((i for i, r in enumerate(scored) if r["episode_reward_mean"] >= target), None)
+def first_reaching(
+    rows: list[dict], target: float, score: str = "episode_reward_mean"
+) -> tuple[dict | None, float | None]:
+    """The first row whose `score` (a stats row's mean episode return) reaches target, and the
+    lowest score from then on (None, None if it never does)."""
+    scored = [r for r in rows if r[score] is not None]
+    first = next((i for i, r in enumerate(scored) if r[score] >= target), None)
     if first is None:
         return None, None
-    return scored[first], min(r["episode_reward_mean"] for r in scored[first:])
+    return scored[first], min(r[score] for r in scored[first:])
 
 
 def env_steps_per_second(rows: list[dict], warmup_s: float = 0.0) -> float:

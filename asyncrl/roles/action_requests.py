@@ -57,6 +57,5 @@ class InWorkerPolicies:
             if self.stop_flag.is_set():
                 raise StopRequested()
             time.sleep(FIRST_WEIGHTS_POLL_S)
-        if policy.timing.due():
-            policy.reports.put(policy.timing.report())
+        policy.report_timing_if_due()
         policy.serve([(self.worker_idx, group)])

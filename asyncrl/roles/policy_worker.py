@@ -99,8 +99,7 @@ class PolicyWorker:
         if not self.weights.ready():
             time.sleep(timeout)
             return False
-        if self.timing.due():
-            self.reports.put(self.timing.report())
+        self.report_timing_if_due()
         # requests held for their weights: look again soon
         wait = min(timeout, HELD_REQUESTS_POLL_S) if self.weights.holding else timeout
         try:
@@ -114,6 +113,10 @@ class PolicyWorker:
             requests = []
         served = self.serve(requests)
         return bool(requests or served)
+
+    def report_timing_if_due(self) -> None:
+        if self.timing.due():
+            self.reports.put(self.timing.report())
 
     def serve(self, requests: list) -> bool:
         """Act for the (worker, group) requests the budget admits, with the newest weights, and

@@ -40,6 +40,7 @@ import numpy as np
 from benchmarks.common import (
     REPO,
     env_steps_per_second,
+    first_reaching,
     machine,
     peer_venv,
     train_and_watch,
@@ -289,13 +290,9 @@ def asyncrl_run(
     ]
 
 
-def first_reaching(rows: list[dict], target: float) -> dict | None:
-    return next((r for r in rows if r["score"] is not None and r["score"] >= target), None)
-
-
 def summary(rows_per_seed: list[list[dict]], env: str, warmup_s: float) -> dict:
     fps = [env_steps_per_second(rows, warmup_s) for rows in rows_per_seed]
-    reached = [first_reaching(rows, TARGET[env]) for rows in rows_per_seed]
+    reached = [first_reaching(rows, TARGET[env], "score")[0] for rows in rows_per_seed]
     clock = [None if r is None else r["time_s"] for r in reached]
     launch = [None if r is None else r["wall_s"] for r in reached]
     return {

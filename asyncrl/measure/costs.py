@@ -110,10 +110,17 @@ def model_workloads(cfg: Config, inference_batch: int, device: torch.device = to
         policy = PolicyWorker(0, 0, cfg, buffers, queues, env.obs_space, env.action_space, device)
         agents = np.arange(inference_batch)
         buffers.agent_slot[:inference_batch] = torch.from_numpy(agents)
-        yield (
-            (lambda size=inference_batch: policy.act(agents[:size], policy.weights.model, 0)),
-            (lambda: learner.train(learner.gather(batch))),
-        )
+
+        def act(size: int = inference_batch) -> None:
+            policy.act(agents[:size], policy.weights.model, 0)
+
+        def learn() -> dict:
+            # the samples as fresh as the learner's version: past --max_policy_lag updates they
+            # would all be masked, and with --shuffle_samples an update would skip their work
+            buffers.traj_policy_version.fill_(learner.train_step)
+            return learner.train(learner.gather(batch))
+
+        yield act, learn
 
 
 def simulation_cost(cfg: Config, seconds: float = 2.0) -> tuple[float, int]:

@@ -35,3 +35,14 @@ def test_the_simulation_is_stepped_as_the_runs_env_backend_steps_it(
         # about 50 agent steps a call: 6 rounds of the 8 envs
         assert steps == 6 * 8
         assert frameskip == 1
+
+
+def test_every_update_of_the_learning_workload_learns_the_whole_batch():
+    """The workload's batch is learned again and again: its samples must not age past
+    --max_policy_lag, or they are masked and (with --shuffle_samples) skipped, and the learning
+    cost is that of empty minibatches."""
+    flags = ["--max_policy_lag", "1", "--shuffle_samples", "True", "--batch_size", "128"]
+    _, cfg = parse_bench_args(["--env", "CartPole-v1", *flags])
+    with costs.model_workloads(cfg, 2) as (_, learn):
+        for _ in range(4):
+            assert learn()["masked_fraction"] == 0.0

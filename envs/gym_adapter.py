@@ -123,6 +123,21 @@ VECTOR_ENV_DEFAULTS = {
     "num_epochs": 4,
     "num_batches_per_epoch": 4,
 }
+# Discrete actions on vector observations (CartPole, Acrobot, a user's env of that kind): each
+# rollout worker acts for its one group of 64 envs itself (--worker_inference), where a policy
+# worker process would cost a hand-off each step that takes longer than the forward pass, and 2
+# epochs a batch: the learner's time goes into per-op overhead, not arithmetic, so half the
+# minibatch steps halve it. CartPole-v1 on 2 cores, 3 seeds each, against the defaults above in
+# the same run: 22,373 -> 41,123 training frames/s, a mean return of 475 after 4.91 -> 3.46 s of
+# the run (median; 128 envs a group: 44,845 frames/s against 22,665, 5.00 s: a batch is again more
+# rounds behind).
+DISCRETE_VECTOR_DEFAULTS = {
+    **VECTOR_ENV_DEFAULTS,
+    "num_envs_per_worker": 64,
+    "worker_num_splits": 1,
+    "worker_inference": True,
+    "num_epochs": 2,
+}
 # Continuous control (any env with Box actions: MuJoCo, Box2D, classic control): Sample Factory's
 # MuJoCo settings, synchronous PPO (its async_rl False) with a Gaussian policy and a learned log-std
 # on a small tanh MLP, observations and returns normalized, GAE (without its --kl_loss_coeff 0.1: on
@@ -157,12 +172,12 @@ GYM_ID_DEFAULTS = {"CartPole-v1": {"reward_scale": 0.1}, "CartPole-v0": {"reward
 
 
 def spaces_defaults(observation_space: gym.Space, action_space: gym.Space) -> dict:
-    """The defaults an env gets for its spaces: Box actions the continuous-control ones, vector
-    observations the small MLP's and PPO's epochs, images none (the conv encoder's are the engine's
-    own)."""
+    """The defaults an env gets for its spaces: Box actions the continuous-control ones, discrete
+    actions on vector observations the small MLP's, in-worker inference and PPO's epochs, images
+    none (the conv encoder's are the engine's own)."""
     if isinstance(action_space, gym.spaces.Box):
         return dict(CONTINUOUS_DEFAULTS)
-    return {} if has_image(observation_space) else dict(VECTOR_ENV_DEFAULTS)
+    return {} if has_image(observation_space) else dict(DISCRETE_VECTOR_DEFAULTS)
 
 
 def gym_entry(gym_id: str):

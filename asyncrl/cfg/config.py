@@ -102,10 +102,16 @@ def read_saved_config(experiment_dir: str) -> dict | None:
 def algo_defaults(values: dict, world_size: int = 1) -> dict:
     """Fields whose default follows --algo: ppo and ver learn on-policy with GAE, and ppo's batch
     is every agent's --rollout steps (agents per env: 1 until the env says otherwise, which the
-    runner then checks)."""
+    runner then checks). --worker_inference (an env's default) gives way where it cannot run: with
+    ppo or ver, --deterministic, or a --policy_workers_per_policy count."""
+    defaults = {}
+    if values["algo"] in SYNC_ALGOS or values["deterministic"]:
+        defaults["worker_inference"] = False
+    if values["policy_workers_per_policy"] != -1:
+        defaults["worker_inference"] = False
     if values["algo"] not in SYNC_ALGOS:
-        return {}
-    defaults = {"with_vtrace": False}
+        return defaults
+    defaults["with_vtrace"] = False
     # under torchrun --batch_size is the batch of all ranks together
     if values["algo"] == "ppo":
         defaults["batch_size"] = (

@@ -5,6 +5,8 @@ say so."""
 import json
 import os
 
+import pytest
+
 from asyncrl.cfg.config import Config
 from asyncrl.cfg.settle import ORIGINS_KEY, Settled, settle
 
@@ -49,6 +51,21 @@ def test_the_algorithms_defaults_follow_the_settings_unless_a_flag_sets_them():
     assert given.config.batch_size == 96 and given.origins["batch_size"] == "flags"
     # appo: no algorithm stage
     assert settle({"env": "CartPole-v1"}).config.batch_size == Config.batch_size
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [{"algo": "ppo"}, {"algo": "ver"}, {"deterministic": True}, {"policy_workers_per_policy": 2}],
+)
+def test_an_envs_worker_inference_gives_way_where_it_cannot_run(flags):
+    """An env's default --worker_inference True would otherwise refuse a run for a flag its user
+    never gave; given as a flag, it is refused there (test_train.py's bad input)."""
+    env = {"worker_inference": True}
+    settled = settle({"env": "CartPole-v1", **flags}, env=env)
+    assert settled.config.worker_inference is False
+    assert settle({"env": "CartPole-v1"}, env=env).config.worker_inference is True
+    given = settle({"env": "CartPole-v1", "worker_inference": True, **flags})
+    assert given.config.worker_inference is True
 
 
 def test_a_saved_config_resumes_as_it_was_and_an_old_one_keeps_its_old_defaults():

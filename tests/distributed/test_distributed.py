@@ -216,7 +216,7 @@ def test_two_torchrun_launches_on_loopback_train_together(tmp_path, clean_machin
         (["--device", "cuda"], "torch sees no CUDA GPU"),
         (
             ["--algo", "ppo", "--batch_size", 1024],
-            "--batch_size must be 2048 (workers x envs per worker x agents per env x rollout x ranks)",
+            "--batch_size must be 4096 (workers x envs per worker x agents per env x rollout x ranks)",
         ),
         (["--compile_learner", "True"], "--compile_learner True is not built for torchrun's ranks"),
     ],

@@ -39,7 +39,7 @@ def test_bench_flags():
         ["--env", "CartPole-v1", "--mode", "fast"],
         ["--env", "CartPole-v1", "--seconds", "0"],
         ["--env", "CartPole-v1", "--cost_seconds", "0"],
-        ["--env", "CartPole-v1", "--num_envs_per_worker", "3"],
+        ["--env", "CartPole-v1", "--num_envs_per_worker", "3", "--worker_num_splits", "2"],
     ):
         with pytest.raises(ConfigError):
             parse_bench_args(bad)

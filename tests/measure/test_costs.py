@@ -17,7 +17,16 @@ def test_the_simulation_is_stepped_as_the_runs_env_backend_steps_it(
     own: numpy over all its envs at once); the simulation's cost was measured one env at a time,
     a costlier simulation than the run's."""
     _, cfg = parse_bench_args(
-        ["--env", "CartPole-v1", "--env_backend", backend, "--num_envs_per_worker", "8"]
+        [
+            "--env",
+            "CartPole-v1",
+            "--env_backend",
+            backend,
+            "--num_envs_per_worker",
+            "8",
+            "--worker_num_splits",
+            "2",
+        ]
     )
     made = []
     make = costs.random_play

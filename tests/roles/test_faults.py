@@ -251,9 +251,16 @@ def test_unwritable_train_dir_is_one_line_exit_2(tmp_path):
     assert_user_error(r, "--train_dir")
 
 
-def test_sigkilled_workers_are_replaced_and_the_run_finishes(tmp_path, clean_machine):
+@pytest.mark.parametrize(
+    "worker_inference, victims",
+    [(False, ("asyncrl-rollout-1", "asyncrl-policy-0")), (True, ("asyncrl-rollout-1",))],
+)
+def test_sigkilled_workers_are_replaced_and_the_run_finishes(
+    tmp_path, clean_machine, worker_inference, victims
+):
     """A rollout worker, then (once its replacement trains) the policy worker, SIGKILLed in one run:
-    each is replaced, and the run reaches its limit."""
+    each is replaced, and the run reaches its limit. With --worker_inference a rollout worker's
+    replacement acts with its own copy of the policy again."""
 
     proc = start_cli(
         "train",
@@ -263,6 +270,7 @@ def test_sigkilled_workers_are_replaced_and_the_run_finishes(tmp_path, clean_mac
             experiment="rk",
             train_for_env_steps=100_000,
             experiment_summaries_interval=1,
+            worker_inference=worker_inference,
         ),
     )
 
@@ -270,7 +278,7 @@ def test_sigkilled_workers_are_replaced_and_the_run_finishes(tmp_path, clean_mac
         return children_named(role, proc.pid)
 
     row = wait_for_training(tmp_path / "rk", proc, min_train_step=5)
-    for role in ("asyncrl-rollout-1", "asyncrl-policy-0"):
+    for role in victims:
         (victim,) = processes(role)
         victim.kill()
         deadline = time.monotonic() + 60
@@ -279,16 +287,15 @@ def test_sigkilled_workers_are_replaced_and_the_run_finishes(tmp_path, clean_mac
             assert proc.poll() is None and time.monotonic() < deadline, f"{role} was not replaced"
             time.sleep(0.1)
         # the replacement trains before the next victim goes
-        if role == "asyncrl-rollout-1":
-            row = wait_for_training(tmp_path / "rk", proc, min_train_step=row["train_step"] + 3)
+        row = wait_for_training(tmp_path / "rk", proc, min_train_step=row["train_step"] + 3)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out[-3000:]
-    assert "asyncrl-rollout-1 died" in out and "asyncrl-policy-0 died" in out
+    assert all(f"{role} died" in out for role in victims)
     # the learner stops by itself; a worker blocked on a queue lock the dead one held is killed
     # after 2 s, not 10
     assert "did not stop within 10 s" not in out, out[-3000:]
     rows = read_stats(tmp_path / "rk")
-    assert rows[-1]["env_steps"] >= 100_000 and rows[-1]["worker_restarts"] == 2
+    assert rows[-1]["env_steps"] >= 100_000 and rows[-1]["worker_restarts"] == len(victims)
 
 
 def test_the_runner_gives_up_on_a_queue_a_dead_process_locked_only_once_a_child_exited():

@@ -265,7 +265,7 @@ def test_env_errors_do_not_stall_a_rollout(tmp_path):
             "--num_policies > 1 only works with --algo appo",
         ),
         (["--algo", "ver", "--with_pbt", "True", "--num_policies", "2"], "--with_pbt True"),
-        (["--algo", "ppo", "--batch_size", "128"], "--batch_size must be 2048"),
+        (["--algo", "ppo", "--batch_size", "128"], "--batch_size must be 4096"),
         (["--algo", "a2c"], "invalid choice"),
         (["--preemption_rule", "optimal"], "--preemption_rule optimal ends rollouts"),
         (

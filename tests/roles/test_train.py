@@ -418,6 +418,8 @@ def test_log_level_chooses_the_lines_and_every_process_writes_the_log_file(tmp_p
         r = run_cli(
             *("train", "--env", "CartPole-v1", "--train_dir", tmp_path, "--experiment", level),
             *("--train_for_env_steps", 2_000, "--num_workers", 1, "--log_level", level),
+            # a policy worker process too
+            *("--worker_inference", False),
         )
         assert r.returncode == 0, r.stdout + r.stderr
         return r.stdout, (tmp_path / level / "log.txt").read_text()

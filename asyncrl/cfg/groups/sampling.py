@@ -46,7 +46,8 @@ class SamplingFlags:
         "Each rollout worker acts for its own env groups with its own copy of the model on the "
         "CPU (the learner's weights read from shared memory), in place of policy worker processes: "
         "no hand-off between processes at each step, which for a cheap env and a small model costs "
-        "more than the forward pass. --algo appo without --deterministic.",
+        "more than the forward pass. --algo appo without --deterministic; an env's default True gives way "
+        "to --algo ppo/ver, --deterministic and a --policy_workers_per_policy count.",
     )
     rollout: int = flag(
         32, "Length of a trajectory slot: env steps per agent sent to the learner at once."

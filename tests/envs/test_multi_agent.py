@@ -46,17 +46,17 @@ def test_parallel_env_agents_in_order_and_an_agent_that_left_stays_out():
 def test_pettingzoo_envs_with_vector_observations_get_a_vector_envs_defaults_and_flags_win():
     from asyncrl.cfg.config import Config
     from asyncrl.commands.train import config_from_args
-    from asyncrl.envs.gym_adapter import DISCRETE_VECTOR_DEFAULTS
+    from asyncrl.envs.gym_adapter import VECTOR_ENV_DEFAULTS
 
-    cfg = config_from_args(["--env", "pettingzoo.classic.tictactoe_v3:env", "--num_epochs", "3"])
+    cfg = config_from_args(["--env", "pettingzoo.classic.tictactoe_v3:env", "--num_epochs", "2"])
     assert (cfg.use_rnn, cfg.encoder_mlp_layers, cfg.num_envs_per_worker, cfg.num_epochs) == (
         False,
         [64, 64],
-        64,
-        3,
+        32,
+        2,
     )
-    assert {k: getattr(cfg, k) for k in DISCRETE_VECTOR_DEFAULTS if k != "num_epochs"} == {
-        k: v for k, v in DISCRETE_VECTOR_DEFAULTS.items() if k != "num_epochs"
+    assert {k: getattr(cfg, k) for k in VECTOR_ENV_DEFAULTS if k != "num_epochs"} == {
+        k: v for k, v in VECTOR_ENV_DEFAULTS.items() if k != "num_epochs"
     }
     # image observations
     images = config_from_args(["--env", "pettingzoo.butterfly.cooperative_pong_v6:parallel_env"])

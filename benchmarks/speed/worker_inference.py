@@ -3,12 +3,13 @@ processes: `asyncrl bench` on CartPole-v1, several draws of each configuration, 
 
     python -m benchmarks.speed.worker_inference [--draws 3] [--seconds 10] [--warmup_seconds 10]
 
-Configurations: the defaults (2 workers x 32 envs in 2 groups, a policy worker between them); the
-same with --worker_inference True; with it, one group of 64 and of 128 envs a worker
-(--worker_num_splits 1: in one process a second group gains nothing to overlap, and the forward
-pass is larger); and those two with --compile_learner True. Per configuration the median and the range
-of the draws: sampler and training frames/s and their efficiency (of the compute limit `asyncrl
-bench` measures for that configuration). Writes benchmarks/results/speed/worker_inference.{md,json}.
+Configurations: CartPole's defaults (one group of 64 envs a worker, which acts for it itself with
+--worker_inference, and 2 epochs a batch); policy worker processes instead, with the vector envs'
+sampling (2 workers x 32 envs in 2 groups), at 4 epochs (CartPole's earlier defaults) and at 2; the
+defaults with 128 envs a worker; and with --compile_learner True. Per configuration the median and
+the range of the draws: sampler and training frames/s and their efficiency (of the compute limit
+`asyncrl bench` measures for that configuration). Writes
+benchmarks/results/speed/worker_inference.{md,json}.
 """
 
 import argparse
@@ -20,40 +21,25 @@ from benchmarks.common import asyncrl_bench, group_results, machine, write_resul
 # this group's results folder, benchmarks/results/GROUP
 RESULTS = group_results(__spec__.name)
 
-IN_WORKERS = ["--worker_inference", "True"]
-ONE_GROUP = ["--worker_num_splits", "1"]
+POLICY_WORKERS = [
+    "--worker_inference",
+    "False",
+    "--worker_num_splits",
+    "2",
+    "--num_envs_per_worker",
+    "32",
+]
 
 CONFIGURATIONS = {
-    "defaults (policy worker)": [],
-    "--worker_inference True": IN_WORKERS,
-    "--worker_inference True, 1 x 64 envs": [
-        *IN_WORKERS,
-        *ONE_GROUP,
-        "--num_envs_per_worker",
-        "64",
+    "policy workers, 32 envs a worker in 2 groups, 4 epochs (the earlier defaults)": [
+        *POLICY_WORKERS,
+        "--num_epochs",
+        "4",
     ],
-    "--worker_inference True, 1 x 128 envs": [
-        *IN_WORKERS,
-        *ONE_GROUP,
-        "--num_envs_per_worker",
-        "128",
-    ],
-    "--worker_inference True, 1 x 64 envs, --compile_learner True": [
-        *IN_WORKERS,
-        *ONE_GROUP,
-        "--num_envs_per_worker",
-        "64",
-        "--compile_learner",
-        "True",
-    ],
-    "--worker_inference True, 1 x 128 envs, --compile_learner True": [
-        *IN_WORKERS,
-        *ONE_GROUP,
-        "--num_envs_per_worker",
-        "128",
-        "--compile_learner",
-        "True",
-    ],
+    "policy workers, 32 envs a worker in 2 groups, 2 epochs": POLICY_WORKERS,
+    "defaults: in the workers, 64 envs a worker in 1 group, 2 epochs": [],
+    "defaults, 128 envs a worker": ["--num_envs_per_worker", "128"],
+    "defaults, --compile_learner True": ["--compile_learner", "True"],
 }
 
 # what each draw reports, in the table's order
@@ -84,7 +70,7 @@ def main():
                 result, _ = asyncrl_bench(command, train_dir)
             draws[name].append({measure: result[measure] for measure in MEASURES})
     lines = [
-        "# CartPole-v1 with the policy in the rollout workers",
+        "# CartPole-v1: the policy in the rollout workers or in policy worker processes",
         "",
         f"Machine: {machine()}",
         "",

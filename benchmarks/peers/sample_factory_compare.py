@@ -42,8 +42,10 @@ SF_VERSION = "2.1.1"
 
 # The shared settings per env (Sample Factory's flag names, which asyncrl shares), and each side's
 # extras. doom_basic: Sample Factory's default VizDoom model (convnet_simple + 512 GRU) on both
-# sides. CartPole-v1: asyncrl's CartPole settings (MLP 64x64, no RNN, 4 epochs x 4 minibatches) at 2
-# workers x 16 envs (asyncrl's own default is 32 a worker), given to both.
+# sides. CartPole-v1: asyncrl's earlier CartPole settings (MLP 64x64, no RNN, 4 epochs x 4
+# minibatches) at 2 workers x 16 envs, given to both, and on asyncrl's side a policy worker process
+# between the rollout workers as in Sample Factory (CartPole's own defaults now act in the rollout
+# workers, 64 envs a worker, 2 epochs).
 COMMON = {
     "doom_basic": {
         "num_workers": 2,
@@ -75,6 +77,8 @@ COMMON = {
         "num_batches_per_epoch": 4,
     },
 }
+# asyncrl's flags beyond the shared ones
+ASYNCRL_EXTRA = {"CartPole-v1": {"worker_inference": False}}
 SF_EXTRA = {
     "doom_basic": ["-m", "sf_examples.vizdoom.train_vizdoom"],
     "CartPole-v1": [
@@ -227,7 +231,7 @@ def asyncrl_run(env: str, seconds: float, train_dir: str, device: str) -> list[d
         "--restart_behavior",
         "restart",
     ]
-    for k, v in COMMON[env].items():
+    for k, v in {**COMMON[env], **ASYNCRL_EXTRA.get(env, {})}.items():
         args += [f"--{k}", str(v)]
     rows = train_and_watch(args, os.path.join(train_dir, f"asyncrl_{env}"), timeout_s=seconds + 180)
     return [

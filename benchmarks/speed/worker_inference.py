@@ -6,9 +6,9 @@ processes: `asyncrl bench` on CartPole-v1, several draws of each configuration, 
 Configurations: CartPole's defaults (one group of 64 envs a worker, which acts for it itself with
 --worker_inference, and 2 epochs a batch); policy worker processes instead, with the vector envs'
 sampling (2 workers x 32 envs in 2 groups), at 4 epochs (CartPole's earlier defaults) and at 2; the
-defaults with 128 envs a worker; and with --compile_learner True. Per configuration the median and
-the range of the draws: sampler and training frames/s and their efficiency (of the compute limit
-`asyncrl bench` measures for that configuration). Writes
+defaults with 128 envs a worker, with --compile_learner True, with --env_backend vector, and with
+both. Per configuration the median and the range of the draws: sampler and training frames/s and
+their efficiency (of the compute limit `asyncrl bench` measures for that configuration). Writes
 benchmarks/results/speed/worker_inference.{md,json}.
 """
 
@@ -30,6 +30,9 @@ POLICY_WORKERS = [
     "32",
 ]
 
+# each group of envs stepped as one vector env (CartPole's own: numpy over all of them)
+VECTOR = ["--env_backend", "vector"]
+
 CONFIGURATIONS = {
     "policy workers, 32 envs a worker in 2 groups, 4 epochs (the earlier defaults)": [
         *POLICY_WORKERS,
@@ -40,6 +43,12 @@ CONFIGURATIONS = {
     "defaults: in the workers, 64 envs a worker in 1 group, 2 epochs": [],
     "defaults, 128 envs a worker": ["--num_envs_per_worker", "128"],
     "defaults, --compile_learner True": ["--compile_learner", "True"],
+    "defaults, --env_backend vector": VECTOR,
+    "defaults, --env_backend vector, --compile_learner True": [
+        *VECTOR,
+        "--compile_learner",
+        "True",
+    ],
 }
 
 # what each draw reports, in the table's order

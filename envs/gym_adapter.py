@@ -159,8 +159,9 @@ CONTINUOUS_DEFAULTS = {
 # epochs a batch halve the update. On 2 cores, 3 seeds each in one run: 22,373 -> 41,123 training
 # frames/s, a mean return of 475 after 4.91 -> 3.46 s of the run (median; 128 envs a group: 44,845
 # frames/s against 22,665, 5.00 s: a batch is more rounds behind). Not for every cheap-looking env:
-# Acrobot-v1's step costs ten times more, and there the same settings reached a mean return of -100
-# later (2 seeds each: 14.9 s against 10.5 s; 4 epochs: 12.9 s against 11.1 s).
+# Acrobot-v1's step costs four times more (`asyncrl bench --mode raw`: 34,261 frames/s against
+# 148,289), and there the same settings reached a mean return of -100 later (2 seeds each: 14.9 s
+# against 10.5 s; 4 epochs: 12.9 s against 11.1 s).
 CARTPOLE_DEFAULTS = {
     "reward_scale": 0.1,
     "num_envs_per_worker": 64,

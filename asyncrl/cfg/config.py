@@ -105,9 +105,8 @@ def algo_defaults(values: dict, world_size: int = 1) -> dict:
     runner then checks). --worker_inference (an env's default) gives way where it cannot run: with
     ppo or ver, --deterministic, or a --policy_workers_per_policy count."""
     defaults = {}
-    if values["algo"] in SYNC_ALGOS or values["deterministic"]:
-        defaults["worker_inference"] = False
-    if values["policy_workers_per_policy"] != -1:
+    policy_workers_given = values["policy_workers_per_policy"] != -1
+    if values["algo"] in SYNC_ALGOS or values["deterministic"] or policy_workers_given:
         defaults["worker_inference"] = False
     if values["algo"] not in SYNC_ALGOS:
         return defaults

@@ -240,8 +240,9 @@ def auto_settings(cfg: Config, device: torch.device, env: EnvInfo, world_size: i
     """The auto stage of the settings (cfg/settle.py): the values --policy_workers_per_policy and
     --agents_per_env take for this run and env (config.json keeps them automatic)."""
     policy_workers = cfg.policy_workers_per_policy
-    # see the flag's help: 2 only where no CPU learner needs a core; ppo/ver's budget: 1
-    if policy_workers == -1:
+    # see the flag's help: 2 only where no CPU learner needs a core; ppo/ver's budget: 1; none with
+    # --worker_inference (left at -1: the runner starts none)
+    if policy_workers == -1 and not cfg.worker_inference:
         sampling_alone = cfg.sampler_only and device.type == "cpu" and not cfg.synchronous
         policy_workers = min(2, len(os.sched_getaffinity(0))) if sampling_alone else 1
     if cfg.agents_per_env not in (-1, env.num_agents):

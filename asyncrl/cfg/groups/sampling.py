@@ -39,7 +39,7 @@ class SamplingFlags:
         "Inference processes per policy. -1 (auto): 1, or 2 when nothing learns on "
         "the CPU (--sampler_only on a CPU), where one single-threaded policy worker "
         "cannot use the cores a learner would take; next to a CPU learner a second one "
-        "would take the learner's core.",
+        "would take the learner's core; none with --worker_inference.",
     )
     worker_inference: bool = flag(
         False,

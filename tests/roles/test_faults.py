@@ -286,7 +286,7 @@ def test_sigkilled_workers_are_replaced_and_the_run_finishes(
         while not [p for p in processes(role) if p.pid != victim.pid]:
             assert proc.poll() is None and time.monotonic() < deadline, f"{role} was not replaced"
             time.sleep(0.1)
-        # the replacement trains before the next victim goes
+        # the replacement trains (before the next victim goes, if any)
         row = wait_for_training(tmp_path / "rk", proc, min_train_step=row["train_step"] + 3)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out[-3000:]

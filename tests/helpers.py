@@ -144,11 +144,16 @@ def run_until(proc, condition, what: str, timeout=180) -> str:
     import time
 
     deadline = time.time() + timeout
-    while not condition():
-        assert proc.poll() is None, proc.stdout.read()[-3000:]
+    while True:
+        # polled before the condition: a run that reached it and then ended still counts
+        exited = proc.poll() is not None
+        if condition():
+            break
+        assert not exited, proc.stdout.read()[-3000:]
         if time.time() > deadline:
             raise TimeoutError(f"the run did not reach {what} in {timeout} s")
         time.sleep(0.3)
+    # an ended run is not signalled (send_signal skips a reaped process)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out[-3000:]
@@ -212,11 +217,13 @@ def wait_for_training(experiment_dir, proc, min_train_step=1, timeout=120) -> di
 
     deadline = time.time() + timeout
     while time.time() < deadline:
-        assert proc.poll() is None, proc.stdout.read()
+        # polled before the stats are read: a run that reached the step and then ended still counts
+        exited = proc.poll() is not None
         if os.path.exists(os.path.join(experiment_dir, "stats.jsonl")):
             rows = read_stats(experiment_dir)
             if rows and rows[-1]["train_step"] >= min_train_step:
                 return rows[-1]
+        assert not exited, proc.stdout.read()
         time.sleep(0.3)
     raise TimeoutError("the run did not start training in time")
 

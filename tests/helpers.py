@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import psutil
 
@@ -137,22 +138,27 @@ def children_named(name: str, pid: int | None = None) -> list[psutil.Process]:
     return found
 
 
-def run_until(proc, condition, what: str, timeout=180) -> str:
-    """Let run `proc` go on until condition() holds (polled; a failed run fails the test), then stop
-    it as Ctrl-C does (it saves its checkpoints), check that it exited 0, and return its output. A
-    test waits for what it needs, not for a time."""
-    import time
-
+def wait_while_running(proc, reached, what: str, timeout: float):
+    """Poll reached() until it returns something true, and return that. A run that ended without
+    reaching it fails the test (its output in the message); past the timeout, TimeoutError. The
+    process is polled before reached() is called: a run that reached it and then ended counts."""
     deadline = time.time() + timeout
     while True:
-        # polled before the condition: a run that reached it and then ended still counts
         exited = proc.poll() is not None
-        if condition():
-            break
+        value = reached()
+        if value:
+            return value
         assert not exited, proc.stdout.read()[-3000:]
         if time.time() > deadline:
             raise TimeoutError(f"the run did not reach {what} in {timeout} s")
         time.sleep(0.3)
+
+
+def run_until(proc, condition, what: str, timeout=180) -> str:
+    """Let run `proc` go on until condition() holds (polled; a failed run fails the test), then stop
+    it as Ctrl-C does (it saves its checkpoints), check that it exited 0, and return its output. A
+    test waits for what it needs, not for a time."""
+    wait_while_running(proc, condition, what, timeout)
     # an ended run is not signalled (send_signal skips a reaped process)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
@@ -213,19 +219,13 @@ def run_past_a_hanging_env(tmp_path, *extra_flags) -> tuple[str, list[dict]]:
 
 def wait_for_training(experiment_dir, proc, min_train_step=1, timeout=120) -> dict:
     """Block until stats.jsonl shows a learner at `min_train_step`; returns that row."""
-    import time
 
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        # polled before the stats are read: a run that reached the step and then ended still counts
-        exited = proc.poll() is not None
-        if os.path.exists(os.path.join(experiment_dir, "stats.jsonl")):
-            rows = read_stats(experiment_dir)
-            if rows and rows[-1]["train_step"] >= min_train_step:
-                return rows[-1]
-        assert not exited, proc.stdout.read()
-        time.sleep(0.3)
-    raise TimeoutError("the run did not start training in time")
+    def newest_row_at_the_step() -> dict | None:
+        path = os.path.join(experiment_dir, "stats.jsonl")
+        rows = read_stats(experiment_dir) if os.path.exists(path) else []
+        return rows[-1] if rows and rows[-1]["train_step"] >= min_train_step else None
+
+    return wait_while_running(proc, newest_row_at_the_step, f"train step {min_train_step}", timeout)
 
 
 # --- the engine's components in this process (serial mode)
